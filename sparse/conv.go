@@ -1,0 +1,172 @@
+package sparse
+
+import (
+	"fmt"
+
+	"github.com/flexgemm-go/flexgemm/sparse/kmap"
+)
+
+// Conv computes the sparse convolution y = conv(x) over kernel map m:
+//
+//	y[o, :] = bias + Σ_v w[:, v, :] · x[m.Nbr[o, v], :]     (absent neighbours skipped)
+//
+// Shapes: x [m.NIn, Ci]; w [Co, V·Ci], the weight [Co, Kx, Ky, Kz, Ci]
+// flattened; bias [1, Co] or the zero Matrix; result [m.NOut, Co]. x, w and
+// bias must share one dtype and one engine.
+func Conv(m *kmap.Map, x, w, bias Matrix, opt ConvOptions) (Matrix, error) {
+	e, err := checkConv("Conv", m, x, w, opt)
+	if err != nil {
+		return Matrix{}, err
+	}
+	if !bias.IsZero() {
+		if err := sameDType("Conv", "bias", x, bias); err != nil {
+			return Matrix{}, err
+		}
+		if bias.Rows != 1 || bias.Cols != w.Rows {
+			return Matrix{}, &ShapeError{Op: "Conv", Arg: "bias", Want: fmt.Sprintf("[1, %d]", w.Rows), Got: bias.Shape()}
+		}
+		if e, err = EngineFor(x, w, bias); err != nil {
+			return Matrix{}, err
+		}
+	}
+	return e.ConvForward(m, x, w, bias, opt)
+}
+
+// ConvInputGrad returns the gradient of Conv with respect to x:
+//
+//	dx[i, :] = Σ_v w[:, v, :]ᵀ · dy[m.Rev[i, v], :]
+//
+// Shapes: dy [m.NOut, Co]; w [Co, V·Ci]; result [m.NIn, Ci].
+func ConvInputGrad(m *kmap.Map, dy, w Matrix, opt ConvOptions) (Matrix, error) {
+	if err := checkMap("ConvInputGrad", m); err != nil {
+		return Matrix{}, err
+	}
+	if err := checkMatrix("ConvInputGrad", "dy", dy, m.NOut, -1); err != nil {
+		return Matrix{}, err
+	}
+	if err := checkMatrix("ConvInputGrad", "weight", w, dy.Cols, -1); err != nil {
+		return Matrix{}, err
+	}
+	if w.Cols%m.V() != 0 {
+		return Matrix{}, &ShapeError{Op: "ConvInputGrad", Arg: "weight", Want: fmt.Sprintf("[%d, %d·Ci]", dy.Cols, m.V()), Got: w.Shape()}
+	}
+	if err := sameDType("ConvInputGrad", "weight", dy, w); err != nil {
+		return Matrix{}, err
+	}
+	if err := opt.Algorithm.Valid(); err != nil {
+		return Matrix{}, err
+	}
+	e, err := EngineFor(dy, w)
+	if err != nil {
+		return Matrix{}, err
+	}
+	return e.ConvInputGrad(m, dy, w, opt)
+}
+
+// ConvWeightGrad returns the gradient of Conv with respect to w:
+//
+//	dw[:, v, :] = Σ_{o : i = m.Nbr[o, v] ≥ 0} dy[o, :] ⊗ x[i, :]
+//
+// Shapes: x [m.NIn, Ci]; dy [m.NOut, Co]; result [Co, V·Ci].
+func ConvWeightGrad(m *kmap.Map, x, dy Matrix, opt ConvOptions) (Matrix, error) {
+	if err := checkMap("ConvWeightGrad", m); err != nil {
+		return Matrix{}, err
+	}
+	if err := checkMatrix("ConvWeightGrad", "x", x, m.NIn, -1); err != nil {
+		return Matrix{}, err
+	}
+	if err := checkMatrix("ConvWeightGrad", "dy", dy, m.NOut, -1); err != nil {
+		return Matrix{}, err
+	}
+	if err := sameDType("ConvWeightGrad", "dy", x, dy); err != nil {
+		return Matrix{}, err
+	}
+	if err := opt.Algorithm.Valid(); err != nil {
+		return Matrix{}, err
+	}
+	e, err := EngineFor(x, dy)
+	if err != nil {
+		return Matrix{}, err
+	}
+	return e.ConvWeightGrad(m, x, dy, opt)
+}
+
+// BiasGrad returns the gradient of Conv with respect to bias: the column
+// sums of dy, as a [1, Co] matrix.
+func BiasGrad(dy Matrix) (Matrix, error) {
+	if err := dy.Validate(); err != nil {
+		return Matrix{}, fmt.Errorf("sparse: BiasGrad: %w", err)
+	}
+	e, err := EngineFor(dy)
+	if err != nil {
+		return Matrix{}, err
+	}
+	return e.BiasGrad(dy)
+}
+
+func checkConv(op string, m *kmap.Map, x, w Matrix, opt ConvOptions) (Engine, error) {
+	if err := checkMap(op, m); err != nil {
+		return nil, err
+	}
+	if err := checkMatrix(op, "x", x, m.NIn, -1); err != nil {
+		return nil, err
+	}
+	if err := checkMatrix(op, "weight", w, -1, m.V()*x.Cols); err != nil {
+		return nil, err
+	}
+	if err := sameDType(op, "weight", x, w); err != nil {
+		return nil, err
+	}
+	if err := opt.Algorithm.Valid(); err != nil {
+		return nil, err
+	}
+	return EngineFor(x, w)
+}
+
+func checkMap(op string, m *kmap.Map) error {
+	if m == nil {
+		return fmt.Errorf("%w: %s: nil kernel map", ErrShape, op)
+	}
+	if len(m.Nbr) != m.NOut*m.V() {
+		return fmt.Errorf("%w: %s: kernel map table has %d entries, want %d·%d", ErrShape, op, len(m.Nbr), m.NOut, m.V())
+	}
+	return nil
+}
+
+// checkMatrix validates m and its shape; a negative rows or cols is not
+// checked.
+func checkMatrix(op, arg string, m Matrix, rows, cols int) error {
+	if err := m.Validate(); err != nil {
+		return fmt.Errorf("sparse: %s: %s: %w", op, arg, err)
+	}
+	if (rows >= 0 && m.Rows != rows) || (cols >= 0 && m.Cols != cols) {
+		want := fmt.Sprintf("[%s, %s]", dim(rows, "rows"), dim(cols, "cols"))
+		return &ShapeError{Op: op, Arg: arg, Want: want, Got: m.Shape()}
+	}
+	return nil
+}
+
+func dim(n int, name string) string {
+	if n < 0 {
+		return name
+	}
+	return fmt.Sprint(n)
+}
+
+func sameDType(op, arg string, a, b Matrix) error {
+	da, err := a.DType()
+	if err != nil {
+		return err
+	}
+	db, err := b.DType()
+	if err != nil {
+		return err
+	}
+	if da != db {
+		return fmt.Errorf("%w: %s: %s is %v but the input is %v", ErrDType, op, arg, db, da)
+	}
+	if da == Int32 {
+		return fmt.Errorf("%w: %s: int32 features", ErrDType, op)
+	}
+	return nil
+}

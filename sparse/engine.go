@@ -1,0 +1,90 @@
+package sparse
+
+import (
+	"fmt"
+	"sync"
+
+	"github.com/flexgemm-go/flexgemm/sparse/kmap"
+)
+
+// ConvOptions tunes how a convolution runs. The zero value is Auto with the
+// engine's defaults.
+type ConvOptions struct {
+	// Algorithm selects the GEMM formulation.
+	Algorithm Algorithm
+	// SplitK is the number of reduction chunks of the split-K algorithms;
+	// 0 lets the engine choose. It is ignored by the other algorithms.
+	SplitK int
+	// TileRows is the number of output rows per tile of the implicit and
+	// masked algorithms; 0 lets the engine choose.
+	TileRows int
+}
+
+// ConvEngine computes sparse convolutions over a kernel map m with V taps.
+// Shapes: x [m.NIn, Ci], w [Co, V·Ci] (the weight [Co, Kx, Ky, Kz, Ci]
+// flattened), bias [1, Co] or the zero Matrix, dy [m.NOut, Co]. Arguments
+// have been validated by the caller (package-level functions such as Conv).
+type ConvEngine interface {
+	// ConvForward returns y [NOut, Co] with
+	// y[o] = bias + Σ_v w[:, v, :] · x[Nbr[o,v]].
+	ConvForward(m *kmap.Map, x, w, bias Matrix, opt ConvOptions) (Matrix, error)
+	// ConvInputGrad returns dx [NIn, Ci] = Σ_v w[:, v, :]ᵀ · dy[Rev[i,v]].
+	ConvInputGrad(m *kmap.Map, dy, w Matrix, opt ConvOptions) (Matrix, error)
+	// ConvWeightGrad returns dw [Co, V·Ci] with
+	// dw[:, v, :] = Σ_{(i,o) ∈ pairs(v)} dy[o] ⊗ x[i].
+	ConvWeightGrad(m *kmap.Map, x, dy Matrix, opt ConvOptions) (Matrix, error)
+	// BiasGrad returns db [1, Co], the column sums of dy.
+	BiasGrad(dy Matrix) (Matrix, error)
+}
+
+// Engine runs the primitives of this package on one kind of memory.
+type Engine interface {
+	// Name identifies the engine, e.g. "cpu" or "cuda:0".
+	Name() string
+	// Owns reports whether the engine can compute on m's data.
+	Owns(m Matrix) bool
+	ConvEngine
+}
+
+var (
+	enginesMu sync.RWMutex
+	engines   []Engine
+)
+
+// Register adds an engine. Engines registered later are asked first, so a
+// device engine takes its own buffers before the CPU engine is consulted.
+func Register(e Engine) {
+	enginesMu.Lock()
+	defer enginesMu.Unlock()
+	engines = append([]Engine{e}, engines...)
+}
+
+// Engines returns the registered engines, most recently registered first.
+func Engines() []Engine {
+	enginesMu.RLock()
+	defer enginesMu.RUnlock()
+	return append([]Engine(nil), engines...)
+}
+
+// EngineFor returns the engine that owns every non-zero matrix in ms.
+func EngineFor(ms ...Matrix) (Engine, error) {
+	enginesMu.RLock()
+	defer enginesMu.RUnlock()
+	for _, e := range engines {
+		ok := true
+		for _, m := range ms {
+			if !m.IsZero() && !e.Owns(m) {
+				ok = false
+				break
+			}
+		}
+		if ok {
+			return e, nil
+		}
+	}
+	kinds := make([]string, 0, len(ms))
+	for _, m := range ms {
+		kinds = append(kinds, fmt.Sprintf("%T", m.Data))
+	}
+	return nil, fmt.Errorf("%w: no single engine holds %v (mixed host and device data?)", ErrNoEngine, kinds)
+}
