@@ -1,0 +1,444 @@
+package ops
+
+import (
+	"fmt"
+	"hash"
+	"hash/fnv"
+	"math"
+
+	"github.com/chewxy/hm"
+	"gorgonia.org/gorgonia"
+	"gorgonia.org/tensor"
+
+	"github.com/flexgemm-go/flexgemm/sparse"
+)
+
+// VoxelNorm normalises every channel of the sparse features x over all
+// voxels (rows) of the batch and applies a per-channel affine map:
+//
+//	mean[c] = Σ_i x[i, c] / N
+//	var[c]  = Σ_i (x[i, c] − mean[c])² / N          (biased, as batch norm)
+//	y[i, c] = gamma[c] · (x[i, c] − mean[c]) / √(var[c] + eps) + beta[c]
+//
+// Shapes: x [N, C], gamma [C], beta [C], result [N, C]; all float32 or all
+// float64. The statistics always come from the current batch, in training
+// and evaluation alike (there are no running averages), so a prediction
+// depends on the other voxels of its batch. For the sparse UNet, whose
+// batches hold several whole scenes, that is what one wants; it is also why
+// N = 0 gives an empty result and zero gradients rather than NaN.
+// eps must be positive and finite. The result is differentiable with
+// respect to x, gamma and beta, symbolically (gorgonia.Grad) and in a
+// LispMachine.
+func VoxelNorm(x, gamma, beta *gorgonia.Node, eps float64) (*gorgonia.Node, error) {
+	if x == nil || gamma == nil || beta == nil {
+		return nil, fmt.Errorf("%w: VoxelNorm: nil node", sparse.ErrShape)
+	}
+	if !(eps > 0) || math.IsInf(eps, 0) {
+		return nil, fmt.Errorf("%w: VoxelNorm: eps %v must be positive and finite", sparse.ErrShape, eps)
+	}
+	for _, n := range []*gorgonia.Node{x, gamma, beta} {
+		if err := normCheckDtype("VoxelNorm", n, x); err != nil {
+			return nil, err
+		}
+	}
+	return gorgonia.ApplyOp(voxelNormOp{eps: eps}, x, gamma, beta)
+}
+
+// normCheckDtype reports a node whose dtype is not float32/float64 or
+// differs from ref's.
+func normCheckDtype(op string, n, ref *gorgonia.Node) error {
+	dt := n.Dtype()
+	if dt != tensor.Float32 && dt != tensor.Float64 {
+		return fmt.Errorf("%w: %s: %s is %v, want float32 or float64", sparse.ErrDType, op, n.Name(), dt)
+	}
+	if dt != ref.Dtype() {
+		return fmt.Errorf("%w: %s: %s is %v but %s is %v", sparse.ErrDType, op, n.Name(), dt, ref.Name(), ref.Dtype())
+	}
+	return nil
+}
+
+// normShapes checks x [N, C] and per-channel vectors [C] and returns N, C.
+func normShapes(op string, x tensor.Shape, vecs ...tensor.Shape) (n, c int, err error) {
+	if x.Dims() != 2 {
+		return 0, 0, &sparse.ShapeError{Op: op, Arg: "x", Want: "[N, C]", Got: fmt.Sprint(x)}
+	}
+	n, c = x[0], x[1]
+	for _, v := range vecs {
+		if v.Dims() != 1 || v[0] != c {
+			return 0, 0, &sparse.ShapeError{Op: op, Arg: "gamma/beta", Want: fmt.Sprintf("[%d]", c), Got: fmt.Sprint(v)}
+		}
+	}
+	return n, c, nil
+}
+
+// normShapeOf returns the shape of a DimSizer passed to InferShape.
+func normShapeOf(d gorgonia.DimSizer) (tensor.Shape, error) {
+	s, ok := d.(tensor.Shape)
+	if !ok {
+		return nil, fmt.Errorf("%w: expected a tensor.Shape, got %T", sparse.ErrShape, d)
+	}
+	return s, nil
+}
+
+// voxelNormOp is the forward op of VoxelNorm: (x, gamma, beta) → y.
+type voxelNormOp struct{ eps float64 }
+
+var (
+	_ gorgonia.Op   = voxelNormOp{}
+	_ gorgonia.SDOp = voxelNormOp{}
+	_ gorgonia.ADOp = voxelNormOp{}
+)
+
+func (voxelNormOp) Arity() int { return 3 }
+
+func (voxelNormOp) Type() hm.Type {
+	a := hm.TypeVariable('a')
+	m := gorgonia.TensorType{Dims: 2, Of: a}
+	v := gorgonia.TensorType{Dims: 1, Of: a}
+	return hm.NewFnType(m, v, v, m)
+}
+
+func (op voxelNormOp) InferShape(in ...gorgonia.DimSizer) (tensor.Shape, error) {
+	if len(in) != 3 {
+		return nil, fmt.Errorf("%w: VoxelNorm takes 3 inputs, got %d", sparse.ErrShape, len(in))
+	}
+	var s [3]tensor.Shape
+	for i := range s {
+		var err error
+		if s[i], err = normShapeOf(in[i]); err != nil {
+			return nil, err
+		}
+	}
+	if _, _, err := normShapes("VoxelNorm", s[0], s[1], s[2]); err != nil {
+		return nil, err
+	}
+	return s[0].Clone(), nil
+}
+
+func (op voxelNormOp) Do(in ...gorgonia.Value) (gorgonia.Value, error) {
+	if len(in) != 3 {
+		return nil, fmt.Errorf("%w: VoxelNorm takes 3 inputs, got %d", sparse.ErrShape, len(in))
+	}
+	n, c, err := normShapes("VoxelNorm", in[0].Shape(), in[1].Shape(), in[2].Shape())
+	if err != nil {
+		return nil, err
+	}
+	if n*c == 0 {
+		// Empty tensors have no backing slice (Data would panic).
+		return tensor.New(tensor.Of(in[0].Dtype()), tensor.WithShape(n, c)), nil
+	}
+	switch x := in[0].Data().(type) {
+	case []float64:
+		g, b, err := normData[float64](in[1], in[2])
+		if err != nil {
+			return nil, err
+		}
+		y := make([]float64, n*c)
+		voxelNormForward(x, g, b, y, n, c, op.eps)
+		return normDense(y, n, c), nil
+	case []float32:
+		g, b, err := normData[float32](in[1], in[2])
+		if err != nil {
+			return nil, err
+		}
+		y := make([]float32, n*c)
+		voxelNormForward(x, g, b, y, n, c, op.eps)
+		return normDense(y, n, c), nil
+	}
+	return nil, fmt.Errorf("%w: VoxelNorm: x holds %T", sparse.ErrDType, in[0].Data())
+}
+
+func (voxelNormOp) ReturnsPtr() bool     { return false }
+func (voxelNormOp) CallsExtern() bool    { return false }
+func (voxelNormOp) OverwritesInput() int { return -1 }
+func (op voxelNormOp) WriteHash(h hash.Hash) {
+	fmt.Fprint(h, op.String())
+}
+func (op voxelNormOp) Hashcode() uint32 { return normHash(op) }
+func (op voxelNormOp) String() string   { return fmt.Sprintf("VoxelNorm{eps=%g}", op.eps) }
+
+func (voxelNormOp) DiffWRT(n int) []bool {
+	d := make([]bool, n)
+	for i := range d {
+		d[i] = true
+	}
+	return d
+}
+
+// SymDiff returns the gradients of x, gamma and beta as three applications
+// of voxelNormGradOp to (x, gamma, grad).
+func (op voxelNormOp) SymDiff(in gorgonia.Nodes, _, grad *gorgonia.Node) (gorgonia.Nodes, error) {
+	if len(in) != 3 {
+		return nil, fmt.Errorf("%w: VoxelNorm takes 3 inputs, got %d", sparse.ErrShape, len(in))
+	}
+	out := make(gorgonia.Nodes, 3)
+	for w := range out {
+		var err error
+		if out[w], err = gorgonia.ApplyOp(voxelNormGradOp{eps: op.eps, wrt: w}, in[0], in[1], grad); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// DoDiff adds the gradients of x, gamma and beta to their dual values
+// (LispMachine).
+func (op voxelNormOp) DoDiff(_ gorgonia.ExecutionContext, in gorgonia.Nodes, output *gorgonia.Node) error {
+	if len(in) != 3 {
+		return fmt.Errorf("%w: VoxelNorm takes 3 inputs, got %d", sparse.ErrShape, len(in))
+	}
+	dy, err := output.Grad()
+	if err != nil {
+		return err
+	}
+	grads, err := voxelNormGrads(op.eps, in[0].Value(), in[1].Value(), dy)
+	if err != nil {
+		return err
+	}
+	for i, g := range grads {
+		if err := normAddGrad(in[i], g); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// voxelNormGradOp computes one gradient of VoxelNorm from (x, gamma, dy):
+// wrt 0 → dx [N, C], 1 → dgamma [C], 2 → dbeta [C].
+type voxelNormGradOp struct {
+	eps float64
+	wrt int
+}
+
+var _ gorgonia.Op = voxelNormGradOp{}
+
+func (voxelNormGradOp) Arity() int { return 3 }
+
+func (op voxelNormGradOp) Type() hm.Type {
+	a := hm.TypeVariable('a')
+	m := gorgonia.TensorType{Dims: 2, Of: a}
+	v := gorgonia.TensorType{Dims: 1, Of: a}
+	if op.wrt == 0 {
+		return hm.NewFnType(m, v, m, m)
+	}
+	return hm.NewFnType(m, v, m, v)
+}
+
+func (op voxelNormGradOp) InferShape(in ...gorgonia.DimSizer) (tensor.Shape, error) {
+	if len(in) != 3 {
+		return nil, fmt.Errorf("%w: VoxelNorm gradient takes 3 inputs, got %d", sparse.ErrShape, len(in))
+	}
+	var s [3]tensor.Shape
+	for i := range s {
+		var err error
+		if s[i], err = normShapeOf(in[i]); err != nil {
+			return nil, err
+		}
+	}
+	_, c, err := normShapes("VoxelNormGrad", s[0], s[1])
+	if err != nil {
+		return nil, err
+	}
+	if !s[2].Eq(s[0]) {
+		return nil, &sparse.ShapeError{Op: "VoxelNormGrad", Arg: "dy", Want: fmt.Sprint(s[0]), Got: fmt.Sprint(s[2])}
+	}
+	if op.wrt == 0 {
+		return s[0].Clone(), nil
+	}
+	return tensor.Shape{c}, nil
+}
+
+func (op voxelNormGradOp) Do(in ...gorgonia.Value) (gorgonia.Value, error) {
+	if len(in) != 3 {
+		return nil, fmt.Errorf("%w: VoxelNorm gradient takes 3 inputs, got %d", sparse.ErrShape, len(in))
+	}
+	grads, err := voxelNormGrads(op.eps, in[0], in[1], in[2])
+	if err != nil {
+		return nil, err
+	}
+	if op.wrt < 0 || op.wrt > 2 {
+		return nil, fmt.Errorf("%w: VoxelNorm gradient: input %d", sparse.ErrShape, op.wrt)
+	}
+	return grads[op.wrt], nil
+}
+
+func (voxelNormGradOp) ReturnsPtr() bool     { return false }
+func (voxelNormGradOp) CallsExtern() bool    { return false }
+func (voxelNormGradOp) OverwritesInput() int { return -1 }
+func (op voxelNormGradOp) WriteHash(h hash.Hash) {
+	fmt.Fprint(h, op.String())
+}
+func (op voxelNormGradOp) Hashcode() uint32 { return normHash(op) }
+func (op voxelNormGradOp) String() string {
+	return fmt.Sprintf("VoxelNormGrad{eps=%g, wrt=%d}", op.eps, op.wrt)
+}
+
+// voxelNormGrads returns dx, dgamma and dbeta as dense tensors.
+func voxelNormGrads(eps float64, xv, gv, dyv gorgonia.Value) ([3]*tensor.Dense, error) {
+	var out [3]*tensor.Dense
+	n, c, err := normShapes("VoxelNormGrad", xv.Shape(), gv.Shape())
+	if err != nil {
+		return out, err
+	}
+	if !dyv.Shape().Eq(xv.Shape()) {
+		return out, &sparse.ShapeError{Op: "VoxelNormGrad", Arg: "dy", Want: fmt.Sprint(xv.Shape()), Got: fmt.Sprint(dyv.Shape())}
+	}
+	if n*c == 0 {
+		// Empty tensors have no backing slice (Data would panic); the
+		// gradients of gamma and beta are sums over no rows, i.e. zero.
+		dt := xv.Dtype()
+		return [3]*tensor.Dense{
+			tensor.New(tensor.Of(dt), tensor.WithShape(n, c)),
+			tensor.New(tensor.Of(dt), tensor.WithShape(c)),
+			tensor.New(tensor.Of(dt), tensor.WithShape(c)),
+		}, nil
+	}
+	switch x := xv.Data().(type) {
+	case []float64:
+		g, dy, err := normData[float64](gv, dyv)
+		if err != nil {
+			return out, err
+		}
+		dx, dg, db := make([]float64, n*c), make([]float64, c), make([]float64, c)
+		voxelNormBackward(x, g, dy, dx, dg, db, n, c, eps)
+		return [3]*tensor.Dense{normDense(dx, n, c), normVec(dg), normVec(db)}, nil
+	case []float32:
+		g, dy, err := normData[float32](gv, dyv)
+		if err != nil {
+			return out, err
+		}
+		dx, dg, db := make([]float32, n*c), make([]float32, c), make([]float32, c)
+		voxelNormBackward(x, g, dy, dx, dg, db, n, c, eps)
+		return [3]*tensor.Dense{normDense(dx, n, c), normVec(dg), normVec(db)}, nil
+	}
+	return out, fmt.Errorf("%w: VoxelNormGrad: x holds %T", sparse.ErrDType, xv.Data())
+}
+
+// normData returns the backing slices of two values of element type T.
+func normData[T float32 | float64](a, b gorgonia.Value) ([]T, []T, error) {
+	da, ok1 := a.Data().([]T)
+	db, ok2 := b.Data().([]T)
+	if !ok1 || !ok2 {
+		return nil, nil, fmt.Errorf("%w: mixed dtypes %v and %v", sparse.ErrDType, a.Dtype(), b.Dtype())
+	}
+	return da, db, nil
+}
+
+// normDense wraps the non-empty y as an [n, c] tensor.
+func normDense[T float32 | float64](y []T, n, c int) *tensor.Dense {
+	return tensor.New(tensor.WithShape(n, c), tensor.WithBacking(y))
+}
+
+// normVec wraps the non-empty v as a vector.
+func normVec[T float32 | float64](v []T) *tensor.Dense {
+	return tensor.New(tensor.WithShape(len(v)), tensor.WithBacking(v))
+}
+
+// voxelNormStats returns the per-channel mean and 1/√(var + eps), computed
+// in float64 in row order (deterministic).
+func voxelNormStats[T float32 | float64](x []T, n, c int, eps float64) (mean, inv []float64) {
+	mean = make([]float64, c)
+	inv = make([]float64, c)
+	if n == 0 {
+		for j := range inv {
+			inv[j] = 1 / math.Sqrt(eps)
+		}
+		return mean, inv
+	}
+	for i := range n {
+		row := x[i*c : i*c+c]
+		for j, v := range row {
+			mean[j] += float64(v)
+		}
+	}
+	for j := range mean {
+		mean[j] /= float64(n)
+	}
+	for i := range n {
+		row := x[i*c : i*c+c]
+		for j, v := range row {
+			d := float64(v) - mean[j]
+			inv[j] += d * d
+		}
+	}
+	for j := range inv {
+		inv[j] = 1 / math.Sqrt(inv[j]/float64(n)+eps)
+	}
+	return mean, inv
+}
+
+func voxelNormForward[T float32 | float64](x, gamma, beta, y []T, n, c int, eps float64) {
+	mean, inv := voxelNormStats(x, n, c, eps)
+	scale := make([]float64, c)
+	shift := make([]float64, c)
+	for j := range c {
+		scale[j] = float64(gamma[j]) * inv[j]
+		shift[j] = float64(beta[j]) - mean[j]*scale[j]
+	}
+	for i := range n {
+		xr, yr := x[i*c:i*c+c], y[i*c:i*c+c]
+		for j, v := range xr {
+			yr[j] = T(float64(v)*scale[j] + shift[j])
+		}
+	}
+}
+
+// voxelNormBackward computes, with x̂ = (x − mean)·inv,
+//
+//	dbeta[c]  = Σ_i dy[i, c]
+//	dgamma[c] = Σ_i dy[i, c] · x̂[i, c]
+//	dx[i, c]  = gamma[c] · inv[c] · (dy[i, c] − (dbeta[c] + x̂[i, c]·dgamma[c]) / N)
+func voxelNormBackward[T float32 | float64](x, gamma, dy, dx, dgamma, dbeta []T, n, c int, eps float64) {
+	mean, inv := voxelNormStats(x, n, c, eps)
+	sg := make([]float64, c)
+	sb := make([]float64, c)
+	for i := range n {
+		xr, dr := x[i*c:i*c+c], dy[i*c:i*c+c]
+		for j := range c {
+			d := float64(dr[j])
+			sb[j] += d
+			sg[j] += d * (float64(xr[j]) - mean[j]) * inv[j]
+		}
+	}
+	for j := range c {
+		dgamma[j], dbeta[j] = T(sg[j]), T(sb[j])
+	}
+	if n == 0 {
+		return
+	}
+	fn := float64(n)
+	for i := range n {
+		xr, dr, gr := x[i*c:i*c+c], dy[i*c:i*c+c], dx[i*c:i*c+c]
+		for j := range c {
+			xh := (float64(xr[j]) - mean[j]) * inv[j]
+			gr[j] = T(float64(gamma[j]) * inv[j] * (float64(dr[j]) - (sb[j]+xh*sg[j])/fn))
+		}
+	}
+}
+
+// normAddGrad adds g to the gradient held by node n's dual value, in place.
+func normAddGrad(n *gorgonia.Node, g gorgonia.Value) error {
+	cur, err := n.Grad()
+	if err != nil {
+		return fmt.Errorf("ops: no gradient slot for %s: %w", n.Name(), err)
+	}
+	if cur.Shape().TotalSize() == 0 && g.Shape().TotalSize() == 0 {
+		return nil
+	}
+	ct, ok := cur.(tensor.Tensor)
+	if !ok {
+		return fmt.Errorf("%w: gradient of %s is %T, not a tensor", sparse.ErrDType, n.Name(), cur)
+	}
+	gt, ok := g.(tensor.Tensor)
+	if !ok {
+		return fmt.Errorf("%w: gradient for %s is %T, not a tensor", sparse.ErrDType, n.Name(), g)
+	}
+	_, err = tensor.Add(ct, gt, tensor.UseUnsafe())
+	return err
+}
+
+func normHash(op fmt.Stringer) uint32 {
+	h := fnv.New32a()
+	fmt.Fprint(h, op.String())
+	return h.Sum32()
+}

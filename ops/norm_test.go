@@ -1,0 +1,286 @@
+package ops
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"gorgonia.org/gorgonia"
+	"gorgonia.org/tensor"
+
+	"github.com/flexgemm-go/flexgemm/sparse"
+)
+
+// refVoxelNorm is the float64 textbook formula, written independently of
+// the op (two passes, one channel at a time).
+func refVoxelNorm(x, gamma, beta []float64, n, c int, eps float64) []float64 {
+	y := make([]float64, n*c)
+	for j := range c {
+		mean := 0.0
+		for i := range n {
+			mean += x[i*c+j]
+		}
+		mean /= float64(n)
+		v := 0.0
+		for i := range n {
+			v += (x[i*c+j] - mean) * (x[i*c+j] - mean)
+		}
+		v /= float64(n)
+		for i := range n {
+			y[i*c+j] = gamma[j]*(x[i*c+j]-mean)/math.Sqrt(v+eps) + beta[j]
+		}
+	}
+	return y
+}
+
+func randSlice(r *rand.Rand, n int, lo, hi float64) []float64 {
+	s := make([]float64, n)
+	for i := range s {
+		s[i] = lo + (hi-lo)*r.Float64()
+	}
+	return s
+}
+
+func TestVoxelNormForward(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		n, c int
+		eps  float64
+		dt   tensor.Dtype
+		tol  float64
+	}{
+		{"f64 small", 5, 3, 1e-5, tensor.Float64, 1e-12},
+		{"f64 one row", 1, 4, 1e-5, tensor.Float64, 1e-12},
+		{"f64 large", 1000, 16, 1e-3, tensor.Float64, 1e-12},
+		{"f32", 257, 8, 1e-5, tensor.Float32, 2e-5},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := rand.New(rand.NewPCG(1, uint64(tc.n)))
+			x := randSlice(r, tc.n*tc.c, -3, 5)
+			gm := randSlice(r, tc.c, 0.5, 2)
+			bt := randSlice(r, tc.c, -1, 1)
+			want := refVoxelNorm(x, gm, bt, tc.n, tc.c, tc.eps)
+
+			g := gorgonia.NewGraph()
+			xn := gorgonia.NewMatrix(g, tc.dt, gorgonia.WithName("x"), gorgonia.WithValue(dense(tc.dt, x, tc.n, tc.c)))
+			gn := gorgonia.NewVector(g, tc.dt, gorgonia.WithName("gamma"), gorgonia.WithValue(dense(tc.dt, gm, tc.c)))
+			bn := gorgonia.NewVector(g, tc.dt, gorgonia.WithName("beta"), gorgonia.WithValue(dense(tc.dt, bt, tc.c)))
+			y, err := VoxelNorm(xn, gn, bn, tc.eps)
+			require.NoError(t, err)
+			require.Equal(t, tensor.Shape{tc.n, tc.c}, y.Shape())
+			vm := gorgonia.NewTapeMachine(g)
+			defer vm.Close()
+			require.NoError(t, vm.RunAll())
+			got := float64s(t, y.Value())
+			require.Len(t, got, len(want))
+			for i := range want {
+				require.InDelta(t, want[i], got[i], tc.tol, "element %d", i)
+			}
+		})
+	}
+}
+
+// TestVoxelNormGradFD checks every gradient of VoxelNorm against central
+// finite differences of the float64 reference, through the TapeMachine
+// (symbolic Grad) and the LispMachine (DoDiff).
+func TestVoxelNormGradFD(t *testing.T) {
+	const n, c, eps = 7, 3, 1e-3
+	r := rand.New(rand.NewPCG(7, 8))
+	x := randSlice(r, n*c, -2, 2)
+	gm := randSlice(r, c, 0.5, 2)
+	bt := randSlice(r, c, -1, 1)
+	wts := randSlice(r, n*c, -1, 1) // cost = Σ wts ⊙ y makes every gradient non-trivial
+	cost := func(x, gm, bt []float64) float64 {
+		y := refVoxelNorm(x, gm, bt, n, c, eps)
+		s := 0.0
+		for i := range y {
+			s += wts[i] * y[i]
+		}
+		return s
+	}
+	fd := func(p []float64) []float64 {
+		const h = 1e-6
+		d := make([]float64, len(p))
+		for i := range p {
+			o := p[i]
+			p[i] = o + h
+			up := cost(x, gm, bt)
+			p[i] = o - h
+			dn := cost(x, gm, bt)
+			p[i] = o
+			d[i] = (up - dn) / (2 * h)
+		}
+		return d
+	}
+	wantX, wantG, wantB := fd(x), fd(gm), fd(bt)
+
+	for _, machine := range []string{"tape", "lisp"} {
+		t.Run(machine, func(t *testing.T) {
+			g := gorgonia.NewGraph()
+			xn := gorgonia.NewMatrix(g, tensor.Float64, gorgonia.WithName("x"), gorgonia.WithValue(dense(tensor.Float64, x, n, c)))
+			gn := gorgonia.NewVector(g, tensor.Float64, gorgonia.WithName("gamma"), gorgonia.WithValue(dense(tensor.Float64, gm, c)))
+			bn := gorgonia.NewVector(g, tensor.Float64, gorgonia.WithName("beta"), gorgonia.WithValue(dense(tensor.Float64, bt, c)))
+			wn := gorgonia.NewConstant(dense(tensor.Float64, wts, n, c), gorgonia.WithName("w"))
+			y, err := VoxelNorm(xn, gn, bn, eps)
+			require.NoError(t, err)
+			costN := gorgonia.Must(gorgonia.Sum(gorgonia.Must(gorgonia.HadamardProd(y, wn))))
+			learn := gorgonia.Nodes{xn, gn, bn}
+			var vm gorgonia.VM
+			if machine == "tape" {
+				_, err = gorgonia.Grad(costN, learn...)
+				require.NoError(t, err)
+				vm = gorgonia.NewTapeMachine(g, gorgonia.BindDualValues(learn...))
+			} else {
+				vm = gorgonia.NewLispMachine(g)
+			}
+			defer vm.Close()
+			require.NoError(t, vm.RunAll())
+			require.InDelta(t, cost(x, gm, bt), scalar(t, costN.Value()), 1e-12)
+			for i, want := range [][]float64{wantX, wantG, wantB} {
+				gv, err := learn[i].Grad()
+				require.NoError(t, err)
+				got := float64s(t, gv)
+				require.Len(t, got, len(want))
+				for j := range want {
+					require.InDelta(t, want[j], got[j], 1e-6, "%s[%d]", learn[i].Name(), j)
+				}
+			}
+		})
+	}
+}
+
+func TestVoxelNormEmpty(t *testing.T) {
+	op := voxelNormOp{eps: 1e-5}
+	for _, dt := range []tensor.Dtype{tensor.Float32, tensor.Float64} {
+		x := tensor.New(tensor.Of(dt), tensor.WithShape(0, 3))
+		gm := tensor.New(tensor.Of(dt), tensor.WithShape(3))
+		bt := tensor.New(tensor.Of(dt), tensor.WithShape(3))
+		y, err := op.Do(x, gm, bt)
+		require.NoError(t, err)
+		require.Equal(t, tensor.Shape{0, 3}, y.Shape())
+		require.Equal(t, dt, y.Dtype())
+		for w, shape := range []tensor.Shape{{0, 3}, {3}, {3}} {
+			d, err := voxelNormGradOp{eps: 1e-5, wrt: w}.Do(x, gm, x)
+			require.NoError(t, err)
+			require.Equal(t, shape, d.Shape())
+			if w > 0 {
+				require.Equal(t, []float64{0, 0, 0}, float64s(t, d), "sums over no rows are zero")
+			}
+		}
+	}
+}
+
+func TestVoxelNormErrors(t *testing.T) {
+	g := gorgonia.NewGraph()
+	x := gorgonia.NewMatrix(g, tensor.Float64, gorgonia.WithShape(4, 3), gorgonia.WithName("x"))
+	x32 := gorgonia.NewMatrix(g, tensor.Float32, gorgonia.WithShape(4, 3), gorgonia.WithName("x32"))
+	xi := gorgonia.NewMatrix(g, tensor.Int32, gorgonia.WithShape(4, 3), gorgonia.WithName("xi"))
+	v3 := gorgonia.NewVector(g, tensor.Float64, gorgonia.WithShape(3), gorgonia.WithName("v3"))
+	v4 := gorgonia.NewVector(g, tensor.Float64, gorgonia.WithShape(4), gorgonia.WithName("v4"))
+	x3 := gorgonia.NewTensor(g, tensor.Float64, 3, gorgonia.WithShape(2, 2, 3), gorgonia.WithName("x3"))
+	for _, tc := range []struct {
+		name         string
+		x, gm, bt    *gorgonia.Node
+		eps          float64
+		want         error
+		wantContains string
+	}{
+		{"nil", nil, v3, v3, 1e-5, sparse.ErrShape, "nil"},
+		{"eps zero", x, v3, v3, 0, sparse.ErrShape, "eps"},
+		{"eps nan", x, v3, v3, math.NaN(), sparse.ErrShape, "eps"},
+		{"eps inf", x, v3, v3, math.Inf(1), sparse.ErrShape, "eps"},
+		{"gamma length", x, v4, v3, 1e-5, sparse.ErrShape, "[3]"},
+		{"beta length", x, v3, v4, 1e-5, sparse.ErrShape, "[3]"},
+		{"x rank", x3, v3, v3, 1e-5, sparse.ErrShape, "[N, C]"},
+		{"mixed dtype", x32, v3, v3, 1e-5, sparse.ErrDType, "float64"},
+		{"int dtype", xi, v3, v3, 1e-5, sparse.ErrDType, "int32"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := VoxelNorm(tc.x, tc.gm, tc.bt, tc.eps)
+			require.Error(t, err)
+			require.True(t, errors.Is(err, tc.want), "got %v", err)
+			require.Contains(t, err.Error(), tc.wantContains)
+		})
+	}
+	// Do rejects values whose shapes disagree.
+	_, err := voxelNormOp{eps: 1}.Do(tensor.New(tensor.WithShape(2, 2), tensor.WithBacking([]float64{1, 2, 3, 4})),
+		tensor.New(tensor.WithShape(3), tensor.WithBacking([]float64{1, 2, 3})),
+		tensor.New(tensor.WithShape(3), tensor.WithBacking([]float64{1, 2, 3})))
+	require.ErrorIs(t, err, sparse.ErrShape)
+}
+
+func TestVoxelNormOpIdentity(t *testing.T) {
+	a, b := voxelNormOp{eps: 1e-5}, voxelNormOp{eps: 1e-3}
+	require.NotEqual(t, a.Hashcode(), b.Hashcode())
+	require.Equal(t, "VoxelNorm{eps=1e-05}", a.String())
+	ga, gb := voxelNormGradOp{eps: 1e-5, wrt: 0}, voxelNormGradOp{eps: 1e-5, wrt: 1}
+	require.NotEqual(t, ga.Hashcode(), gb.Hashcode())
+	// Type must be a fresh value each call (gorgonia recycles it).
+	require.NotSame(t, a.Type(), a.Type())
+}
+
+func ExampleVoxelNorm() {
+	g := gorgonia.NewGraph()
+	x := gorgonia.NewMatrix(g, tensor.Float64, gorgonia.WithName("x"),
+		gorgonia.WithValue(tensor.New(tensor.WithShape(4, 2), tensor.WithBacking([]float64{1, 10, 2, 20, 3, 30, 4, 40}))))
+	gamma := gorgonia.NewVector(g, tensor.Float64, gorgonia.WithName("gamma"),
+		gorgonia.WithValue(tensor.New(tensor.WithShape(2), tensor.WithBacking([]float64{1, 2}))))
+	beta := gorgonia.NewVector(g, tensor.Float64, gorgonia.WithName("beta"),
+		gorgonia.WithValue(tensor.New(tensor.WithShape(2), tensor.WithBacking([]float64{0, 100}))))
+	y := gorgonia.Must(VoxelNorm(x, gamma, beta, 1e-9))
+	vm := gorgonia.NewTapeMachine(g)
+	defer vm.Close()
+	if err := vm.RunAll(); err != nil {
+		panic(err)
+	}
+	for i, v := range y.Value().Data().([]float64) {
+		fmt.Printf("%9.3f", v)
+		if i%2 == 1 {
+			fmt.Println()
+		}
+	}
+	// Output:
+	//    -1.342   97.317
+	//    -0.447   99.106
+	//     0.447  100.894
+	//     1.342  102.683
+}
+
+// Test helpers shared by the norm and loss tests.
+
+func dense(dt tensor.Dtype, v []float64, shape ...int) *tensor.Dense {
+	if dt == tensor.Float32 {
+		f := make([]float32, len(v))
+		for i, x := range v {
+			f[i] = float32(x)
+		}
+		return tensor.New(tensor.WithShape(shape...), tensor.WithBacking(f))
+	}
+	return tensor.New(tensor.WithShape(shape...), tensor.WithBacking(append([]float64(nil), v...)))
+}
+
+func float64s(t *testing.T, v gorgonia.Value) []float64 {
+	t.Helper()
+	switch d := v.Data().(type) {
+	case []float64:
+		return append([]float64(nil), d...)
+	case []float32:
+		out := make([]float64, len(d))
+		for i, x := range d {
+			out[i] = float64(x)
+		}
+		return out
+	}
+	t.Fatalf("value holds %T", v.Data())
+	return nil
+}
+
+func scalar(t *testing.T, v gorgonia.Value) float64 {
+	t.Helper()
+	s, err := scalarOf(v)
+	require.NoError(t, err)
+	return s
+}
