@@ -212,10 +212,7 @@ func GridSample[T ~float32 | ~float64](p *SamplePlan, feats []T, c int, out []T)
 				if r < 0 {
 					continue
 				}
-				w := T(p.W[m*K+k])
-				for j, f := range feats[int(r)*c : int(r)*c+c] {
-					om[j] += w * f
-				}
+				sampleAxpy(T(p.W[m*K+k]), feats[int(r)*c:int(r)*c+c], om)
 			}
 		}
 	})
@@ -265,11 +262,8 @@ func GridSampleFeatGrad[T ~float32 | ~float64](p *SamplePlan, dy []T, c int, dFe
 			dr := dFeats[r*c : r*c+c]
 			clear(dr)
 			for _, j := range ent[seg[r]:seg[r+1]] {
-				w := T(p.W[j])
 				m := int(j) / K
-				for i, g := range dy[m*c : m*c+c] {
-					dr[i] += w * g
-				}
+				sampleAxpy(T(p.W[j]), dy[m*c:m*c+c], dr)
 			}
 		}
 	})
@@ -313,10 +307,7 @@ func GridSamplePointGrad[T ~float32 | ~float64](p *SamplePlan, feats, dy []T, c 
 				if r < 0 {
 					continue
 				}
-				s := 0.0
-				for j, f := range feats[int(r)*c : int(r)*c+c] {
-					s += float64(dym[j]) * float64(f)
-				}
+				s := sampleDot(dym, feats[int(r)*c:int(r)*c+c])
 				g[k] = s
 				sum += cell.weight(k)
 				dyOut += p.W[8*m+k] * s
@@ -335,4 +326,31 @@ func GridSamplePointGrad[T ~float32 | ~float64](p *SamplePlan, feats, dy []T, c 
 			}
 		}
 	})
+}
+
+// sampleAxpy sets y += a·x elementwise; len(y) must be at least len(x).
+func sampleAxpy[T ~float32 | ~float64](a T, x, y []T) {
+	y = y[:len(x)]
+	for j, v := range x {
+		y[j] += a * v
+	}
+}
+
+// sampleDot returns Σ_j x[j]·y[j] in float64, len(y) ≥ len(x). Four
+// partial sums break the dependency chain of the additions; they are
+// combined in a fixed order, so the result is deterministic.
+func sampleDot[T ~float32 | ~float64](x, y []T) float64 {
+	y = y[:len(x)]
+	var s0, s1, s2, s3 float64
+	j := 0
+	for ; j+4 <= len(x); j += 4 {
+		s0 += float64(x[j]) * float64(y[j])
+		s1 += float64(x[j+1]) * float64(y[j+1])
+		s2 += float64(x[j+2]) * float64(y[j+2])
+		s3 += float64(x[j+3]) * float64(y[j+3])
+	}
+	for ; j < len(x); j++ {
+		s0 += float64(x[j]) * float64(y[j])
+	}
+	return (s0 + s1) + (s2 + s3)
 }
