@@ -37,6 +37,28 @@ type ConvEngine interface {
 	BiasGrad(dy Matrix) (Matrix, error)
 }
 
+// PoolEngine computes sparse pooling over a kernel map m. Shapes: x
+// [m.NIn, C], dy [m.NOut, C], argmax [m.NOut, C] Int32. Arguments have been
+// validated by the caller (Pool, PoolGrad).
+type PoolEngine interface {
+	// PoolForward returns y [NOut, C] and, for MaxPool, the argmax input
+	// rows [NOut, C] Int32 (the zero Matrix for AvgPool).
+	PoolForward(m *kmap.Map, x Matrix, mode PoolMode) (y, argmax Matrix, err error)
+	// PoolGrad returns dx [NIn, C]; argmax is the zero Matrix for AvgPool.
+	PoolGrad(m *kmap.Map, dy, argmax Matrix, mode PoolMode) (Matrix, error)
+}
+
+// SampleEngine samples features at the query points of a SamplePlan.
+// Shapes: feats [N, C], dy [M, C]. Arguments have been validated by the
+// caller (GridSample, GridSampleGrad).
+type SampleEngine interface {
+	// GridSampleForward returns out [M, C].
+	GridSampleForward(p *SamplePlan, feats Matrix) (Matrix, error)
+	// GridSampleGrad returns dFeats [N, C] and dPoints [M, 3] (the zero
+	// Matrix when feats is the zero Matrix).
+	GridSampleGrad(p *SamplePlan, feats, dy Matrix) (dFeats, dPoints Matrix, err error)
+}
+
 // Engine runs the primitives of this package on one kind of memory.
 type Engine interface {
 	// Name identifies the engine, e.g. "cpu" or "cuda:0".

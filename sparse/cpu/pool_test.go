@@ -371,3 +371,36 @@ func ExampleMaxPool() {
 	fmt.Println(y, arg, avg)
 	// Output: [4 5] [1 0] [2.5 3.5]
 }
+
+// BenchmarkPool pools FlexGEMM's RES = 128 sphere shell (64,160 voxels,
+// C = 32, float32) with kernel 2, stride 2: forward and backward.
+func BenchmarkPool(b *testing.B) {
+	const res, c = 128, 32
+	ext := grid.Extent{Batch: 1, X: res, Y: res, Z: res}
+	coords := sphereShell(res)
+	m, err := kmap.NewStrided(coords, ext, grid.Cube(2, 2, 0, 1), nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	m.Reverse() // built once per map, shared by every layer
+	rng := rand.New(rand.NewPCG(1, 1))
+	x := toT[float32](randomFeats(rng, m.NIn*c))
+	dy := toT[float32](randomFeats(rng, m.NOut*c))
+	y := make([]float32, m.NOut*c)
+	arg := make([]int32, m.NOut*c)
+	dx := make([]float32, m.NIn*c)
+	b.Run("max", func(b *testing.B) {
+		for b.Loop() {
+			MaxPool(m, x, c, y, arg)
+			MaxPoolGrad(m, dy, arg, c, dx)
+		}
+		b.ReportMetric(float64(m.NIn)*float64(b.N)/b.Elapsed().Seconds(), "voxels/s")
+	})
+	b.Run("avg", func(b *testing.B) {
+		for b.Loop() {
+			AvgPool(m, x, c, y)
+			AvgPoolGrad(m, dy, nil, c, dx)
+		}
+		b.ReportMetric(float64(m.NIn)*float64(b.N)/b.Elapsed().Seconds(), "voxels/s")
+	})
+}

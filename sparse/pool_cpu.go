@@ -1,0 +1,165 @@
+package sparse
+
+import (
+	"fmt"
+
+	"github.com/flexgemm-go/flexgemm/sparse/cpu"
+	"github.com/flexgemm-go/flexgemm/sparse/kmap"
+)
+
+// hostPrimitives implements PoolEngine and SampleEngine on host slices
+// with the kernels of package cpu.
+type hostPrimitives struct{}
+
+// poolEngineFor returns the engine that pools ms: the engine owning them if
+// it implements PoolEngine, else the host kernels for host data.
+//
+// Transitional: once the CPU engine implements PoolEngine and
+// SampleEngine and Engine embeds both, these two helpers reduce to
+// EngineFor.
+func poolEngineFor(ms ...Matrix) (PoolEngine, error) {
+	e, err := EngineFor(ms...)
+	if err == nil {
+		if pe, ok := e.(PoolEngine); ok {
+			return pe, nil
+		}
+	}
+	if allHost(ms) {
+		return hostPrimitives{}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return nil, fmt.Errorf("%w: engine %s cannot pool", ErrNoEngine, e.Name())
+}
+
+// sampleEngineFor is poolEngineFor for SampleEngine.
+func sampleEngineFor(ms ...Matrix) (SampleEngine, error) {
+	e, err := EngineFor(ms...)
+	if err == nil {
+		if se, ok := e.(SampleEngine); ok {
+			return se, nil
+		}
+	}
+	if allHost(ms) {
+		return hostPrimitives{}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return nil, fmt.Errorf("%w: engine %s cannot grid-sample", ErrNoEngine, e.Name())
+}
+
+// allHost reports whether every non-zero matrix holds a host slice.
+func allHost(ms []Matrix) bool {
+	for _, m := range ms {
+		switch m.Data.(type) {
+		case []float32, []float64, []int32:
+		default:
+			if !m.IsZero() {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// PoolForward implements PoolEngine on host memory.
+func (hostPrimitives) PoolForward(m *kmap.Map, x Matrix, mode PoolMode) (y, argmax Matrix, err error) {
+	switch d := x.Data.(type) {
+	case []float32:
+		y, argmax = poolHost(m, d, x.Cols, mode)
+	case []float64:
+		y, argmax = poolHost(m, d, x.Cols, mode)
+	default:
+		return Matrix{}, Matrix{}, fmt.Errorf("%w: cpu: Pool of %T", ErrDType, x.Data)
+	}
+	return y, argmax, nil
+}
+
+func poolHost[T float32 | float64](m *kmap.Map, x []T, c int, mode PoolMode) (Matrix, Matrix) {
+	y := make([]T, m.NOut*c)
+	if mode == AvgPool {
+		cpu.AvgPool(m, x, c, y)
+		return Matrix{Rows: m.NOut, Cols: c, Data: y}, Matrix{}
+	}
+	arg := make([]int32, m.NOut*c)
+	cpu.MaxPool(m, x, c, y, arg)
+	return Matrix{Rows: m.NOut, Cols: c, Data: y}, Matrix{Rows: m.NOut, Cols: c, Data: arg}
+}
+
+// PoolGrad implements PoolEngine on host memory.
+func (hostPrimitives) PoolGrad(m *kmap.Map, dy, argmax Matrix, mode PoolMode) (Matrix, error) {
+	switch d := dy.Data.(type) {
+	case []float32:
+		return poolGradHost(m, d, argmax, dy.Cols, mode)
+	case []float64:
+		return poolGradHost(m, d, argmax, dy.Cols, mode)
+	}
+	return Matrix{}, fmt.Errorf("%w: cpu: PoolGrad of %T", ErrDType, dy.Data)
+}
+
+func poolGradHost[T float32 | float64](m *kmap.Map, dy []T, argmax Matrix, c int, mode PoolMode) (Matrix, error) {
+	dx := make([]T, m.NIn*c)
+	if mode == AvgPool {
+		cpu.AvgPoolGrad(m, dy, nil, c, dx)
+	} else {
+		arg := argmax.I32()
+		if arg == nil {
+			return Matrix{}, fmt.Errorf("%w: cpu: PoolGrad argmax of %T", ErrDType, argmax.Data)
+		}
+		cpu.MaxPoolGrad(m, dy, arg, c, dx)
+	}
+	return Matrix{Rows: m.NIn, Cols: c, Data: dx}, nil
+}
+
+// GridSampleForward implements SampleEngine on host memory.
+func (hostPrimitives) GridSampleForward(p *SamplePlan, feats Matrix) (Matrix, error) {
+	c := feats.Cols
+	switch d := feats.Data.(type) {
+	case []float32:
+		out := make([]float32, p.Queries()*c)
+		cpu.GridSample(p.p, d, c, out)
+		return Matrix{Rows: p.Queries(), Cols: c, Data: out}, nil
+	case []float64:
+		out := make([]float64, p.Queries()*c)
+		cpu.GridSample(p.p, d, c, out)
+		return Matrix{Rows: p.Queries(), Cols: c, Data: out}, nil
+	}
+	return Matrix{}, fmt.Errorf("%w: cpu: GridSample of %T", ErrDType, feats.Data)
+}
+
+// GridSampleGrad implements SampleEngine on host memory.
+func (hostPrimitives) GridSampleGrad(p *SamplePlan, feats, dy Matrix) (dFeats, dPoints Matrix, err error) {
+	switch d := dy.Data.(type) {
+	case []float32:
+		f, _ := feats.Data.([]float32)
+		return sampleGradHost(p, f, feats.IsZero(), d, dy.Cols)
+	case []float64:
+		f, _ := feats.Data.([]float64)
+		return sampleGradHost(p, f, feats.IsZero(), d, dy.Cols)
+	}
+	return Matrix{}, Matrix{}, fmt.Errorf("%w: cpu: GridSampleGrad of %T", ErrDType, dy.Data)
+}
+
+func sampleGradHost[T float32 | float64](p *SamplePlan, feats []T, noFeats bool, dy []T, c int) (Matrix, Matrix, error) {
+	df := make([]T, p.Voxels()*c)
+	cpu.GridSampleFeatGrad(p.p, dy, c, df)
+	dFeats := Matrix{Rows: p.Voxels(), Cols: c, Data: df}
+	if noFeats {
+		return dFeats, Matrix{}, nil
+	}
+	if feats == nil && p.Voxels()*c > 0 {
+		return Matrix{}, Matrix{}, fmt.Errorf("%w: cpu: GridSampleGrad: feats and dy differ in dtype", ErrDType)
+	}
+	dp := make([]float64, 3*p.Queries())
+	cpu.GridSamplePointGrad(p.p, feats, dy, c, dp)
+	if p.PointsDType() == Float64 {
+		return dFeats, Matrix{Rows: p.Queries(), Cols: 3, Data: dp}, nil
+	}
+	dp32 := make([]float32, len(dp))
+	for j, v := range dp {
+		dp32[j] = float32(v)
+	}
+	return dFeats, Matrix{Rows: p.Queries(), Cols: 3, Data: dp32}, nil
+}
