@@ -35,11 +35,13 @@ func (op scaleOp) scaled(v gorgonia.Value, k float64) *tensor.Dense {
 	}
 	return tensor.New(tensor.WithShape(len(out)), tensor.WithBacking(out))
 }
-func (op scaleOp) Do(vs ...gorgonia.Value) (gorgonia.Value, error) { return op.scaled(vs[0], op.k), nil }
-func (op scaleOp) ReturnsPtr() bool                                { return false }
-func (op scaleOp) CallsExtern() bool                               { return false }
-func (op scaleOp) OverwritesInput() int                            { return -1 }
-func (op scaleOp) WriteHash(h hash.Hash)                           { fmt.Fprint(h, op.String()) }
+func (op scaleOp) Do(vs ...gorgonia.Value) (gorgonia.Value, error) {
+	return op.scaled(vs[0], op.k), nil
+}
+func (op scaleOp) ReturnsPtr() bool      { return false }
+func (op scaleOp) CallsExtern() bool     { return false }
+func (op scaleOp) OverwritesInput() int  { return -1 }
+func (op scaleOp) WriteHash(h hash.Hash) { fmt.Fprint(h, op.String()) }
 func (op scaleOp) Hashcode() uint32 {
 	h := fnv.New32a()
 	op.WriteHash(h)

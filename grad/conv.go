@@ -550,8 +550,10 @@ func (op rowBroadcastOp) CallsExtern() bool     { return false }
 func (op rowBroadcastOp) OverwritesInput() int  { return -1 }
 func (op rowBroadcastOp) WriteHash(h hash.Hash) { fmt.Fprint(h, op.String()) }
 func (op rowBroadcastOp) Hashcode() uint32      { return opkit.Hash(op) }
-func (op rowBroadcastOp) String() string        { return fmt.Sprintf("RowBroadcast{rows=%d %v}", op.rows, op.dt) }
-func (op rowBroadcastOp) DiffWRT(n int) []bool  { return opkit.AllTrue(n) }
+func (op rowBroadcastOp) String() string {
+	return fmt.Sprintf("RowBroadcast{rows=%d %v}", op.rows, op.dt)
+}
+func (op rowBroadcastOp) DiffWRT(n int) []bool { return opkit.AllTrue(n) }
 
 func (op rowBroadcastOp) SymDiff(_ gorgonia.Nodes, _, g *gorgonia.Node) (gorgonia.Nodes, error) {
 	d, err := gorgonia.ApplyOp(biasGradOp{dt: op.dt}, g)
