@@ -1,0 +1,220 @@
+package main
+
+import (
+	"bytes"
+	"cmp"
+	"errors"
+	"flag"
+	"fmt"
+	"image/color"
+	"io"
+	"os"
+	"slices"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
+	"gonum.org/v1/plot/vg"
+)
+
+// cfgKey is what two records must share to be compared.
+type cfgKey struct {
+	Op, Mode, DType string
+	RES, C, L       int
+}
+
+func keyOf(r Record) cfgKey {
+	return cfgKey{r.OpOrDefault(), r.Mode, r.DType, r.RES, r.C, r.L}
+}
+
+func (k cfgKey) label() string { return fmt.Sprintf("%d,%d,%d", k.RES, k.C, k.L) }
+
+func compareKeys(a, b cfgKey) int {
+	return cmp.Or(cmp.Compare(a.Op, b.Op), cmp.Compare(a.Mode, b.Mode), cmp.Compare(a.DType, b.DType),
+		cmp.Compare(a.RES, b.RES), cmp.Compare(a.C, b.C), cmp.Compare(a.L, b.L))
+}
+
+// ratioRow compares one record with the baseline's record of its config.
+type ratioRow struct {
+	Key        cfgKey
+	Impl, Algo string
+	N, BaseN   int
+	MS, BaseMS float64
+	// Ratio is BaseMS / MS: our speed relative to the baseline.
+	Ratio float64
+}
+
+// series names the bar series of a row in the chart.
+func (r ratioRow) series() string {
+	return fmt.Sprintf("%s %s %s %s", r.Impl, r.Algo, r.Key.Mode, r.Key.DType)
+}
+
+// compareRecords joins every non-baseline record with the baseline record
+// of the same config. For repeated records (files appended over several
+// runs) the last one counts. It also returns the records that have no
+// baseline counterpart.
+func compareRecords(recs []Record, base string) (rows []ratioRow, unmatched []Record) {
+	type implKey struct {
+		impl, algo string
+		k          cfgKey
+	}
+	baseline := map[cfgKey]Record{}
+	ours := map[implKey]Record{}
+	var order []implKey
+	for _, r := range recs {
+		if r.Impl == base {
+			baseline[keyOf(r)] = r
+			continue
+		}
+		ik := implKey{r.Impl, r.Algo, keyOf(r)}
+		if _, seen := ours[ik]; !seen {
+			order = append(order, ik)
+		}
+		ours[ik] = r
+	}
+	for _, ik := range order {
+		r := ours[ik]
+		b, ok := baseline[ik.k]
+		if !ok {
+			unmatched = append(unmatched, r)
+			continue
+		}
+		rows = append(rows, ratioRow{Key: ik.k, Impl: r.Impl, Algo: r.Algo, N: r.N, BaseN: b.N, MS: r.MS, BaseMS: b.MS, Ratio: b.MS / r.MS})
+	}
+	slices.SortStableFunc(rows, func(a, b ratioRow) int {
+		return cmp.Or(compareKeys(a.Key, b.Key), cmp.Compare(a.Impl, b.Impl), cmp.Compare(a.Algo, b.Algo))
+	})
+	return rows, unmatched
+}
+
+// writeRatioTable prints rows as a markdown table. A config whose voxel
+// counts differ is flagged: the two ran different workloads.
+func writeRatioTable(w io.Writer, rows []ratioRow, base string) {
+	fmt.Fprintf(w, "| op | mode | dtype | RES,C,L | N | impl | algo | ms | %s ms | speed vs %s |\n", base, base)
+	fmt.Fprintln(w, "|---|---|---|---|---:|---|---|---:|---:|---:|")
+	for _, r := range rows {
+		n := fmt.Sprint(r.N)
+		if r.N != r.BaseN {
+			n = fmt.Sprintf("%d (%s: %d, differs!)", r.N, base, r.BaseN)
+		}
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %.4g | %.4g | %.3f× |\n",
+			r.Key.Op, r.Key.Mode, r.Key.DType, r.Key.label(), n, r.Impl, r.Algo, r.MS, r.BaseMS, r.Ratio)
+	}
+}
+
+// drawRatioChart renders rows as grouped bars (one group per config, one
+// bar per series) with a reference line at 1, as PNG.
+func drawRatioChart(w io.Writer, rows []ratioRow, base string) error {
+	if len(rows) == 0 {
+		return errors.New("no ratios to draw")
+	}
+	var labels []string
+	var keys []cfgKey
+	seen := map[cfgKey]int{}
+	var series []string
+	seenS := map[string]bool{}
+	for _, r := range rows {
+		k := r.Key
+		k.Mode, k.DType = "", "" // group by op and shape only
+		if _, ok := seen[k]; !ok {
+			seen[k] = len(keys)
+			keys = append(keys, k)
+			label := k.label()
+			if k.Op != opSubm {
+				label = k.Op + " " + label
+			}
+			labels = append(labels, label)
+		}
+		if s := r.series(); !seenS[s] {
+			seenS[s] = true
+			series = append(series, s)
+		}
+	}
+	p := plot.New()
+	p.Title.Text = "Speed relative to " + base + " (" + base + " ms / our ms; above 1 is faster)"
+	p.Y.Label.Text = "speed ratio"
+	p.X.Label.Text = "RES, C, L"
+	width := vg.Points(min(40, 200/float64(len(series))))
+	for i, s := range series {
+		vals := make(plotter.Values, len(keys))
+		for _, r := range rows {
+			if r.series() != s {
+				continue
+			}
+			k := r.Key
+			k.Mode, k.DType = "", ""
+			vals[seen[k]] = r.Ratio
+		}
+		bars, err := plotter.NewBarChart(vals, width)
+		if err != nil {
+			return err
+		}
+		bars.LineStyle.Width = 0
+		bars.Color = plotutil.Color(i)
+		bars.Offset = width * vg.Length(float64(i)-float64(len(series)-1)/2)
+		p.Add(bars)
+		p.Legend.Add(s, bars)
+	}
+	one := plotter.NewFunction(func(float64) float64 { return 1 })
+	one.Color = color.Black
+	one.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}
+	p.Add(one)
+	p.Legend.Top = true
+	p.NominalX(labels...)
+	p.Y.Min = 0
+	wt, err := p.WriterTo(vg.Length(max(6, 1.2*float64(len(keys))))*vg.Inch, 4*vg.Inch, "png")
+	if err != nil {
+		return err
+	}
+	_, err = wt.WriteTo(w)
+	return err
+}
+
+func compareMain(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("bench compare", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	base := fs.String("base", "flexgemm", "impl of the baseline records")
+	png := fs.String("png", "", "write a bar chart of the ratios to this PNG file")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: go run ./bench compare [-base impl] [-png file.png] results.jsonl …")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() == 0 {
+		fs.Usage()
+		return errors.New("compare: no input files")
+	}
+	var recs []Record
+	for _, name := range fs.Args() {
+		data, err := os.ReadFile(name)
+		if err != nil {
+			return err
+		}
+		rs, err := readRecords(bytes.NewReader(data), name)
+		if err != nil {
+			return err
+		}
+		recs = append(recs, rs...)
+	}
+	rows, unmatched := compareRecords(recs, *base)
+	if len(rows) == 0 {
+		return fmt.Errorf("compare: no record has a %q baseline of the same op, mode, dtype, RES, C and L", *base)
+	}
+	writeRatioTable(stdout, rows, *base)
+	for _, r := range unmatched {
+		fmt.Fprintf(stderr, "compare: no %s record for %s %s %s %s %s\n", *base, r.Impl, r.OpOrDefault(), r.Mode, r.DType, keyOf(r).label())
+	}
+	if *png != "" {
+		var buf bytes.Buffer
+		if err := drawRatioChart(&buf, rows, *base); err != nil {
+			return err
+		}
+		if err := os.WriteFile(*png, buf.Bytes(), 0o644); err != nil {
+			return err
+		}
+		fmt.Fprintln(stderr, "compare: wrote", *png)
+	}
+	return nil
+}

@@ -1,0 +1,372 @@
+package main
+
+import (
+	"bytes"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"image/png"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/flexgemm-go/flexgemm/sparse"
+	"github.com/flexgemm-go/flexgemm/sparse/synth"
+)
+
+func TestParseConfigs(t *testing.T) {
+	got, err := parseConfigs(" 8,1024,16; 64,64,2 ;")
+	require.NoError(t, err)
+	require.Equal(t, []config{{8, 1024, 16}, {64, 64, 2}}, got)
+	got, err = parseConfigs(defaultConfigs)
+	require.NoError(t, err)
+	require.Len(t, got, 4)
+	for _, bad := range []string{"", ";", "8,64", "8,64,2,1", "8,x,2", "0,64,2", "8,-1,2"} {
+		_, err := parseConfigs(bad)
+		require.Error(t, err, "%q", bad)
+	}
+}
+
+func TestParseRunFlags(t *testing.T) {
+	var stderr bytes.Buffer
+	o, err := parseRunFlags([]string{"-cfgs", "8,4,1", "-dtypes", "fp32,fp64", "-algo", "all", "-op", "subm_conv,grid_sample", "-modes", "infer"}, &stderr)
+	require.NoError(t, err)
+	require.Equal(t, []config{{8, 4, 1}}, o.cfgs)
+	require.Len(t, o.dtypes, 2)
+	require.Equal(t, sparse.Algorithms, o.algos)
+	require.Equal(t, []string{opSubm, opSample}, o.ops)
+	require.Equal(t, []string{"infer"}, o.modes)
+	for _, bad := range [][]string{
+		{"-dtypes", "fp16"}, {"-algo", "fastest"}, {"-op", "pool"}, {"-modes", "eval"},
+		{"-batch", "0"}, {"-repeats", "0"}, {"-splitk", "-1"}, {"extra"},
+	} {
+		_, err := parseRunFlags(bad, &stderr)
+		require.Error(t, err, "%v", bad)
+	}
+}
+
+// anchorLine is a line in the format flexgemm_bench.py writes.
+const anchorLine = `{"impl": "flexgemm", "algo": "MASKED_IMPLICIT_GEMM_SPLITK", "mode": "train", "dtype": "fp16", "RES": 256, "C": 256, "L": 2, "N": 252392, "pairs": 3203048, "ms": 7.44, "ms_all": [7.41, 7.44, 7.52], "tflops": 338.7, "peak_mem_gb": 0.885, "warmup_s": 41.3}`
+
+func TestRecordJSONFields(t *testing.T) {
+	peak := 0.125
+	rec := Record{Impl: "flexgemm-go", Algo: "auto", Mode: "train", DType: "fp32", RES: 8, C: 64, L: 2, N: 192, Pairs: 2544,
+		MS: 1.5, MSAll: []float64{1.5, 1.4, 1.6}, TFLOPS: 0.01, PeakMemGB: &peak, WarmupS: 0.2, Op: opSubm,
+		Device: "cpu: test, 2 cores", Commit: "abc123"}
+	var buf bytes.Buffer
+	require.NoError(t, writeRecord(&buf, rec))
+	require.True(t, strings.HasSuffix(buf.String(), "}\n"))
+	require.Equal(t, 1, strings.Count(buf.String(), "\n"), "one line per record")
+	var ours map[string]any
+	require.NoError(t, json.Unmarshal(buf.Bytes(), &ours))
+	var theirs map[string]any
+	require.NoError(t, json.Unmarshal([]byte(anchorLine), &theirs))
+	for field := range theirs {
+		require.Contains(t, ours, field, "the anchor's field %q", field)
+	}
+	require.Equal(t, "cpu: test, 2 cores", ours["device"])
+	require.Equal(t, "abc123", ours["commit"])
+	require.Equal(t, 0.125, ours["peak_mem_gb"])
+
+	// Unknown peak memory is written as null, not left out.
+	rec.PeakMemGB = nil
+	buf.Reset()
+	require.NoError(t, writeRecord(&buf, rec))
+	require.Contains(t, buf.String(), `"peak_mem_gb":null`)
+
+	// Round trip.
+	back, err := readRecords(&buf, "x")
+	require.NoError(t, err)
+	require.Equal(t, []Record{rec}, back)
+}
+
+func TestReadRecords(t *testing.T) {
+	in := "device NVIDIA H200 torch 2.11\n" + anchorLine + "\n\n| a | table |\n" +
+		`{"impl": "flexgemm-go", "algo": "auto", "mode": "infer", "dtype": "fp32", "RES": 8, "C": 64, "L": 2, "N": 192, "pairs": 2544, "ms": 0.5, "tflops": 0.1, "peak_mem_gb": null, "warmup_s": 0, "op": "subm_conv"}` + "\n"
+	recs, err := readRecords(strings.NewReader(in), "in")
+	require.NoError(t, err)
+	require.Len(t, recs, 2)
+	require.Equal(t, "flexgemm", recs[0].Impl)
+	require.Equal(t, 252392, recs[0].N)
+	require.Equal(t, int64(3203048), recs[0].Pairs)
+	require.Equal(t, []float64{7.41, 7.44, 7.52}, recs[0].MSAll)
+	require.Equal(t, 0.885, *recs[0].PeakMemGB)
+	require.Equal(t, opSubm, recs[0].OpOrDefault(), "FlexGEMM records have no op")
+	require.Nil(t, recs[1].PeakMemGB)
+
+	for _, bad := range []string{
+		`{"impl": "x", "mode": "train"`,
+		`{"impl": "x", "mode": "train", "dtype": "fp16", "ms": 0}`,
+		`{"mode": "train", "dtype": "fp16", "ms": 1}`,
+		`{"impl": "x", "mode": "train", "dtype": "fp16", "ms": "fast"}`,
+	} {
+		_, err := readRecords(strings.NewReader("ok line\n"+bad+"\n"), "bad.jsonl")
+		require.ErrorContains(t, err, "bad.jsonl:2", "%s", bad)
+	}
+}
+
+func fakeRecords() []Record {
+	rec := func(impl, algo, mode, dtype string, res, c, l, n int, ms float64) Record {
+		return Record{Impl: impl, Algo: algo, Mode: mode, DType: dtype, RES: res, C: c, L: l, N: n, MS: ms}
+	}
+	return []Record{
+		rec("flexgemm", "MASKED_IMPLICIT_GEMM_SPLITK", "train", "fp32", 8, 64, 2, 192, 10),
+		rec("flexgemm", "MASKED_IMPLICIT_GEMM_SPLITK", "train", "fp32", 16, 64, 2, 848, 20),
+		rec("flexgemm", "MASKED_IMPLICIT_GEMM_SPLITK", "infer", "fp32", 8, 64, 2, 192, 3),
+		rec("flexgemm-go", "auto", "train", "fp32", 16, 64, 2, 848, 80),
+		rec("flexgemm-go", "auto", "train", "fp32", 8, 64, 2, 192, 99), // replaced by the later line
+		rec("flexgemm-go", "auto", "train", "fp32", 8, 64, 2, 192, 4),
+		rec("flexgemm-go", "explicit_gemm", "train", "fp32", 8, 64, 2, 192, 20),
+		rec("flexgemm-go", "auto", "infer", "fp32", 8, 64, 2, 200, 6),  // N differs
+		rec("flexgemm-go", "auto", "train", "fp64", 8, 64, 2, 192, 10), // no fp64 baseline
+	}
+}
+
+func TestCompareRecords(t *testing.T) {
+	rows, unmatched := compareRecords(fakeRecords(), "flexgemm")
+	require.Len(t, unmatched, 1)
+	require.Equal(t, "fp64", unmatched[0].DType)
+	type want struct {
+		mode, algo string
+		res        int
+		ms, base   float64
+		ratio      float64
+		n, baseN   int
+	}
+	wants := []want{
+		{"infer", "auto", 8, 6, 3, 0.5, 200, 192},
+		{"train", "auto", 8, 4, 10, 2.5, 192, 192},
+		{"train", "explicit_gemm", 8, 20, 10, 0.5, 192, 192},
+		{"train", "auto", 16, 80, 20, 0.25, 848, 848},
+	}
+	require.Len(t, rows, len(wants))
+	for i, w := range wants {
+		r := rows[i]
+		require.Equal(t, w.mode, r.Key.Mode, "row %d", i)
+		require.Equal(t, w.algo, r.Algo, "row %d", i)
+		require.Equal(t, w.res, r.Key.RES, "row %d", i)
+		require.Equal(t, opSubm, r.Key.Op)
+		require.Equal(t, w.ms, r.MS, "row %d", i)
+		require.Equal(t, w.base, r.BaseMS, "row %d", i)
+		require.Equal(t, w.ratio, r.Ratio, "row %d", i)
+		require.Equal(t, w.n, r.N, "row %d", i)
+		require.Equal(t, w.baseN, r.BaseN, "row %d", i)
+	}
+
+	// Another baseline name: flexgemm-go's explicit vs auto is not a thing,
+	// but any impl can be the baseline.
+	rows, _ = compareRecords(fakeRecords(), "flexgemm-go")
+	require.Len(t, rows, 3)
+	for _, r := range rows {
+		require.Equal(t, "flexgemm", r.Impl)
+	}
+}
+
+func TestWriteRatioTable(t *testing.T) {
+	rows, _ := compareRecords(fakeRecords(), "flexgemm")
+	var buf bytes.Buffer
+	writeRatioTable(&buf, rows, "flexgemm")
+	want := `| op | mode | dtype | RES,C,L | N | impl | algo | ms | flexgemm ms | speed vs flexgemm |
+|---|---|---|---|---:|---|---|---:|---:|---:|
+| subm_conv | infer | fp32 | 8,64,2 | 200 (flexgemm: 192, differs!) | flexgemm-go | auto | 6 | 3 | 0.500× |
+| subm_conv | train | fp32 | 8,64,2 | 192 | flexgemm-go | auto | 4 | 10 | 2.500× |
+| subm_conv | train | fp32 | 8,64,2 | 192 | flexgemm-go | explicit_gemm | 20 | 10 | 0.500× |
+| subm_conv | train | fp32 | 16,64,2 | 848 | flexgemm-go | auto | 80 | 20 | 0.250× |
+`
+	require.Equal(t, want, buf.String())
+}
+
+func TestDrawRatioChart(t *testing.T) {
+	rows, _ := compareRecords(fakeRecords(), "flexgemm")
+	var buf bytes.Buffer
+	require.NoError(t, drawRatioChart(&buf, rows, "flexgemm"))
+	img, err := png.Decode(&buf)
+	require.NoError(t, err)
+	require.Greater(t, img.Bounds().Dx(), 100)
+	require.Greater(t, img.Bounds().Dy(), 100)
+	require.Error(t, drawRatioChart(&buf, nil, "flexgemm"))
+}
+
+func TestCompareMain(t *testing.T) {
+	dir := t.TempDir()
+	var ours, theirs bytes.Buffer
+	for _, r := range fakeRecords() {
+		w := &ours
+		if r.Impl == "flexgemm" {
+			w = &theirs
+		}
+		require.NoError(t, writeRecord(w, r))
+	}
+	fo, ft := filepath.Join(dir, "go.jsonl"), filepath.Join(dir, "flexgemm.jsonl")
+	require.NoError(t, os.WriteFile(fo, ours.Bytes(), 0o644))
+	require.NoError(t, os.WriteFile(ft, append([]byte("device NVIDIA H200 torch 2.11\n"), theirs.Bytes()...), 0o644))
+	pngPath := filepath.Join(dir, "ratios.png")
+	var stdout, stderr bytes.Buffer
+	code := runMain([]string{"compare", "-png", pngPath, fo, ft}, &stdout, &stderr)
+	require.Equal(t, 0, code, stderr.String())
+	require.Contains(t, stdout.String(), "| subm_conv | train | fp32 | 8,64,2 | 192 | flexgemm-go | auto | 4 | 10 | 2.500× |")
+	require.Contains(t, stderr.String(), "no flexgemm record for flexgemm-go subm_conv train fp64 8,64,2")
+	f, err := os.Open(pngPath)
+	require.NoError(t, err)
+	defer f.Close()
+	_, err = png.Decode(f)
+	require.NoError(t, err)
+
+	require.Equal(t, 1, runMain([]string{"compare"}, &stdout, &stderr))
+	require.Equal(t, 1, runMain([]string{"compare", "-base", "nobody", fo, ft}, &stdout, &stderr))
+	require.Equal(t, 1, runMain([]string{"compare", filepath.Join(dir, "missing.jsonl")}, &stdout, &stderr))
+}
+
+func TestWorkloadCounts(t *testing.T) {
+	dt := dtypes["fp32"]
+	coords, ext := synth.SphereShell(8, 1)
+	sc := scene{coords: coords, ext: ext, res: 8, source: "sphere"}
+
+	w, err := newWorkload(sc, params{op: opSubm, C: 4, L: 3, dtype: dt, seed: 1})
+	require.NoError(t, err)
+	require.Equal(t, 192, w.n) // FlexGEMM's table: RES 8 → N 192, P 2,544
+	require.Equal(t, int64(2544), w.pairs)
+	require.Equal(t, 3, w.l)
+	require.Equal(t, 2.0*2544*4*4*3, w.flops["infer"])
+	require.Equal(t, 3*w.flops["infer"], w.flops["train"])
+	require.Len(t, w.steps, 2)
+
+	w, err = newWorkload(sc, params{op: opDown, C: 4, L: 2, dtype: dt, seed: 1})
+	require.NoError(t, err)
+	require.Equal(t, 192, w.n)
+	maps, err := downMaps(sc, 2)
+	require.NoError(t, err)
+	// Every input of a kernel-2 stride-2 map feeds exactly one output.
+	require.Equal(t, int64(192), maps[0].Pairs().Count())
+	require.Equal(t, int64(maps[1].NIn), maps[1].Pairs().Count())
+	require.Equal(t, int64(192+maps[0].NOut), w.pairs)
+	require.Equal(t, 2.0*float64(w.pairs)*16, w.flops["infer"])
+	_, err = newWorkload(sc, params{op: opDown, C: 4, L: 4, dtype: dt, seed: 1})
+	require.Error(t, err, "8 → 4 → 2 → 1 → nothing")
+
+	w, err = newWorkload(sc, params{op: opSample, C: 4, L: 1, dtype: dt, seed: 1})
+	require.NoError(t, err)
+	require.Equal(t, 192, w.n)
+	require.Greater(t, w.pairs, int64(64), "the sphere points hit voxels")
+	require.LessOrEqual(t, w.pairs, int64(8*64))
+	require.Equal(t, 2.0*float64(w.pairs)*4, w.flops["infer"])
+
+	for _, p := range []params{{op: "pool", C: 4, L: 1, dtype: dt}, {op: opSubm, C: 0, L: 1, dtype: dt}, {op: opSubm, C: 4, L: 0, dtype: dt}} {
+		_, err := newWorkload(sc, p)
+		require.Error(t, err, "%+v", p)
+	}
+}
+
+func TestSpherePoints(t *testing.T) {
+	for _, tc := range []struct{ res, batch int }{{1, 1}, {8, 1}, {16, 2}} {
+		pts := spherePoints(tc.res, tc.batch)
+		require.Len(t, pts, 3*tc.batch*tc.res*tc.res)
+		c, r := float64(tc.res)/2, float64(tc.res)/2-0.5
+		for i := 0; i < len(pts); i += 3 {
+			d := math.Sqrt(sq(float64(pts[i])-c) + sq(float64(pts[i+1])-c) + sq(float64(pts[i+2])-c))
+			require.InDelta(t, r, d, 1e-4)
+		}
+	}
+}
+
+func sq(x float64) float64 { return x * x }
+
+func TestMedianOf(t *testing.T) {
+	require.Equal(t, 2.0, medianOf([]float64{3, 1, 2}))
+	require.Equal(t, 2.5, medianOf([]float64{4, 1, 3, 2}))
+	require.Equal(t, 0.0, medianOf(nil))
+}
+
+// npyBytes writes a C-order .npy file of the given dtype and shape.
+func npyBytes(t *testing.T, descr string, shape []int, data any) []byte {
+	t.Helper()
+	dims := make([]string, len(shape))
+	for i, d := range shape {
+		dims[i] = fmt.Sprint(d)
+	}
+	header := fmt.Sprintf("{'descr': '%s', 'fortran_order': False, 'shape': (%s), }", descr, strings.Join(dims, ", "))
+	pad := 64 - (10+len(header)+1)%64
+	header += strings.Repeat(" ", pad%64) + "\n"
+	var buf bytes.Buffer
+	buf.WriteString("\x93NUMPY\x01\x00")
+	require.NoError(t, binary.Write(&buf, binary.LittleEndian, uint16(len(header))))
+	buf.WriteString(header)
+	require.NoError(t, binary.Write(&buf, binary.LittleEndian, data))
+	return buf.Bytes()
+}
+
+func TestReadCoords(t *testing.T) {
+	want := []int32{0, 1, 2, 3, 1, 4, 0, 2, 0, 0, 0, 0}
+	got, err := readCoordsNpy(bytes.NewReader(npyBytes(t, "<i4", []int{3, 4}, want)))
+	require.NoError(t, err)
+	require.Equal(t, want, got)
+
+	wide := []int64{0, 1, 2, 3, 1, 4, 0, 2, 0, 0, 0, 0}
+	got, err = readCoordsNpy(bytes.NewReader(npyBytes(t, "<i8", []int{3, 4}, wide)))
+	require.NoError(t, err)
+	require.Equal(t, want, got)
+
+	_, err = readCoordsNpy(bytes.NewReader(npyBytes(t, "<i4", []int{4, 3}, want)))
+	require.ErrorContains(t, err, "shape")
+	_, err = readCoordsNpy(bytes.NewReader(npyBytes(t, "<f4", []int{3, 4}, make([]float32, 12))))
+	require.ErrorContains(t, err, "dtype")
+	_, err = readCoordsNpy(bytes.NewReader(npyBytes(t, "<i8", []int{1, 4}, []int64{0, 1 << 40, 0, 0})))
+	require.ErrorContains(t, err, "int32")
+	_, err = readCoordsNpy(strings.NewReader("not npy"))
+	require.Error(t, err)
+
+	dir := t.TempDir()
+	path := filepath.Join(dir, "c.npy")
+	require.NoError(t, os.WriteFile(path, npyBytes(t, "<i4", []int{3, 4}, want), 0o644))
+	sc, err := fileScene(path)
+	require.NoError(t, err)
+	require.Equal(t, 2, sc.ext.Batch)
+	require.Equal(t, [3]int{5, 3, 4}, [3]int{sc.ext.X, sc.ext.Y, sc.ext.Z})
+	require.Equal(t, 5, sc.res)
+	require.Equal(t, path, sc.source)
+	neg := filepath.Join(dir, "neg.npy")
+	require.NoError(t, os.WriteFile(neg, npyBytes(t, "<i4", []int{1, 4}, []int32{0, -1, 0, 0}), 0o644))
+	_, err = fileScene(neg)
+	require.ErrorContains(t, err, "negative")
+}
+
+// hostEngine reports whether an engine computes on host float32 data.
+func hostEngine() bool {
+	_, err := sparse.EngineFor(sparse.Matrix{Rows: 1, Cols: 1, Data: []float32{0}})
+	return err == nil
+}
+
+func TestRunBenchSmoke(t *testing.T) {
+	if !hostEngine() {
+		t.Skip("no engine for host data is registered in this build")
+	}
+	dir := t.TempDir()
+	out := filepath.Join(dir, "r.jsonl")
+	var stdout, stderr bytes.Buffer
+	code := runMain([]string{"-cfgs", "8,4,2", "-dtypes", "fp32,fp64", "-iters", "1", "-repeats", "3", "-warmup", "1",
+		"-algo", "auto,masked_implicit_gemm_splitk", "-o", out, "-commit", "test"}, &stdout, &stderr)
+	require.Equal(t, 0, code, stderr.String())
+	recs, err := readRecords(bytes.NewReader(stdout.Bytes()), "stdout")
+	require.NoError(t, err)
+	require.Len(t, recs, 2*2*2)
+	fromFile, err := os.ReadFile(out)
+	require.NoError(t, err)
+	again, err := readRecords(bytes.NewReader(fromFile), out)
+	require.NoError(t, err)
+	require.Equal(t, recs, again)
+	for _, r := range recs {
+		require.Equal(t, "flexgemm-go", r.Impl)
+		require.Equal(t, 192, r.N)
+		require.Equal(t, int64(2544), r.Pairs)
+		require.Equal(t, "test", r.Commit)
+		require.True(t, strings.HasPrefix(r.Device, "cpu: "))
+		require.Len(t, r.MSAll, 3)
+		require.Equal(t, 1, r.Iters)
+		require.NotNil(t, r.PeakMemGB)
+	}
+	require.Contains(t, stdout.String(), "| subm_conv | train | fp64 | masked_implicit_gemm_splitk | 8,4,2 | 192 | 2544 |")
+}

@@ -1,0 +1,148 @@
+package main
+
+import (
+	"fmt"
+	"runtime"
+	"runtime/metrics"
+	"slices"
+	"sync"
+	"time"
+)
+
+// timing is the result of measure.
+type timing struct {
+	msAll    []float64     // ms per step of each repeat
+	ms       float64       // median of msAll
+	iters    int           // steps per repeat
+	warmup   time.Duration // time of the warm-up steps
+	peak     *float64      // largest sampled heap in GiB, nil if not sampled
+	allocMB  *float64      // heap allocated per timed step, MiB
+	stepsRun int
+}
+
+type measureOpts struct {
+	warmups, repeats, iters, maxIters int
+	minRepeat                         time.Duration
+	memSample                         bool
+}
+
+// measure runs warmups untimed steps, then repeats repeats of iters steps
+// each (iters = 0: enough steps for a repeat to last minRepeat by the
+// warm-up's pace, between 1 and maxIters), and reports ms per step.
+func measure(step func() error, o measureOpts) (timing, error) {
+	var t timing
+	t0 := time.Now()
+	for i := range o.warmups {
+		if err := step(); err != nil {
+			return t, fmt.Errorf("warm-up %d: %w", i, err)
+		}
+	}
+	if err := syncDevice(); err != nil {
+		return t, err
+	}
+	t.warmup = time.Since(t0)
+	t.iters = o.iters
+	if t.iters <= 0 {
+		per := t.warmup / time.Duration(max(o.warmups, 1))
+		if o.warmups == 0 {
+			s := time.Now()
+			if err := step(); err != nil {
+				return t, err
+			}
+			per = time.Since(s)
+		}
+		t.iters = 1
+		if per > 0 {
+			t.iters = int(min(int64(o.maxIters), max(1, int64(o.minRepeat/per)+1)))
+		}
+	}
+	runtime.GC()
+	var sampler *heapSampler
+	if o.memSample {
+		sampler = startHeapSampler(time.Millisecond)
+	}
+	alloc0 := readMetric("/gc/heap/allocs:bytes")
+	for r := range o.repeats {
+		s := time.Now()
+		for i := range t.iters {
+			if err := step(); err != nil {
+				if sampler != nil {
+					sampler.stop()
+				}
+				return t, fmt.Errorf("repeat %d step %d: %w", r, i, err)
+			}
+		}
+		if err := syncDevice(); err != nil {
+			return t, err
+		}
+		t.msAll = append(t.msAll, float64(time.Since(s).Nanoseconds())/1e6/float64(t.iters))
+		t.stepsRun += t.iters
+	}
+	alloc1 := readMetric("/gc/heap/allocs:bytes")
+	if sampler != nil {
+		gb := float64(sampler.stop()) / (1 << 30)
+		t.peak = &gb
+	}
+	if t.stepsRun > 0 && alloc1 >= alloc0 {
+		mb := float64(alloc1-alloc0) / (1 << 20) / float64(t.stepsRun)
+		t.allocMB = &mb
+	}
+	t.ms = medianOf(t.msAll)
+	return t, nil
+}
+
+// medianOf returns the median (mean of the middle two for an even count).
+func medianOf(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	n := len(s)
+	if n%2 == 1 {
+		return s[n/2]
+	}
+	return (s[n/2-1] + s[n/2]) / 2
+}
+
+func readMetric(name string) uint64 {
+	s := []metrics.Sample{{Name: name}}
+	metrics.Read(s)
+	if s[0].Value.Kind() != metrics.KindUint64 {
+		return 0
+	}
+	return s[0].Value.Uint64()
+}
+
+// heapSampler records the largest Go heap (bytes of heap objects: live and
+// not yet swept) seen at a fixed interval.
+type heapSampler struct {
+	done chan struct{}
+	wg   sync.WaitGroup
+	peak uint64
+}
+
+func startHeapSampler(every time.Duration) *heapSampler {
+	h := &heapSampler{done: make(chan struct{})}
+	h.peak = readMetric("/memory/classes/heap/objects:bytes")
+	h.wg.Go(func() {
+		tk := time.NewTicker(every)
+		defer tk.Stop()
+		for {
+			select {
+			case <-h.done:
+				return
+			case <-tk.C:
+				h.peak = max(h.peak, readMetric("/memory/classes/heap/objects:bytes"))
+			}
+		}
+	})
+	return h
+}
+
+// stop ends sampling and returns the peak in bytes.
+func (h *heapSampler) stop() uint64 {
+	close(h.done)
+	h.wg.Wait()
+	return max(h.peak, readMetric("/memory/classes/heap/objects:bytes"))
+}

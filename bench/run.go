@@ -1,0 +1,303 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/flexgemm-go/flexgemm/sparse"
+	"github.com/flexgemm-go/flexgemm/sparse/synth"
+)
+
+// config is one (RES, C, L) triple, written "RES,C,L" as in the anchor
+// script's CFGS variable.
+type config struct{ RES, C, L int }
+
+// defaultConfigs is a CPU-sized subset of FlexGEMM's grid (which runs
+// C = 1024 at small RES).
+const defaultConfigs = "8,64,2;16,64,2;32,64,2;64,64,2"
+
+// parseConfigs parses "RES,C,L;RES,C,L;…".
+func parseConfigs(s string) ([]config, error) {
+	var out []config
+	for part := range strings.SplitSeq(s, ";") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		f := strings.Split(part, ",")
+		if len(f) != 3 {
+			return nil, fmt.Errorf("config %q: want RES,C,L", part)
+		}
+		var v [3]int
+		for i, x := range f {
+			n, err := strconv.Atoi(strings.TrimSpace(x))
+			if err != nil || n < 1 {
+				return nil, fmt.Errorf("config %q: %q is not a positive integer", part, x)
+			}
+			v[i] = n
+		}
+		out = append(out, config{v[0], v[1], v[2]})
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("no configs in %q", s)
+	}
+	return out, nil
+}
+
+// dtypeInfo maps a benchmark dtype name to storage.
+type dtypeInfo struct {
+	name string
+	host sparse.DType
+}
+
+// dtypes are the dtypes of this build; the GPU build adds fp16, bf16 and
+// tf32.
+var dtypes = map[string]dtypeInfo{
+	"fp32": {"fp32", sparse.Float32},
+	"fp64": {"fp64", sparse.Float64},
+}
+
+func parseList(s string) []string {
+	var out []string
+	for f := range strings.SplitSeq(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+func parseAlgos(s string) ([]sparse.Algorithm, error) {
+	if s == "all" {
+		return sparse.Algorithms, nil
+	}
+	var out []sparse.Algorithm
+	for _, name := range parseList(s) {
+		a, err := sparse.ParseAlgorithm(name)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, a)
+	}
+	if len(out) == 0 {
+		return nil, errors.New("no algorithm given")
+	}
+	return out, nil
+}
+
+// runOptions are the parsed flags of the measuring command.
+type runOptions struct {
+	cfgs       []config
+	ops        []string
+	modes      []string
+	dtypes     []dtypeInfo
+	algos      []sparse.Algorithm
+	batch      int
+	coordsFile string
+	seed       uint64
+	conv       sparse.ConvOptions
+	measure    measureOpts
+	out        string
+	commit     string
+	impl       string
+}
+
+func parseRunFlags(args []string, stderr io.Writer) (*runOptions, error) {
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	cfgs := fs.String("cfgs", defaultConfigs, "configs `RES,C,L;…` (the anchor's CFGS syntax)")
+	ops := fs.String("op", opSubm, "workloads, comma-separated: "+strings.Join(allOps, ", "))
+	modes := fs.String("modes", "train,infer", "modes, comma-separated: train, infer")
+	dts := fs.String("dtypes", "fp32", "dtypes, comma-separated: fp32, fp64 (CPU)")
+	algos := fs.String("algo", "auto", "algorithms, comma-separated, or all: auto, explicit_gemm, implicit_gemm, implicit_gemm_splitk, masked_implicit_gemm, masked_implicit_gemm_splitk")
+	batch := fs.Int("batch", 1, "batch copies of the sphere shell")
+	coords := fs.String("coords", "", "run on the voxels of this int32 [N,4] .npy file instead of the sphere (RES of the configs is then ignored)")
+	seed := fs.Uint64("seed", 1, "random seed of features and weights")
+	splitK := fs.Int("splitk", 0, "split-K chunks of the split-K algorithms (0: engine default)")
+	tileRows := fs.Int("tilerows", 0, "rows per tile of the implicit algorithms (0: engine default)")
+	warmups := fs.Int("warmup", 2, "untimed warm-up steps")
+	repeats := fs.Int("repeats", 3, "timed repeats; the median is reported")
+	iters := fs.Int("iters", 0, "steps per repeat (0: enough for -mintime, at most -maxiters)")
+	maxIters := fs.Int("maxiters", 20, "upper bound of the automatic steps per repeat")
+	minTime := fs.Duration("mintime", 300*time.Millisecond, "target duration of one repeat when -iters is 0")
+	memSample := fs.Bool("memsample", true, "sample the Go heap for peak_mem_gb (else null)")
+	out := fs.String("o", "", "also append the JSON lines to this file")
+	commit := fs.String("commit", "", "commit id to record (default: vcs.revision or git describe)")
+	impl := fs.String("impl", "flexgemm-go", "impl name to record")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	o := &runOptions{batch: *batch, coordsFile: *coords, seed: *seed, out: *out, commit: *commit, impl: *impl,
+		conv:    sparse.ConvOptions{SplitK: *splitK, TileRows: *tileRows},
+		measure: measureOpts{warmups: *warmups, repeats: *repeats, iters: *iters, maxIters: *maxIters, minRepeat: *minTime, memSample: *memSample}}
+	var err error
+	if o.cfgs, err = parseConfigs(*cfgs); err != nil {
+		return nil, err
+	}
+	for _, op := range parseList(*ops) {
+		if !contains(allOps, op) {
+			return nil, fmt.Errorf("unknown op %q (want %v)", op, allOps)
+		}
+		o.ops = append(o.ops, op)
+	}
+	for _, m := range parseList(*modes) {
+		if m != "train" && m != "infer" {
+			return nil, fmt.Errorf("unknown mode %q (want train or infer)", m)
+		}
+		o.modes = append(o.modes, m)
+	}
+	for _, d := range parseList(*dts) {
+		info, ok := dtypes[d]
+		if !ok {
+			return nil, fmt.Errorf("dtype %q is not available in this build (have %v; fp16, bf16 and tf32 need the GPU engine)", d, keys(dtypes))
+		}
+		o.dtypes = append(o.dtypes, info)
+	}
+	if o.algos, err = parseAlgos(*algos); err != nil {
+		return nil, err
+	}
+	switch {
+	case len(o.ops) == 0 || len(o.modes) == 0 || len(o.dtypes) == 0:
+		return nil, errors.New("need at least one op, mode and dtype")
+	case o.batch < 1:
+		return nil, fmt.Errorf("-batch %d must be positive", o.batch)
+	case o.measure.warmups < 0 || o.measure.repeats < 1 || o.measure.iters < 0 || o.measure.maxIters < 1:
+		return nil, errors.New("-warmup ≥ 0, -repeats ≥ 1, -iters ≥ 0 and -maxiters ≥ 1 please")
+	case o.conv.SplitK < 0 || o.conv.TileRows < 0:
+		return nil, errors.New("-splitk and -tilerows must not be negative")
+	}
+	return o, nil
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+func keys(m map[string]dtypeInfo) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	return sortedStrings(out)
+}
+
+// runBench measures every combination and writes JSON lines to stdout (and
+// the -o file), then the summary table. It returns the records.
+func runBench(o *runOptions, stdout, stderr io.Writer) ([]Record, error) {
+	outs := []io.Writer{stdout}
+	if o.out != "" {
+		f, err := os.OpenFile(o.out, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+		if err != nil {
+			return nil, err
+		}
+		defer f.Close()
+		outs = append(outs, f)
+	}
+	device, commit := cpuDevice(), commitID(o.commit)
+	fmt.Fprintf(stderr, "bench: %s, GOMAXPROCS=%d, %s, commit %s\n", device, runtime.GOMAXPROCS(0), runtime.Version(), commit)
+	var recs []Record
+	var fileSc *scene
+	if o.coordsFile != "" {
+		sc, err := fileScene(o.coordsFile)
+		if err != nil {
+			return nil, err
+		}
+		fileSc = &sc
+	}
+	failed, total := 0, 0
+	for _, op := range o.ops {
+		done := map[config]bool{}
+		for _, cfg := range o.cfgs {
+			if op == opSample {
+				cfg.L = 1 // grid sample has no layers
+			}
+			if fileSc != nil {
+				cfg.RES = fileSc.res
+			}
+			if done[cfg] {
+				continue
+			}
+			done[cfg] = true
+			sc := fileSc
+			if sc == nil {
+				coords, ext := synth.SphereShell(cfg.RES, o.batch)
+				sc = &scene{coords: coords, ext: ext, res: cfg.RES, source: "sphere"}
+			}
+			for _, dt := range o.dtypes {
+				for _, algo := range o.algos {
+					p := params{op: op, C: cfg.C, L: cfg.L, dtype: dt, conv: o.conv, seed: o.seed}
+					p.conv.Algorithm = algo
+					w, err := newWorkload(*sc, p)
+					if err != nil {
+						fmt.Fprintf(stderr, "bench: skipped %s RES=%d C=%d L=%d %s %v: %v\n", op, sc.res, cfg.C, cfg.L, dt.name, algo, err)
+						failed += len(o.modes)
+						total += len(o.modes)
+						continue
+					}
+					for _, mode := range o.modes {
+						fmt.Fprintf(stderr, "bench: %s %s %s %v RES=%d C=%d L=%d N=%d …\n", op, mode, dt.name, algo, sc.res, cfg.C, cfg.L, w.n)
+						total++
+						t, err := measure(w.steps[mode], o.measure)
+						if err != nil {
+							fmt.Fprintf(stderr, "bench: failed %s %s RES=%d C=%d L=%d %s %v: %v\n", op, mode, sc.res, cfg.C, cfg.L, dt.name, algo, err)
+							failed++
+							continue
+						}
+						rec := makeRecord(o, op, mode, dt.name, algo.String(), *sc, cfg, w, t)
+						rec.Device, rec.Commit = device, commit
+						for _, out := range outs {
+							if err := writeRecord(out, rec); err != nil {
+								return recs, err
+							}
+						}
+						recs = append(recs, rec)
+					}
+				}
+			}
+		}
+	}
+	fmt.Fprintln(stdout)
+	writeSummary(stdout, recs)
+	if failed > 0 {
+		return recs, fmt.Errorf("%d of %d measurements failed (see the messages above)", failed, total)
+	}
+	return recs, nil
+}
+
+func makeRecord(o *runOptions, op, mode, dtype, algo string, sc scene, cfg config, w *workload, t timing) Record {
+	msAll := make([]float64, len(t.msAll))
+	for i, v := range t.msAll {
+		msAll[i] = round(v, 4)
+	}
+	rec := Record{
+		Impl: o.impl, Algo: algo, Mode: mode, DType: dtype, RES: sc.res, C: cfg.C, L: w.l, N: w.n, Pairs: w.pairs,
+		MS: round(t.ms, 4), MSAll: msAll, TFLOPS: round(w.flops[mode]/t.ms/1e9, 6),
+		WarmupS: round(t.warmup.Seconds(), 3), Op: op, FLOPs: w.flops[mode], Iters: t.iters, Batch: sc.ext.Batch,
+		Source: sc.source, Procs: runtime.GOMAXPROCS(0), GoVersion: runtime.Version(),
+		Time: time.Now().UTC().Format(time.RFC3339),
+	}
+	if t.peak != nil {
+		gb := round(*t.peak, 4)
+		rec.PeakMemGB = &gb
+	}
+	if t.allocMB != nil {
+		mb := round(*t.allocMB, 3)
+		rec.AllocMBPerStep = &mb
+	}
+	return rec
+}
