@@ -402,3 +402,32 @@ func TestEncodeIsDeterministic(t *testing.T) {
 		require.True(t, e.Updated.Equal(l.entries[k].Updated))
 	}
 }
+
+func BenchmarkLookup(b *testing.B) {
+	c, err := Open(InMemory(), WithPretuned(nil))
+	require.NoError(b, err)
+	for ci := 1; ci <= 256; ci++ {
+		k := testKey()
+		k.Ci = ci
+		require.NoError(b, c.Store(k, measured("a", 1)))
+	}
+	k := testKey()
+	k.Ci = 128
+	for b.Loop() {
+		if _, _, ok := c.Lookup(k); !ok {
+			b.Fatal("miss")
+		}
+	}
+}
+
+func BenchmarkStore(b *testing.B) {
+	c, err := Open(WithPath(filepath.Join(b.TempDir(), "a.json")), WithPretuned(nil), WithWarn(func(err error) { b.Error(err) }))
+	require.NoError(b, err)
+	i := 0
+	for b.Loop() {
+		k := testKey()
+		k.Ci = 1 + i%64
+		i++
+		require.NoError(b, c.Store(k, measured("a", 1)))
+	}
+}

@@ -31,6 +31,7 @@ func (d Device) Validate() error {
 	return nil
 }
 
+// String formats d as "NVIDIA H200 (sm_90, 132 SMs)".
 func (d Device) String() string {
 	return fmt.Sprintf("%s (sm_%d%d, %d SMs)", d.Name, d.Major, d.Minor, d.SMs)
 }
@@ -241,6 +242,7 @@ const (
 	FromHeuristic
 )
 
+// String returns "cache", "pretuned", "measured" or "heuristic".
 func (s Source) String() string {
 	switch s {
 	case FromCache:

@@ -25,6 +25,7 @@ const (
 	Off
 )
 
+// String returns the mode's name as FLEXGEMM_AUTOTUNE spells it.
 func (m Mode) String() string {
 	switch m {
 	case On:
