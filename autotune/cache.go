@@ -284,7 +284,7 @@ func (c *Cache) flushLocked() error {
 		c.note = l.note
 	}
 	merged := mergeEntries(l.entries, c.pending)
-	if l.state != stateMissing || len(c.pending) > 0 {
+	if l.state == stateRewrite || l.state == stateRebuild || len(c.pending) > 0 {
 		data, err := encodeFile(merged, c.note)
 		if err != nil {
 			return fmt.Errorf("%w: encoding: %v", ErrIO, err)
