@@ -16,21 +16,35 @@ const radixBits = 11
 // code, so it takes O(N·⌈bits/11⌉) time. It fails with ErrShape when there
 // are more than math.MaxInt32 codes.
 func Argsort(codes []uint64) ([]int32, error) {
+	perm, _, err := sortCodes(codes, false)
+	return perm, err
+}
+
+// SortCodes is Argsort that also returns the sorted codes:
+// sorted[j] = codes[perm[j]].
+func SortCodes(codes []uint64) (perm []int32, sorted []uint64, err error) {
+	return sortCodes(codes, true)
+}
+
+func sortCodes(codes []uint64, wantSorted bool) (perm []int32, sorted []uint64, err error) {
 	n := len(codes)
 	if n > math.MaxInt32 {
-		return nil, fmt.Errorf("%w: %d codes exceed 32-bit indices", ErrShape, n)
+		return nil, nil, fmt.Errorf("%w: %d codes exceed 32-bit indices", ErrShape, n)
 	}
 	var all uint64
 	for _, c := range codes {
 		all |= c
 	}
-	perm := make([]int32, n)
+	perm = make([]int32, n)
 	for i := range perm {
 		perm[i] = int32(i)
 	}
 	width := bits.Len64(all)
 	if n < 2 || width == 0 {
-		return perm, nil
+		if wantSorted {
+			sorted = append([]uint64(nil), codes...)
+		}
+		return perm, sorted, nil
 	}
 	if ib := bits.Len(uint(n - 1)); width+ib <= 64 {
 		// Sort code<<ib | index on the code digits only: one array moves
@@ -43,7 +57,13 @@ func Argsort(codes []uint64) ([]int32, error) {
 		for i, k := range keys {
 			perm[i] = int32(k & (1<<ib - 1))
 		}
-		return perm, nil
+		if wantSorted {
+			for i, k := range keys {
+				keys[i] = k >> ib
+			}
+			sorted = keys
+		}
+		return perm, sorted, nil
 	}
 	keys := append([]uint64(nil), codes...)
 	tmpKeys := make([]uint64, n)
@@ -69,7 +89,10 @@ func Argsort(codes []uint64) ([]int32, error) {
 		keys, tmpKeys = tmpKeys, keys
 		perm, tmpPerm = tmpPerm, perm
 	}
-	return perm, nil
+	if wantSorted {
+		sorted = keys
+	}
+	return perm, sorted, nil
 }
 
 // radixSort sorts keys stably by bits [lo, hi) with tmp as scratch, and

@@ -505,6 +505,13 @@ func TestArgsort(t *testing.T) {
 			return 0
 		})
 		require.Equal(t, want, perm, "case %d", i)
+		perm2, sorted, err := SortCodes(codes)
+		require.NoError(t, err)
+		require.Equal(t, want, perm2, "case %d", i)
+		require.Len(t, sorted, len(codes))
+		for j, p := range want {
+			require.Equal(t, codes[p], sorted[j], "case %d", i)
+		}
 	}
 }
 
