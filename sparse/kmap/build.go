@@ -4,91 +4,81 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"slices"
 
 	"github.com/flexgemm-go/flexgemm/sparse/grid"
 )
 
-// ErrCoords reports malformed coordinates given to a map builder.
-var ErrCoords = errors.New("kmap: bad coordinates")
+// Sentinel errors of the map builders. They are wrapped with %w and a
+// message naming the offending value; geometry and extent problems are
+// reported with grid.ErrBadGeometry and grid.ErrBadExtent.
+var (
+	// ErrCoords reports a coordinate array whose length is not a multiple
+	// of 4.
+	ErrCoords = errors.New("kmap: bad coordinates")
+	// ErrOutOfRange reports a coordinate outside its extent.
+	ErrOutOfRange = errors.New("kmap: coordinate out of range")
+	// ErrDuplicate reports two rows with the same coordinate.
+	ErrDuplicate = errors.New("kmap: duplicate coordinate")
+	// ErrTooLarge reports row counts or tables beyond 32-bit row indices
+	// or 2^40 table entries.
+	ErrTooLarge = errors.New("kmap: map too large")
+	// ErrMap reports an unusable map argument (nil, wrong kind, or
+	// inconsistent fields).
+	ErrMap = errors.New("kmap: bad map")
+)
 
-// index finds the row of a site of an extent. It is the only place the map
-// builders look coordinates up.
-type index struct {
-	ext  grid.Extent
-	rows map[uint64]int32
-}
+// maxTable bounds NOut·V, the size of a neighbour table.
+const maxTable = 1 << 40
 
-func newIndex(coords []int32, ext grid.Extent) (*index, error) {
-	if err := checkCoords(coords, ext); err != nil {
-		return nil, err
+func newTable(nOut, V int) ([]int32, error) {
+	if nOut >= math.MaxInt32 {
+		return nil, fmt.Errorf("%w: %d output rows overflow 32-bit row indices", ErrTooLarge, nOut)
 	}
-	n := len(coords) / 4
-	ix := &index{ext: ext, rows: make(map[uint64]int32, n)}
-	for r := range n {
-		c := coords[4*r : 4*r+4]
-		k := ext.Key(int(c[0]), int(c[1]), int(c[2]), int(c[3]))
-		if q, dup := ix.rows[k]; dup {
-			return nil, fmt.Errorf("%w: rows %d and %d are both %v", ErrCoords, q, r, c)
-		}
-		ix.rows[k] = int32(r)
+	if uint64(nOut)*uint64(V) > maxTable {
+		return nil, fmt.Errorf("%w: a table of %d rows × %d taps", ErrTooLarge, nOut, V)
 	}
-	return ix, nil
-}
-
-func (ix *index) lookup(b, x, y, z int) int32 {
-	if !ix.ext.Contains(b, x, y, z) {
-		return -1
-	}
-	if r, ok := ix.rows[ix.ext.Key(b, x, y, z)]; ok {
-		return r
-	}
-	return -1
-}
-
-func checkCoords(coords []int32, ext grid.Extent) error {
-	if err := ext.Validate(); err != nil {
-		return err
-	}
-	if len(coords)%4 != 0 {
-		return fmt.Errorf("%w: length %d is not a multiple of 4", ErrCoords, len(coords))
-	}
-	if len(coords)/4 >= math.MaxInt32 {
-		return fmt.Errorf("%w: %d rows overflow 32-bit indices", ErrCoords, len(coords)/4)
-	}
-	for r := 0; r < len(coords)/4; r++ {
-		c := coords[4*r : 4*r+4]
-		if !ext.Contains(int(c[0]), int(c[1]), int(c[2]), int(c[3])) {
-			return fmt.Errorf("%w: row %d %v is outside %v", ErrCoords, r, c, ext)
-		}
-	}
-	return nil
+	return make([]int32, nOut*V), nil
 }
 
 // NewSubmanifold builds the map of a submanifold convolution over coords
-// (flat [N, 4]) in ext: outputs are the inputs, and
-// Nbr[o, v] = row at coords[o] + (k(v) − ⌊K/2⌋)·dilation.
-// Kernel sizes must be odd.
+// (flat [N, 4], unique, inside ext): the outputs are the inputs, in the same
+// row order, and
+//
+//	Nbr[o, v] = the row at coords[o] + (k(v) − ⌊K/2⌋)·dilation, or −1.
+//
+// Kernel sizes must be odd (an even size has no centre; this is checked,
+// unlike in FlexGEMM). InCoords and OutCoords alias coords.
 func NewSubmanifold(coords []int32, ext grid.Extent, kernel, dilation [3]int) (*Map, error) {
 	conv := grid.Submanifold(kernel, dilation)
 	if err := conv.ValidateSubmanifold(); err != nil {
 		return nil, err
 	}
-	ix, err := newIndex(coords, ext)
+	ix, err := newSortedIndex(coords, ext)
 	if err != nil {
 		return nil, err
 	}
-	m := &Map{Kind: Submanifold, Conv: conv, In: ext, Out: ext, NIn: len(coords) / 4, NOut: len(coords) / 4, OutCoords: coords}
-	m.Nbr = gatherTable(m, coords, ix, exactFine(conv))
+	n := len(coords) / 4
+	nbr, err := newTable(n, conv.Volume())
+	if err != nil {
+		return nil, err
+	}
+	m := &Map{Kind: Submanifold, Conv: conv, In: ext, Out: ext, NIn: n, NOut: n, InCoords: coords, OutCoords: coords, Nbr: nbr}
+	fill(m.Nbr, -1)
+	gather(m.Nbr, coords, ix.rows, ix, conv, fineFromCoarse, true)
 	return m, nil
 }
 
-// NewStrided builds the map of a strided (generative) sparse convolution
-// over coords in ext. If outCoords is nil the outputs are every site of the
-// output grid (conv.StridedExtent(ext)) that some input reaches, sorted by
-// (batch, x, y, z); otherwise they are the given coordinates, which must lie
-// in the output grid and be unique. Nbr[o, v] = row at
-// outCoords[o]·stride − padding + k(v)·dilation.
+// NewStrided builds the map of a strided (generative) sparse convolution,
+// torch.nn.Conv3d on the active sites, over coords (flat [N, 4], unique,
+// inside ext). The output grid is conv.StridedExtent(ext) and
+//
+//	Nbr[o, v] = the row at out[o]·stride − padding + k(v)·dilation, or −1.
+//
+// With outCoords nil the outputs are every site of the output grid that
+// some input reaches, sorted by (batch, x, y, z); otherwise they are
+// outCoords (any order, unique, inside the output grid; aliased, not
+// copied), and outputs that no input reaches get rows of −1. Any kernel
+// size works, even ones included. InCoords aliases coords.
 func NewStrided(coords []int32, ext grid.Extent, conv grid.Conv, outCoords []int32) (*Map, error) {
 	if err := conv.Validate(); err != nil {
 		return nil, err
@@ -97,25 +87,39 @@ func NewStrided(coords []int32, ext grid.Extent, conv grid.Conv, outCoords []int
 	if err != nil {
 		return nil, err
 	}
-	ix, err := newIndex(coords, ext)
+	ix, err := newSortedIndex(coords, ext)
 	if err != nil {
 		return nil, err
 	}
+	var qOrder []int32
 	if outCoords == nil {
-		outCoords = reached(coords, out, conv, conv.Coarse)
-	} else if _, err := newIndex(outCoords, out); err != nil {
-		return nil, fmt.Errorf("output coordinates: %w", err)
+		outCoords = reachedSites(ix, coords, out, conv, coarseFromFine)
+	} else {
+		oix, err := newSortedIndex(outCoords, out)
+		if err != nil {
+			return nil, fmt.Errorf("output coordinates: %w", err)
+		}
+		qOrder = oix.rows
 	}
-	m := &Map{Kind: Strided, Conv: conv, In: ext, Out: out, NIn: len(coords) / 4, NOut: len(outCoords) / 4, OutCoords: outCoords}
-	m.Nbr = gatherTable(m, outCoords, ix, exactFine(conv))
+	nOut := len(outCoords) / 4
+	nbr, err := newTable(nOut, conv.Volume())
+	if err != nil {
+		return nil, err
+	}
+	m := &Map{Kind: Strided, Conv: conv, In: ext, Out: out, NIn: len(coords) / 4, NOut: nOut, InCoords: coords, OutCoords: outCoords, Nbr: nbr}
+	gather(m.Nbr, outCoords, qOrder, ix, conv, fineFromCoarse, false)
 	return m, nil
 }
 
-// NewTransposed builds the map of a sparse transposed convolution
-// (ConvTranspose3d) over coords in ext: the outputs are every site of
-// conv.TransposedExtent(ext) reached as input·stride − padding +
-// k·dilation, sorted by (batch, x, y, z), and Nbr[o, v] is the input that
-// reaches output o through tap v.
+// NewTransposed builds the map of a sparse transposed convolution,
+// torch.nn.ConvTranspose3d on the active sites (no output padding), over
+// coords (flat [N, 4], unique, inside ext). The output grid is
+// conv.TransposedExtent(ext); the outputs are every site of it reached as
+// in·stride − padding + k·dilation, sorted by (batch, x, y, z), and
+//
+//	Nbr[o, v] = the input row i with i·stride − padding + k(v)·dilation = out[o], or −1.
+//
+// InCoords aliases coords.
 func NewTransposed(coords []int32, ext grid.Extent, conv grid.Conv) (*Map, error) {
 	if err := conv.Validate(); err != nil {
 		return nil, err
@@ -124,119 +128,43 @@ func NewTransposed(coords []int32, ext grid.Extent, conv grid.Conv) (*Map, error
 	if err != nil {
 		return nil, err
 	}
-	ix, err := newIndex(coords, ext)
+	ix, err := newSortedIndex(coords, ext)
 	if err != nil {
 		return nil, err
 	}
-	outCoords := reached(coords, out, conv, exactFine(conv))
-	m := &Map{Kind: Transposed, Conv: conv, In: ext, Out: out, NIn: len(coords) / 4, NOut: len(outCoords) / 4, OutCoords: outCoords}
-	m.Nbr = gatherTable(m, outCoords, ix, conv.Coarse)
+	outCoords := reachedSites(ix, coords, out, conv, fineFromCoarse)
+	nOut := len(outCoords) / 4
+	nbr, err := newTable(nOut, conv.Volume())
+	if err != nil {
+		return nil, err
+	}
+	m := &Map{Kind: Transposed, Conv: conv, In: ext, Out: out, NIn: len(coords) / 4, NOut: nOut, InCoords: coords, OutCoords: outCoords, Nbr: nbr}
+	gather(m.Nbr, outCoords, nil, ix, conv, coarseFromFine, false)
 	return m, nil
 }
 
-// NewInverse builds the map that goes back from the output of the strided
-// map s to exactly s's input coordinates (the decoder half of a UNet). It is
-// a transposed convolution with s's geometry whose outputs are s's inputs:
-// Nbr[i, v] = s.Rev()[i, v].
+// NewInverse builds the map that goes back from the outputs of the strided
+// map s to exactly s's inputs, in s's input row order (the decoder half of
+// a UNet): a transposed convolution with s's geometry whose outputs are
+// s.InCoords, including inputs that no output of s reached (their rows are
+// all −1). Its table is s's reverse table,
+//
+//	Nbr[i, v] = s.Reverse()[i, v],
+//
+// shared with s, and its own reverse table is s.Nbr. InCoords aliases
+// s.OutCoords and OutCoords aliases s.InCoords.
 func NewInverse(s *Map) (*Map, error) {
+	if s == nil {
+		return nil, fmt.Errorf("%w: NewInverse of a nil map", ErrMap)
+	}
 	if s.Kind != Strided {
-		return nil, fmt.Errorf("%w: NewInverse needs a strided map, got %v", ErrCoords, s.Kind)
+		return nil, fmt.Errorf("%w: NewInverse needs a strided map, got a %v map", ErrMap, s.Kind)
 	}
-	var inCoords []int32
-	if s.NIn > 0 {
-		// The strided map's input coordinates are not stored; recover them
-		// from the output coordinates through the table.
-		inCoords = make([]int32, 4*s.NIn)
-		V := s.V()
-		for o := range s.NOut {
-			oc := s.OutCoords[4*o : 4*o+4]
-			for v := range V {
-				i := s.Nbr[o*V+v]
-				if i < 0 {
-					continue
-				}
-				k := s.Conv.Tap(v)
-				inCoords[4*i] = oc[0]
-				for a := range 3 {
-					inCoords[4*i+1+int32(a)] = int32(s.Conv.Fine(a, int(oc[1+a]), k[a]))
-				}
-			}
-		}
+	if err := s.Validate(); err != nil {
+		return nil, fmt.Errorf("NewInverse: %w", err)
 	}
-	m := &Map{Kind: Inverse, Conv: s.Conv, In: s.Out, Out: s.In, NIn: s.NOut, NOut: s.NIn, OutCoords: inCoords}
-	m.Nbr = s.Reverse()
+	m := &Map{Kind: Inverse, Conv: s.Conv, In: s.Out, Out: s.In, NIn: s.NOut, NOut: s.NIn,
+		InCoords: s.OutCoords, OutCoords: s.InCoords, Nbr: s.Reverse()}
+	m.derived.rev, m.derived.haveRev = s.Nbr, true
 	return m, nil
-}
-
-// exactFine adapts conv.Fine to the (value, exact) form of conv.Coarse.
-func exactFine(conv grid.Conv) func(a, c, k int) (int, bool) {
-	return func(a, c, k int) (int, bool) { return conv.Fine(a, c, k), true }
-}
-
-// gatherTable fills Nbr[o, v] with the input row at src(a, out[o][a], k[a])
-// on each axis, or −1.
-func gatherTable(m *Map, outCoords []int32, ix *index, src func(a, c, k int) (int, bool)) []int32 {
-	V := m.Conv.Volume()
-	nbr := make([]int32, m.NOut*V)
-	taps := make([][3]int, V)
-	for v := range taps {
-		taps[v] = m.Conv.Tap(v)
-	}
-	parallelRows(m.NOut, func(lo, hi int) {
-		for o := lo; o < hi; o++ {
-			c := outCoords[4*o : 4*o+4]
-			row := nbr[o*V : o*V+V]
-			for v, k := range taps {
-				row[v] = -1
-				var p [3]int
-				ok := true
-				for a := range 3 {
-					q, exact := src(a, int(c[1+a]), k[a])
-					if !exact {
-						ok = false
-						break
-					}
-					p[a] = q
-				}
-				if ok {
-					row[v] = ix.lookup(int(c[0]), p[0], p[1], p[2])
-				}
-			}
-		}
-	})
-	return nbr
-}
-
-// reached returns the sorted unique sites of out reached from coords through
-// dst(a, in[a], k[a]) on each axis.
-func reached(coords []int32, out grid.Extent, conv grid.Conv, dst func(a, c, k int) (int, bool)) []int32 {
-	V := conv.Volume()
-	keys := make([]uint64, 0, len(coords)/4)
-	for r := 0; r < len(coords)/4; r++ {
-		c := coords[4*r : 4*r+4]
-		for v := range V {
-			k := conv.Tap(v)
-			var p [3]int
-			ok := true
-			for a := range 3 {
-				q, exact := dst(a, int(c[1+a]), k[a])
-				if !exact {
-					ok = false
-					break
-				}
-				p[a] = q
-			}
-			if ok && out.Contains(int(c[0]), p[0], p[1], p[2]) {
-				keys = append(keys, out.Key(int(c[0]), p[0], p[1], p[2]))
-			}
-		}
-	}
-	slices.Sort(keys)
-	keys = slices.Compact(keys)
-	oc := make([]int32, 4*len(keys))
-	for j, k := range keys {
-		b, x, y, z := out.Unkey(k)
-		oc[4*j], oc[4*j+1], oc[4*j+2], oc[4*j+3] = int32(b), int32(x), int32(y), int32(z)
-	}
-	return oc
 }

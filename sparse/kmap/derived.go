@@ -1,51 +1,100 @@
 package kmap
 
 import (
+	"fmt"
 	"math/bits"
-	"runtime"
-	"slices"
 	"sync"
 )
 
+// derivedCache holds the lazily built structures of a Map.
 type derivedCache struct {
-	mu       sync.Mutex
-	rev      []int32
-	pairs    *Pairs
-	masked   *Masked
-	revMask  *Masked
-	haveRev  bool
-	haveMask bool
+	mu      sync.Mutex
+	rev     []int32
+	haveRev bool
+	pairs   *Pairs
+	masked  *Masked
+	revMask *Masked
+}
+
+// Validate reports whether m's fields agree: coordinate and table lengths
+// match NIn, NOut and V, and every table entry is −1 or an input row. Maps
+// from the builders always pass; the derived structures assume a valid map.
+func (m *Map) Validate() error {
+	if m == nil {
+		return fmt.Errorf("%w: nil map", ErrMap)
+	}
+	if err := m.Conv.Validate(); err != nil {
+		return fmt.Errorf("%w: %w", ErrMap, err)
+	}
+	V := m.V()
+	if m.NIn < 0 || m.NOut < 0 || len(m.InCoords) != 4*m.NIn || len(m.OutCoords) != 4*m.NOut || len(m.Nbr) != m.NOut*V {
+		return fmt.Errorf("%w: NIn %d, NOut %d, V %d with %d input coordinates, %d output coordinates and %d table entries",
+			ErrMap, m.NIn, m.NOut, V, len(m.InCoords), len(m.OutCoords), len(m.Nbr))
+	}
+	bad := make([]int, (len(m.Nbr)+grain-1)/grain)
+	parallelRows(len(m.Nbr), func(lo, hi int) {
+		bad[lo/grain] = -1
+		for j := lo; j < hi; j++ {
+			if e := m.Nbr[j]; e < -1 || int(e) >= m.NIn {
+				bad[lo/grain] = j
+				return
+			}
+		}
+	})
+	for _, j := range bad {
+		if j >= 0 {
+			return fmt.Errorf("%w: Nbr[%d, %d] = %d is not −1 or an input row (NIn %d)", ErrMap, j/V, j%V, m.Nbr[j], m.NIn)
+		}
+	}
+	return nil
 }
 
 // Reverse returns the [NIn, V] reverse table: Rev[i·V+v] = o where
-// Nbr[o·V+v] = i, or −1. It is computed once and cached.
+// Nbr[o·V+v] = i, or −1. Each (i, v) feeds at most one output, so it is well
+// defined. It is computed once and cached.
 func (m *Map) Reverse() []int32 {
 	m.derived.mu.Lock()
 	defer m.derived.mu.Unlock()
 	if !m.derived.haveRev {
-		m.derived.rev = reverseTable(m.Nbr, m.NOut, m.NIn, m.V())
+		m.derived.rev = reverseTable(m)
 		m.derived.haveRev = true
 	}
 	return m.derived.rev
 }
 
-func reverseTable(nbr []int32, nOut, nIn, V int) []int32 {
-	rev := make([]int32, nIn*V)
-	for j := range rev {
-		rev[j] = -1
+func reverseTable(m *Map) []int32 {
+	V := m.V()
+	rev := make([]int32, m.NIn*V)
+	if m.Kind == Submanifold {
+		// Tap V−1−v is the mirror of tap v around the centre, so
+		// Rev[i, v] = Nbr[i, V−1−v]: one sequential pass.
+		parallelRows(m.NIn, func(lo, hi int) {
+			for i := lo; i < hi; i++ {
+				src, dst := m.Nbr[i*V:i*V+V], rev[i*V:i*V+V]
+				for v := range dst {
+					dst[v] = src[V-1-v]
+				}
+			}
+		})
+		return rev
 	}
-	for o := range nOut {
-		for v, i := range nbr[o*V : o*V+V] {
-			if i >= 0 {
-				rev[int(i)*V+v] = int32(o)
+	fill(rev, -1)
+	// Every entry of rev has at most one writer, so the scatter can run
+	// in parallel without changing the result.
+	parallelRows(m.NOut, func(lo, hi int) {
+		for o := lo; o < hi; o++ {
+			for v, i := range m.Nbr[o*V : o*V+V] {
+				if i >= 0 {
+					rev[int(i)*V+v] = int32(o)
+				}
 			}
 		}
-	}
+	})
 	return rev
 }
 
 // Pairs lists the active (input, output) row pairs of a map grouped by tap:
-// pairs of tap v are In[Seg[v]:Seg[v+1]] and Out[Seg[v]:Seg[v+1]], with
+// the pairs of tap v are In[Seg[v]:Seg[v+1]] and Out[Seg[v]:Seg[v+1]], with
 // output rows ascending inside each tap.
 type Pairs struct {
 	Seg     []int64 // [V+1]
@@ -66,27 +115,42 @@ func (m *Map) Pairs() *Pairs {
 }
 
 func pairLists(nbr []int32, nOut, V int) *Pairs {
-	seg := make([]int64, V+1)
-	for o := range nOut {
-		for v, i := range nbr[o*V : o*V+V] {
-			if i >= 0 {
-				seg[v+1]++
+	nc := (nOut + grain - 1) / grain
+	// cnt[c·V+v] counts the pairs of tap v in chunk c, then becomes the
+	// chunk's first position in the pair lists.
+	cnt := make([]int64, nc*V)
+	parallelRows(nOut, func(lo, hi int) {
+		cc := cnt[lo/grain*V : lo/grain*V+V]
+		for o := lo; o < hi; o++ {
+			for v, i := range nbr[o*V : o*V+V] {
+				if i >= 0 {
+					cc[v]++
+				}
 			}
 		}
-	}
+	})
+	seg := make([]int64, V+1)
 	for v := range V {
-		seg[v+1] += seg[v]
+		pos := seg[v]
+		for c := range nc {
+			k := cnt[c*V+v]
+			cnt[c*V+v] = pos
+			pos += k
+		}
+		seg[v+1] = pos
 	}
 	p := &Pairs{Seg: seg, In: make([]int32, seg[V]), Out: make([]int32, seg[V])}
-	next := slices.Clone(seg[:V])
-	for o := range nOut {
-		for v, i := range nbr[o*V : o*V+V] {
-			if i >= 0 {
-				p.In[next[v]], p.Out[next[v]] = i, int32(o)
-				next[v]++
+	parallelRows(nOut, func(lo, hi int) {
+		next := cnt[lo/grain*V : lo/grain*V+V]
+		for o := lo; o < hi; o++ {
+			for v, i := range nbr[o*V : o*V+V] {
+				if i >= 0 {
+					p.In[next[v]], p.Out[next[v]] = i, int32(o)
+					next[v]++
+				}
 			}
 		}
-	}
+	})
 	return p
 }
 
@@ -98,22 +162,14 @@ type Masked struct {
 	// Mask[r·Words + v/64] has bit v%64 set iff row r has a neighbour at
 	// tap v.
 	Mask []uint64
-	// Order lists the rows sorted (stably) by the rank of their mask in the
-	// reflected binary Gray-code sequence, so that consecutive rows have
-	// similar masks and tiles of them have small tap unions.
+	// Order lists the rows sorted stably by the rank of their mask in the
+	// reflected binary Gray-code sequence (rows of equal rank keep their
+	// index order), so that consecutive rows have similar masks and tiles
+	// of them have small tap unions.
 	Order []int32
 
 	mu    sync.Mutex
 	tiles map[int]*Tiles
-}
-
-// Tiles is the per-tile union of taps for tiles of Rows consecutive entries
-// of a Masked order: the taps of tile t are Taps[Seg[t]:Seg[t+1]],
-// ascending.
-type Tiles struct {
-	Rows int
-	Seg  []int32
-	Taps []int32
 }
 
 // Masked returns the masks and Gray-code order of the forward table Nbr.
@@ -151,31 +207,34 @@ func newMasked(table []int32, rows, V int) *Masked {
 				}
 			}
 			grayToBinary(mask, rank[r*words:r*words+words])
+			ms.Order[r] = int32(r)
 		}
 	})
-	for r := range ms.Order {
-		ms.Order[r] = int32(r)
+	// LSD radix sort over the rank words, least significant word first;
+	// each pass is stable, so the result is ordered by the whole rank and
+	// then by row.
+	keys := rank
+	if words > 1 {
+		keys = make([]uint64, rows)
 	}
-	slices.SortStableFunc(ms.Order, func(a, b int32) int {
-		ra := rank[int(a)*words : int(a)*words+words]
-		rb := rank[int(b)*words : int(b)*words+words]
-		for w := words - 1; w >= 0; w-- {
-			if ra[w] != rb[w] {
-				if ra[w] < rb[w] {
-					return -1
+	for w := range words {
+		if words > 1 {
+			parallelRows(rows, func(lo, hi int) {
+				for j := lo; j < hi; j++ {
+					keys[j] = rank[int(ms.Order[j])*words+w]
 				}
-				return 1
-			}
+			})
 		}
-		return 0
-	})
+		radixSort(keys, ms.Order, min(64, V-64*w), true)
+	}
 	return ms
 }
 
-// grayToBinary writes the binary rank of the multi-word Gray code g
-// (little-endian words): bit j of the rank is the XOR of bits ≥ j of g.
+// grayToBinary writes the rank of the multi-word Gray code g (little-endian
+// words) in the reflected binary Gray sequence: the number b whose Gray
+// code b ⊕ (b >> 1) is g. Bit j of b is the XOR of the bits ≥ j of g.
 func grayToBinary(g, out []uint64) {
-	var carry uint64 // parity of all higher words
+	var carry uint64 // parity of all higher words: 0 or all ones
 	for w := len(g) - 1; w >= 0; w-- {
 		x := g[w]
 		x ^= x >> 1
@@ -184,20 +243,29 @@ func grayToBinary(g, out []uint64) {
 		x ^= x >> 8
 		x ^= x >> 16
 		x ^= x >> 32
-		if carry != 0 {
-			x = ^x
-		}
-		out[w] = x
-		carry = uint64(bits.OnesCount64(g[w])&1) ^ carry
+		out[w] = x ^ carry
+		// Bit 0 of x is the parity of the whole word.
+		carry = -((x ^ carry) & 1)
 	}
 }
 
+// Tiles is the per-tile union of taps for tiles of Rows consecutive entries
+// of a Masked order: tile t covers Order[t·Rows : min(len(Order),
+// (t+1)·Rows)] and its taps are Taps[Seg[t]:Seg[t+1]], ascending.
+type Tiles struct {
+	Rows int
+	Seg  []int32
+	Taps []int32
+	// Work is Σ_t |taps of t| · (rows in t): the (row, tap) products a
+	// masked GEMM computes, padding included.
+	Work int64
+}
+
 // Tiles returns the tap unions for tiles of rows consecutive rows of
-// ms.Order, computed once per tile size and cached.
+// ms.Order (rows ≤ 0 is taken as 1), computed once per tile size and
+// cached.
 func (ms *Masked) Tiles(rows int) *Tiles {
-	if rows <= 0 {
-		rows = 1
-	}
+	rows = max(rows, 1)
 	ms.mu.Lock()
 	defer ms.mu.Unlock()
 	if t, ok := ms.tiles[rows]; ok {
@@ -205,24 +273,40 @@ func (ms *Masked) Tiles(rows int) *Tiles {
 	}
 	n := len(ms.Order)
 	nt := (n + rows - 1) / rows
+	W := ms.Words
+	unions := make([]uint64, nt*W)
 	t := &Tiles{Rows: rows, Seg: make([]int32, nt+1)}
-	union := make([]uint64, ms.Words)
+	parallelRows(nt, func(lo, hi int) {
+		for tile := lo; tile < hi; tile++ {
+			u := unions[tile*W : tile*W+W]
+			for _, r := range ms.Order[tile*rows : min(n, tile*rows+rows)] {
+				for w, x := range ms.Mask[int(r)*W : int(r)*W+W] {
+					u[w] |= x
+				}
+			}
+			c := 0
+			for _, x := range u {
+				c += bits.OnesCount64(x)
+			}
+			t.Seg[tile+1] = int32(c)
+		}
+	})
 	for tile := range nt {
-		clear(union)
-		for _, r := range ms.Order[tile*rows : min(n, tile*rows+rows)] {
-			for w, x := range ms.Mask[int(r)*ms.Words : int(r)*ms.Words+ms.Words] {
-				union[w] |= x
-			}
-		}
-		for w, x := range union {
-			for x != 0 {
-				b := bits.TrailingZeros64(x)
-				t.Taps = append(t.Taps, int32(w*64+b))
-				x &= x - 1
-			}
-		}
-		t.Seg[tile+1] = int32(len(t.Taps))
+		t.Work += int64(t.Seg[tile+1]) * int64(min(n, tile*rows+rows)-tile*rows)
+		t.Seg[tile+1] += t.Seg[tile]
 	}
+	t.Taps = make([]int32, t.Seg[nt])
+	parallelRows(nt, func(lo, hi int) {
+		for tile := lo; tile < hi; tile++ {
+			dst := t.Taps[t.Seg[tile]:t.Seg[tile]]
+			for w, x := range unions[tile*W : tile*W+W] {
+				for x != 0 {
+					dst = append(dst, int32(w*64+bits.TrailingZeros64(x)))
+					x &= x - 1
+				}
+			}
+		}
+	})
 	if ms.tiles == nil {
 		ms.tiles = make(map[int]*Tiles)
 	}
@@ -230,23 +314,63 @@ func (ms *Masked) Tiles(rows int) *Tiles {
 	return t
 }
 
-// parallelRows splits [0, n) into contiguous chunks run on separate
-// goroutines. Each row is handled by exactly one goroutine, so results do
-// not depend on the number of workers.
-func parallelRows(n int, f func(lo, hi int)) {
-	workers := min(runtime.GOMAXPROCS(0), (n+4095)/4096)
-	if workers <= 1 {
-		f(0, n)
-		return
+// Stats summarises a map's sparsity.
+type Stats struct {
+	NIn, NOut, V int
+	// Pairs is the number of active (output, tap) entries of Nbr.
+	Pairs int64
+	// Density is Pairs / (NOut·V), the fraction of taps present.
+	Density float64
+	// TileRows, MaskedWork and Padding describe the masked algorithms for
+	// tiles of TileRows rows of the Gray-code order: MaskedWork is
+	// Σ_tiles |tap union|·rows and Padding = MaskedWork / Pairs ≥ 1, the
+	// factor of wasted (row, tap) products. They are zero unless Stats was
+	// asked for a positive tile size.
+	TileRows   int
+	MaskedWork int64
+	Padding    float64
+}
+
+// Stats returns the map's pair count and density and, for tileRows > 0,
+// the padding of the masked algorithms at that tile size (which builds and
+// caches Masked and its Tiles).
+func (m *Map) Stats(tileRows int) Stats {
+	st := Stats{NIn: m.NIn, NOut: m.NOut, V: m.V(), Pairs: m.countPairs()}
+	if m.NOut > 0 {
+		st.Density = float64(st.Pairs) / (float64(m.NOut) * float64(st.V))
 	}
-	var wg sync.WaitGroup
-	chunk := (n + workers - 1) / workers
-	for lo := 0; lo < n; lo += chunk {
-		wg.Add(1)
-		go func(lo, hi int) {
-			defer wg.Done()
-			f(lo, hi)
-		}(lo, min(n, lo+chunk))
+	if tileRows > 0 {
+		st.TileRows = tileRows
+		st.MaskedWork = m.Masked().Tiles(tileRows).Work
+		if st.Pairs > 0 {
+			st.Padding = float64(st.MaskedWork) / float64(st.Pairs)
+		}
 	}
-	wg.Wait()
+	return st
+}
+
+// countPairs counts the non-negative entries of Nbr, using the cached pair
+// lists when they exist.
+func (m *Map) countPairs() int64 {
+	m.derived.mu.Lock()
+	p := m.derived.pairs
+	m.derived.mu.Unlock()
+	if p != nil {
+		return p.Count()
+	}
+	counts := make([]int64, (len(m.Nbr)+grain-1)/grain)
+	parallelRows(len(m.Nbr), func(lo, hi int) {
+		var c int64
+		for _, i := range m.Nbr[lo:hi] {
+			if i >= 0 {
+				c++
+			}
+		}
+		counts[lo/grain] = c
+	})
+	var total int64
+	for _, c := range counts {
+		total += c
+	}
+	return total
 }

@@ -1,30 +1,3 @@
-// Package kmap builds kernel maps (neighbour tables) for sparse 3D
-// convolution and the derived index structures each GEMM algorithm needs.
-//
-// # Overview
-//
-// A Map relates NOut output rows to NIn input rows through the V taps of a
-// convolution window. Every kind of convolution (submanifold, strided,
-// inverse, transposed) is expressed by the same table
-//
-//	Nbr[o·V + v] = i   if input row i feeds output row o through tap v
-//	Nbr[o·V + v] = −1  if no input does
-//
-// so one forward loop serves all of them:
-//
-//	for o, v:  if i := Nbr[o·V+v]; i >= 0 { Y[o,:] += W[:,v,:] · X[i,:] }
-//
-// Each (i, v) feeds at most one o, so the reverse table Rev[i·V+v] = o is
-// well defined and gives the input gradient without atomics:
-//
-//	dX[i,:] = Σ_v W[:,v,:]ᵀ · dY[Rev[i·V+v], :]
-//
-// The weight gradient walks the per-tap pair lists (Pairs).
-//
-// Maps are immutable once built and safe for concurrent use; derived
-// structures (reverse table, pair lists, masks and Gray-code order) are
-// computed on first use and cached, so a map shared by several layers pays
-// for them once.
 package kmap
 
 import (
@@ -64,7 +37,11 @@ func (k Kind) String() string {
 }
 
 // Map is a kernel map. Build one with NewSubmanifold, NewStrided,
-// NewInverse or NewTransposed.
+// NewInverse or NewTransposed. A Map must not be modified after it is
+// built; its exported slices may alias the caller's coordinate arrays (as
+// documented per builder) and each other (a submanifold map's InCoords and
+// OutCoords are one array; an inverse map's Nbr is its strided map's
+// reverse table).
 type Map struct {
 	Kind Kind
 	Conv grid.Conv
@@ -72,10 +49,14 @@ type Map struct {
 	In, Out grid.Extent
 	// NIn and NOut are the numbers of input and output rows.
 	NIn, NOut int
-	// OutCoords holds the output coordinates, [NOut, 4] flat. For a
-	// submanifold map it aliases the input coordinates.
+	// InCoords holds the input coordinates, [NIn, 4] flat, in input row
+	// order.
+	InCoords []int32
+	// OutCoords holds the output coordinates, [NOut, 4] flat, in output
+	// row order.
 	OutCoords []int32
-	// Nbr is the [NOut, V] neighbour table; −1 marks an absent neighbour.
+	// Nbr is the [NOut, V] neighbour table: Nbr[o·V+v] is the input row
+	// that reaches output row o through tap v, or −1.
 	Nbr []int32
 
 	derived derivedCache
