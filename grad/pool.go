@@ -1,0 +1,384 @@
+package grad
+
+import (
+	"fmt"
+	"hash"
+
+	"github.com/chewxy/hm"
+	"github.com/flexgemm-go/flexgemm/internal/opkit"
+	"github.com/flexgemm-go/flexgemm/sparse"
+	"github.com/flexgemm-go/flexgemm/sparse/kmap"
+	"gorgonia.org/gorgonia"
+	"gorgonia.org/tensor"
+)
+
+// The pooling backward ops are differentiable: with a bias-free average
+// pool and an argmax gather they form a set closed under differentiation.
+var (
+	_ gorgonia.Op   = maxPoolGradOp{}
+	_ gorgonia.SDOp = maxPoolGradOp{}
+	_ gorgonia.ADOp = maxPoolGradOp{}
+	_ gorgonia.Op   = argmaxGatherOp{}
+	_ gorgonia.SDOp = argmaxGatherOp{}
+	_ gorgonia.ADOp = argmaxGatherOp{}
+	_ gorgonia.Op   = avgPoolGradOp{}
+	_ gorgonia.SDOp = avgPoolGradOp{}
+	_ gorgonia.ADOp = avgPoolGradOp{}
+	_ gorgonia.Op   = avgPoolOp{}
+	_ gorgonia.SDOp = avgPoolOp{}
+	_ gorgonia.ADOp = avgPoolOp{}
+)
+
+// MaxPoolGrad returns a node computing the gradient of a sparse max pool
+// over m with respect to its input x,
+//
+//	dx[i, c] = Σ_{o : argmax[o, c] = i} dy[o, c]
+//
+// where argmax is recomputed from x exactly as sparse.Pool does (ties to
+// the lowest tap). Shapes: x [m.NIn, C]; dy [m.NOut, C]; result
+// [m.NIn, C]. The node is differentiable in dy; its derivative in x is
+// zero almost everywhere and is not propagated.
+func MaxPoolGrad(x, dy *gorgonia.Node, m *kmap.Map) (*gorgonia.Node, error) {
+	const name = "MaxPoolGrad"
+	if err := checkPoolArgs(name, m, []string{"x", "dy"}, x, dy); err != nil {
+		return nil, err
+	}
+	op := maxPoolGradOp{poolBase{m: m, dt: x.Dtype()}}
+	if _, err := op.InferShape(x.Shape(), dy.Shape()); err != nil {
+		return nil, err
+	}
+	return gorgonia.ApplyOp(op, x, dy)
+}
+
+// AvgPoolGrad returns a node computing the gradient of a sparse average
+// pool over m,
+//
+//	dx[i, c] = Σ_{o, v : m.Nbr[o, v] = i} dy[o, c] / n_o
+//
+// with n_o the number of present neighbours of output o. Shapes: dy
+// [m.NOut, C]; result [m.NIn, C]. The node is differentiable in dy.
+func AvgPoolGrad(dy *gorgonia.Node, m *kmap.Map) (*gorgonia.Node, error) {
+	const name = "AvgPoolGrad"
+	if err := checkPoolArgs(name, m, []string{"dy"}, dy); err != nil {
+		return nil, err
+	}
+	op := avgPoolGradOp{poolBase{m: m, dt: dy.Dtype()}}
+	if _, err := op.InferShape(dy.Shape()); err != nil {
+		return nil, err
+	}
+	return gorgonia.ApplyOp(op, dy)
+}
+
+func checkPoolArgs(name string, m *kmap.Map, names []string, nodes ...*gorgonia.Node) error {
+	if m == nil {
+		return fmt.Errorf("%w: grad.%s: nil kernel map", ErrNilInput, name)
+	}
+	if err := checkNodes(name, names, nodes...); err != nil {
+		return err
+	}
+	_, err := checkFloatNodes(name, names, nodes...)
+	return err
+}
+
+// poolBase holds what every pooling op of this file carries.
+type poolBase struct {
+	m  *kmap.Map
+	dt tensor.Dtype
+}
+
+func (b poolBase) ReturnsPtr() bool     { return false }
+func (b poolBase) CallsExtern() bool    { return false }
+func (b poolBase) OverwritesInput() int { return -1 }
+func (b poolBase) sig() string          { return fmt.Sprintf("%s %v", opkit.MapSignature(b.m), b.dt) }
+
+// rowsShape checks that s is [rows, C] and returns C.
+func rowsShape(op, arg string, s tensor.Shape, rows int, what string) (int, error) {
+	if len(s) != 2 || s[0] != rows {
+		return 0, shapeErr(op, arg, s, fmt.Sprintf("[%d, C] (%s)", rows, what))
+	}
+	return s[1], nil
+}
+
+// matrices views values as [rows_i, C] matrices, with C from the first.
+func (b poolBase) matrices(vs []gorgonia.Value, names []string, rows []int) ([]sparse.Matrix, error) {
+	out := make([]sparse.Matrix, len(vs))
+	for i, v := range vs {
+		s := v.Shape()
+		if len(s) != 2 {
+			return nil, fmt.Errorf("%w: %s has shape %v, want a matrix", sparse.ErrShape, names[i], s)
+		}
+		var err error
+		if out[i], err = opkit.Matrix(v, names[i], rows[i], s[1]); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// maxPoolGrad computes dx from x and dy by recomputing the argmax.
+func (b poolBase) maxPoolGrad(xv, dyv gorgonia.Value) (sparse.Matrix, error) {
+	ms, err := b.matrices([]gorgonia.Value{xv, dyv}, []string{"x", "dy"}, []int{b.m.NIn, b.m.NOut})
+	if err != nil {
+		return sparse.Matrix{}, err
+	}
+	_, argmax, err := sparse.Pool(b.m, ms[0], sparse.MaxPool)
+	if err != nil {
+		return sparse.Matrix{}, err
+	}
+	return sparse.PoolGrad(b.m, ms[1], argmax, sparse.MaxPool)
+}
+
+// argmaxGather returns out [NOut, C] with out[o, c] = g[argmax_x[o, c], c]
+// (0 where an output has no neighbour), the adjoint of maxPoolGrad in dy.
+func (b poolBase) argmaxGather(xv, gv gorgonia.Value) (sparse.Matrix, error) {
+	ms, err := b.matrices([]gorgonia.Value{xv, gv}, []string{"x", "g"}, []int{b.m.NIn, b.m.NIn})
+	if err != nil {
+		return sparse.Matrix{}, err
+	}
+	_, argmax, err := sparse.Pool(b.m, ms[0], sparse.MaxPool)
+	if err != nil {
+		return sparse.Matrix{}, err
+	}
+	c := ms[1].Cols
+	switch g := ms[1].Data.(type) {
+	case []float32:
+		return sparse.Matrix{Rows: b.m.NOut, Cols: c, Data: gatherArgmax(g, argmax.I32(), c)}, nil
+	default:
+		return sparse.Matrix{Rows: b.m.NOut, Cols: c, Data: gatherArgmax(g.([]float64), argmax.I32(), c)}, nil
+	}
+}
+
+func gatherArgmax[T float32 | float64](g []T, argmax []int32, c int) []T {
+	out := make([]T, len(argmax))
+	for j, i := range argmax {
+		if i >= 0 {
+			out[j] = g[int(i)*c+j%c]
+		}
+	}
+	return out
+}
+
+func (b poolBase) avgPool(xv gorgonia.Value) (sparse.Matrix, error) {
+	ms, err := b.matrices([]gorgonia.Value{xv}, []string{"x"}, []int{b.m.NIn})
+	if err != nil {
+		return sparse.Matrix{}, err
+	}
+	y, _, err := sparse.Pool(b.m, ms[0], sparse.AvgPool)
+	return y, err
+}
+
+func (b poolBase) avgPoolGrad(dyv gorgonia.Value) (sparse.Matrix, error) {
+	ms, err := b.matrices([]gorgonia.Value{dyv}, []string{"dy"}, []int{b.m.NOut})
+	if err != nil {
+		return sparse.Matrix{}, err
+	}
+	return sparse.PoolGrad(b.m, ms[0], sparse.Matrix{}, sparse.AvgPool)
+}
+
+func denseOf(m sparse.Matrix, err error) (gorgonia.Value, error) {
+	if err != nil {
+		return nil, err
+	}
+	return opkit.NewDense(m, m.Rows, m.Cols)
+}
+
+func matrixType(n int) hm.Type {
+	a := hm.TypeVariable('a')
+	ts := make(hm.Types, n+1)
+	for i := range ts {
+		ts[i] = gorgonia.TensorType{Dims: 2, Of: a}
+	}
+	return hm.NewFnType(ts...)
+}
+
+// maxPoolGradOp computes dx [NIn, C] from x [NIn, C] and dy [NOut, C].
+type maxPoolGradOp struct{ poolBase }
+
+func (op maxPoolGradOp) Arity() int    { return 2 }
+func (op maxPoolGradOp) Type() hm.Type { return matrixType(2) }
+func (op maxPoolGradOp) InferShape(ds ...gorgonia.DimSizer) (tensor.Shape, error) {
+	const name = "MaxPoolGrad"
+	s, err := opkit.Shapes("grad."+name, 2, ds)
+	if err != nil {
+		return nil, err
+	}
+	c, err := rowsShape(name, "x", s[0], op.m.NIn, "m.NIn")
+	if err != nil {
+		return nil, err
+	}
+	if len(s[1]) != 2 || s[1][0] != op.m.NOut || s[1][1] != c {
+		return nil, shapeErr(name, "dy", s[1], fmt.Sprintf("[%d, %d] ([m.NOut, C])", op.m.NOut, c))
+	}
+	return tensor.Shape{op.m.NIn, c}, nil
+}
+func (op maxPoolGradOp) Do(vs ...gorgonia.Value) (gorgonia.Value, error) {
+	if err := opkit.CheckArity("grad.MaxPoolGrad", 2, len(vs)); err != nil {
+		return nil, err
+	}
+	return denseOf(op.maxPoolGrad(vs[0], vs[1]))
+}
+func (op maxPoolGradOp) WriteHash(h hash.Hash) { fmt.Fprint(h, op.String()) }
+func (op maxPoolGradOp) Hashcode() uint32      { return opkit.Hash(op) }
+func (op maxPoolGradOp) String() string        { return "MaxPoolGrad{" + op.sig() + "}" }
+
+// DiffWRT: the result is linear in dy and piecewise constant in x.
+func (op maxPoolGradOp) DiffWRT(int) []bool { return []bool{false, true} }
+func (op maxPoolGradOp) SymDiff(in gorgonia.Nodes, _, g *gorgonia.Node) (gorgonia.Nodes, error) {
+	d, err := gorgonia.ApplyOp(argmaxGatherOp(op), in[0], g)
+	if err != nil {
+		return nil, err
+	}
+	return gorgonia.Nodes{nil, d}, nil
+}
+func (op maxPoolGradOp) DoDiff(_ gorgonia.ExecutionContext, in gorgonia.Nodes, out *gorgonia.Node) error {
+	gv, err := out.Grad()
+	if err != nil {
+		return err
+	}
+	d, err := op.argmaxGather(in[0].Value(), gv)
+	if err != nil {
+		return err
+	}
+	return opkit.AccumulateGrad(in[1], "dy", d)
+}
+
+// argmaxGatherOp computes out [NOut, C] from x [NIn, C] and g [NIn, C]:
+// g read at the argmax rows of a max pool of x.
+type argmaxGatherOp struct{ poolBase }
+
+func (op argmaxGatherOp) Arity() int    { return 2 }
+func (op argmaxGatherOp) Type() hm.Type { return matrixType(2) }
+func (op argmaxGatherOp) InferShape(ds ...gorgonia.DimSizer) (tensor.Shape, error) {
+	const name = "ArgmaxGather"
+	s, err := opkit.Shapes("grad."+name, 2, ds)
+	if err != nil {
+		return nil, err
+	}
+	c, err := rowsShape(name, "x", s[0], op.m.NIn, "m.NIn")
+	if err != nil {
+		return nil, err
+	}
+	if !s[1].Eq(s[0]) {
+		return nil, shapeErr(name, "g", s[1], fmt.Sprintf("[%d, %d] (the shape of x)", op.m.NIn, c))
+	}
+	return tensor.Shape{op.m.NOut, c}, nil
+}
+func (op argmaxGatherOp) Do(vs ...gorgonia.Value) (gorgonia.Value, error) {
+	if err := opkit.CheckArity("grad.ArgmaxGather", 2, len(vs)); err != nil {
+		return nil, err
+	}
+	return denseOf(op.argmaxGather(vs[0], vs[1]))
+}
+func (op argmaxGatherOp) WriteHash(h hash.Hash) { fmt.Fprint(h, op.String()) }
+func (op argmaxGatherOp) Hashcode() uint32      { return opkit.Hash(op) }
+func (op argmaxGatherOp) String() string        { return "ArgmaxGather{" + op.sig() + "}" }
+func (op argmaxGatherOp) DiffWRT(int) []bool    { return []bool{false, true} }
+func (op argmaxGatherOp) SymDiff(in gorgonia.Nodes, _, g *gorgonia.Node) (gorgonia.Nodes, error) {
+	d, err := gorgonia.ApplyOp(maxPoolGradOp(op), in[0], g)
+	if err != nil {
+		return nil, err
+	}
+	return gorgonia.Nodes{nil, d}, nil
+}
+func (op argmaxGatherOp) DoDiff(_ gorgonia.ExecutionContext, in gorgonia.Nodes, out *gorgonia.Node) error {
+	gv, err := out.Grad()
+	if err != nil {
+		return err
+	}
+	d, err := op.maxPoolGrad(in[0].Value(), gv)
+	if err != nil {
+		return err
+	}
+	return opkit.AccumulateGrad(in[1], "g", d)
+}
+
+// avgPoolGradOp computes dx [NIn, C] from dy [NOut, C].
+type avgPoolGradOp struct{ poolBase }
+
+func (op avgPoolGradOp) Arity() int    { return 1 }
+func (op avgPoolGradOp) Type() hm.Type { return matrixType(1) }
+func (op avgPoolGradOp) InferShape(ds ...gorgonia.DimSizer) (tensor.Shape, error) {
+	s, err := opkit.Shapes("grad.AvgPoolGrad", 1, ds)
+	if err != nil {
+		return nil, err
+	}
+	c, err := rowsShape("AvgPoolGrad", "dy", s[0], op.m.NOut, "m.NOut")
+	if err != nil {
+		return nil, err
+	}
+	return tensor.Shape{op.m.NIn, c}, nil
+}
+func (op avgPoolGradOp) Do(vs ...gorgonia.Value) (gorgonia.Value, error) {
+	if err := opkit.CheckArity("grad.AvgPoolGrad", 1, len(vs)); err != nil {
+		return nil, err
+	}
+	return denseOf(op.avgPoolGrad(vs[0]))
+}
+func (op avgPoolGradOp) WriteHash(h hash.Hash) { fmt.Fprint(h, op.String()) }
+func (op avgPoolGradOp) Hashcode() uint32      { return opkit.Hash(op) }
+func (op avgPoolGradOp) String() string        { return "AvgPoolGrad{" + op.sig() + "}" }
+func (op avgPoolGradOp) DiffWRT(int) []bool    { return []bool{true} }
+func (op avgPoolGradOp) SymDiff(_ gorgonia.Nodes, _, g *gorgonia.Node) (gorgonia.Nodes, error) {
+	d, err := gorgonia.ApplyOp(avgPoolOp(op), g)
+	if err != nil {
+		return nil, err
+	}
+	return gorgonia.Nodes{d}, nil
+}
+func (op avgPoolGradOp) DoDiff(_ gorgonia.ExecutionContext, in gorgonia.Nodes, out *gorgonia.Node) error {
+	gv, err := out.Grad()
+	if err != nil {
+		return err
+	}
+	d, err := op.avgPool(gv)
+	if err != nil {
+		return err
+	}
+	return opkit.AccumulateGrad(in[0], "dy", d)
+}
+
+// avgPoolOp is a sparse average pool x [NIn, C] → [NOut, C]. It appears
+// only in second-order gradient graphs; users pool with package ops.
+type avgPoolOp struct{ poolBase }
+
+func (op avgPoolOp) Arity() int    { return 1 }
+func (op avgPoolOp) Type() hm.Type { return matrixType(1) }
+func (op avgPoolOp) InferShape(ds ...gorgonia.DimSizer) (tensor.Shape, error) {
+	s, err := opkit.Shapes("grad.AvgPool", 1, ds)
+	if err != nil {
+		return nil, err
+	}
+	c, err := rowsShape("AvgPool", "x", s[0], op.m.NIn, "m.NIn")
+	if err != nil {
+		return nil, err
+	}
+	return tensor.Shape{op.m.NOut, c}, nil
+}
+func (op avgPoolOp) Do(vs ...gorgonia.Value) (gorgonia.Value, error) {
+	if err := opkit.CheckArity("grad.AvgPool", 1, len(vs)); err != nil {
+		return nil, err
+	}
+	return denseOf(op.avgPool(vs[0]))
+}
+func (op avgPoolOp) WriteHash(h hash.Hash) { fmt.Fprint(h, op.String()) }
+func (op avgPoolOp) Hashcode() uint32      { return opkit.Hash(op) }
+func (op avgPoolOp) String() string        { return "GradAvgPool{" + op.sig() + "}" }
+func (op avgPoolOp) DiffWRT(int) []bool    { return []bool{true} }
+func (op avgPoolOp) SymDiff(_ gorgonia.Nodes, _, g *gorgonia.Node) (gorgonia.Nodes, error) {
+	d, err := gorgonia.ApplyOp(avgPoolGradOp(op), g)
+	if err != nil {
+		return nil, err
+	}
+	return gorgonia.Nodes{d}, nil
+}
+func (op avgPoolOp) DoDiff(_ gorgonia.ExecutionContext, in gorgonia.Nodes, out *gorgonia.Node) error {
+	gv, err := out.Grad()
+	if err != nil {
+		return err
+	}
+	d, err := op.avgPoolGrad(gv)
+	if err != nil {
+		return err
+	}
+	return opkit.AccumulateGrad(in[0], "x", d)
+}
