@@ -1,0 +1,284 @@
+// Package unet is the sparse 3D UNet of the example: its parameters, the
+// kernel maps of a batch, the graph built for every batch, the training
+// and evaluation loops, metrics and checkpoints.
+//
+// # Pattern
+//
+// Gorgonia graphs have static shapes, and every batch has its own number of
+// voxels, so a new gorgonia.ExprGraph is built per batch. The parameters
+// live outside the graphs, as *tensor.Dense values created once; each graph
+// binds them with gorgonia.WithValue, so the Adam solver (created once, fed
+// the learnables in the same order every step) updates them in place.
+//
+// # Network
+//
+// With base width c and L levels (level l has c·2^l channels):
+//
+//	enc0  = block(x)                               3×3×3 submanifold conv, VoxelNorm, ReLU
+//	encl  = block(down_l(enc(l−1)))               down: 2×2×2 stride-2 sparse conv, VoxelNorm, ReLU
+//	decl  = block(concat(up_l(dec(l+1)), encl))   up: inverse conv of down_(l+1), VoxelNorm, ReLU
+//	logits = head(dec0)                            1×1×1 submanifold conv with bias
+package unet
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+
+	"gorgonia.org/gorgonia"
+	"gorgonia.org/tensor"
+
+	"github.com/flexgemm-go/flexgemm/ops"
+	"github.com/flexgemm-go/flexgemm/sparse"
+	"github.com/flexgemm-go/flexgemm/sparse/grid"
+	"github.com/flexgemm-go/flexgemm/sparse/kmap"
+)
+
+// ErrConfig reports an invalid model configuration.
+var ErrConfig = errors.New("unet: bad configuration")
+
+// Config describes the network.
+type Config struct {
+	// InChannels is the width of the input features (1: occupancy).
+	InChannels int
+	// Channels is the width of level 0; level l has Channels·2^l.
+	Channels int
+	// Levels is the number of resolutions (1 = no down-sampling).
+	Levels int
+	// Classes is the number of output classes.
+	Classes int
+	// Eps is VoxelNorm's epsilon.
+	Eps float64
+	// DType is tensor.Float32 or tensor.Float64.
+	DType tensor.Dtype
+	// Algorithm is the GEMM formulation of every convolution.
+	Algorithm sparse.Algorithm
+}
+
+// DefaultConfig returns the example's network for the given number of
+// classes.
+func DefaultConfig(classes int) Config {
+	return Config{InChannels: 1, Channels: 8, Levels: 3, Classes: classes, Eps: 1e-5, DType: tensor.Float32, Algorithm: sparse.Auto}
+}
+
+// Validate reports whether the configuration describes a network.
+func (c Config) Validate() error {
+	switch {
+	case c.InChannels < 1 || c.InChannels > 4096:
+		return fmt.Errorf("%w: %d input channels", ErrConfig, c.InChannels)
+	case c.Channels < 1 || c.Channels > 4096:
+		return fmt.Errorf("%w: %d channels", ErrConfig, c.Channels)
+	case c.Levels < 1 || c.Levels > 8:
+		return fmt.Errorf("%w: %d levels (want 1 to 8)", ErrConfig, c.Levels)
+	case c.Classes < 2 || c.Classes > 4096:
+		return fmt.Errorf("%w: %d classes", ErrConfig, c.Classes)
+	case !(c.Eps > 0) || math.IsInf(c.Eps, 0):
+		return fmt.Errorf("%w: eps %v", ErrConfig, c.Eps)
+	case c.DType != tensor.Float32 && c.DType != tensor.Float64:
+		return fmt.Errorf("%w: dtype %v (want float32 or float64)", ErrConfig, c.DType)
+	}
+	return c.Algorithm.Valid()
+}
+
+// width returns the channels of level l.
+func (c Config) width(l int) int { return c.Channels << l }
+
+// Param is one named learnable tensor.
+type Param struct {
+	Name  string
+	Value *tensor.Dense
+}
+
+// Model holds the parameters of a network, in a fixed order.
+type Model struct {
+	Config Config
+	Params []Param
+}
+
+// New creates a network with He-initialised convolution weights (normal,
+// std √(2/fan-in)), unit norm scales and zero shifts and biases, drawn
+// deterministically from seed.
+func New(cfg Config, seed uint64) (*Model, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	m := &Model{Config: cfg}
+	r := rand.New(rand.NewPCG(seed, 0x756e6574)) // "unet"
+	conv := func(name string, k, ci, co int) {
+		std := math.Sqrt(2 / float64(k*k*k*ci))
+		v := make([]float64, co*k*k*k*ci)
+		for i := range v {
+			v[i] = std * r.NormFloat64()
+		}
+		m.Params = append(m.Params, Param{name + ".weight", m.dense(v, co, k, k, k, ci)})
+	}
+	norm := func(name string, c int) {
+		one := make([]float64, c)
+		for i := range one {
+			one[i] = 1
+		}
+		m.Params = append(m.Params,
+			Param{name + ".gamma", m.dense(one, c)},
+			Param{name + ".beta", m.dense(make([]float64, c), c)})
+	}
+	conv("enc0.conv", 3, cfg.InChannels, cfg.width(0))
+	norm("enc0.norm", cfg.width(0))
+	for l := 1; l < cfg.Levels; l++ {
+		conv(fmt.Sprintf("down%d.conv", l), 2, cfg.width(l-1), cfg.width(l))
+		norm(fmt.Sprintf("down%d.norm", l), cfg.width(l))
+		conv(fmt.Sprintf("enc%d.conv", l), 3, cfg.width(l), cfg.width(l))
+		norm(fmt.Sprintf("enc%d.norm", l), cfg.width(l))
+	}
+	for l := cfg.Levels - 2; l >= 0; l-- {
+		conv(fmt.Sprintf("up%d.conv", l), 2, cfg.width(l+1), cfg.width(l))
+		norm(fmt.Sprintf("up%d.norm", l), cfg.width(l))
+		conv(fmt.Sprintf("dec%d.conv", l), 3, 2*cfg.width(l), cfg.width(l))
+		norm(fmt.Sprintf("dec%d.norm", l), cfg.width(l))
+	}
+	conv("head", 1, cfg.width(0), cfg.Classes)
+	m.Params = append(m.Params, Param{"head.bias", m.dense(make([]float64, cfg.Classes), cfg.Classes)})
+	return m, nil
+}
+
+// dense makes a tensor of the model's dtype from float64 values.
+func (m *Model) dense(v []float64, shape ...int) *tensor.Dense {
+	if m.Config.DType == tensor.Float32 {
+		f := make([]float32, len(v))
+		for i, x := range v {
+			f[i] = float32(x)
+		}
+		return tensor.New(tensor.WithShape(shape...), tensor.WithBacking(f))
+	}
+	return tensor.New(tensor.WithShape(shape...), tensor.WithBacking(v))
+}
+
+// NumParams returns the number of scalar parameters.
+func (m *Model) NumParams() int {
+	n := 0
+	for _, p := range m.Params {
+		n += p.Value.Shape().TotalSize()
+	}
+	return n
+}
+
+// Maps holds the kernel maps of one batch at every level.
+type Maps struct {
+	// Sub[l] is the 3×3×3 submanifold map at level l.
+	Sub []*kmap.Map
+	// Down[l], l ≥ 1, is the stride-2 map from level l−1 to level l
+	// (Down[0] is nil).
+	Down []*kmap.Map
+	// Up[l], l < Levels−1, is the inverse of Down[l+1]: level l+1 → l.
+	Up []*kmap.Map
+	// Head is the 1×1×1 submanifold map at level 0.
+	Head *kmap.Map
+}
+
+// BuildMaps builds the maps of a batch whose coordinates (flat [N, 4],
+// (batch, x, y, z)) lie in ext, for a network of the given depth.
+func BuildMaps(coords []int32, ext grid.Extent, levels int) (*Maps, error) {
+	if levels < 1 {
+		return nil, fmt.Errorf("%w: %d levels", ErrConfig, levels)
+	}
+	mp := &Maps{Sub: make([]*kmap.Map, levels), Down: make([]*kmap.Map, levels), Up: make([]*kmap.Map, levels-1)}
+	var err error
+	if mp.Head, err = kmap.NewSubmanifold(coords, ext, [3]int{1, 1, 1}, [3]int{1, 1, 1}); err != nil {
+		return nil, err
+	}
+	for l := range levels {
+		if l > 0 {
+			if mp.Down[l], err = kmap.NewStrided(coords, ext, grid.Cube(2, 2, 0, 1), nil); err != nil {
+				return nil, err
+			}
+			if mp.Up[l-1], err = kmap.NewInverse(mp.Down[l]); err != nil {
+				return nil, err
+			}
+			coords, ext = mp.Down[l].OutCoords, mp.Down[l].Out
+		}
+		if mp.Sub[l], err = kmap.NewSubmanifold(coords, ext, [3]int{3, 3, 3}, [3]int{1, 1, 1}); err != nil {
+			return nil, err
+		}
+	}
+	return mp, nil
+}
+
+// Net is the graph of one batch: the parameter nodes (learnables, in the
+// model's order) and the logits node [N, Classes].
+type Net struct {
+	Graph      *gorgonia.ExprGraph
+	Learnables gorgonia.Nodes
+	Logits     *gorgonia.Node
+}
+
+// Build adds the network applied to features x [N, InChannels] over the
+// batch's maps to a new graph.
+func (m *Model) Build(x *tensor.Dense, maps *Maps) (*Net, error) {
+	cfg := m.Config
+	if maps == nil || len(maps.Sub) != cfg.Levels {
+		return nil, fmt.Errorf("%w: maps for %d levels, model has %d", ErrConfig, mapsLevels(maps), cfg.Levels)
+	}
+	g := gorgonia.NewGraph()
+	net := &Net{Graph: g}
+	p := make(map[string]*gorgonia.Node, len(m.Params))
+	for _, prm := range m.Params {
+		s := prm.Value.Shape()
+		n := gorgonia.NewTensor(g, cfg.DType, s.Dims(), gorgonia.WithShape(s.Clone()...), gorgonia.WithName(prm.Name), gorgonia.WithValue(prm.Value))
+		p[prm.Name] = n
+		net.Learnables = append(net.Learnables, n)
+	}
+	xs := x.Shape()
+	in := gorgonia.NewMatrix(g, cfg.DType, gorgonia.WithShape(xs.Clone()...), gorgonia.WithName("x"), gorgonia.WithValue(x))
+
+	algo := ops.WithAlgorithm(cfg.Algorithm)
+	var err error
+	// normRelu applies VoxelNorm and ReLU; each step checks err first.
+	normRelu := func(h *gorgonia.Node, name string) *gorgonia.Node {
+		if err != nil {
+			return nil
+		}
+		if h, err = ops.VoxelNorm(h, p[name+".norm.gamma"], p[name+".norm.beta"], cfg.Eps); err != nil {
+			return nil
+		}
+		h, err = gorgonia.Rectify(h)
+		return h
+	}
+	type convFn func(x, w *gorgonia.Node, m *kmap.Map, opts ...ops.ConvOption) (*gorgonia.Node, error)
+	conv := func(f convFn, h *gorgonia.Node, name string, mp *kmap.Map) *gorgonia.Node {
+		if err != nil {
+			return nil
+		}
+		h, err = f(h, p[name+".conv.weight"], mp, algo)
+		return normRelu(h, name)
+	}
+
+	skips := make([]*gorgonia.Node, cfg.Levels)
+	h := conv(ops.SubMConv3d, in, "enc0", maps.Sub[0])
+	skips[0] = h
+	for l := 1; l < cfg.Levels; l++ {
+		h = conv(ops.SparseConv3d, h, fmt.Sprintf("down%d", l), maps.Down[l])
+		h = conv(ops.SubMConv3d, h, fmt.Sprintf("enc%d", l), maps.Sub[l])
+		skips[l] = h
+	}
+	for l := cfg.Levels - 2; l >= 0; l-- {
+		h = conv(ops.InverseConv3d, h, fmt.Sprintf("up%d", l), maps.Up[l])
+		if err == nil {
+			h, err = gorgonia.Concat(1, h, skips[l])
+		}
+		h = conv(ops.SubMConv3d, h, fmt.Sprintf("dec%d", l), maps.Sub[l])
+	}
+	if err == nil {
+		net.Logits, err = ops.SubMConv3d(h, p["head.weight"], maps.Head, algo, ops.WithBias(p["head.bias"]))
+	}
+	if err != nil {
+		return nil, fmt.Errorf("unet: building the graph: %w", err)
+	}
+	return net, nil
+}
+
+func mapsLevels(m *Maps) int {
+	if m == nil {
+		return 0
+	}
+	return len(m.Sub)
+}

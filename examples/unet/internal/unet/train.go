@@ -1,0 +1,257 @@
+package unet
+
+import (
+	"fmt"
+	"math"
+	"strconv"
+
+	"gorgonia.org/gorgonia"
+	"gorgonia.org/tensor"
+
+	"github.com/flexgemm-go/flexgemm/examples/unet/internal/scenes"
+	"github.com/flexgemm-go/flexgemm/ops"
+	"github.com/flexgemm-go/flexgemm/sparse/grid"
+)
+
+// Sample is a batch ready for the network: its voxels and labels, its
+// kernel maps (built once and reused every epoch) and its input features.
+type Sample struct {
+	Batch *scenes.Batch
+	Maps  *Maps
+	X     *tensor.Dense
+}
+
+// Prepare builds the maps and the occupancy features (all ones) of a batch
+// of scenes in a grid³ volume.
+func (m *Model) Prepare(b *scenes.Batch, gridSize int) (*Sample, error) {
+	ext := grid.Extent{Batch: max(1, len(b.Scenes)), X: gridSize, Y: gridSize, Z: gridSize}
+	maps, err := BuildMaps(b.Coords, ext, m.Config.Levels)
+	if err != nil {
+		return nil, err
+	}
+	ones := make([]float64, b.N()*m.Config.InChannels)
+	for i := range ones {
+		ones[i] = 1
+	}
+	return &Sample{Batch: b, Maps: maps, X: m.dense(ones, b.N(), m.Config.InChannels)}, nil
+}
+
+// Trainer runs Adam steps on a model. The solver keeps its moment
+// estimates per position in the model's parameter list, which never
+// changes.
+type Trainer struct {
+	Model  *Model
+	Solver gorgonia.Solver
+	// LossOptions are passed to ops.SoftmaxCrossEntropy.
+	LossOptions []ops.LossOption
+}
+
+// NewTrainer returns a trainer with an Adam solver of learning rate lr.
+func NewTrainer(m *Model, lr float64) (*Trainer, error) {
+	if !(lr > 0) || math.IsInf(lr, 0) {
+		return nil, fmt.Errorf("%w: learning rate %v", ErrConfig, lr)
+	}
+	return &Trainer{Model: m, Solver: gorgonia.NewAdamSolver(gorgonia.WithLearnRate(lr))}, nil
+}
+
+// StepResult reports one training step.
+type StepResult struct {
+	Loss float64
+	// Pred holds the predicted class of every voxel (before the update).
+	Pred []int32
+}
+
+// Step runs forward and backward on the sample and updates the
+// parameters in place.
+func (t *Trainer) Step(s *Sample) (StepResult, error) {
+	net, err := t.Model.Build(s.X, s.Maps)
+	if err != nil {
+		return StepResult{}, err
+	}
+	loss, err := ops.SoftmaxCrossEntropy(net.Logits, s.Batch.Labels, t.LossOptions...)
+	if err != nil {
+		return StepResult{}, err
+	}
+	var logits gorgonia.Value
+	gorgonia.Read(net.Logits, &logits)
+	if _, err := gorgonia.Grad(loss, net.Learnables...); err != nil {
+		return StepResult{}, fmt.Errorf("unet: gradient graph: %w", err)
+	}
+	vm := gorgonia.NewTapeMachine(net.Graph, gorgonia.BindDualValues(net.Learnables...))
+	defer vm.Close()
+	if err := vm.RunAll(); err != nil {
+		return StepResult{}, fmt.Errorf("unet: training step: %w", err)
+	}
+	lv, err := scalar(loss.Value())
+	if err != nil {
+		return StepResult{}, err
+	}
+	if math.IsNaN(lv) || math.IsInf(lv, 0) {
+		return StepResult{}, fmt.Errorf("unet: training diverged (loss %v)", lv)
+	}
+	pred, err := ops.ArgmaxRows(logits)
+	if err != nil {
+		return StepResult{}, err
+	}
+	if err := t.Solver.Step(gorgonia.NodesToValueGrads(net.Learnables)); err != nil {
+		return StepResult{}, fmt.Errorf("unet: solver: %w", err)
+	}
+	return StepResult{Loss: lv, Pred: pred}, nil
+}
+
+// Predict runs the network forward on the sample and returns the loss and
+// the predicted class of every voxel. VoxelNorm uses the statistics of this
+// batch (see ops.VoxelNorm).
+func (m *Model) Predict(s *Sample) (float64, []int32, error) {
+	net, err := m.Build(s.X, s.Maps)
+	if err != nil {
+		return 0, nil, err
+	}
+	loss, err := ops.SoftmaxCrossEntropy(net.Logits, s.Batch.Labels)
+	if err != nil {
+		return 0, nil, err
+	}
+	var logits, lossV gorgonia.Value
+	gorgonia.Read(net.Logits, &logits)
+	gorgonia.Read(loss, &lossV)
+	vm := gorgonia.NewTapeMachine(net.Graph)
+	defer vm.Close()
+	if err := vm.RunAll(); err != nil {
+		return 0, nil, fmt.Errorf("unet: forward: %w", err)
+	}
+	lv, err := scalar(lossV)
+	if err != nil {
+		return 0, nil, err
+	}
+	pred, err := ops.ArgmaxRows(logits)
+	return lv, pred, err
+}
+
+func scalar(v gorgonia.Value) (float64, error) {
+	if v == nil {
+		return 0, fmt.Errorf("unet: no value was computed")
+	}
+	switch d := v.Data().(type) {
+	case float64:
+		return d, nil
+	case float32:
+		return float64(d), nil
+	}
+	return 0, fmt.Errorf("unet: loss is %T, not a scalar", v.Data())
+}
+
+// Confusion counts (true, predicted) class pairs.
+type Confusion struct {
+	K int
+	// Counts[t·K + p] is the number of voxels of class t predicted as p.
+	Counts []int64
+}
+
+// NewConfusion returns an empty K×K confusion matrix.
+func NewConfusion(k int) *Confusion { return &Confusion{K: k, Counts: make([]int64, k*k)} }
+
+// Add counts the voxels of one batch. Labels outside [0, K) are skipped.
+func (c *Confusion) Add(labels, pred []int32) error {
+	if len(labels) != len(pred) {
+		return fmt.Errorf("%w: %d labels but %d predictions", ErrConfig, len(labels), len(pred))
+	}
+	for i, t := range labels {
+		p := pred[i]
+		if t < 0 || int(t) >= c.K || p < 0 || int(p) >= c.K {
+			continue
+		}
+		c.Counts[int(t)*c.K+int(p)]++
+	}
+	return nil
+}
+
+// Total returns the number of voxels counted.
+func (c *Confusion) Total() int64 {
+	var n int64
+	for _, v := range c.Counts {
+		n += v
+	}
+	return n
+}
+
+// Accuracy returns the fraction of voxels predicted correctly (0 if none).
+func (c *Confusion) Accuracy() float64 {
+	var ok int64
+	for k := range c.K {
+		ok += c.Counts[k*c.K+k]
+	}
+	if n := c.Total(); n > 0 {
+		return float64(ok) / float64(n)
+	}
+	return 0
+}
+
+// IoU returns the intersection over union of class k, TP / (TP + FP + FN),
+// and whether the class occurs at all (in the labels or the predictions).
+func (c *Confusion) IoU(k int) (float64, bool) {
+	tp := c.Counts[k*c.K+k]
+	var fp, fn int64
+	for j := range c.K {
+		if j != k {
+			fn += c.Counts[k*c.K+j]
+			fp += c.Counts[j*c.K+k]
+		}
+	}
+	if d := tp + fp + fn; d > 0 {
+		return float64(tp) / float64(d), true
+	}
+	return 0, false
+}
+
+// MeanIoU averages IoU over the classes that occur.
+func (c *Confusion) MeanIoU() float64 {
+	s, n := 0.0, 0
+	for k := range c.K {
+		if v, ok := c.IoU(k); ok {
+			s += v
+			n++
+		}
+	}
+	if n == 0 {
+		return 0
+	}
+	return s / float64(n)
+}
+
+// Evaluation is the result of Evaluate.
+type Evaluation struct {
+	Loss      float64 // mean over batches
+	Confusion *Confusion
+	// Pred holds the predictions of every sample, in order.
+	Pred [][]int32
+}
+
+// Evaluate predicts every sample and accumulates the metrics.
+func (m *Model) Evaluate(samples []*Sample) (*Evaluation, error) {
+	ev := &Evaluation{Confusion: NewConfusion(m.Config.Classes)}
+	for _, s := range samples {
+		l, pred, err := m.Predict(s)
+		if err != nil {
+			return nil, err
+		}
+		ev.Loss += l / float64(len(samples))
+		if err := ev.Confusion.Add(s.Batch.Labels, pred); err != nil {
+			return nil, err
+		}
+		ev.Pred = append(ev.Pred, pred)
+	}
+	return ev, nil
+}
+
+// metadata returns the checkpoint metadata describing the configuration.
+func (c Config) metadata() map[string]string {
+	return map[string]string{
+		"model":       "flexgemm-go sparse unet",
+		"in_channels": strconv.Itoa(c.InChannels),
+		"channels":    strconv.Itoa(c.Channels),
+		"levels":      strconv.Itoa(c.Levels),
+		"classes":     strconv.Itoa(c.Classes),
+		"eps":         strconv.FormatFloat(c.Eps, 'g', -1, 64),
+		"dtype":       c.DType.String(),
+	}
+}
