@@ -53,7 +53,7 @@ func ConvInputGrad(m *kmap.Map, dy, w Matrix, opt ConvOptions) (Matrix, error) {
 	if err := sameDType("ConvInputGrad", "weight", dy, w); err != nil {
 		return Matrix{}, err
 	}
-	if err := opt.Algorithm.Valid(); err != nil {
+	if err := opt.validate(); err != nil {
 		return Matrix{}, err
 	}
 	e, err := EngineFor(dy, w)
@@ -81,7 +81,7 @@ func ConvWeightGrad(m *kmap.Map, x, dy Matrix, opt ConvOptions) (Matrix, error) 
 	if err := sameDType("ConvWeightGrad", "dy", x, dy); err != nil {
 		return Matrix{}, err
 	}
-	if err := opt.Algorithm.Valid(); err != nil {
+	if err := opt.validate(); err != nil {
 		return Matrix{}, err
 	}
 	e, err := EngineFor(x, dy)
@@ -117,7 +117,7 @@ func checkConv(op string, m *kmap.Map, x, w Matrix, opt ConvOptions) (Engine, er
 	if err := sameDType(op, "weight", x, w); err != nil {
 		return nil, err
 	}
-	if err := opt.Algorithm.Valid(); err != nil {
+	if err := opt.validate(); err != nil {
 		return nil, err
 	}
 	return EngineFor(x, w)
@@ -167,6 +167,21 @@ func sameDType(op, arg string, a, b Matrix) error {
 	}
 	if da == Int32 {
 		return fmt.Errorf("%w: %s: int32 features", ErrDType, op)
+	}
+	return nil
+}
+
+// validate checks the algorithm and that SplitK and TileRows are not
+// negative (0 means the engine's default).
+func (opt ConvOptions) validate() error {
+	if err := opt.Algorithm.Valid(); err != nil {
+		return err
+	}
+	if opt.SplitK < 0 {
+		return fmt.Errorf("%w: SplitK %d is negative", ErrOptions, opt.SplitK)
+	}
+	if opt.TileRows < 0 {
+		return fmt.Errorf("%w: TileRows %d is negative", ErrOptions, opt.TileRows)
 	}
 	return nil
 }

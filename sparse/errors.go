@@ -22,6 +22,9 @@ var (
 	ErrNoEngine = errors.New("sparse: no engine for data")
 	// ErrAlgorithm reports an unknown convolution algorithm.
 	ErrAlgorithm = errors.New("sparse: unknown algorithm")
+	// ErrOptions reports invalid convolution options, such as a negative
+	// split count or tile size.
+	ErrOptions = errors.New("sparse: bad options")
 )
 
 // ShapeError describes a shape mismatch in one argument of an operation.
