@@ -8,6 +8,7 @@ import (
 	"github.com/flexgemm-go/flexgemm/grad"
 	"github.com/flexgemm-go/flexgemm/ops"
 	"github.com/flexgemm-go/flexgemm/sparse"
+	"github.com/flexgemm-go/flexgemm/sparse/grid"
 	"github.com/flexgemm-go/flexgemm/sparse/kmap"
 	"github.com/stretchr/testify/require"
 	"gorgonia.org/gorgonia"
@@ -309,4 +310,47 @@ func TestConvAdam(t *testing.T) {
 		vm.Close()
 	}
 	require.Less(t, losses[len(losses)-1], 0.2*losses[0], "losses %v", losses)
+}
+
+// TestConvGradientsFloat32 runs the gradient check on a float32 graph
+// (float32 SymDiff/DoDiff paths), with float32 tolerances.
+func TestConvGradientsFloat32(t *testing.T) {
+	tm := testMaps(t, 15)[1]
+	rng := rand.New(rand.NewPCG(15, 15))
+	inputs := []*tensor.Dense{
+		randDense(rng, tensor.Float32, tm.m.NIn, 2),
+		randDense(rng, tensor.Float32, weightShape(tm.m, 2, 2)...),
+		randDense(rng, tensor.Float32, 2),
+	}
+	rep, err := grad.Check(func(g *gorgonia.ExprGraph, in gorgonia.Nodes) (*gorgonia.Node, error) {
+		y, err := ops.SparseConv3d(in[0], in[1], tm.m, ops.WithBias(in[2]), ops.WithAlgorithm(sparse.MaskedImplicitSplitK))
+		if err != nil {
+			return nil, err
+		}
+		return sumSquares(y)
+	}, inputs)
+	require.NoError(t, err, "%v", rep)
+	for _, in := range rep.Inputs {
+		require.True(t, in.Lisp.Ran && in.Tape.Ran)
+	}
+}
+
+// TestConvEmpty: a batch with no voxels gives [0, Co] results (Gorgonia's
+// own ops cannot take empty values, but ours can).
+func TestConvEmpty(t *testing.T) {
+	ext := grid.Extent{Batch: 1, X: 3, Y: 3, Z: 3}
+	m, err := kmap.NewSubmanifold(nil, ext, [3]int{3, 3, 3}, [3]int{1, 1, 1})
+	require.NoError(t, err)
+	g := gorgonia.NewGraph()
+	x := input(g, "x", tensor.New(tensor.Of(tensor.Float32), tensor.WithShape(0, 2)))
+	w := input(g, "w", randDense(rand.New(rand.NewPCG(1, 1)), tensor.Float32, 4, 3, 3, 3, 2))
+	y, err := ops.SubMConv3d(x, w, m)
+	require.NoError(t, err)
+	p, err := ops.MaxPool3d(y, m)
+	require.NoError(t, err)
+	vm := gorgonia.NewTapeMachine(g)
+	defer vm.Close()
+	require.NoError(t, vm.RunAll())
+	require.Equal(t, tensor.Shape{0, 4}, y.Value().Shape())
+	require.Equal(t, tensor.Shape{0, 4}, p.Value().Shape())
 }
