@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Builds the CUDA kernel images embedded by package kernels.
+#
+# Every kernels/*.cu file becomes one module image images/<name>.fatbin
+# holding sm_80 and sm_90 cubins and compute_90 PTX (the driver JIT-compiles
+# the PTX on newer GPUs). manifest.txt records the nvcc version and the
+# sha256 of every input (*.cu, *.cuh, this script) and of every image; the
+# plain Go test TestImagesUpToDate fails when a source changed after the
+# last build.
+#
+# Usage: cudaext/kernels/build.sh        (needs nvcc 11.8+ and Go on PATH)
+#        NVCC=/path/to/nvcc JOBS=4 cudaext/kernels/build.sh
+# An image is rebuilt when its .cu changed, when any .cuh, this script or
+# the nvcc version changed, or when it is missing.
+set -euo pipefail
+cd "$(dirname "$0")"
+NVCC=${NVCC:-nvcc}
+JOBS=${JOBS:-$(nproc)}
+FLAGS="-std=c++17 -O3 -Xfatbin=-compress-all -gencode=arch=compute_80,code=sm_80 -gencode=arch=compute_90,code=sm_90 -gencode=arch=compute_90,code=compute_90"
+
+exec 9>"${TMPDIR:-/tmp}/flexgemm-kernels-build.lock"
+flock 9
+
+# Regenerate the GEMM instantiations from the Go tile table.
+(cd ../.. && go run ./cudaext/kernels/gen -dir cudaext/kernels)
+
+nvccver=$("$NVCC" --version | grep -o 'release [0-9.]*, V[0-9.]*')
+mkdir -p images
+
+# Fingerprint of everything every image depends on.
+common=$( { echo "nvcc $nvccver"; echo "flags $FLAGS"; sha256sum build.sh *.cuh; } | sha256sum | cut -d' ' -f1)
+old_common=$(grep '^common ' manifest.txt 2>/dev/null | cut -d' ' -f2 || true)
+
+todo=()
+for cu in *.cu; do
+  name=${cu%.cu}
+  sum=$(sha256sum "$cu" | cut -d' ' -f1)
+  if [[ "$common" != "$old_common" || ! -f images/$name.fatbin ]] ||
+     ! grep -qx "source $sum $cu" manifest.txt 2>/dev/null; then
+    todo+=("$cu")
+  fi
+done
+# Images whose source is gone.
+for img in images/*.fatbin; do
+  [[ -e "$img" ]] || continue
+  n=$(basename "$img" .fatbin)
+  [[ -f "$n.cu" ]] || rm -f "$img"
+done
+
+if ((${#todo[@]})); then
+  echo "build.sh: compiling ${todo[*]}"
+  printf '%s\n' "${todo[@]}" | xargs -P "$JOBS" -I{} sh -c \
+    'n=$(basename {} .cu); '"$NVCC $FLAGS"' -fatbin -o images/$n.fatbin.tmp {} && mv images/$n.fatbin.tmp images/$n.fatbin'
+else
+  echo "build.sh: images up to date"
+fi
+
+{
+  echo "# FlexGEMM-Go kernel image manifest, written by build.sh. DO NOT EDIT."
+  echo "nvcc $nvccver"
+  echo "flags $FLAGS"
+  echo "common $common"
+  for f in $(ls build.sh *.cuh *.cu | LC_ALL=C sort); do
+    echo "source $(sha256sum "$f" | cut -d' ' -f1) $f"
+  done
+  for img in $(ls images/*.fatbin | LC_ALL=C sort); do
+    echo "image $(sha256sum "$img" | cut -d' ' -f1) $(basename "$img")"
+  done
+} > manifest.txt.tmp
+mv manifest.txt.tmp manifest.txt

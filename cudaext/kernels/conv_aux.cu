@@ -1,0 +1,144 @@
+// Auxiliary kernels of the convolution engine: dtype conversion, weight
+// transpose, im2col gather, split-K reduction and bias gradient.
+//
+// Every kernel takes 8-byte arguments only (pointers and long long) and
+// uses 64-bit element indices with grid-stride loops.
+#include "gemm.cuh"
+
+namespace fg_aux {
+
+using fg::from_f32;
+using fg::to_f32;
+
+__device__ __forceinline__ long long gtid() { return (long long)blockIdx.x * blockDim.x + threadIdx.x; }
+__device__ __forceinline__ long long gstride() { return (long long)gridDim.x * blockDim.x; }
+
+template <class S, class D> __device__ void convert(const S* in, D* out, long long n) {
+  for (long long i = gtid(); i < n; i += gstride()) out[i] = from_f32<D>(to_f32(in[i]));
+}
+
+// out[ci, v, co] = in[co, v, ci]: [Co, V, Ci] -> [Ci, V, Co].
+template <class R> __device__ void transpose_w(const R* in, R* out, long long co_n, long long v_n, long long ci_n) {
+  const long long n = co_n * v_n * ci_n;
+  for (long long i = gtid(); i < n; i += gstride()) {
+    const long long co = i % co_n;
+    const long long rest = i / co_n;
+    const long long v = rest % v_n, ci = rest / v_n;
+    out[i] = in[(co * v_n + v) * ci_n + ci];
+  }
+}
+
+// out[r, v·C + c] = tbl[r, v] >= 0 ? in[tbl[r, v], c] : 0  ([R, V·C]).
+template <class R> __device__ void im2col(const R* in, const int* tbl, R* out, long long rows, long long v_n, long long c_n) {
+  const long long n = rows * v_n * c_n;
+  for (long long i = gtid(); i < n; i += gstride()) {
+    const long long c = i % c_n;
+    const long long rv = i / c_n;  // = r·V + v
+    const int src = tbl[rv];
+    out[i] = src >= 0 ? in[(long long)src * c_n + c] : R(0);
+  }
+}
+
+// out[r, c] = Σ_z part[z, r, c] (+ bias[c]), summed in split order.
+template <class T>
+__device__ void reduce(const float* part, T* out, const T* bias, long long rows, long long cols, long long splits) {
+  const long long n = rows * cols;
+  for (long long i = gtid(); i < n; i += gstride()) {
+    float s = 0.f;
+    for (long long z = 0; z < splits; ++z) s += part[z * n + i];
+    if (bias) s += to_f32(bias[i % cols]);
+    out[i] = from_f32<T>(s);
+  }
+}
+
+// Bias gradient, stage 1: part[chunk, c] = Σ_{r in chunk} dy[r, c] for
+// chunks of chunk_rows rows (chosen by the host). Block (32, 8): column c = blockIdx.x·32 + tx;
+// thread ty sums rows ty, ty+8, … of the chunk, then the 8 partial sums are
+// added in ty order. Fixed partition: deterministic.
+template <class T>
+__device__ void bias_grad1(const T* dy, float* part, long long rows, long long cols, long long chunk_rows) {
+  __shared__ float red[8][33];
+  const long long c = (long long)blockIdx.x * 32 + threadIdx.x;
+  const long long chunk = blockIdx.y;
+  const long long r0 = chunk * chunk_rows;
+  const long long r1 = min(rows, r0 + chunk_rows);
+  float s = 0.f;
+  if (c < cols)
+    for (long long r = r0 + threadIdx.y; r < r1; r += 8) s += to_f32(dy[r * cols + c]);
+  red[threadIdx.y][threadIdx.x] = s;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < cols) {
+    float t = 0.f;
+    for (int j = 0; j < 8; ++j) t += red[j][threadIdx.x];
+    part[chunk * cols + c] = t;
+  }
+}
+
+// Bias gradient, stage 2: out[c] = Σ_chunk part[chunk, c] in chunk order.
+template <class T> __device__ void bias_grad2(const float* part, T* out, long long chunks, long long cols) {
+  for (long long c = gtid(); c < cols; c += gstride()) {
+    float s = 0.f;
+    for (long long k = 0; k < chunks; ++k) s += part[k * cols + c];
+    out[c] = from_f32<T>(s);
+  }
+}
+
+}  // namespace fg_aux
+
+extern "C" {
+
+__global__ void spconv_cvt_f32_f16(const float* in, __half* out, long long n) { fg_aux::convert(in, out, n); }
+__global__ void spconv_cvt_f32_bf16(const float* in, __nv_bfloat16* out, long long n) { fg_aux::convert(in, out, n); }
+__global__ void spconv_cvt_f16_f32(const __half* in, float* out, long long n) { fg_aux::convert(in, out, n); }
+__global__ void spconv_cvt_bf16_f32(const __nv_bfloat16* in, float* out, long long n) { fg_aux::convert(in, out, n); }
+
+__global__ void spconv_transpose_w_b32(const unsigned* in, unsigned* out, long long co, long long v, long long ci) {
+  fg_aux::transpose_w(in, out, co, v, ci);
+}
+__global__ void spconv_transpose_w_b16(const unsigned short* in, unsigned short* out, long long co, long long v,
+                                       long long ci) {
+  fg_aux::transpose_w(in, out, co, v, ci);
+}
+
+__global__ void spconv_im2col_b32(const unsigned* in, const int* tbl, unsigned* out, long long rows, long long v,
+                                  long long c) {
+  fg_aux::im2col(in, tbl, out, rows, v, c);
+}
+__global__ void spconv_im2col_b16(const unsigned short* in, const int* tbl, unsigned short* out, long long rows,
+                                  long long v, long long c) {
+  fg_aux::im2col(in, tbl, out, rows, v, c);
+}
+
+__global__ void spconv_reduce_f32(const float* part, float* out, const float* bias, long long rows, long long cols,
+                                  long long splits) {
+  fg_aux::reduce(part, out, bias, rows, cols, splits);
+}
+__global__ void spconv_reduce_f16(const float* part, __half* out, const __half* bias, long long rows, long long cols,
+                                  long long splits) {
+  fg_aux::reduce(part, out, bias, rows, cols, splits);
+}
+__global__ void spconv_reduce_bf16(const float* part, __nv_bfloat16* out, const __nv_bfloat16* bias, long long rows,
+                                   long long cols, long long splits) {
+  fg_aux::reduce(part, out, bias, rows, cols, splits);
+}
+
+__global__ void spconv_bias_grad1_f32(const float* dy, float* part, long long rows, long long cols, long long chunk_rows) {
+  fg_aux::bias_grad1(dy, part, rows, cols, chunk_rows);
+}
+__global__ void spconv_bias_grad1_f16(const __half* dy, float* part, long long rows, long long cols, long long chunk_rows) {
+  fg_aux::bias_grad1(dy, part, rows, cols, chunk_rows);
+}
+__global__ void spconv_bias_grad1_bf16(const __nv_bfloat16* dy, float* part, long long rows, long long cols, long long chunk_rows) {
+  fg_aux::bias_grad1(dy, part, rows, cols, chunk_rows);
+}
+__global__ void spconv_bias_grad2_f32(const float* part, float* out, long long chunks, long long cols) {
+  fg_aux::bias_grad2(part, out, chunks, cols);
+}
+__global__ void spconv_bias_grad2_f16(const float* part, __half* out, long long chunks, long long cols) {
+  fg_aux::bias_grad2(part, out, chunks, cols);
+}
+__global__ void spconv_bias_grad2_bf16(const float* part, __nv_bfloat16* out, long long chunks, long long cols) {
+  fg_aux::bias_grad2(part, out, chunks, cols);
+}
+
+}  // extern "C"

@@ -1,0 +1,33 @@
+// Package kernels holds the CUDA sources of the cudaext engine and the
+// compiled kernel images built from them. It has no build tag and no cgo:
+// it only embeds bytes, so it compiles (and its tests run) on machines
+// without CUDA.
+//
+// # Layout
+//
+//	*.cu, *.cuh     kernel sources; each X.cu is one module image
+//	gemm.cuh        the GEMM kernels (fg::TileCfg, gather and pairs families)
+//	gemm_*.cu       generated instantiations, one per family × arithmetic
+//	conv_aux.cu     conversion, transpose, im2col, split-K reduce, bias grad
+//	tiles.go        THE tile table; gen writes gemm_*.cu from it
+//	build.sh        compiles every X.cu into images/X.fatbin (sm_80, sm_90,
+//	                compute_90 PTX) and writes manifest.txt
+//	images/         the compiled images, embedded with go:embed
+//
+// # Rebuilding
+//
+// After changing a .cu/.cuh file or the tile table, run
+//
+//	cudaext/kernels/build.sh
+//
+// (nvcc 11.8 or newer and Go on PATH). TestImagesUpToDate fails while the
+// embedded images are stale, and TestInstancesUpToDate while gemm_*.cu
+// differ from what the tile table generates.
+//
+// # Overriding the images
+//
+// The environment variable FLEXGEMM_KERNEL_IMAGE may name a .fatbin (or
+// .cubin/.ptx) file or a directory of them; each file replaces the embedded
+// module of the same base name (conv_aux.fatbin replaces module "conv_aux"), so
+// experimental builds can be tried without recompiling Go code.
+package kernels

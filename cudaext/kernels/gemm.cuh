@@ -1,0 +1,600 @@
+// Sparse-convolution GEMM kernels of FlexGEMM-Go.
+//
+// Two kernel families share one tile configuration (TileCfg), one cp.async
+// pipeline and one set of warp-level multiply routines:
+//
+//   gather  out[r, n] = bias[n] + Σ_{v, c} in[tbl[r, v], c] · w[n, v, c]
+//           forward (in = x, w = weight [Co, V, Ci], tbl = Nbr) and input
+//           gradient (in = dy, w = transposed weight [Ci, V, Co], tbl = Rev).
+//           Optional: row order (masked algorithms store row order[r]),
+//           per-tile tap lists (masked tap unions), split-K partials.
+//           A null table is the identity (explicit GEMM on an im2col matrix).
+//   pairs   out[m, v, n] = Σ_{p ∈ seg(v)} a[ia[p], m] · b[ib[p], n]
+//           weight gradient (a = dy, b = x) over per-tap pair lists,
+//           optional split-K partials.
+//
+// Operands are staged in shared memory by cp.async (16-byte copies with
+// zero fill) when rows are 16-byte aligned, and by plain loads otherwise, so
+// any channel count works. Arithmetic: F32 = SIMT FMA, TF32 = mma.sync
+// m16n8k8, F16/BF16 = mma.sync m16n8k16 with ldmatrix; float32 accumulators
+// everywhere. Split-K partials are float32 [splits, rows, cols] and are
+// summed in split order by spconv_reduce_* (conv_aux.cu): results are
+// deterministic. No atomics.
+//
+// Index arithmetic on feature rows is 64-bit, so N·C may exceed 2^31.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <stdint.h>
+
+namespace fg {
+
+enum class Math { F32, TF32, F16, BF16 };
+
+template <Math M> struct MathTraits;
+template <> struct MathTraits<Math::F32> {
+  using T = float;
+  static constexpr int kInstK = 1;
+};
+template <> struct MathTraits<Math::TF32> {
+  using T = float;
+  static constexpr int kInstK = 8;
+};
+template <> struct MathTraits<Math::F16> {
+  using T = __half;
+  static constexpr int kInstK = 16;
+};
+template <> struct MathTraits<Math::BF16> {
+  using T = __nv_bfloat16;
+  static constexpr int kInstK = 16;
+};
+
+__device__ __forceinline__ float to_f32(float x) { return x; }
+__device__ __forceinline__ float to_f32(__half x) { return __half2float(x); }
+__device__ __forceinline__ float to_f32(__nv_bfloat16 x) { return __bfloat162float(x); }
+
+template <class T> __device__ __forceinline__ T from_f32(float x);
+template <> __device__ __forceinline__ float from_f32<float>(float x) { return x; }
+template <> __device__ __forceinline__ __half from_f32<__half>(float x) { return __float2half_rn(x); }
+template <> __device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float x) {
+  return __float2bfloat16_rn(x);
+}
+
+// Raw bit container of an element, used to move elements without arithmetic.
+template <int Bytes> struct RawOf;
+template <> struct RawOf<2> { using type = unsigned short; };
+template <> struct RawOf<4> { using type = unsigned int; };
+
+// Tile configuration. Go mirror: kernels.Tile (tiles.go); the generated
+// instantiations assert that the shared-memory sizes agree.
+template <Math M_, int BM_, int BN_, int BK_, int WM_, int WN_, int S_> struct TileCfg {
+  static constexpr Math kMath = M_;
+  using T = typename MathTraits<M_>::T;
+  using Raw = typename RawOf<sizeof(T)>::type;
+  static constexpr int BM = BM_, BN = BN_, BK = BK_, WM = WM_, WN = WN_, S = S_;
+  static constexpr int kWarps = WM * WN;
+  static constexpr int kThreads = 32 * kWarps;
+  static constexpr int WTM = BM / WM;  // warp tile rows
+  static constexpr int WTN = BN / WN;  // warp tile cols
+  static constexpr int MI = WTM / 16;  // 16-row fragments per warp
+  static constexpr int NI = WTN / 8;   // 8-col fragments per warp
+  static constexpr int kElem = (int)sizeof(T);
+  static constexpr int kChunk = 16 / kElem;  // elements per 16-byte copy
+  static constexpr int LdK = BK + kChunk;    // K-major row pitch (16-byte pad)
+  static constexpr int LdMA = BM + 8;        // MN-major pitches (pairs family)
+  static constexpr int LdMB = BN + 8;
+  static constexpr int kGatherSmem = S * (BM + BN) * LdK * kElem + 4 * BM;
+  static constexpr int kPairsSmem = S * BK * (LdMA + LdMB) * kElem;
+
+  static_assert(kWarps >= 1 && kThreads <= 1024, "bad warp grid");
+  static_assert(BM % (16 * WM) == 0, "BM must be a multiple of 16*WM");
+  static_assert(BN % (16 * WN) == 0, "BN must be a multiple of 16*WN (even 8-col fragments)");
+  static_assert(BK % 16 == 0 && BK % MathTraits<M_>::kInstK == 0, "BK must be a multiple of 16");
+  static_assert(BM % kChunk == 0 && BN % kChunk == 0, "BM, BN must be multiples of a 16-byte chunk");
+  static_assert(S >= 2, "need at least two pipeline stages");
+  static_assert((LdK * kElem) % 16 == 0 && (LdMA * kElem) % 16 == 0 && (LdMB * kElem) % 16 == 0,
+                "shared rows must stay 16-byte aligned");
+  static_assert(kGatherSmem <= 227 * 1024 && kPairsSmem <= 227 * 1024, "too much shared memory");
+};
+
+// Kernel parameters, passed by value. Every field is 8 bytes so the Go
+// mirror (gatherParams / pairsParams in cudaext) has the same layout.
+struct GatherParams {
+  const void* x;          // [*, Kc] gathered operand
+  const void* w;          // [N, V, Kc] weight, K-contiguous
+  const void* bias;       // [N] or null
+  void* y;                // [M, N] output (splits == 1)
+  float* part;            // [splits, M, N] float32 partials (splits > 1)
+  const int* tbl;         // [M, V] neighbour table (-1 = absent); null = identity, V = 1
+  const int* order;       // [M] row order (masked) or null
+  const int* tile_seg;    // [tiles + 1] per-tile tap segments (masked) or null
+  const int* tile_taps;   // taps of each tile, ascending
+  long long M, N, Kc, V;  // rows, output cols, channels per tap, taps
+  long long splits;       // split-K factor (>= 1)
+  long long vec;          // 1: Kc·elem is a multiple of 16 bytes (cp.async path)
+};
+static_assert(sizeof(GatherParams) == 15 * 8, "GatherParams layout");
+
+struct PairsParams {
+  const void* a;          // [*, M] operand gathered by ia (dy)
+  const void* b;          // [*, N] operand gathered by ib (x)
+  void* out;              // [M, V, N] result (splits == 1)
+  float* part;            // [splits, M, V·N] float32 partials (splits > 1)
+  const int* ia;          // pair rows into a; null = identity
+  const int* ib;          // pair rows into b; null = identity
+  const long long* seg;   // [V + 1] pair segments per tap; null = one segment [0, K)
+  long long M, N, V, K;   // out rows, out cols per tap, taps, pairs (when seg is null)
+  long long splits;
+  long long vec;          // 1: M·elem and N·elem are multiples of 16 bytes
+};
+static_assert(sizeof(PairsParams) == 13 * 8, "PairsParams layout");
+
+// ---- PTX wrappers -----------------------------------------------------------
+
+__device__ __forceinline__ unsigned smem_addr(const void* p) {
+  return (unsigned)__cvta_generic_to_shared(p);
+}
+
+// 16-byte asynchronous copy; copies zeros when !valid (src is not read).
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
+  int n = valid ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(n));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N> __device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+__device__ __forceinline__ void ldsm_x4(unsigned (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(p)));
+}
+__device__ __forceinline__ void ldsm_x4_trans(unsigned (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(p)));
+}
+
+__device__ __forceinline__ unsigned to_tf32(float x) {
+  unsigned r;
+  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
+  return r;
+}
+
+template <Math M> struct Mma;
+template <> struct Mma<Math::F16> {
+  __device__ __forceinline__ static void run(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+  }
+};
+template <> struct Mma<Math::BF16> {
+  __device__ __forceinline__ static void run(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+  }
+};
+template <> struct Mma<Math::TF32> {
+  __device__ __forceinline__ static void run(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+  }
+};
+
+// ---- Warp tile multiply ------------------------------------------------------
+//
+// One pipeline stage: acc[mi][ni] += A(warp rows, 0..BK) · B(0..BK, warp cols).
+// A is [m][k] in shared memory when AK (K-major, pitch lda) or [k][m] (pitch
+// lda) otherwise; likewise B is [n][k] when BKM or [k][n]. as/bs point at the
+// warp's first row/col. The accumulator layout is the mma.sync C fragment
+// for every arithmetic: acc[mi][ni][h·2 + j] is element
+// (mi·16 + lane/4 + 8h, ni·8 + 2·(lane%4) + j) of the warp tile.
+template <class C, bool AK, bool BKM>
+__device__ __forceinline__ void warp_mma(float (&acc)[C::MI][C::NI][4], const typename C::T* as,
+                                         const typename C::T* bs, int lda, int ldb, int lane) {
+  using T = typename C::T;
+  const int g = lane >> 2, t = lane & 3;
+  if constexpr (C::kMath == Math::F16 || C::kMath == Math::BF16) {
+#pragma unroll
+    for (int kk = 0; kk < C::BK; kk += 16) {
+      unsigned a[C::MI][4];
+      unsigned b[C::NI][2];
+#pragma unroll
+      for (int mi = 0; mi < C::MI; ++mi) {
+        if constexpr (AK) {
+          const T* p = as + (mi * 16 + (lane & 15)) * lda + kk + (lane >> 4) * 8;
+          ldsm_x4(a[mi], p);
+        } else {
+          const int i = lane >> 3, r = lane & 7;
+          const T* p = as + (kk + r + (i >> 1) * 8) * lda + mi * 16 + (i & 1) * 8;
+          ldsm_x4_trans(a[mi], p);
+        }
+      }
+#pragma unroll
+      for (int n2 = 0; n2 < C::NI / 2; ++n2) {
+        unsigned r[4];
+        if constexpr (BKM) {
+          const T* p = bs + (n2 * 16 + (lane >> 4) * 8 + (lane & 7)) * ldb + kk + ((lane >> 3) & 1) * 8;
+          ldsm_x4(r, p);
+        } else {
+          const int i = lane >> 3, rr = lane & 7;
+          const T* p = bs + (kk + rr + (i & 1) * 8) * ldb + n2 * 16 + (i >> 1) * 8;
+          ldsm_x4_trans(r, p);
+        }
+        b[2 * n2][0] = r[0];
+        b[2 * n2][1] = r[1];
+        b[2 * n2 + 1][0] = r[2];
+        b[2 * n2 + 1][1] = r[3];
+      }
+#pragma unroll
+      for (int mi = 0; mi < C::MI; ++mi)
+#pragma unroll
+        for (int ni = 0; ni < C::NI; ++ni) Mma<C::kMath>::run(acc[mi][ni], a[mi], b[ni]);
+    }
+  } else if constexpr (C::kMath == Math::TF32) {
+    auto A = [&](int m, int k) -> float { return AK ? as[m * lda + k] : as[k * lda + m]; };
+    auto B = [&](int k, int n) -> float { return BKM ? bs[n * ldb + k] : bs[k * ldb + n]; };
+#pragma unroll
+    for (int kk = 0; kk < C::BK; kk += 8) {
+      unsigned a[C::MI][4];
+      unsigned b[C::NI][2];
+#pragma unroll
+      for (int mi = 0; mi < C::MI; ++mi) {
+        a[mi][0] = to_tf32(A(mi * 16 + g, kk + t));
+        a[mi][1] = to_tf32(A(mi * 16 + g + 8, kk + t));
+        a[mi][2] = to_tf32(A(mi * 16 + g, kk + t + 4));
+        a[mi][3] = to_tf32(A(mi * 16 + g + 8, kk + t + 4));
+      }
+#pragma unroll
+      for (int ni = 0; ni < C::NI; ++ni) {
+        b[ni][0] = to_tf32(B(kk + t, ni * 8 + g));
+        b[ni][1] = to_tf32(B(kk + t + 4, ni * 8 + g));
+      }
+#pragma unroll
+      for (int mi = 0; mi < C::MI; ++mi)
+#pragma unroll
+        for (int ni = 0; ni < C::NI; ++ni) Mma<Math::TF32>::run(acc[mi][ni], a[mi], b[ni]);
+    }
+  } else {  // F32: SIMT FMA on the mma C-fragment layout
+    auto A = [&](int m, int k) -> float { return AK ? as[m * lda + k] : as[k * lda + m]; };
+    auto B = [&](int k, int n) -> float { return BKM ? bs[n * ldb + k] : bs[k * ldb + n]; };
+#pragma unroll 4
+    for (int k = 0; k < C::BK; ++k) {
+      float a[C::MI][2], b[C::NI][2];
+#pragma unroll
+      for (int mi = 0; mi < C::MI; ++mi) {
+        a[mi][0] = A(mi * 16 + g, k);
+        a[mi][1] = A(mi * 16 + g + 8, k);
+      }
+#pragma unroll
+      for (int ni = 0; ni < C::NI; ++ni) {
+        b[ni][0] = B(k, ni * 8 + 2 * t);
+        b[ni][1] = B(k, ni * 8 + 2 * t + 1);
+      }
+#pragma unroll
+      for (int mi = 0; mi < C::MI; ++mi)
+#pragma unroll
+        for (int ni = 0; ni < C::NI; ++ni) {
+          acc[mi][ni][0] = fmaf(a[mi][0], b[ni][0], acc[mi][ni][0]);
+          acc[mi][ni][1] = fmaf(a[mi][0], b[ni][1], acc[mi][ni][1]);
+          acc[mi][ni][2] = fmaf(a[mi][1], b[ni][0], acc[mi][ni][2]);
+          acc[mi][ni][3] = fmaf(a[mi][1], b[ni][1], acc[mi][ni][3]);
+        }
+    }
+  }
+}
+
+// Stores two adjacent output elements (col, col+1) of one row; col+1 may be
+// out of range (n_valid = 1) or the pair may be unaligned (pair = false).
+template <class T>
+__device__ __forceinline__ void store2(T* dst, float v0, float v1, int n_valid, bool pair) {
+  if (n_valid >= 2 && pair) {
+    if constexpr (sizeof(T) == 4) {
+      *reinterpret_cast<float2*>(dst) = make_float2(v0, v1);
+    } else {
+      T lo = from_f32<T>(v0), hi = from_f32<T>(v1);
+      unsigned short l = *reinterpret_cast<unsigned short*>(&lo), h = *reinterpret_cast<unsigned short*>(&hi);
+      *reinterpret_cast<unsigned*>(dst) = (unsigned)l | ((unsigned)h << 16);
+    }
+  } else {
+    dst[0] = from_f32<T>(v0);
+    if (n_valid >= 2) dst[1] = from_f32<T>(v1);
+  }
+}
+
+// ---- gather family --------------------------------------------------------------
+
+template <class C> __device__ __forceinline__ void gather_gemm(const GatherParams& p) {
+  using T = typename C::T;
+  using Raw = typename C::Raw;
+  extern __shared__ __align__(16) unsigned char smem[];
+  T* As = reinterpret_cast<T*>(smem);      // [S][BM][LdK]
+  T* Bs = As + C::S * C::BM * C::LdK;      // [S][BN][LdK]
+  int* rows = reinterpret_cast<int*>(Bs + C::S * C::BN * C::LdK);  // [BM] output row or -1
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int wm = warp / C::WN, wn = warp % C::WN;
+  const long long tilesN = (p.N + C::BN - 1) / C::BN;
+  const long long tileM = (long long)blockIdx.x / tilesN;
+  const long long tileN = (long long)blockIdx.x % tilesN;
+  const long long m0 = tileM * C::BM, n0 = tileN * C::BN;
+  const int z = blockIdx.y;
+
+  for (int i = tid; i < C::BM; i += C::kThreads) {
+    long long r = m0 + i;
+    rows[i] = r < p.M ? (p.order ? p.order[r] : (int)r) : -1;
+  }
+  int tapBase = 0, nTaps = (int)p.V;
+  if (p.tile_seg) {
+    tapBase = p.tile_seg[tileM];
+    nTaps = p.tile_seg[tileM + 1] - tapBase;
+  }
+  const int nkc = (int)((p.Kc + C::BK - 1) / C::BK);
+  const long long total = (long long)nTaps * nkc;
+  const long long t0 = (total * z + p.splits - 1) / p.splits;
+  const long long t1 = (total * (z + 1) + p.splits - 1) / p.splits;
+  const int nIter = (int)(t1 - t0);
+  __syncthreads();
+
+  const T* x = reinterpret_cast<const T*>(p.x);
+  const T* w = reinterpret_cast<const T*>(p.w);
+
+  auto load = [&](long long t, int s) {
+    const int vi = (int)(t / nkc);
+    const int kc = (int)(t - (long long)vi * nkc);
+    const int v = p.tile_taps ? p.tile_taps[tapBase + vi] : vi;
+    const long long col0 = (long long)kc * C::BK;
+    T* as = As + s * C::BM * C::LdK;
+    T* bs = Bs + s * C::BN * C::LdK;
+    constexpr int CPR = C::BK / C::kChunk;  // 16-byte chunks per tile row
+    if (p.vec) {
+#pragma unroll
+      for (int c0 = 0; c0 < C::BM * CPR; c0 += C::kThreads) {
+        const int c = c0 + tid;
+        if (C::BM * CPR % C::kThreads == 0 || c < C::BM * CPR) {
+          const int i = c / CPR, kk = (c % CPR) * C::kChunk;
+          const int orow = rows[i];
+          int src = -1;
+          if (orow >= 0) src = p.tbl ? p.tbl[(long long)orow * p.V + v] : orow;
+          const long long col = col0 + kk;
+          const bool ok = src >= 0 && col < p.Kc;
+          cp_async16(as + i * C::LdK + kk, ok ? x + (long long)src * p.Kc + col : x, ok);
+        }
+      }
+#pragma unroll
+      for (int c0 = 0; c0 < C::BN * CPR; c0 += C::kThreads) {
+        const int c = c0 + tid;
+        if (C::BN * CPR % C::kThreads == 0 || c < C::BN * CPR) {
+          const int i = c / CPR, kk = (c % CPR) * C::kChunk;
+          const long long n = n0 + i, col = col0 + kk;
+          const bool ok = n < p.N && col < p.Kc;
+          cp_async16(bs + i * C::LdK + kk, ok ? w + (n * p.V + v) * p.Kc + col : w, ok);
+        }
+      }
+    } else {
+      const Raw* xr = reinterpret_cast<const Raw*>(x);
+      const Raw* wr = reinterpret_cast<const Raw*>(w);
+      Raw* ar = reinterpret_cast<Raw*>(as);
+      Raw* br = reinterpret_cast<Raw*>(bs);
+      for (int c = tid; c < C::BM * C::BK; c += C::kThreads) {
+        const int i = c / C::BK, kk = c % C::BK;
+        const int orow = rows[i];
+        int src = -1;
+        if (orow >= 0) src = p.tbl ? p.tbl[(long long)orow * p.V + v] : orow;
+        const long long col = col0 + kk;
+        ar[i * C::LdK + kk] = (src >= 0 && col < p.Kc) ? xr[(long long)src * p.Kc + col] : Raw(0);
+      }
+      for (int c = tid; c < C::BN * C::BK; c += C::kThreads) {
+        const int i = c / C::BK, kk = c % C::BK;
+        const long long n = n0 + i, col = col0 + kk;
+        br[i * C::LdK + kk] = (n < p.N && col < p.Kc) ? wr[(n * p.V + v) * p.Kc + col] : Raw(0);
+      }
+    }
+  };
+
+  float acc[C::MI][C::NI][4];
+#pragma unroll
+  for (int mi = 0; mi < C::MI; ++mi)
+#pragma unroll
+    for (int ni = 0; ni < C::NI; ++ni)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) acc[mi][ni][j] = 0.f;
+
+#pragma unroll
+  for (int s = 0; s < C::S - 1; ++s) {
+    if (s < nIter) load(t0 + s, s);
+    cp_async_commit();
+  }
+  for (int it = 0; it < nIter; ++it) {
+    cp_async_wait<C::S - 2>();
+    __syncthreads();
+    const int s = it % C::S;
+    warp_mma<C, true, true>(acc, As + s * C::BM * C::LdK + wm * C::WTM * C::LdK,
+                            Bs + s * C::BN * C::LdK + wn * C::WTN * C::LdK, C::LdK, C::LdK, lane);
+    const int nx = it + C::S - 1;
+    if (nx < nIter) load(t0 + nx, nx % C::S);
+    cp_async_commit();
+  }
+  cp_async_wait<0>();
+
+  // Epilogue: direct fragment stores (bias added in float32 before rounding).
+  const int g = lane >> 2, t4 = lane & 3;
+  const T* bias = reinterpret_cast<const T*>(p.bias);
+  T* y = reinterpret_cast<T*>(p.y);
+  const bool pairOK = (p.N & 1) == 0;
+#pragma unroll
+  for (int mi = 0; mi < C::MI; ++mi)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int orow = rows[wm * C::WTM + mi * 16 + g + 8 * h];
+      if (orow < 0) continue;
+#pragma unroll
+      for (int ni = 0; ni < C::NI; ++ni) {
+        const long long col = n0 + wn * C::WTN + ni * 8 + 2 * t4;
+        if (col >= p.N) continue;
+        const int nv = col + 1 < p.N ? 2 : 1;
+        float v0 = acc[mi][ni][2 * h], v1 = acc[mi][ni][2 * h + 1];
+        if (p.splits == 1) {
+          if (bias) {
+            v0 += to_f32(bias[col]);
+            if (nv == 2) v1 += to_f32(bias[col + 1]);
+          }
+          store2<T>(y + (long long)orow * p.N + col, v0, v1, nv, pairOK);
+        } else {
+          store2<float>(p.part + ((long long)z * p.M + orow) * p.N + col, v0, v1, nv, pairOK);
+        }
+      }
+    }
+}
+
+// ---- pairs family -----------------------------------------------------------------
+
+template <class C> __device__ __forceinline__ void pairs_gemm(const PairsParams& p) {
+  using T = typename C::T;
+  using Raw = typename C::Raw;
+  extern __shared__ __align__(16) unsigned char smem[];
+  T* As = reinterpret_cast<T*>(smem);    // [S][BK][LdMA]
+  T* Bs = As + C::S * C::BK * C::LdMA;   // [S][BK][LdMB]
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int wm = warp / C::WN, wn = warp % C::WN;
+  const long long tilesN = (p.N + C::BN - 1) / C::BN;
+  const long long m0 = ((long long)blockIdx.x / tilesN) * C::BM;
+  const long long n0 = ((long long)blockIdx.x % tilesN) * C::BN;
+  const int v = blockIdx.y, z = blockIdx.z;
+  const long long s0 = p.seg ? p.seg[v] : 0, s1 = p.seg ? p.seg[v + 1] : p.K;
+  const long long total = (s1 - s0 + C::BK - 1) / C::BK;
+  const long long t0 = (total * z + p.splits - 1) / p.splits;
+  const long long t1 = (total * (z + 1) + p.splits - 1) / p.splits;
+  const int nIter = (int)(t1 - t0);
+
+  const T* a = reinterpret_cast<const T*>(p.a);
+  const T* b = reinterpret_cast<const T*>(p.b);
+
+  auto load = [&](long long t, int s) {
+    const long long pb = s0 + t * C::BK;
+    T* as = As + s * C::BK * C::LdMA;
+    T* bs = Bs + s * C::BK * C::LdMB;
+    constexpr int CPA = C::BM / C::kChunk, CPB = C::BN / C::kChunk;
+    if (p.vec) {
+#pragma unroll
+      for (int c0 = 0; c0 < C::BK * CPA; c0 += C::kThreads) {
+        const int c = c0 + tid;
+        if (C::BK * CPA % C::kThreads == 0 || c < C::BK * CPA) {
+          const int kk = c / CPA, mm = (c % CPA) * C::kChunk;
+          const long long pi = pb + kk, m = m0 + mm;
+          const bool ok = pi < s1 && m < p.M;
+          const long long row = ok ? (p.ia ? (long long)p.ia[pi] : pi) : 0;
+          cp_async16(as + kk * C::LdMA + mm, ok ? a + row * p.M + m : a, ok);
+        }
+      }
+#pragma unroll
+      for (int c0 = 0; c0 < C::BK * CPB; c0 += C::kThreads) {
+        const int c = c0 + tid;
+        if (C::BK * CPB % C::kThreads == 0 || c < C::BK * CPB) {
+          const int kk = c / CPB, nn = (c % CPB) * C::kChunk;
+          const long long pi = pb + kk, n = n0 + nn;
+          const bool ok = pi < s1 && n < p.N;
+          const long long row = ok ? (p.ib ? (long long)p.ib[pi] : pi) : 0;
+          cp_async16(bs + kk * C::LdMB + nn, ok ? b + row * p.N + n : b, ok);
+        }
+      }
+    } else {
+      const Raw* ar = reinterpret_cast<const Raw*>(a);
+      const Raw* br = reinterpret_cast<const Raw*>(b);
+      Raw* asr = reinterpret_cast<Raw*>(as);
+      Raw* bsr = reinterpret_cast<Raw*>(bs);
+      for (int c = tid; c < C::BK * C::BM; c += C::kThreads) {
+        const int kk = c / C::BM, mm = c % C::BM;
+        const long long pi = pb + kk, m = m0 + mm;
+        Raw val = Raw(0);
+        if (pi < s1 && m < p.M) val = ar[(p.ia ? (long long)p.ia[pi] : pi) * p.M + m];
+        asr[kk * C::LdMA + mm] = val;
+      }
+      for (int c = tid; c < C::BK * C::BN; c += C::kThreads) {
+        const int kk = c / C::BN, nn = c % C::BN;
+        const long long pi = pb + kk, n = n0 + nn;
+        Raw val = Raw(0);
+        if (pi < s1 && n < p.N) val = br[(p.ib ? (long long)p.ib[pi] : pi) * p.N + n];
+        bsr[kk * C::LdMB + nn] = val;
+      }
+    }
+  };
+
+  float acc[C::MI][C::NI][4];
+#pragma unroll
+  for (int mi = 0; mi < C::MI; ++mi)
+#pragma unroll
+    for (int ni = 0; ni < C::NI; ++ni)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) acc[mi][ni][j] = 0.f;
+
+#pragma unroll
+  for (int s = 0; s < C::S - 1; ++s) {
+    if (s < nIter) load(t0 + s, s);
+    cp_async_commit();
+  }
+  for (int it = 0; it < nIter; ++it) {
+    cp_async_wait<C::S - 2>();
+    __syncthreads();
+    const int s = it % C::S;
+    warp_mma<C, false, false>(acc, As + s * C::BK * C::LdMA + wm * C::WTM,
+                              Bs + s * C::BK * C::LdMB + wn * C::WTN, C::LdMA, C::LdMB, lane);
+    const int nx = it + C::S - 1;
+    if (nx < nIter) load(t0 + nx, nx % C::S);
+    cp_async_commit();
+  }
+  cp_async_wait<0>();
+
+  const int g = lane >> 2, t4 = lane & 3;
+  const long long ldo = p.V * p.N;  // row pitch of [M, V, N]
+  const bool pairOK = (p.N & 1) == 0;
+  T* out = reinterpret_cast<T*>(p.out);
+#pragma unroll
+  for (int mi = 0; mi < C::MI; ++mi)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const long long m = m0 + wm * C::WTM + mi * 16 + g + 8 * h;
+      if (m >= p.M) continue;
+#pragma unroll
+      for (int ni = 0; ni < C::NI; ++ni) {
+        const long long n = n0 + wn * C::WTN + ni * 8 + 2 * t4;
+        if (n >= p.N) continue;
+        const int nv = n + 1 < p.N ? 2 : 1;
+        const long long off = m * ldo + (long long)v * p.N + n;
+        if (p.splits == 1) {
+          store2<T>(out + off, acc[mi][ni][2 * h], acc[mi][ni][2 * h + 1], nv, pairOK);
+        } else {
+          store2<float>(p.part + (long long)z * p.M * ldo + off, acc[mi][ni][2 * h], acc[mi][ni][2 * h + 1], nv,
+                        pairOK);
+        }
+      }
+    }
+}
+
+}  // namespace fg
+
+// Instantiation macros used by the generated gemm_*.cu files.
+#define FG_GATHER_KERNEL(NAME, MATH, BM, BN, BK, WM, WN, S, SMEM)                              \
+  extern "C" __global__ void __launch_bounds__(32 * (WM) * (WN)) NAME(const fg::GatherParams p) { \
+    using Cfg = fg::TileCfg<MATH, BM, BN, BK, WM, WN, S>;                                        \
+    static_assert(Cfg::kGatherSmem == (SMEM), "shared memory differs from the Go tile table");   \
+    fg::gather_gemm<Cfg>(p);                                                                     \
+  }
+#define FG_PAIRS_KERNEL(NAME, MATH, BM, BN, BK, WM, WN, S, SMEM)                               \
+  extern "C" __global__ void __launch_bounds__(32 * (WM) * (WN)) NAME(const fg::PairsParams p) { \
+    using Cfg = fg::TileCfg<MATH, BM, BN, BK, WM, WN, S>;                                       \
+    static_assert(Cfg::kPairsSmem == (SMEM), "shared memory differs from the Go tile table");   \
+    fg::pairs_gemm<Cfg>(p);                                                                     \
+  }

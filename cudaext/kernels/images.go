@@ -1,0 +1,131 @@
+package kernels
+
+import (
+	"bufio"
+	"embed"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+)
+
+//go:embed images/*.fatbin
+var imageFS embed.FS
+
+//go:embed manifest.txt
+var manifest string
+
+// EnvImage is the environment variable that overrides embedded images.
+const EnvImage = "FLEXGEMM_KERNEL_IMAGE"
+
+// Manifest returns the build manifest of the embedded images.
+func Manifest() string { return manifest }
+
+// Image is one loadable module image.
+type Image struct {
+	// Name is the module name: the source file's base name without ".cu".
+	Name string
+	// Data is a fatbin, cubin or NUL-terminated PTX.
+	Data []byte
+	// Source says where the image came from: "embedded" or a file path.
+	Source string
+}
+
+// Images returns every module image, sorted by name: the embedded ones,
+// with those named by FLEXGEMM_KERNEL_IMAGE replacing (or adding to) them.
+func Images() ([]Image, error) {
+	entries, err := imageFS.ReadDir("images")
+	if err != nil {
+		return nil, fmt.Errorf("kernels: reading embedded images: %w", err)
+	}
+	byName := map[string]Image{}
+	for _, e := range entries {
+		data, err := imageFS.ReadFile("images/" + e.Name())
+		if err != nil {
+			return nil, fmt.Errorf("kernels: reading embedded image %s: %w", e.Name(), err)
+		}
+		name := strings.TrimSuffix(e.Name(), ".fatbin")
+		byName[name] = Image{Name: name, Data: data, Source: "embedded"}
+	}
+	if path := os.Getenv(EnvImage); path != "" {
+		over, err := overrides(path)
+		if err != nil {
+			return nil, err
+		}
+		for _, im := range over {
+			byName[im.Name] = im
+		}
+	}
+	out := make([]Image, 0, len(byName))
+	for _, im := range byName {
+		out = append(out, im)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+func overrides(path string) ([]Image, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("kernels: %s=%q: %w", EnvImage, path, err)
+	}
+	files := []string{path}
+	if st.IsDir() {
+		files = nil
+		for _, ext := range []string{".fatbin", ".cubin", ".ptx"} {
+			m, _ := filepath.Glob(filepath.Join(path, "*"+ext))
+			files = append(files, m...)
+		}
+		if len(files) == 0 {
+			return nil, fmt.Errorf("kernels: %s=%q: no .fatbin, .cubin or .ptx files", EnvImage, path)
+		}
+	}
+	var out []Image
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			return nil, fmt.Errorf("kernels: %s: %w", EnvImage, err)
+		}
+		ext := filepath.Ext(f)
+		if ext == ".ptx" {
+			data = append(data, 0) // the driver wants NUL-terminated PTX
+		}
+		out = append(out, Image{Name: strings.TrimSuffix(filepath.Base(f), ext), Data: data, Source: f})
+	}
+	return out, nil
+}
+
+// ManifestEntry is one "source" or "image" line of the manifest.
+type ManifestEntry struct {
+	Kind, SHA256, Name string
+}
+
+// ParseManifest returns the source and image lines of a manifest and its
+// nvcc and flags lines.
+func ParseManifest(text string) (entries []ManifestEntry, nvcc, flags string, err error) {
+	sc := bufio.NewScanner(strings.NewReader(text))
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		key, rest, _ := strings.Cut(line, " ")
+		switch key {
+		case "nvcc":
+			nvcc = rest
+		case "flags":
+			flags = rest
+		case "common":
+		case "source", "image":
+			f := strings.Fields(rest)
+			if len(f) != 2 {
+				return nil, "", "", fmt.Errorf("kernels: bad manifest line %q", line)
+			}
+			entries = append(entries, ManifestEntry{Kind: key, SHA256: f[0], Name: f[1]})
+		default:
+			return nil, "", "", fmt.Errorf("kernels: bad manifest line %q", line)
+		}
+	}
+	return entries, nvcc, flags, sc.Err()
+}

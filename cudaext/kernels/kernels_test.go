@@ -1,0 +1,151 @@
+package kernels
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func sha(b []byte) string {
+	s := sha256.Sum256(b)
+	return hex.EncodeToString(s[:])
+}
+
+// TestImagesUpToDate fails when a kernel source (or build.sh) changed
+// after the embedded images were built: run cudaext/kernels/build.sh.
+func TestImagesUpToDate(t *testing.T) {
+	entries, nvcc, flags, err := ParseManifest(Manifest())
+	require.NoError(t, err)
+	require.Contains(t, nvcc, "release", "manifest lacks the nvcc version")
+	require.Contains(t, flags, "sm_90", "manifest lacks the build flags")
+
+	want := map[string]string{}
+	images := map[string]string{}
+	for _, e := range entries {
+		if e.Kind == "source" {
+			want[e.Name] = e.SHA256
+		} else {
+			images[e.Name] = e.SHA256
+		}
+	}
+	var sources []string
+	for _, pat := range []string{"*.cu", "*.cuh", "build.sh"} {
+		m, err := filepath.Glob(pat)
+		require.NoError(t, err)
+		sources = append(sources, m...)
+	}
+	sort.Strings(sources)
+	require.NotEmpty(t, sources)
+	for _, f := range sources {
+		data, err := os.ReadFile(f)
+		require.NoError(t, err)
+		got, ok := want[f]
+		require.Truef(t, ok, "%s is not in manifest.txt: run cudaext/kernels/build.sh", f)
+		require.Equalf(t, got, sha(data), "%s changed since the images were built: run cudaext/kernels/build.sh", f)
+		delete(want, f)
+	}
+	require.Emptyf(t, want, "manifest lists sources that no longer exist: run cudaext/kernels/build.sh")
+
+	for _, f := range sources {
+		if strings.HasSuffix(f, ".cu") {
+			name := strings.TrimSuffix(f, ".cu") + ".fatbin"
+			data, err := imageFS.ReadFile("images/" + name)
+			require.NoErrorf(t, err, "no embedded image for %s: run cudaext/kernels/build.sh", f)
+			require.Equalf(t, images[name], sha(data), "embedded %s differs from the manifest", name)
+			delete(images, name)
+		}
+	}
+	require.Emptyf(t, images, "manifest lists images without a source")
+}
+
+// TestInstancesUpToDate fails when the generated gemm_*.cu files differ
+// from what the tile table in tiles.go generates.
+func TestInstancesUpToDate(t *testing.T) {
+	for _, f := range Families {
+		for _, m := range Maths {
+			got, err := os.ReadFile(InstanceFile(f, m))
+			require.NoError(t, err)
+			require.Truef(t, bytes.Equal(got, GenerateInstances(f, m)),
+				"%s is stale: run cudaext/kernels/build.sh (or go run ./cudaext/kernels/gen)", InstanceFile(f, m))
+		}
+	}
+}
+
+// TestTileTableMirrorsCpp checks the Go formulas against the C++ ones by
+// reading the constants of fg::TileCfg from gemm.cuh.
+func TestTileTableMirrorsCpp(t *testing.T) {
+	src, err := os.ReadFile("gemm.cuh")
+	require.NoError(t, err)
+	for _, expr := range []string{
+		"kGatherSmem = S * (BM + BN) * LdK * kElem + 4 * BM;",
+		"kPairsSmem = S * BK * (LdMA + LdMB) * kElem;",
+		"LdK = BK + kChunk;",
+		"LdMA = BM + 8;",
+		"LdMB = BN + 8;",
+		"kChunk = 16 / kElem;",
+	} {
+		require.Containsf(t, string(src), expr, "gemm.cuh changed a formula mirrored by SmemBytes")
+	}
+	for _, m := range Maths {
+		for _, tile := range Tiles {
+			require.NoError(t, tile.Validate(m))
+		}
+	}
+	// Names are unique and procedural.
+	seen := map[string]bool{}
+	re := regexp.MustCompile(`^spconv_(gather|pairs)_(f32|tf32|f16|bf16)_m(\d+)n(\d+)k(\d+)w(\d+)x(\d+)s(\d+)$`)
+	for _, f := range Families {
+		for _, m := range Maths {
+			for _, tile := range Tiles {
+				n := KernelName(f, m, tile)
+				require.False(t, seen[n], n)
+				seen[n] = true
+				sub := re.FindStringSubmatch(n)
+				require.NotNil(t, sub, n)
+				bm, _ := strconv.Atoi(sub[3])
+				require.Equal(t, tile.BM, bm)
+				back, err := ParseTile(strings.SplitN(n, "_", 4)[3])
+				require.NoError(t, err)
+				require.Equal(t, tile, back)
+			}
+		}
+	}
+	_, err = ParseTile("m1n1k1w1x1s1")
+	require.Error(t, err)
+}
+
+func TestImagesOverride(t *testing.T) {
+	base, err := Images()
+	require.NoError(t, err)
+	require.NotEmpty(t, base)
+	for _, im := range base {
+		require.Equal(t, "embedded", im.Source)
+		require.NotEmpty(t, im.Data)
+	}
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "conv_aux.ptx"), []byte(".version 7.8"), 0o644))
+	t.Setenv(EnvImage, dir)
+	over, err := Images()
+	require.NoError(t, err)
+	require.Len(t, over, len(base))
+	for _, im := range over {
+		if im.Name == "conv_aux" {
+			require.Equal(t, append([]byte(".version 7.8"), 0), im.Data)
+			require.Equal(t, filepath.Join(dir, "conv_aux.ptx"), im.Source)
+		} else {
+			require.Equal(t, "embedded", im.Source)
+		}
+	}
+	t.Setenv(EnvImage, filepath.Join(dir, "missing"))
+	_, err = Images()
+	require.ErrorContains(t, err, EnvImage)
+}

@@ -1,0 +1,195 @@
+package kernels
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Math is the arithmetic of a GEMM kernel: the element type stored in
+// device memory and the instruction that multiplies it.
+type Math int
+
+// The GEMM arithmetics. Every one accumulates in float32.
+const (
+	// F32 stores float32 and multiplies with SIMT FMA (IEEE float32).
+	F32 Math = iota
+	// TF32 stores float32 and multiplies on tensor cores after rounding
+	// the operands to tf32 (mma.sync m16n8k8).
+	TF32
+	// F16 stores IEEE half and multiplies on tensor cores (m16n8k16).
+	F16
+	// BF16 stores bfloat16 and multiplies on tensor cores (m16n8k16).
+	BF16
+)
+
+// Maths lists every arithmetic.
+var Maths = []Math{F32, TF32, F16, BF16}
+
+func (m Math) String() string {
+	switch m {
+	case F32:
+		return "f32"
+	case TF32:
+		return "tf32"
+	case F16:
+		return "f16"
+	case BF16:
+		return "bf16"
+	}
+	return fmt.Sprintf("Math(%d)", int(m))
+}
+
+// cppName is the C++ enumerator of m (fg::Math in gemm.cuh).
+func (m Math) cppName() string {
+	return [...]string{"fg::Math::F32", "fg::Math::TF32", "fg::Math::F16", "fg::Math::BF16"}[m]
+}
+
+// ElemSize returns the bytes of one stored element.
+func (m Math) ElemSize() int {
+	if m == F16 || m == BF16 {
+		return 2
+	}
+	return 4
+}
+
+// instK is the K extent of one multiply instruction.
+func (m Math) instK() int {
+	switch m {
+	case TF32:
+		return 8
+	case F16, BF16:
+		return 16
+	}
+	return 1
+}
+
+// Family is a kind of GEMM kernel.
+type Family int
+
+// The GEMM kernel families.
+const (
+	// Gather computes out[r, n] = Σ_{v, c} in[tbl[r, v], c] · w[n, v, c]:
+	// the forward pass, and the input gradient with the transposed weight
+	// and the reverse table. A null table is the identity (explicit GEMM
+	// over an im2col matrix). Rows may be permuted (masked order), taps
+	// restricted per tile (masked tap unions), and the reduction split.
+	Gather Family = iota
+	// Pairs computes out[m, v, n] = Σ_{p ∈ pairs(v)} a[ia[p], m] · b[ib[p], n]:
+	// the weight gradient over per-tap pair lists, optionally split.
+	Pairs
+)
+
+// Families lists every kernel family.
+var Families = []Family{Gather, Pairs}
+
+func (f Family) String() string {
+	switch f {
+	case Gather:
+		return "gather"
+	case Pairs:
+		return "pairs"
+	}
+	return fmt.Sprintf("Family(%d)", int(f))
+}
+
+// Tile is one GEMM tile configuration: a BM×BN output tile per thread
+// block, BK reduction elements per pipeline stage, WM×WN warps, Stages
+// cp.async stages. It mirrors fg::TileCfg in gemm.cuh; the generated
+// instantiation files assert at compile time that both agree on the shared
+// memory size.
+type Tile struct {
+	BM, BN, BK int
+	WM, WN     int
+	Stages     int
+}
+
+// Tiles is THE table of instantiated tile configurations: every family and
+// arithmetic is compiled for each of them (gen writes gemm_*.cu from it).
+var Tiles = []Tile{
+	{BM: 128, BN: 128, BK: 32, WM: 2, WN: 4, Stages: 3},
+	{BM: 128, BN: 64, BK: 32, WM: 2, WN: 2, Stages: 4},
+	{BM: 64, BN: 64, BK: 32, WM: 2, WN: 2, Stages: 4},
+	{BM: 64, BN: 32, BK: 32, WM: 2, WN: 1, Stages: 4},
+}
+
+// Name returns the tile's short name, e.g. "m128n64k32w2x2s4".
+func (t Tile) Name() string {
+	return fmt.Sprintf("m%dn%dk%dw%dx%ds%d", t.BM, t.BN, t.BK, t.WM, t.WN, t.Stages)
+}
+
+// Threads returns the threads per block.
+func (t Tile) Threads() int { return 32 * t.WM * t.WN }
+
+// ParseTile finds the tile of Tiles with the given Name.
+func ParseTile(name string) (Tile, error) {
+	for _, t := range Tiles {
+		if t.Name() == name {
+			return t, nil
+		}
+	}
+	names := make([]string, len(Tiles))
+	for i, t := range Tiles {
+		names[i] = t.Name()
+	}
+	return Tile{}, fmt.Errorf("kernels: unknown tile %q (have %s)", name, strings.Join(names, ", "))
+}
+
+// Validate mirrors the static_asserts of fg::TileCfg.
+func (t Tile) Validate(m Math) error {
+	chunk := 16 / m.ElemSize()
+	switch {
+	case t.WM <= 0 || t.WN <= 0 || t.Threads() > 1024:
+		return fmt.Errorf("kernels: tile %s: bad warp grid", t.Name())
+	case t.BM%(16*t.WM) != 0:
+		return fmt.Errorf("kernels: tile %s: BM must be a multiple of 16·WM", t.Name())
+	case t.BN%(16*t.WN) != 0:
+		return fmt.Errorf("kernels: tile %s: BN must be a multiple of 16·WN", t.Name())
+	case t.BK%16 != 0 || t.BK%m.instK() != 0:
+		return fmt.Errorf("kernels: tile %s: BK must be a multiple of 16", t.Name())
+	case t.BM%chunk != 0 || t.BN%chunk != 0:
+		return fmt.Errorf("kernels: tile %s: BM and BN must be multiples of %d", t.Name(), chunk)
+	case t.Stages < 2:
+		return fmt.Errorf("kernels: tile %s: need at least 2 stages", t.Name())
+	case SmemBytes(Gather, m, t) > 227*1024 || SmemBytes(Pairs, m, t) > 227*1024:
+		return fmt.Errorf("kernels: tile %s: too much shared memory for %v", t.Name(), m)
+	}
+	return nil
+}
+
+// SmemBytes returns the dynamic shared memory of a kernel, the same
+// formula as fg::TileCfg::kGatherSmem / kPairsSmem.
+func SmemBytes(f Family, m Math, t Tile) int {
+	esz := m.ElemSize()
+	chunk := 16 / esz
+	if f == Gather {
+		ldk := t.BK + chunk
+		return t.Stages*(t.BM+t.BN)*ldk*esz + 4*t.BM
+	}
+	return t.Stages * t.BK * ((t.BM + 8) + (t.BN + 8)) * esz
+}
+
+// KernelName returns the procedural symbol of a GEMM kernel, e.g.
+// "spconv_gather_f16_m128n64k32w2x2s4".
+func KernelName(f Family, m Math, t Tile) string {
+	return fmt.Sprintf("spconv_%v_%v_%s", f, m, t.Name())
+}
+
+// InstanceFile returns the name of the generated source file holding the
+// kernels of one family and arithmetic, e.g. "gemm_gather_f16.cu".
+func InstanceFile(f Family, m Math) string {
+	return fmt.Sprintf("gemm_%v_%v.cu", f, m)
+}
+
+// GenerateInstances returns the content of InstanceFile(f, m): one
+// extern "C" kernel per tile of Tiles.
+func GenerateInstances(f Family, m Math) []byte {
+	var b strings.Builder
+	fmt.Fprintf(&b, "// Code generated by cudaext/kernels/gen from tiles.go; DO NOT EDIT.\n\n")
+	fmt.Fprintf(&b, "#include \"gemm.cuh\"\n\n")
+	macro := map[Family]string{Gather: "FG_GATHER_KERNEL", Pairs: "FG_PAIRS_KERNEL"}[f]
+	for _, t := range Tiles {
+		fmt.Fprintf(&b, "%s(%s, %s, %d, %d, %d, %d, %d, %d, %d)\n", macro, KernelName(f, m, t), m.cppName(),
+			t.BM, t.BN, t.BK, t.WM, t.WN, t.Stages, SmemBytes(f, m, t))
+	}
+	return []byte(b.String())
+}
