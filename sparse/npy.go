@@ -9,6 +9,7 @@ import (
 	"math/bits"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -40,6 +41,10 @@ const (
 	npyAlign        = 64
 	npyMaxHeaderLen = 1 << 20 // numpy itself refuses headers above 10 000 bytes by default
 	npyChunk        = 1 << 20 // bytes read or written per step
+	// npyPrealloc caps the elements allocated up front from a header's
+	// shape; beyond it the slice grows as data actually arrives, so a
+	// header that claims a huge shape cannot allocate without the data.
+	npyPrealloc = 1 << 24
 )
 
 // npyHeader is a parsed .npy header of a simple (non-structured) dtype.
@@ -80,21 +85,25 @@ func ReadCoordsNpy(r io.Reader) ([]int32, error) {
 	if len(h.shape) != 2 || h.shape[1] != 4 {
 		return nil, fmt.Errorf("%w: coordinates must have shape (N, 4), got %s", ErrNpy, shapeString(h.shape))
 	}
-	out := make([]int32, 0, min(h.count, npyChunk))
+	out := make([]int32, 0, min(h.count, npyPrealloc))
 	var bad error
 	err = readNpyData(r, h, func(chunk []byte) {
+		k := len(chunk) / h.size
+		base := len(out)
+		out = slices.Grow(out, k)[:base+k]
+		dst := out[base:]
 		if h.size == 4 {
-			for i := 0; i < len(chunk); i += 4 {
-				out = append(out, int32(h.order.Uint32(chunk[i:])))
+			for i := range dst {
+				dst[i] = int32(h.order.Uint32(chunk[4*i:]))
 			}
 			return
 		}
-		for i := 0; i < len(chunk); i += 8 {
-			v := int64(h.order.Uint64(chunk[i:]))
+		for i := range dst {
+			v := int64(h.order.Uint64(chunk[8*i:]))
 			if (v < math.MinInt32 || v > math.MaxInt32) && bad == nil {
-				bad = fmt.Errorf("%w: int64 coordinate %d (element %d) does not fit in int32", ErrNpy, v, len(out))
+				bad = fmt.Errorf("%w: int64 coordinate %d (element %d) does not fit in int32", ErrNpy, v, base+i)
 			}
-			out = append(out, int32(v))
+			dst[i] = int32(v)
 		}
 	})
 	if err != nil {
@@ -151,10 +160,12 @@ func ReadFeatsNpy(r io.Reader) (Matrix, error) {
 		return Matrix{}, fmt.Errorf("%w: features must have shape (N, C) or (N,), got %s", ErrNpy, shapeString(h.shape))
 	}
 	if h.size == 4 {
-		out := make([]float32, 0, min(h.count, npyChunk))
+		out := make([]float32, 0, min(h.count, npyPrealloc))
 		err = readNpyData(r, h, func(chunk []byte) {
-			for i := 0; i < len(chunk); i += 4 {
-				out = append(out, math.Float32frombits(h.order.Uint32(chunk[i:])))
+			base := len(out)
+			out = slices.Grow(out, len(chunk)/4)[:base+len(chunk)/4]
+			for i := range out[base:] {
+				out[base+i] = math.Float32frombits(h.order.Uint32(chunk[4*i:]))
 			}
 		})
 		if err != nil {
@@ -165,10 +176,12 @@ func ReadFeatsNpy(r io.Reader) (Matrix, error) {
 		}
 		return Matrix{Rows: rows, Cols: cols, Data: out}, nil
 	}
-	out := make([]float64, 0, min(h.count, npyChunk))
+	out := make([]float64, 0, min(h.count, npyPrealloc))
 	err = readNpyData(r, h, func(chunk []byte) {
-		for i := 0; i < len(chunk); i += 8 {
-			out = append(out, math.Float64frombits(h.order.Uint64(chunk[i:])))
+		base := len(out)
+		out = slices.Grow(out, len(chunk)/8)[:base+len(chunk)/8]
+		for i := range out[base:] {
+			out[base+i] = math.Float64frombits(h.order.Uint64(chunk[8*i:]))
 		}
 	})
 	if err != nil {

@@ -494,3 +494,32 @@ func ExampleSaveTensor() {
 	// Output:
 	// [0 1 2 3 1 0 0 0] [0.5 1.5] Extent{Batch:2 X:4 Y:4 Z:4} <nil>
 }
+
+func BenchmarkCoordsNpy(b *testing.B) {
+	const n = 4_113_056
+	coords := make([]int32, 4*n)
+	for i := range coords {
+		coords[i] = int32(i)
+	}
+	var buf bytes.Buffer
+	if err := WriteCoordsNpy(&buf, coords); err != nil {
+		b.Fatal(err)
+	}
+	raw := buf.Bytes()
+	b.Run("write", func(b *testing.B) {
+		for b.Loop() {
+			if err := WriteCoordsNpy(io.Discard, coords); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(float64(len(raw))*float64(b.N)/b.Elapsed().Seconds()/1e6, "MB/s")
+	})
+	b.Run("read", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := ReadCoordsNpy(bytes.NewReader(raw)); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(float64(len(raw))*float64(b.N)/b.Elapsed().Seconds()/1e6, "MB/s")
+	})
+}
