@@ -33,7 +33,7 @@ func WithClassWeights(weights ...float64) LossOption {
 	return func(c *lossConfig) error {
 		for k, w := range weights {
 			if !(w >= 0) || math.IsInf(w, 0) {
-				return fmt.Errorf("%w: SoftmaxCrossEntropy: class weight %d is %v, want finite and ≥ 0", sparse.ErrShape, k, w)
+				return fmt.Errorf("%w: ops.SoftmaxCrossEntropy: class weight %d is %v, want finite and ≥ 0", ErrOption, k, w)
 			}
 		}
 		c.weights = append([]float64(nil), weights...)
@@ -56,11 +56,12 @@ func WithClassWeights(weights ...float64) LossOption {
 // (softmax − onehot)·w[labels[i]] / Σw per row, symbolically
 // (gorgonia.Grad) and in a LispMachine.
 func SoftmaxCrossEntropy(logits *gorgonia.Node, labels []int32, opts ...LossOption) (*gorgonia.Node, error) {
-	if logits == nil {
-		return nil, fmt.Errorf("%w: SoftmaxCrossEntropy: nil logits", sparse.ErrShape)
+	names := []string{"logits"}
+	if err := checkNodes("SoftmaxCrossEntropy", names, logits); err != nil {
+		return nil, err
 	}
-	if dt := logits.Dtype(); dt != tensor.Float32 && dt != tensor.Float64 {
-		return nil, fmt.Errorf("%w: SoftmaxCrossEntropy: logits are %v, want float32 or float64", sparse.ErrDType, dt)
+	if _, err := checkFloatNodes("SoftmaxCrossEntropy", names, logits); err != nil {
+		return nil, err
 	}
 	s := logits.Shape()
 	if s.Dims() != 2 {
@@ -132,14 +133,11 @@ func (xentOp) Type() hm.Type {
 }
 
 func (op xentOp) InferShape(in ...gorgonia.DimSizer) (tensor.Shape, error) {
-	if len(in) != 1 {
-		return nil, fmt.Errorf("%w: SoftmaxCrossEntropy takes 1 input, got %d", sparse.ErrShape, len(in))
-	}
-	s, err := normShapeOf(in[0])
+	s, err := inputShapes("ops.SoftmaxCrossEntropy", 1, in)
 	if err != nil {
 		return nil, err
 	}
-	if err := op.checkShape(s); err != nil {
+	if err := op.checkShape(s[0]); err != nil {
 		return nil, err
 	}
 	return tensor.ScalarShape(), nil
@@ -153,8 +151,8 @@ func (op xentOp) checkShape(s tensor.Shape) error {
 }
 
 func (op xentOp) Do(in ...gorgonia.Value) (gorgonia.Value, error) {
-	if len(in) != 1 {
-		return nil, fmt.Errorf("%w: SoftmaxCrossEntropy takes 1 input, got %d", sparse.ErrShape, len(in))
+	if err := checkArity("ops.SoftmaxCrossEntropy", 1, len(in)); err != nil {
+		return nil, err
 	}
 	if err := op.checkShape(in[0].Shape()); err != nil {
 		return nil, err
@@ -182,23 +180,17 @@ func (xentOp) OverwritesInput() int { return -1 }
 func (op xentOp) WriteHash(h hash.Hash) {
 	fmt.Fprint(h, op.String())
 }
-func (op xentOp) Hashcode() uint32 { return normHash(op) }
+func (op xentOp) Hashcode() uint32 { return hashOp(op) }
 func (op xentOp) String() string {
 	return fmt.Sprintf("SoftmaxCrossEntropy{n=%d, k=%d, weighted=%t, labels=%016x}", len(op.labels), op.k, op.weights != nil, op.hash)
 }
 
-func (xentOp) DiffWRT(n int) []bool {
-	d := make([]bool, n)
-	for i := range d {
-		d[i] = true
-	}
-	return d
-}
+func (xentOp) DiffWRT(n int) []bool { return allTrue(n) }
 
 // SymDiff returns the gradient of the logits, xentGradOp(logits, grad).
 func (op xentOp) SymDiff(in gorgonia.Nodes, _, grad *gorgonia.Node) (gorgonia.Nodes, error) {
-	if len(in) != 1 {
-		return nil, fmt.Errorf("%w: SoftmaxCrossEntropy takes 1 input, got %d", sparse.ErrShape, len(in))
+	if err := checkArity("ops.SoftmaxCrossEntropy", 1, len(in)); err != nil {
+		return nil, err
 	}
 	d, err := gorgonia.ApplyOp(xentGradOp{op}, in[0], grad)
 	if err != nil {
@@ -209,8 +201,8 @@ func (op xentOp) SymDiff(in gorgonia.Nodes, _, grad *gorgonia.Node) (gorgonia.No
 
 // DoDiff adds the gradient of the logits to their dual value (LispMachine).
 func (op xentOp) DoDiff(_ gorgonia.ExecutionContext, in gorgonia.Nodes, output *gorgonia.Node) error {
-	if len(in) != 1 {
-		return fmt.Errorf("%w: SoftmaxCrossEntropy takes 1 input, got %d", sparse.ErrShape, len(in))
+	if err := checkArity("ops.SoftmaxCrossEntropy", 1, len(in)); err != nil {
+		return err
 	}
 	g, err := output.Grad()
 	if err != nil {
@@ -238,22 +230,19 @@ func (xentGradOp) Type() hm.Type {
 }
 
 func (op xentGradOp) InferShape(in ...gorgonia.DimSizer) (tensor.Shape, error) {
-	if len(in) != 2 {
-		return nil, fmt.Errorf("%w: SoftmaxCrossEntropy gradient takes 2 inputs, got %d", sparse.ErrShape, len(in))
-	}
-	s, err := normShapeOf(in[0])
+	s, err := inputShapes("ops.SoftmaxCrossEntropyGrad", 2, in)
 	if err != nil {
 		return nil, err
 	}
-	if err := op.checkShape(s); err != nil {
+	if err := op.checkShape(s[0]); err != nil {
 		return nil, err
 	}
-	return s.Clone(), nil
+	return s[0].Clone(), nil
 }
 
 func (op xentGradOp) Do(in ...gorgonia.Value) (gorgonia.Value, error) {
-	if len(in) != 2 {
-		return nil, fmt.Errorf("%w: SoftmaxCrossEntropy gradient takes 2 inputs, got %d", sparse.ErrShape, len(in))
+	if err := checkArity("ops.SoftmaxCrossEntropyGrad", 2, len(in)); err != nil {
+		return nil, err
 	}
 	s := in[0].Shape()
 	if err := op.checkShape(s); err != nil {
@@ -280,7 +269,7 @@ func (op xentGradOp) Do(in ...gorgonia.Value) (gorgonia.Value, error) {
 }
 
 func (op xentGradOp) WriteHash(h hash.Hash) { fmt.Fprint(h, op.String()) }
-func (op xentGradOp) Hashcode() uint32      { return normHash(op) }
+func (op xentGradOp) Hashcode() uint32      { return hashOp(op) }
 func (op xentGradOp) String() string        { return "Grad" + op.xentOp.String() }
 
 // scalarOf reads a scalar value (gorgonia scalar or one-element tensor).

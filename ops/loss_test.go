@@ -219,15 +219,15 @@ func TestSoftmaxCrossEntropyErrors(t *testing.T) {
 		want     error
 		contains string
 	}{
-		{"nil", nil, []int32{0, 0, 0}, nil, sparse.ErrShape, "nil"},
+		{"nil", nil, []int32{0, 0, 0}, nil, ErrNilInput, "logits is nil"},
 		{"dtype", zi, []int32{0, 0, 0}, nil, sparse.ErrDType, "int64"},
 		{"rank", zv, []int32{0, 0, 0}, nil, sparse.ErrShape, "[N, K]"},
 		{"label count", z, []int32{0, 1}, nil, sparse.ErrShape, "[3]"},
 		{"label too big", z, []int32{0, 2, 1}, nil, sparse.ErrOutOfRange, "label 2 of row 1"},
 		{"label negative", z, []int32{0, 1, -2}, nil, sparse.ErrOutOfRange, "label -2 of row 2"},
 		{"weight count", z, []int32{0, 1, 1}, []LossOption{WithClassWeights(1, 2, 3)}, sparse.ErrShape, "class weights"},
-		{"weight negative", z, []int32{0, 1, 1}, []LossOption{WithClassWeights(1, -2)}, sparse.ErrShape, "class weight 1"},
-		{"weight nan", z, []int32{0, 1, 1}, []LossOption{WithClassWeights(math.NaN(), 1)}, sparse.ErrShape, "class weight 0"},
+		{"weight negative", z, []int32{0, 1, 1}, []LossOption{WithClassWeights(1, -2)}, ErrOption, "class weight 1"},
+		{"weight nan", z, []int32{0, 1, 1}, []LossOption{WithClassWeights(math.NaN(), 1)}, ErrOption, "class weight 0"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := SoftmaxCrossEntropy(tc.z, tc.labels, tc.opts...)

@@ -3,7 +3,6 @@ package ops
 import (
 	"fmt"
 	"hash"
-	"hash/fnv"
 	"math"
 
 	"github.com/chewxy/hm"
@@ -30,31 +29,17 @@ import (
 // respect to x, gamma and beta, symbolically (gorgonia.Grad) and in a
 // LispMachine.
 func VoxelNorm(x, gamma, beta *gorgonia.Node, eps float64) (*gorgonia.Node, error) {
-	if x == nil || gamma == nil || beta == nil {
-		return nil, fmt.Errorf("%w: VoxelNorm: nil node", sparse.ErrShape)
+	names := []string{"x", "gamma", "beta"}
+	if err := checkNodes("VoxelNorm", names, x, gamma, beta); err != nil {
+		return nil, err
+	}
+	if _, err := checkFloatNodes("VoxelNorm", names, x, gamma, beta); err != nil {
+		return nil, err
 	}
 	if !(eps > 0) || math.IsInf(eps, 0) {
-		return nil, fmt.Errorf("%w: VoxelNorm: eps %v must be positive and finite", sparse.ErrShape, eps)
-	}
-	for _, n := range []*gorgonia.Node{x, gamma, beta} {
-		if err := normCheckDtype("VoxelNorm", n, x); err != nil {
-			return nil, err
-		}
+		return nil, fmt.Errorf("%w: ops.VoxelNorm: eps %v must be positive and finite", ErrOption, eps)
 	}
 	return gorgonia.ApplyOp(voxelNormOp{eps: eps}, x, gamma, beta)
-}
-
-// normCheckDtype reports a node whose dtype is not float32/float64 or
-// differs from ref's.
-func normCheckDtype(op string, n, ref *gorgonia.Node) error {
-	dt := n.Dtype()
-	if dt != tensor.Float32 && dt != tensor.Float64 {
-		return fmt.Errorf("%w: %s: %s is %v, want float32 or float64", sparse.ErrDType, op, n.Name(), dt)
-	}
-	if dt != ref.Dtype() {
-		return fmt.Errorf("%w: %s: %s is %v but %s is %v", sparse.ErrDType, op, n.Name(), dt, ref.Name(), ref.Dtype())
-	}
-	return nil
 }
 
 // normShapes checks x [N, C] and per-channel vectors [C] and returns N, C.
@@ -69,15 +54,6 @@ func normShapes(op string, x tensor.Shape, vecs ...tensor.Shape) (n, c int, err 
 		}
 	}
 	return n, c, nil
-}
-
-// normShapeOf returns the shape of a DimSizer passed to InferShape.
-func normShapeOf(d gorgonia.DimSizer) (tensor.Shape, error) {
-	s, ok := d.(tensor.Shape)
-	if !ok {
-		return nil, fmt.Errorf("%w: expected a tensor.Shape, got %T", sparse.ErrShape, d)
-	}
-	return s, nil
 }
 
 // voxelNormOp is the forward op of VoxelNorm: (x, gamma, beta) → y.
@@ -99,15 +75,9 @@ func (voxelNormOp) Type() hm.Type {
 }
 
 func (op voxelNormOp) InferShape(in ...gorgonia.DimSizer) (tensor.Shape, error) {
-	if len(in) != 3 {
-		return nil, fmt.Errorf("%w: VoxelNorm takes 3 inputs, got %d", sparse.ErrShape, len(in))
-	}
-	var s [3]tensor.Shape
-	for i := range s {
-		var err error
-		if s[i], err = normShapeOf(in[i]); err != nil {
-			return nil, err
-		}
+	s, err := inputShapes("ops.VoxelNorm", 3, in)
+	if err != nil {
+		return nil, err
 	}
 	if _, _, err := normShapes("VoxelNorm", s[0], s[1], s[2]); err != nil {
 		return nil, err
@@ -116,8 +86,8 @@ func (op voxelNormOp) InferShape(in ...gorgonia.DimSizer) (tensor.Shape, error) 
 }
 
 func (op voxelNormOp) Do(in ...gorgonia.Value) (gorgonia.Value, error) {
-	if len(in) != 3 {
-		return nil, fmt.Errorf("%w: VoxelNorm takes 3 inputs, got %d", sparse.ErrShape, len(in))
+	if err := checkArity("ops.VoxelNorm", 3, len(in)); err != nil {
+		return nil, err
 	}
 	n, c, err := normShapes("VoxelNorm", in[0].Shape(), in[1].Shape(), in[2].Shape())
 	if err != nil {
@@ -154,22 +124,16 @@ func (voxelNormOp) OverwritesInput() int { return -1 }
 func (op voxelNormOp) WriteHash(h hash.Hash) {
 	fmt.Fprint(h, op.String())
 }
-func (op voxelNormOp) Hashcode() uint32 { return normHash(op) }
+func (op voxelNormOp) Hashcode() uint32 { return hashOp(op) }
 func (op voxelNormOp) String() string   { return fmt.Sprintf("VoxelNorm{eps=%g}", op.eps) }
 
-func (voxelNormOp) DiffWRT(n int) []bool {
-	d := make([]bool, n)
-	for i := range d {
-		d[i] = true
-	}
-	return d
-}
+func (voxelNormOp) DiffWRT(n int) []bool { return allTrue(n) }
 
 // SymDiff returns the gradients of x, gamma and beta as three applications
 // of voxelNormGradOp to (x, gamma, grad).
 func (op voxelNormOp) SymDiff(in gorgonia.Nodes, _, grad *gorgonia.Node) (gorgonia.Nodes, error) {
-	if len(in) != 3 {
-		return nil, fmt.Errorf("%w: VoxelNorm takes 3 inputs, got %d", sparse.ErrShape, len(in))
+	if err := checkArity("ops.VoxelNorm", 3, len(in)); err != nil {
+		return nil, err
 	}
 	out := make(gorgonia.Nodes, 3)
 	for w := range out {
@@ -184,8 +148,8 @@ func (op voxelNormOp) SymDiff(in gorgonia.Nodes, _, grad *gorgonia.Node) (gorgon
 // DoDiff adds the gradients of x, gamma and beta to their dual values
 // (LispMachine).
 func (op voxelNormOp) DoDiff(_ gorgonia.ExecutionContext, in gorgonia.Nodes, output *gorgonia.Node) error {
-	if len(in) != 3 {
-		return fmt.Errorf("%w: VoxelNorm takes 3 inputs, got %d", sparse.ErrShape, len(in))
+	if err := checkArity("ops.VoxelNorm", 3, len(in)); err != nil {
+		return err
 	}
 	dy, err := output.Grad()
 	if err != nil {
@@ -225,15 +189,9 @@ func (op voxelNormGradOp) Type() hm.Type {
 }
 
 func (op voxelNormGradOp) InferShape(in ...gorgonia.DimSizer) (tensor.Shape, error) {
-	if len(in) != 3 {
-		return nil, fmt.Errorf("%w: VoxelNorm gradient takes 3 inputs, got %d", sparse.ErrShape, len(in))
-	}
-	var s [3]tensor.Shape
-	for i := range s {
-		var err error
-		if s[i], err = normShapeOf(in[i]); err != nil {
-			return nil, err
-		}
+	s, err := inputShapes("ops.VoxelNormGrad", 3, in)
+	if err != nil {
+		return nil, err
 	}
 	_, c, err := normShapes("VoxelNormGrad", s[0], s[1])
 	if err != nil {
@@ -249,8 +207,8 @@ func (op voxelNormGradOp) InferShape(in ...gorgonia.DimSizer) (tensor.Shape, err
 }
 
 func (op voxelNormGradOp) Do(in ...gorgonia.Value) (gorgonia.Value, error) {
-	if len(in) != 3 {
-		return nil, fmt.Errorf("%w: VoxelNorm gradient takes 3 inputs, got %d", sparse.ErrShape, len(in))
+	if err := checkArity("ops.VoxelNormGrad", 3, len(in)); err != nil {
+		return nil, err
 	}
 	grads, err := voxelNormGrads(op.eps, in[0], in[1], in[2])
 	if err != nil {
@@ -268,7 +226,7 @@ func (voxelNormGradOp) OverwritesInput() int { return -1 }
 func (op voxelNormGradOp) WriteHash(h hash.Hash) {
 	fmt.Fprint(h, op.String())
 }
-func (op voxelNormGradOp) Hashcode() uint32 { return normHash(op) }
+func (op voxelNormGradOp) Hashcode() uint32 { return hashOp(op) }
 func (op voxelNormGradOp) String() string {
 	return fmt.Sprintf("VoxelNormGrad{eps=%g, wrt=%d}", op.eps, op.wrt)
 }
@@ -435,10 +393,4 @@ func normAddGrad(n *gorgonia.Node, g gorgonia.Value) error {
 	}
 	_, err = tensor.Add(ct, gt, tensor.UseUnsafe())
 	return err
-}
-
-func normHash(op fmt.Stringer) uint32 {
-	h := fnv.New32a()
-	fmt.Fprint(h, op.String())
-	return h.Sum32()
 }

@@ -188,14 +188,14 @@ func TestVoxelNormErrors(t *testing.T) {
 		want         error
 		wantContains string
 	}{
-		{"nil", nil, v3, v3, 1e-5, sparse.ErrShape, "nil"},
-		{"eps zero", x, v3, v3, 0, sparse.ErrShape, "eps"},
-		{"eps nan", x, v3, v3, math.NaN(), sparse.ErrShape, "eps"},
-		{"eps inf", x, v3, v3, math.Inf(1), sparse.ErrShape, "eps"},
+		{"nil", nil, v3, v3, 1e-5, ErrNilInput, "x is nil"},
+		{"eps zero", x, v3, v3, 0, ErrOption, "eps"},
+		{"eps nan", x, v3, v3, math.NaN(), ErrOption, "eps"},
+		{"eps inf", x, v3, v3, math.Inf(1), ErrOption, "eps"},
 		{"gamma length", x, v4, v3, 1e-5, sparse.ErrShape, "[3]"},
 		{"beta length", x, v3, v4, 1e-5, sparse.ErrShape, "[3]"},
 		{"x rank", x3, v3, v3, 1e-5, sparse.ErrShape, "[N, C]"},
-		{"mixed dtype", x32, v3, v3, 1e-5, sparse.ErrDType, "float64"},
+		{"mixed dtype", x32, v3, v3, 1e-5, sparse.ErrDType, "gamma has dtype float64 but x is float32"},
 		{"int dtype", xi, v3, v3, 1e-5, sparse.ErrDType, "int32"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
