@@ -38,5 +38,6 @@
 // batch, x, y, z) and run in parallel over fixed-size chunks. Each output
 // element depends on one input element only, and when several inputs are
 // invalid the error names the first one, so results and errors are the same
-// for any GOMAXPROCS. Argsort is a stable LSD radix sort.
+// for any GOMAXPROCS. Argsort and SortCodes order codes with a stable LSD
+// radix sort.
 package serialize

@@ -29,7 +29,7 @@ var (
 // bits fit in a uint64 code.
 const MaxAxisBits = 21
 
-// Mode selects the space-filling curve.
+// Mode selects the space-filling curve. The zero Mode is ZOrder.
 type Mode uint8
 
 // Serialisation modes. The names are FlexGEMM's.
