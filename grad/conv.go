@@ -17,7 +17,8 @@ import (
 var (
 	// ErrNilInput reports a nil node or kernel map.
 	ErrNilInput = opkit.ErrNilInput
-	// ErrOption reports an invalid option such as a negative split-K.
+	// ErrOption reports an invalid option such as a negative split-K
+	// (such errors also wrap sparse.ErrOptions).
 	ErrOption = opkit.ErrOption
 )
 

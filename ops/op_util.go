@@ -22,7 +22,8 @@ var (
 	// a strided map given to SubMConv3d.
 	ErrMapKind = errors.New("ops: wrong kernel-map kind")
 	// ErrOption reports an invalid op option, such as a negative split-K
-	// (the same value as grad.ErrOption).
+	// (the same value as grad.ErrOption; such errors also wrap
+	// sparse.ErrOptions).
 	ErrOption = opkit.ErrOption
 	// ErrNilInput reports a nil node, kernel map or other required argument
 	// (the same value as grad.ErrNilInput).

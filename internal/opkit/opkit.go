@@ -318,16 +318,17 @@ func ShapeErr(op, arg string, got tensor.Shape, want string) error {
 }
 
 // CheckConvOptions reports an unknown algorithm or a negative split-K or
-// tile size.
+// tile size (errors wrap both ErrOption and sparse.ErrOptions). Engine
+// limits such as a largest split-K are checked when the op runs.
 func CheckConvOptions(op string, opt sparse.ConvOptions) error {
 	if err := opt.Algorithm.Valid(); err != nil {
 		return fmt.Errorf("%s: %w", op, err)
 	}
 	if opt.SplitK < 0 {
-		return fmt.Errorf("%w: %s: split-K %d is negative", ErrOption, op, opt.SplitK)
+		return fmt.Errorf("%w: %w: %s: split-K %d is negative", ErrOption, sparse.ErrOptions, op, opt.SplitK)
 	}
 	if opt.TileRows < 0 {
-		return fmt.Errorf("%w: %s: tile rows %d is negative", ErrOption, op, opt.TileRows)
+		return fmt.Errorf("%w: %w: %s: tile rows %d is negative", ErrOption, sparse.ErrOptions, op, opt.TileRows)
 	}
 	return nil
 }

@@ -106,6 +106,7 @@ func TestAddInto(t *testing.T) {
 func TestChecks(t *testing.T) {
 	require.NoError(t, CheckConvOptions("op", sparse.ConvOptions{Algorithm: sparse.Explicit, SplitK: 2}))
 	require.ErrorIs(t, CheckConvOptions("op", sparse.ConvOptions{SplitK: -1}), ErrOption)
+	require.ErrorIs(t, CheckConvOptions("op", sparse.ConvOptions{TileRows: -1}), sparse.ErrOptions)
 	require.ErrorIs(t, CheckConvOptions("op", sparse.ConvOptions{Algorithm: -1}), sparse.ErrAlgorithm)
 	require.ErrorIs(t, CheckArity("op", 2, 3), sparse.ErrShape)
 	_, err := Shapes("op", 1, []gorgonia.DimSizer{tensor.Shape{1}, tensor.Shape{2}})
