@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"runtime"
+	"slices"
 	"sync"
 
 	"github.com/flexgemm-go/flexgemm/sparse/grid"
@@ -14,7 +15,13 @@ import (
 // the value is j. A growing table is resized once up front. It stops at the
 // first failure and returns it: a *DuplicateError (Index = j) for a key
 // already present, ErrFull when a fixed table fills, ErrKey for an
-// unstorable key. The keys before the failing one stay inserted.
+// unstorable key. The keys before the failing one stay inserted, the rest
+// do not.
+//
+// A large batch into an empty growing table is inserted in the order of
+// the keys' home slots (a stable counting sort on their top bits), which
+// turns random probes into a sweep over the table; the outcome, errors
+// included, is the same as inserting one key at a time.
 func (t *Table) InsertBatch(keys []uint64, vals []int32) error {
 	if vals != nil && len(vals) != len(keys) {
 		return fmt.Errorf("%w: %d keys but %d values", ErrLength, len(keys), len(vals))
@@ -26,7 +33,17 @@ func (t *Table) InsertBatch(keys []uint64, vals []int32) error {
 		if err := t.Reserve(t.n + len(keys)); err != nil {
 			return err
 		}
+		if t.n == 0 && len(keys) >= bulkMin {
+			return t.insertBulk(keys, vals)
+		}
 	}
+	return t.insertSeq(keys, vals)
+}
+
+// bulkMin is the smallest batch inserted in home-slot order.
+const bulkMin = 1 << 12
+
+func (t *Table) insertSeq(keys []uint64, vals []int32) error {
 	for j, k := range keys {
 		v := int32(j)
 		if vals != nil {
@@ -41,6 +58,81 @@ func (t *Table) InsertBatch(keys []uint64, vals []int32) error {
 		}
 	}
 	return nil
+}
+
+// insertBulk inserts a batch into an empty table with room for all of it,
+// with the result and error of insertSeq.
+func (t *Table) insertBulk(keys []uint64, vals []int32) error {
+	stop := len(keys) // first unstorable key
+	for j, k := range keys {
+		if t.checkKey(k) != nil {
+			stop = j
+			break
+		}
+	}
+	if dup := t.sweep(keys[:stop], vals); dup >= 0 {
+		// A sequential insert stops at the duplicate: keep only the
+		// keys before it (they are distinct).
+		first, _ := t.Find(keys[dup])
+		t.alloc(uint(64 - t.shift))
+		t.sweep(keys[:dup], vals)
+		v := int32(dup)
+		if vals != nil {
+			v = vals[dup]
+		}
+		// The earlier copy was inserted first, so first is its value.
+		return &DuplicateError{Key: keys[dup], First: first, Second: v, Index: dup}
+	}
+	if stop < len(keys) {
+		return fmt.Errorf("hash: batch index %d: %w", stop, t.checkKey(keys[stop]))
+	}
+	return nil
+}
+
+// sweep inserts storable keys into a table with room for all of them, in
+// the order of the top 16 bits of their home slots (an LSD radix sort of
+// two 8-bit passes that carries keys and batch indices, stable, so equal
+// keys keep their batch order): the inserts then sweep the table and the
+// keys once. It returns the smallest batch index of a key equal to an
+// earlier one, or −1.
+func (t *Table) sweep(keys []uint64, vals []int32) int {
+	n := len(keys)
+	lg := 64 - t.shift
+	top := min(lg, 16)
+	src, dst := slices.Clone(keys), make([]uint64, n)
+	idx, tmp := make([]int32, n), make([]int32, n)
+	for j := range idx {
+		idx[j] = int32(j)
+	}
+	for p := uint(0); p*8 < top; p++ {
+		shift := 64 - top + 8*p // digit p of the top bits of mix(k)
+		var start [257]int
+		for _, k := range src {
+			start[(mix(k)>>shift)&0xff+1]++
+		}
+		for d := 1; d < len(start); d++ {
+			start[d] += start[d-1]
+		}
+		for j, k := range src {
+			d := (mix(k) >> shift) & 0xff
+			dst[start[d]], tmp[start[d]] = k, idx[j]
+			start[d]++
+		}
+		src, dst = dst, src
+		idx, tmp = tmp, idx
+	}
+	dup := -1
+	for i, k := range src {
+		j := idx[i]
+		v := j
+		if vals != nil {
+			v = vals[j]
+		}
+		if _, found := t.put(k, v); found && (dup < 0 || int(j) < dup) {
+			dup = int(j)
+		}
+	}
+	return dup
 }
 
 // LookupBatch writes the value of keys[j] to out[j], or miss where the key
@@ -114,25 +206,32 @@ func FromCoords(coords []int32, ext grid.Extent) (*Table, error) {
 	if n > math.MaxInt32 {
 		return nil, fmt.Errorf("%w: %d rows overflow int32 row indices", ErrCoords, n)
 	}
-	t, err := New(Options{Capacity: n, Narrow: ext.KeyBits() == 32})
+	keys := make([]uint64, n)
+	stop := n // first row outside ext
+	for r := range n {
+		b, x, y, z := int(coords[4*r]), int(coords[4*r+1]), int(coords[4*r+2]), int(coords[4*r+3])
+		if !ext.Contains(b, x, y, z) {
+			stop = r
+			break
+		}
+		keys[r] = ext.Key(b, x, y, z)
+	}
+	t, err := New(Options{Capacity: stop, Narrow: ext.KeyBits() == 32})
 	if err != nil {
 		return nil, err
 	}
-	for r := range n {
-		c := coords[4*r : 4*r+4 : 4*r+4]
-		b, x, y, z := int(c[0]), int(c[1]), int(c[2]), int(c[3])
-		if !ext.Contains(b, x, y, z) {
-			return nil, fmt.Errorf("%w: row %d (%d, %d, %d, %d) is outside %v", ErrCoords, r, b, x, y, z, ext)
+	// Rows before the first bad one go in first, so a duplicate among them
+	// is reported before the bad row, as a row-by-row check would.
+	if err := t.InsertBatch(keys[:stop], nil); err != nil {
+		if d, ok := AsDuplicate(err); ok {
+			c := coords[4*d.Index : 4*d.Index+4]
+			return nil, fmt.Errorf("hash: rows %d and %d are both (%d, %d, %d, %d): %w", d.First, d.Index, c[0], c[1], c[2], c[3], err)
 		}
-		key := ext.Key(b, x, y, z)
-		old, inserted, err := t.GetOrInsert(key, int32(r))
-		if err != nil {
-			return nil, err // unreachable: the table grows and keys fit
-		}
-		if !inserted {
-			dup := &DuplicateError{Key: key, First: old, Second: int32(r), Index: r}
-			return nil, fmt.Errorf("hash: rows %d and %d are both (%d, %d, %d, %d): %w", old, r, b, x, y, z, dup)
-		}
+		return nil, err // unreachable: the table grows and keys fit
+	}
+	if stop < n {
+		c := coords[4*stop : 4*stop+4]
+		return nil, fmt.Errorf("%w: row %d (%d, %d, %d, %d) is outside %v", ErrCoords, stop, c[0], c[1], c[2], c[3], ext)
 	}
 	return t, nil
 }

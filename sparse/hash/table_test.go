@@ -444,3 +444,84 @@ func FuzzTable(f *testing.F) {
 		require.Equal(t, ref, got)
 	})
 }
+
+// TestBulkMatchesSequential checks that large batches (inserted in
+// home-slot order) end exactly as a one-by-one insert would: same error,
+// same contents.
+func TestBulkMatchesSequential(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	for trial := range 40 {
+		narrow := trial%2 == 0
+		n := bulkMin + rng.IntN(3*bulkMin)
+		keys := make([]uint64, n)
+		for j := range keys {
+			keys[j] = rng.Uint64() % (MaxNarrowKey + 1)
+		}
+		switch trial % 5 {
+		case 1: // one duplicate
+			j := 1 + rng.IntN(n-1)
+			keys[j] = keys[rng.IntN(j)]
+		case 2: // several duplicates, of several keys
+			for range 5 {
+				j := 1 + rng.IntN(n-1)
+				keys[j] = keys[rng.IntN(j)]
+			}
+		case 3: // an unstorable key
+			keys[rng.IntN(n)] = math.MaxUint64
+		case 4: // both
+			j := 1 + rng.IntN(n-1)
+			keys[j] = keys[rng.IntN(j)]
+			keys[rng.IntN(n)] = math.MaxUint64
+		}
+		var vals []int32
+		if trial%3 == 0 {
+			vals = make([]int32, n)
+			for j := range vals {
+				vals[j] = -int32(j) - 1
+			}
+		}
+		val := func(j int) int32 {
+			if vals == nil {
+				return int32(j)
+			}
+			return vals[j]
+		}
+		// Reference: a Go map filled until the first failure.
+		ref := map[uint64]int32{}
+		var wantErr error
+		for j, k := range keys {
+			if k > MaxKey || (narrow && k > MaxNarrowKey) {
+				wantErr = ErrKey
+				break
+			}
+			if old, ok := ref[k]; ok {
+				wantErr = &DuplicateError{Key: k, First: old, Second: val(j), Index: j}
+				break
+			}
+			ref[k] = val(j)
+		}
+		tb, err := New(Options{Narrow: narrow})
+		require.NoError(t, err)
+		err = tb.InsertBatch(keys, vals)
+		switch w := wantErr.(type) {
+		case nil:
+			require.NoError(t, err)
+		case *DuplicateError:
+			var d *DuplicateError
+			require.ErrorAs(t, err, &d)
+			require.Equal(t, *w, *d)
+		default:
+			require.ErrorIs(t, err, ErrKey)
+		}
+		require.Equal(t, len(ref), tb.Len())
+		got := map[uint64]int32{}
+		for k, v := range tb.All() {
+			got[k] = v
+		}
+		require.Equal(t, ref, got)
+		for k, v := range ref {
+			require.Equal(t, v, tb.Get(k, 0))
+		}
+		require.Equal(t, tb.Stats().MaxProbe, tb.MaxProbe())
+	}
+}
