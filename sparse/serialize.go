@@ -82,13 +82,21 @@ func SortBy(t *Tensor, mode SerialMode) (sorted *Tensor, perm []int32, err error
 	if err != nil {
 		return nil, nil, err
 	}
-	perm, err = serialize.Argsort(codes)
+	perm, sortedCodes, err := serialize.SortCodes(codes)
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w: %w", ErrIndexOverflow, err)
 	}
-	sorted, err = permuteUnchecked(t, perm)
-	if err != nil {
-		return nil, nil, err
+	// Decoding the sorted codes streams through memory; gathering the
+	// coordinate rows by perm would jump around it.
+	coords := make([]int32, len(t.Coords))
+	if err := serialize.Decode(mode, sortedCodes, t.Extent, coords); err != nil {
+		return nil, nil, serialError(err)
+	}
+	sorted = &Tensor{Coords: coords, Extent: t.Extent}
+	if !t.Feats.IsZero() {
+		if sorted.Feats, err = gatherMatrix(t.Feats, perm); err != nil {
+			return nil, nil, err
+		}
 	}
 	return sorted, perm, nil
 }
