@@ -23,8 +23,9 @@ var (
 type ConvOption func(*convConfig)
 
 type convConfig struct {
-	bias *gorgonia.Node
-	opt  sparse.ConvOptions
+	bias    *gorgonia.Node
+	opt     sparse.ConvOptions
+	noInput bool
 }
 
 // WithBias adds a bias b [Co] to every output row.
@@ -49,6 +50,14 @@ func WithSplitK(n int) ConvOption {
 // and masked algorithms; 0 (the default) lets the engine choose.
 func WithTileRows(n int) ConvOption {
 	return func(c *convConfig) { c.opt.TileRows = n }
+}
+
+// WithoutInputGrad treats x as a constant: no gradient flows to it, which
+// saves a full input-gradient pass for a first layer over raw input
+// features. Do not use it on a layer whose input depends on learnables
+// (gorgonia.Grad then reports them as not differentiable).
+func WithoutInputGrad() ConvOption {
+	return func(c *convConfig) { c.noInput = true }
 }
 
 // Conv3d applies the sparse convolution described by the kernel map m to
@@ -122,7 +131,7 @@ func conv3d(name string, kind kmap.Kind, x, w *gorgonia.Node, m *kmap.Map, opts 
 	if err := opkit.CheckConvOptions("ops."+name, cfg.opt); err != nil {
 		return nil, err
 	}
-	op := convOp{m: m, opt: cfg.opt, bias: cfg.bias != nil, dt: dt}
+	op := convOp{m: m, opt: cfg.opt, bias: cfg.bias != nil, noInput: cfg.noInput, dt: dt}
 	shapes := make([]gorgonia.DimSizer, len(nodes))
 	for i, n := range nodes {
 		shapes[i] = n.Shape()
@@ -137,10 +146,11 @@ func conv3d(name string, kind kmap.Kind, x, w *gorgonia.Node, m *kmap.Map, opts 
 // inputs are x [NIn, Ci], w [Co, Kx, Ky, Kz, Ci] and, when bias is set,
 // b [Co].
 type convOp struct {
-	m    *kmap.Map
-	opt  sparse.ConvOptions
-	bias bool
-	dt   tensor.Dtype
+	m       *kmap.Map
+	opt     sparse.ConvOptions
+	bias    bool
+	noInput bool // WithoutInputGrad
+	dt      tensor.Dtype
 }
 
 func (op convOp) Arity() int {
@@ -239,18 +249,20 @@ func (op convOp) CallsExtern() bool    { return false }
 func (op convOp) OverwritesInput() int { return -1 }
 
 // WriteHash writes every parameter: map identity, kind and geometry,
-// algorithm, split-K, tile size, bias presence and dtype.
+// algorithm, split-K, tile size, bias presence, input-gradient flag and
+// dtype.
 func (op convOp) WriteHash(h hash.Hash) { fmt.Fprint(h, op.String()) }
 func (op convOp) Hashcode() uint32      { return hashOp(op) }
 func (op convOp) String() string {
-	return fmt.Sprintf("SparseConv3d{%s bias=%t %v}", opkit.ConvSignature(op.m, op.opt), op.bias, op.dt)
+	return fmt.Sprintf("SparseConv3d{%s bias=%t dx=%t %v}", opkit.ConvSignature(op.m, op.opt), op.bias, !op.noInput, op.dt)
 }
 
-// DiffWRT: the convolution is differentiable in every input.
+// DiffWRT: the convolution is differentiable in every input (but x with
+// WithoutInputGrad).
 func (op convOp) DiffWRT(n int) []bool {
-	d := make([]bool, n)
-	for i := range d {
-		d[i] = true
+	d := allTrue(n)
+	if op.noInput && n > 0 {
+		d[0] = false
 	}
 	return d
 }
@@ -261,9 +273,12 @@ func (op convOp) SymDiff(inputs gorgonia.Nodes, output, dy *gorgonia.Node) (gorg
 	if err := checkArity(op.String(), op.Arity(), len(inputs)); err != nil {
 		return nil, err
 	}
-	dx, err := grad.ConvInputGrad(dy, inputs[1], op.m, op.opt)
-	if err != nil {
-		return nil, err
+	var dx *gorgonia.Node
+	if !op.noInput {
+		var err error
+		if dx, err = grad.ConvInputGrad(dy, inputs[1], op.m, op.opt); err != nil {
+			return nil, err
+		}
 	}
 	dw, err := grad.ConvWeightGrad(inputs[0], dy, op.m, op.opt)
 	if err != nil {
@@ -298,12 +313,14 @@ func (op convOp) DoDiff(ctx gorgonia.ExecutionContext, inputs gorgonia.Nodes, ou
 	if err != nil {
 		return err
 	}
-	dx, err := sparse.ConvInputGrad(op.m, dy, w, op.opt)
-	if err != nil {
-		return err
-	}
-	if err := accumulateGrad(inputs[0], "x", dx); err != nil {
-		return err
+	if !op.noInput {
+		dx, err := sparse.ConvInputGrad(op.m, dy, w, op.opt)
+		if err != nil {
+			return err
+		}
+		if err := accumulateGrad(inputs[0], "x", dx); err != nil {
+			return err
+		}
 	}
 	dw, err := sparse.ConvWeightGrad(op.m, x, dy, op.opt)
 	if err != nil {

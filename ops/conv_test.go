@@ -181,6 +181,7 @@ func TestConvHashing(t *testing.T) {
 		build(m, ops.WithAlgorithm(sparse.ImplicitSplitK), ops.WithSplitK(3)),
 		build(m, ops.WithTileRows(16)),
 		build(m, ops.WithBias(b)),
+		build(m, ops.WithoutInputGrad()),
 	}
 	for i := range variants {
 		for j := range i {
@@ -353,4 +354,40 @@ func TestConvEmpty(t *testing.T) {
 	require.NoError(t, vm.RunAll())
 	require.Equal(t, tensor.Shape{0, 4}, y.Value().Shape())
 	require.Equal(t, tensor.Shape{0, 4}, p.Value().Shape())
+}
+
+// TestConvWithoutInputGrad: the weight gradient is unchanged, and no input
+// gradient node is built.
+func TestConvWithoutInputGrad(t *testing.T) {
+	m := testMaps(t, 16)[0].m
+	rng := rand.New(rand.NewPCG(16, 16))
+	xv := randDense(rng, tensor.Float64, m.NIn, 2)
+	wv := randDense(rng, tensor.Float64, weightShape(m, 2, 2)...)
+	_, err := grad.Check(func(g *gorgonia.ExprGraph, in gorgonia.Nodes) (*gorgonia.Node, error) {
+		y, err := ops.SubMConv3d(in[0], in[1], m, ops.WithoutInputGrad())
+		if err != nil {
+			return nil, err
+		}
+		return sumSquares(y)
+	}, []*tensor.Dense{xv, wv}, grad.WithConstants(0))
+	require.NoError(t, err)
+
+	g := gorgonia.NewGraph()
+	x, w := input(g, "x", xv), input(g, "w", wv)
+	y, err := ops.SubMConv3d(x, w, m, ops.WithoutInputGrad())
+	require.NoError(t, err)
+	cost, err := sumSquares(y)
+	require.NoError(t, err)
+	_, err = gorgonia.Grad(cost, w)
+	require.NoError(t, err)
+	nOps := 0
+	for _, n := range g.AllNodes() {
+		if n.Op() != nil {
+			nOps++
+			require.NotContains(t, n.Op().String(), "ConvInputGrad")
+		}
+	}
+	require.Greater(t, nOps, 3)
+	_, err = gorgonia.Grad(cost, x)
+	require.Error(t, err, "x is not differentiable with WithoutInputGrad")
 }

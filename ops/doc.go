@@ -22,7 +22,8 @@
 // Shapes follow package sparse: features x [m.NIn, Ci], weights
 // w [Co, Kx, Ky, Kz, Ci] with (Kx, Ky, Kz) = m.Conv.Kernel, optional bias
 // [Co] (WithBias), result [m.NOut, Co]. The algorithm (WithAlgorithm),
-// split-K (WithSplitK) and tile size (WithTileRows) are chosen per node.
+// split-K (WithSplitK) and tile size (WithTileRows) are chosen per node;
+// WithoutInputGrad skips the input gradient of a first layer.
 // Wrong dtypes, ranks and shapes are reported when the node is built, as
 // errors wrapping sparse.ErrDType or sparse.ErrShape; a map of the wrong
 // kind wraps ErrMapKind.

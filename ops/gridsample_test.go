@@ -247,3 +247,25 @@ func TestGridSampleSecondOrder(t *testing.T) {
 	require.Contains(t, err.Error(), grad.ErrNotDifferentiable.Error())
 	require.Contains(t, err.Error(), "second-order gradients through grad.GridSampleFeatGrad are not supported")
 }
+
+func TestGridSampleHashing(t *testing.T) {
+	rng := rand.New(rand.NewPCG(46, 46))
+	coords, pv := sampleScene(rng, sampleExt, 3, tensor.Float64)
+	other := append([]int32(nil), coords...)
+	other[len(other)-1] = (other[len(other)-1] + 1) % int32(sampleExt.Z) // same length, other content
+	g := gorgonia.NewGraph()
+	feats := input(g, "feats", randDense(rng, tensor.Float64, len(coords)/4, 2))
+	points := input(g, "points", pv)
+	build := func(c []int32, mode sparse.SampleMode) *gorgonia.Node {
+		y, err := ops.GridSample3d(feats, points, c, sampleExt, mode)
+		require.NoError(t, err)
+		return y
+	}
+	a := build(coords, sparse.Trilinear)
+	b := build(other, sparse.Trilinear)
+	c := build(coords, sparse.Nearest)
+	require.NotSame(t, a, b)
+	require.NotSame(t, a, c)
+	require.NotSame(t, b, c)
+	require.Same(t, a, build(append([]int32(nil), coords...), sparse.Trilinear), "equal grids are one node")
+}
