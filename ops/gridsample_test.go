@@ -269,3 +269,30 @@ func TestGridSampleHashing(t *testing.T) {
 	require.NotSame(t, b, c)
 	require.Same(t, a, build(append([]int32(nil), coords...), sparse.Trilinear), "equal grids are one node")
 }
+
+// TestGridSampleMixedDtypes: float32 features sampled at float64 points
+// get a float32 feature gradient and a float64 point gradient.
+func TestGridSampleMixedDtypes(t *testing.T) {
+	rng := rand.New(rand.NewPCG(47, 47))
+	coords, pv := sampleScene(rng, sampleExt, 3, tensor.Float64)
+	fv := randDense(rng, tensor.Float32, len(coords)/4, 2)
+	rep, err := grad.Check(func(g *gorgonia.ExprGraph, in gorgonia.Nodes) (*gorgonia.Node, error) {
+		y, err := ops.GridSample3d(in[0], in[1], coords, sampleExt, sparse.Trilinear)
+		if err != nil {
+			return nil, err
+		}
+		return sumSquares(y)
+	}, []*tensor.Dense{fv, pv})
+	require.NoError(t, err, "%v", rep)
+
+	g := gorgonia.NewGraph()
+	feats, points := input(g, "feats", fv), input(g, "points", pv)
+	y, err := ops.GridSample3d(feats, points, coords, sampleExt, sparse.Trilinear)
+	require.NoError(t, err)
+	cost, err := sumSquares(y)
+	require.NoError(t, err)
+	grads, err := gorgonia.Grad(cost, feats, points)
+	require.NoError(t, err)
+	require.Equal(t, tensor.Float32, grads[0].Dtype())
+	require.Equal(t, tensor.Float64, grads[1].Dtype())
+}
