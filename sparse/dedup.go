@@ -2,20 +2,20 @@ package sparse
 
 import (
 	"fmt"
+
+	"github.com/flexgemm-go/flexgemm/sparse/hash"
 )
 
 // FindDuplicate reports whether two rows of the flat [N, 4] coordinate
-// array are equal, and if so returns the later row r and the earlier row q.
-// Coordinates must lie inside ext.
+// array are equal, and if so returns the earliest row r that equals an
+// earlier row, and q, the first row with that coordinate. Coordinates must
+// lie inside ext; rows from the first one outside it on are not examined.
+// It builds an exact hash table of the rows (package hash), so it takes
+// O(N) time.
 func FindDuplicate(coords []int32, ext Extent) (r, q int, found bool) {
-	seen := make(map[uint64]int, len(coords)/4)
-	for r := 0; r < len(coords)/4; r++ {
-		c := coords[4*r : 4*r+4]
-		k := ext.Key(int(c[0]), int(c[1]), int(c[2]), int(c[3]))
-		if q, ok := seen[k]; ok {
-			return r, q, true
-		}
-		seen[k] = r
+	_, err := hash.FromCoords(coords, ext)
+	if d, ok := hash.AsDuplicate(err); ok {
+		return d.Index, int(d.First), true
 	}
 	return 0, 0, false
 }
@@ -49,16 +49,20 @@ func MergeDuplicates(coords []int32, feats Matrix, ext Extent, how Reduce) (outC
 			return nil, Matrix{}, nil, &ShapeError{Op: "MergeDuplicates", Arg: "feats", Want: fmt.Sprintf("[%d, C]", n), Got: feats.Shape()}
 		}
 	}
-	index := make(map[uint64]int32, n)
+	index, err := hash.New(hash.Options{Capacity: n, Narrow: ext.KeyBits() == 32})
+	if err != nil {
+		return nil, Matrix{}, nil, fmt.Errorf("%w: MergeDuplicates: %w", ErrIndexOverflow, err)
+	}
 	inverse = make([]int32, n)
 	var counts []int
 	for r := range n {
 		c := coords[4*r : 4*r+4]
 		k := ext.Key(int(c[0]), int(c[1]), int(c[2]), int(c[3]))
-		u, ok := index[k]
-		if !ok {
-			u = int32(len(outCoords) / 4)
-			index[k] = u
+		u, added, err := index.GetOrInsert(k, int32(len(counts)))
+		if err != nil {
+			return nil, Matrix{}, nil, fmt.Errorf("%w: MergeDuplicates: %w", ErrIndexOverflow, err) // unreachable: keys of a valid extent fit
+		}
+		if added {
 			outCoords = append(outCoords, c...)
 			counts = append(counts, 0)
 		}
