@@ -55,7 +55,7 @@ func main() {
 type options struct {
 	epochs, steps                   int
 	grid, batch, trainBatches, held int
-	channels, levels                int
+	channels, levels, convs         int
 	minShapes, maxShapes            int
 	lr                              float64
 	seed                            uint64
@@ -77,6 +77,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.held, "heldout-batches", 8, "held-out batches")
 	fs.IntVar(&o.channels, "channels", 8, "width of the first level (doubles per level)")
 	fs.IntVar(&o.levels, "levels", 3, "resolution levels of the UNet")
+	fs.IntVar(&o.convs, "convs", 1, "3×3×3 convolutions per UNet block")
 	fs.IntVar(&o.minShapes, "min-shapes", 2, "fewest primitives per scene")
 	fs.IntVar(&o.maxShapes, "max-shapes", 4, "most primitives per scene")
 	fs.Float64Var(&o.lr, "lr", 0.01, "Adam learning rate")
@@ -148,7 +149,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	}
 	scfg := scenes.Config{Grid: o.grid, MinShapes: o.minShapes, MaxShapes: o.maxShapes, Solid: o.solid, Seed: o.seed}
 	mcfg := unet.DefaultConfig(scenes.NumClasses)
-	mcfg.Channels, mcfg.Levels, mcfg.Algorithm = o.channels, o.levels, algo
+	mcfg.Channels, mcfg.Levels, mcfg.Convs, mcfg.Algorithm = o.channels, o.levels, o.convs, algo
 	if o.f64 {
 		mcfg.DType = tensor.Float64
 	}
@@ -181,35 +182,22 @@ func run(args []string, stdout, stderr io.Writer) error {
 		}
 		fmt.Fprintf(stdout, "loaded %s (trained %d steps before)\n", o.load, prevSteps)
 	}
-	prepare := func(bs []*scenes.Batch) ([]*unet.Sample, int, error) {
-		out := make([]*unet.Sample, len(bs))
+	voxels := func(bs []*scenes.Batch) int {
 		n := 0
-		for i, b := range bs {
-			s, err := model.Prepare(b, o.grid)
-			if err != nil {
-				return nil, 0, err
-			}
-			out[i] = s
+		for _, b := range bs {
 			n += b.N()
 		}
-		return out, n, nil
+		return n
 	}
-	train, nTrain, err := prepare(ds.Train)
-	if err != nil {
-		return err
-	}
-	held, nHeld, err := prepare(ds.HeldOut)
-	if err != nil {
-		return err
-	}
+	nTrain, nHeld := voxels(ds.Train), voxels(ds.HeldOut)
 	fmt.Fprintf(stdout, "data: %d training scenes (%d voxels), %d held-out scenes (%d voxels), grid %d³, %d per batch\n",
 		len(ds.Train)*o.batch, nTrain, len(ds.HeldOut)*o.batch, nHeld, o.grid, o.batch)
-	fmt.Fprintf(stdout, "model: %d levels, channels %d…%d, %d parameters, %v, algorithm %v, GOMAXPROCS %d\n",
-		mcfg.Levels, mcfg.Channels, mcfg.Channels<<(mcfg.Levels-1), model.NumParams(), mcfg.DType, algo, runtime.GOMAXPROCS(0))
+	fmt.Fprintf(stdout, "model: %d levels × %d convs, channels %d…%d, %d parameters, %v, algorithm %v, GOMAXPROCS %d\n",
+		mcfg.Levels, mcfg.Convs, mcfg.Channels, mcfg.Channels<<(mcfg.Levels-1), model.NumParams(), mcfg.DType, algo, runtime.GOMAXPROCS(0))
 	fmt.Fprintf(stdout, "setup %.1fs\n", time.Since(start).Seconds())
 
 	// Training.
-	steps := o.epochs * len(train)
+	steps := o.epochs * len(ds.Train)
 	if o.steps > 0 {
 		steps = min(steps, o.steps)
 	}
@@ -230,17 +218,17 @@ func run(args []string, stdout, stderr io.Writer) error {
 		defer pprof.StopCPUProfile()
 	}
 	if steps > 0 {
-		if last, err = trainLoop(trainer, train, steps, o, stdout, stderr); err != nil {
+		if last, err = trainLoop(trainer, ds.Train, steps, o, stdout, stderr); err != nil {
 			return err
 		}
 	}
 
 	// Evaluation.
-	ev, err := model.Evaluate(held)
+	ev, err := model.Evaluate(ds.HeldOut, o.grid)
 	if err != nil {
 		return err
 	}
-	report(stdout, ev, held, last, steps)
+	report(stdout, ev, last, steps)
 
 	if err := os.MkdirAll(o.out, 0o755); err != nil {
 		return err
@@ -257,7 +245,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	}
 	if o.png != "" && o.views > 0 {
 		path := filepath.Join(o.out, o.png)
-		if err := writePNG(path, o, ev, held); err != nil {
+		if err := writePNG(path, o, ev, ds.HeldOut); err != nil {
 			return err
 		}
 		fmt.Fprintf(stdout, "picture: %s\n", path)
@@ -271,7 +259,7 @@ type trainStats struct {
 	loss, acc float64
 }
 
-func trainLoop(t *unet.Trainer, train []*unet.Sample, steps int, o *options, stdout, stderr io.Writer) (trainStats, error) {
+func trainLoop(t *unet.Trainer, train []*scenes.Batch, steps int, o *options, stdout, stderr io.Writer) (trainStats, error) {
 	var bar *progressbar.ProgressBar
 	if !o.noBar {
 		bar = progressbar.NewOptions(steps,
@@ -284,8 +272,17 @@ func trainLoop(t *unet.Trainer, train []*unet.Sample, steps int, o *options, std
 			progressbar.OptionShowDescriptionAtLineEnd(),
 			progressbar.OptionOnCompletion(func() { fmt.Fprintln(stderr) }))
 	}
-	r := rand.New(rand.NewPCG(o.seed, 0x6f72646572)) // batch order
-	order := make([]int, len(train))
+	// The batch order: every epoch is a fresh permutation.
+	r := rand.New(rand.NewPCG(o.seed, 0x6f72646572))
+	order := make([]int, 0, steps)
+	for len(order) < steps {
+		for _, i := range r.Perm(len(train)) {
+			order = append(order, i)
+		}
+	}
+	order = order[:steps]
+	samples := t.Model.Prefetch(train, order, o.grid)
+	defer samples.Stop()
 	var (
 		stats             trainStats
 		epLoss            float64
@@ -293,16 +290,14 @@ func trainLoop(t *unet.Trainer, train []*unet.Sample, steps int, o *options, std
 		smooth            = math.NaN()
 	)
 	epochs := (steps + len(train) - 1) / len(train)
-	for step := 0; step < steps; step++ {
-		i := step % len(train)
-		if i == 0 {
-			for k := range order {
-				order[k] = k
-			}
-			r.Shuffle(len(order), func(a, b int) { order[a], order[b] = order[b], order[a] })
+	for step := range steps {
+		if step%len(train) == 0 {
 			epLoss, epOK, epN, epStep = 0, 0, 0, 0
 		}
-		s := train[order[i]]
+		s, err := samples.Next()
+		if err != nil {
+			return stats, err
+		}
 		res, err := t.Step(s)
 		if err != nil {
 			return stats, fmt.Errorf("step %d: %w", step+1, err)
@@ -320,7 +315,7 @@ func trainLoop(t *unet.Trainer, train []*unet.Sample, steps int, o *options, std
 		if math.IsNaN(smooth) {
 			smooth = res.Loss
 		} else {
-			smooth = 0.9*smooth + 0.1*res.Loss
+			smooth = 0.95*smooth + 0.05*res.Loss
 		}
 		stats = trainStats{loss: epLoss / float64(epStep), acc: float64(epOK) / float64(max(1, epN))}
 		epoch := step/len(train) + 1
@@ -328,7 +323,7 @@ func trainLoop(t *unet.Trainer, train []*unet.Sample, steps int, o *options, std
 			bar.Describe(fmt.Sprintf("epoch %d/%d  loss %.3f  acc %5.1f%%", epoch, epochs, smooth, 100*stats.acc))
 			_ = bar.Add(1)
 		}
-		if o.noBar && (i == len(train)-1 || step == steps-1) {
+		if o.noBar && ((step+1)%len(train) == 0 || step == steps-1) {
 			fmt.Fprintf(stdout, "epoch %d/%d  step %d/%d  loss %.4f  voxel accuracy %.1f%%\n", epoch, epochs, step+1, steps, stats.loss, 100*stats.acc)
 		}
 	}
@@ -338,7 +333,7 @@ func trainLoop(t *unet.Trainer, train []*unet.Sample, steps int, o *options, std
 	return stats, nil
 }
 
-func report(w io.Writer, ev *unet.Evaluation, held []*unet.Sample, last trainStats, steps int) {
+func report(w io.Writer, ev *unet.Evaluation, last trainStats, steps int) {
 	if steps > 0 {
 		fmt.Fprintf(w, "train (last epoch): loss %.4f, voxel accuracy %.1f%%\n", last.loss, 100*last.acc)
 	}
@@ -369,16 +364,16 @@ func report(w io.Writer, ev *unet.Evaluation, held []*unet.Sample, last trainSta
 	}
 }
 
-func writePNG(path string, o *options, ev *unet.Evaluation, held []*unet.Sample) error {
+func writePNG(path string, o *options, ev *unet.Evaluation, held []*scenes.Batch) error {
 	fig := &viz.Figure{
 		Title:   fmt.Sprintf("Sparse UNet, held-out scenes (top view, %d³ grid): overall voxel accuracy %.1f%%, mIoU %.3f", o.grid, 100*ev.Confusion.Accuracy(), ev.Confusion.MeanIoU()),
 		Grid:    o.grid,
 		Classes: scenes.ClassNames[:],
 	}
 	// The first scenes of the held-out batches, in order.
-	for bi, s := range held {
+	for bi, b := range held {
 		off := 0
-		for si, sc := range s.Batch.Scenes {
+		for si, sc := range b.Scenes {
 			if len(fig.Views) == o.views {
 				break
 			}
@@ -388,7 +383,7 @@ func writePNG(path string, o *options, ev *unet.Evaluation, held []*unet.Sample)
 				truth[k] = int32(l)
 			}
 			fig.Views = append(fig.Views, viz.View{
-				Title:  fmt.Sprintf("scene %d", bi*len(s.Batch.Scenes)+si+1),
+				Title:  fmt.Sprintf("scene %d", bi*len(b.Scenes)+si+1),
 				Coords: sc.Coords,
 				Truth:  truth,
 				Pred:   ev.Pred[bi][off : off+n],

@@ -103,7 +103,7 @@ func (m *Model) checkMetadata(meta map[string]string) error {
 
 func flagHint(k string) string {
 	switch k {
-	case "channels", "levels":
+	case "channels", "levels", "convs":
 		return " (set -" + k + ")"
 	case "dtype":
 		return " (set -f64 accordingly)"

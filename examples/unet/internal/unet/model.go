@@ -14,7 +14,7 @@
 //
 // With base width c and L levels (level l has c·2^l channels):
 //
-//	enc0  = block(x)                               3×3×3 submanifold conv, VoxelNorm, ReLU
+//	enc0  = block(x)                               Convs × (3×3×3 submanifold conv, VoxelNorm, ReLU)
 //	encl  = block(down_l(enc(l−1)))               down: 2×2×2 stride-2 sparse conv, VoxelNorm, ReLU
 //	decl  = block(concat(up_l(dec(l+1)), encl))   up: inverse conv of down_(l+1), VoxelNorm, ReLU
 //	logits = head(dec0)                            1×1×1 submanifold conv with bias
@@ -46,6 +46,8 @@ type Config struct {
 	Channels int
 	// Levels is the number of resolutions (1 = no down-sampling).
 	Levels int
+	// Convs is the number of 3×3×3 convolutions per block.
+	Convs int
 	// Classes is the number of output classes.
 	Classes int
 	// Eps is VoxelNorm's epsilon.
@@ -59,7 +61,7 @@ type Config struct {
 // DefaultConfig returns the example's network for the given number of
 // classes.
 func DefaultConfig(classes int) Config {
-	return Config{InChannels: 1, Channels: 8, Levels: 3, Classes: classes, Eps: 1e-5, DType: tensor.Float32, Algorithm: sparse.Auto}
+	return Config{InChannels: 1, Channels: 8, Levels: 3, Convs: 1, Classes: classes, Eps: 1e-5, DType: tensor.Float32, Algorithm: sparse.Auto}
 }
 
 // Validate reports whether the configuration describes a network.
@@ -71,6 +73,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: %d channels", ErrConfig, c.Channels)
 	case c.Levels < 1 || c.Levels > 8:
 		return fmt.Errorf("%w: %d levels (want 1 to 8)", ErrConfig, c.Levels)
+	case c.Convs < 1 || c.Convs > 8:
+		return fmt.Errorf("%w: %d convolutions per block (want 1 to 8)", ErrConfig, c.Convs)
 	case c.Classes < 2 || c.Classes > 4096:
 		return fmt.Errorf("%w: %d classes", ErrConfig, c.Classes)
 	case !(c.Eps > 0) || math.IsInf(c.Eps, 0):
@@ -122,19 +126,24 @@ func New(cfg Config, seed uint64) (*Model, error) {
 			Param{name + ".gamma", m.dense(one, c)},
 			Param{name + ".beta", m.dense(make([]float64, c), c)})
 	}
-	conv("enc0.conv", 3, cfg.InChannels, cfg.width(0))
-	norm("enc0.norm", cfg.width(0))
+	// block adds the Convs 3×3×3 convolutions (+ norm) of one block.
+	block := func(name string, ci, co int) {
+		for j := 1; j <= cfg.Convs; j++ {
+			conv(fmt.Sprintf("%s.conv%d", name, j), 3, ci, co)
+			norm(fmt.Sprintf("%s.norm%d", name, j), co)
+			ci = co
+		}
+	}
+	block("enc0", cfg.InChannels, cfg.width(0))
 	for l := 1; l < cfg.Levels; l++ {
 		conv(fmt.Sprintf("down%d.conv", l), 2, cfg.width(l-1), cfg.width(l))
 		norm(fmt.Sprintf("down%d.norm", l), cfg.width(l))
-		conv(fmt.Sprintf("enc%d.conv", l), 3, cfg.width(l), cfg.width(l))
-		norm(fmt.Sprintf("enc%d.norm", l), cfg.width(l))
+		block(fmt.Sprintf("enc%d", l), cfg.width(l), cfg.width(l))
 	}
 	for l := cfg.Levels - 2; l >= 0; l-- {
 		conv(fmt.Sprintf("up%d.conv", l), 2, cfg.width(l+1), cfg.width(l))
 		norm(fmt.Sprintf("up%d.norm", l), cfg.width(l))
-		conv(fmt.Sprintf("dec%d.conv", l), 3, 2*cfg.width(l), cfg.width(l))
-		norm(fmt.Sprintf("dec%d.norm", l), cfg.width(l))
+		block(fmt.Sprintf("dec%d", l), 2*cfg.width(l), cfg.width(l))
 	}
 	conv("head", 1, cfg.width(0), cfg.Classes)
 	m.Params = append(m.Params, Param{"head.bias", m.dense(make([]float64, cfg.Classes), cfg.Classes)})
@@ -232,40 +241,44 @@ func (m *Model) Build(x *tensor.Dense, maps *Maps) (*Net, error) {
 
 	algo := ops.WithAlgorithm(cfg.Algorithm)
 	var err error
-	// normRelu applies VoxelNorm and ReLU; each step checks err first.
-	normRelu := func(h *gorgonia.Node, name string) *gorgonia.Node {
+	// convNormRelu applies a convolution, VoxelNorm and ReLU; the
+	// parameters are <name>.<conv>.weight and <name>.<norm>.gamma/beta.
+	// Every step checks err first.
+	type convFn func(x, w *gorgonia.Node, m *kmap.Map, opts ...ops.ConvOption) (*gorgonia.Node, error)
+	convNormRelu := func(f convFn, h *gorgonia.Node, name, conv, norm string, mp *kmap.Map) *gorgonia.Node {
 		if err != nil {
 			return nil
 		}
-		if h, err = ops.VoxelNorm(h, p[name+".norm.gamma"], p[name+".norm.beta"], cfg.Eps); err != nil {
+		if h, err = f(h, p[name+"."+conv+".weight"], mp, algo); err != nil {
+			return nil
+		}
+		if h, err = ops.VoxelNorm(h, p[name+"."+norm+".gamma"], p[name+"."+norm+".beta"], cfg.Eps); err != nil {
 			return nil
 		}
 		h, err = gorgonia.Rectify(h)
 		return h
 	}
-	type convFn func(x, w *gorgonia.Node, m *kmap.Map, opts ...ops.ConvOption) (*gorgonia.Node, error)
-	conv := func(f convFn, h *gorgonia.Node, name string, mp *kmap.Map) *gorgonia.Node {
-		if err != nil {
-			return nil
+	block := func(h *gorgonia.Node, name string, mp *kmap.Map) *gorgonia.Node {
+		for j := 1; j <= cfg.Convs; j++ {
+			h = convNormRelu(ops.SubMConv3d, h, name, fmt.Sprintf("conv%d", j), fmt.Sprintf("norm%d", j), mp)
 		}
-		h, err = f(h, p[name+".conv.weight"], mp, algo)
-		return normRelu(h, name)
+		return h
 	}
 
 	skips := make([]*gorgonia.Node, cfg.Levels)
-	h := conv(ops.SubMConv3d, in, "enc0", maps.Sub[0])
+	h := block(in, "enc0", maps.Sub[0])
 	skips[0] = h
 	for l := 1; l < cfg.Levels; l++ {
-		h = conv(ops.SparseConv3d, h, fmt.Sprintf("down%d", l), maps.Down[l])
-		h = conv(ops.SubMConv3d, h, fmt.Sprintf("enc%d", l), maps.Sub[l])
+		h = convNormRelu(ops.SparseConv3d, h, fmt.Sprintf("down%d", l), "conv", "norm", maps.Down[l])
+		h = block(h, fmt.Sprintf("enc%d", l), maps.Sub[l])
 		skips[l] = h
 	}
 	for l := cfg.Levels - 2; l >= 0; l-- {
-		h = conv(ops.InverseConv3d, h, fmt.Sprintf("up%d", l), maps.Up[l])
+		h = convNormRelu(ops.InverseConv3d, h, fmt.Sprintf("up%d", l), "conv", "norm", maps.Up[l])
 		if err == nil {
 			h, err = gorgonia.Concat(1, h, skips[l])
 		}
-		h = conv(ops.SubMConv3d, h, fmt.Sprintf("dec%d", l), maps.Sub[l])
+		h = block(h, fmt.Sprintf("dec%d", l), maps.Sub[l])
 	}
 	if err == nil {
 		net.Logits, err = ops.SubMConv3d(h, p["head.weight"], maps.Head, algo, ops.WithBias(p["head.bias"]))

@@ -226,21 +226,91 @@ type Evaluation struct {
 	Pred [][]int32
 }
 
-// Evaluate predicts every sample and accumulates the metrics.
-func (m *Model) Evaluate(samples []*Sample) (*Evaluation, error) {
+// Evaluate prepares and predicts every batch and accumulates the metrics.
+func (m *Model) Evaluate(batches []*scenes.Batch, gridSize int) (*Evaluation, error) {
 	ev := &Evaluation{Confusion: NewConfusion(m.Config.Classes)}
-	for _, s := range samples {
+	order := make([]int, len(batches))
+	for i := range order {
+		order[i] = i
+	}
+	samples := m.Prefetch(batches, order, gridSize)
+	defer samples.Stop()
+	for range batches {
+		s, err := samples.Next()
+		if err != nil {
+			return nil, err
+		}
 		l, pred, err := m.Predict(s)
 		if err != nil {
 			return nil, err
 		}
-		ev.Loss += l / float64(len(samples))
+		ev.Loss += l / float64(len(batches))
 		if err := ev.Confusion.Add(s.Batch.Labels, pred); err != nil {
 			return nil, err
 		}
 		ev.Pred = append(ev.Pred, pred)
 	}
 	return ev, nil
+}
+
+// Samples delivers prepared batches in a fixed order, preparing the next
+// one in the background while the caller computes on the current one.
+// Kernel maps take memory, so only one batch is prepared ahead.
+type Samples struct {
+	ch   chan prepared
+	stop chan struct{}
+	done chan struct{}
+}
+
+type prepared struct {
+	s   *Sample
+	err error
+}
+
+// Prefetch starts preparing batches[order[0]], batches[order[1]], … .
+// Call Stop when done.
+func (m *Model) Prefetch(batches []*scenes.Batch, order []int, gridSize int) *Samples {
+	s := &Samples{ch: make(chan prepared, 1), stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(s.done)
+		defer close(s.ch)
+		for _, i := range order {
+			var p prepared
+			if i < 0 || i >= len(batches) {
+				p.err = fmt.Errorf("%w: batch %d of %d", ErrConfig, i, len(batches))
+			} else {
+				p.s, p.err = m.Prepare(batches[i], gridSize)
+			}
+			select {
+			case s.ch <- p:
+			case <-s.stop:
+				return
+			}
+			if p.err != nil {
+				return
+			}
+		}
+	}()
+	return s
+}
+
+// Next returns the next prepared sample.
+func (s *Samples) Next() (*Sample, error) {
+	p, ok := <-s.ch
+	if !ok {
+		return nil, fmt.Errorf("%w: no more samples", ErrConfig)
+	}
+	return p.s, p.err
+}
+
+// Stop ends the background preparation and waits for it.
+func (s *Samples) Stop() {
+	select {
+	case <-s.stop:
+	default:
+		close(s.stop)
+	}
+	<-s.done
 }
 
 // metadata returns the checkpoint metadata describing the configuration.
@@ -250,6 +320,7 @@ func (c Config) metadata() map[string]string {
 		"in_channels": strconv.Itoa(c.InChannels),
 		"channels":    strconv.Itoa(c.Channels),
 		"levels":      strconv.Itoa(c.Levels),
+		"convs":       strconv.Itoa(c.Convs),
 		"classes":     strconv.Itoa(c.Classes),
 		"eps":         strconv.FormatFloat(c.Eps, 'g', -1, 64),
 		"dtype":       c.DType.String(),

@@ -40,7 +40,7 @@ func TestNewAndParams(t *testing.T) {
 		names[p.Name] = true
 		require.Equal(t, cfg.DType, p.Value.Dtype())
 	}
-	for _, n := range []string{"enc0.conv.weight", "enc0.norm.gamma", "down1.conv.weight", "enc2.norm.beta", "up1.conv.weight", "dec0.conv.weight", "head.weight", "head.bias"} {
+	for _, n := range []string{"enc0.conv1.weight", "enc0.norm1.gamma", "down1.conv.weight", "enc2.norm1.beta", "up1.conv.weight", "dec0.conv1.weight", "head.weight", "head.bias"} {
 		require.True(t, names[n], n)
 	}
 	shape := func(name string) tensor.Shape {
@@ -51,10 +51,10 @@ func TestNewAndParams(t *testing.T) {
 		}
 		return nil
 	}
-	require.Equal(t, tensor.Shape{8, 3, 3, 3, 1}, shape("enc0.conv.weight"))
+	require.Equal(t, tensor.Shape{8, 3, 3, 3, 1}, shape("enc0.conv1.weight"))
 	require.Equal(t, tensor.Shape{16, 2, 2, 2, 8}, shape("down1.conv.weight"))
 	require.Equal(t, tensor.Shape{16, 2, 2, 2, 32}, shape("up1.conv.weight"))
-	require.Equal(t, tensor.Shape{8, 3, 3, 3, 16}, shape("dec0.conv.weight"))
+	require.Equal(t, tensor.Shape{8, 3, 3, 3, 16}, shape("dec0.conv1.weight"))
 	require.Equal(t, tensor.Shape{4, 1, 1, 1, 8}, shape("head.weight"))
 	// Same seed, same weights; other seed, other weights.
 	m2, err := New(cfg, 1)
@@ -71,6 +71,7 @@ func TestConfigErrors(t *testing.T) {
 		func(c *Config) { c.Levels = 0 },
 		func(c *Config) { c.Levels = 9 },
 		func(c *Config) { c.Classes = 1 },
+		func(c *Config) { c.Convs = 0 },
 		func(c *Config) { c.InChannels = 0 },
 		func(c *Config) { c.Eps = 0 },
 		func(c *Config) { c.DType = tensor.Int32 },
@@ -210,12 +211,12 @@ func TestCheckpointMismatch(t *testing.T) {
 			return ts
 		}, "is missing"},
 		{"renamed", func(ts []safetensors.Tensor, _ map[string]string) []safetensors.Tensor {
-			ts[0].Name = "enc0.conv.kernel"
+			ts[0].Name = "enc0.conv1.kernel"
 			return ts
-		}, `unexpected tensor "enc0.conv.kernel"`},
+		}, `unexpected tensor "enc0.conv1.kernel"`},
 		{"missing", func(ts []safetensors.Tensor, _ map[string]string) []safetensors.Tensor {
 			return ts[1:]
-		}, `tensor "enc0.conv.weight" is missing`},
+		}, `tensor "enc0.conv1.weight" is missing`},
 		{"shape", func(ts []safetensors.Tensor, _ map[string]string) []safetensors.Tensor {
 			ts[0].Shape = []int{4, 3, 3, 1, 3}
 			return ts
@@ -269,4 +270,44 @@ func TestConfusion(t *testing.T) {
 	require.False(t, ok)
 	require.Equal(t, 0.0, e.Accuracy())
 	require.Equal(t, 0.0, e.MeanIoU())
+}
+
+func TestEvaluateAndPrefetch(t *testing.T) {
+	m, err := New(tinyConfig(), 3)
+	require.NoError(t, err)
+	ds, err := scenes.NewDataset(scenes.Config{Grid: 16, MinShapes: 1, MaxShapes: 3, Seed: 5}, 2, 3, 0)
+	require.NoError(t, err)
+	ev, err := m.Evaluate(ds.Train, 16)
+	require.NoError(t, err)
+	require.Len(t, ev.Pred, 3)
+	want := NewConfusion(m.Config.Classes)
+	loss := 0.0
+	for i, b := range ds.Train {
+		s, err := m.Prepare(b, 16)
+		require.NoError(t, err)
+		l, pred, err := m.Predict(s)
+		require.NoError(t, err)
+		require.Equal(t, pred, ev.Pred[i])
+		require.NoError(t, want.Add(b.Labels, pred))
+		loss += l / 3
+	}
+	require.Equal(t, want.Counts, ev.Confusion.Counts)
+	require.InDelta(t, loss, ev.Loss, 1e-12)
+
+	// Order is respected, a bad index is an error, Stop never blocks.
+	p := m.Prefetch(ds.Train, []int{2, 0, 7}, 16)
+	s, err := p.Next()
+	require.NoError(t, err)
+	require.Same(t, ds.Train[2], s.Batch)
+	s, err = p.Next()
+	require.NoError(t, err)
+	require.Same(t, ds.Train[0], s.Batch)
+	_, err = p.Next()
+	require.ErrorIs(t, err, ErrConfig)
+	_, err = p.Next()
+	require.ErrorIs(t, err, ErrConfig, "exhausted")
+	p.Stop()
+	p.Stop()
+	early := m.Prefetch(ds.Train, []int{0, 1, 2}, 16)
+	early.Stop()
 }
