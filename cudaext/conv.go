@@ -1,0 +1,633 @@
+//go:build cudaext
+
+package cudaext
+
+import (
+	"fmt"
+
+	"github.com/flexgemm-go/flexgemm/cudaext/kernels"
+	"github.com/flexgemm-go/flexgemm/sparse"
+	"github.com/flexgemm-go/flexgemm/sparse/kmap"
+)
+
+// Options extends sparse.ConvOptions with choices only the CUDA engine
+// has.
+type Options struct {
+	sparse.ConvOptions
+	// Tile names the GEMM tile configuration (kernels.Tile.Name, e.g.
+	// "m128n64k32w2x2s4"); "" lets the engine choose (TileRows, if set,
+	// restricts the choice to tiles of that many rows).
+	Tile string
+}
+
+// ConvForward implements sparse.ConvEngine.
+func (e *Engine) ConvForward(m *kmap.Map, x, w, bias sparse.Matrix, opt sparse.ConvOptions) (sparse.Matrix, error) {
+	return e.Forward(m, x, w, bias, Options{ConvOptions: opt})
+}
+
+// ConvInputGrad implements sparse.ConvEngine.
+func (e *Engine) ConvInputGrad(m *kmap.Map, dy, w sparse.Matrix, opt sparse.ConvOptions) (sparse.Matrix, error) {
+	return e.InputGrad(m, dy, w, Options{ConvOptions: opt})
+}
+
+// ConvWeightGrad implements sparse.ConvEngine.
+func (e *Engine) ConvWeightGrad(m *kmap.Map, x, dy sparse.Matrix, opt sparse.ConvOptions) (sparse.Matrix, error) {
+	return e.WeightGrad(m, x, dy, Options{ConvOptions: opt})
+}
+
+// mathFor returns the GEMM arithmetic of a dtype.
+func (e *Engine) mathFor(dt sparse.DType) (kernels.Math, error) {
+	switch dt {
+	case sparse.Float32:
+		if e.tf32.Load() {
+			return kernels.TF32, nil
+		}
+		return kernels.F32, nil
+	case sparse.Float16:
+		return kernels.F16, nil
+	case sparse.BFloat16:
+		return kernels.BF16, nil
+	}
+	return 0, fmt.Errorf("%w: convolution on %v data", sparse.ErrDType, dt)
+}
+
+func checkOptions(op string, o Options) error {
+	if err := o.Algorithm.Valid(); err != nil {
+		return err
+	}
+	if o.SplitK < 0 || o.SplitK > 4096 {
+		return fmt.Errorf("%w: %s: SplitK %d (want 0..4096)", sparse.ErrShape, op, o.SplitK)
+	}
+	if o.TileRows < 0 {
+		return fmt.Errorf("%w: %s: TileRows %d", sparse.ErrShape, op, o.TileRows)
+	}
+	return nil
+}
+
+func checkMap(op string, m *kmap.Map) error {
+	if m == nil {
+		return fmt.Errorf("%w: %s: nil kernel map", sparse.ErrShape, op)
+	}
+	if len(m.Nbr) != m.NOut*m.V() {
+		return fmt.Errorf("%w: %s: kernel map table has %d entries, want %d·%d", sparse.ErrShape, op, len(m.Nbr), m.NOut, m.V())
+	}
+	return nil
+}
+
+// chooseTile picks the tile configuration for an output of rows × cols.
+func (e *Engine) chooseTile(o Options, rows, cols int64) (kernels.Tile, error) {
+	if o.Tile != "" {
+		t, err := kernels.ParseTile(o.Tile)
+		if err != nil {
+			return t, fmt.Errorf("%w: %v", sparse.ErrShape, err)
+		}
+		if o.TileRows > 0 && t.BM != o.TileRows {
+			return t, fmt.Errorf("%w: tile %s has %d rows but TileRows is %d", sparse.ErrShape, o.Tile, t.BM, o.TileRows)
+		}
+		return t, nil
+	}
+	sms := int64(e.d.info.SMs)
+	var want []string
+	switch {
+	case cols <= 32:
+		want = []string{"m64n32k32w2x1s4", "m64n64k32w2x2s4"}
+	case cols <= 64:
+		if rows >= 128*2*sms {
+			want = []string{"m128n64k32w2x2s4", "m64n64k32w2x2s4"}
+		} else {
+			want = []string{"m64n64k32w2x2s4", "m128n64k32w2x2s4"}
+		}
+	default:
+		if rows*((cols+127)/128) >= 128*sms {
+			want = []string{"m128n128k32w2x4s3", "m128n64k32w2x2s4", "m64n64k32w2x2s4"}
+		} else {
+			want = []string{"m64n64k32w2x2s4", "m128n64k32w2x2s4"}
+		}
+	}
+	for _, name := range want {
+		if t, err := kernels.ParseTile(name); err == nil && (o.TileRows == 0 || t.BM == o.TileRows) {
+			return t, nil
+		}
+	}
+	for _, t := range kernels.Tiles {
+		if o.TileRows == 0 || t.BM == o.TileRows {
+			return t, nil
+		}
+	}
+	rowsOK := map[int]bool{}
+	for _, t := range kernels.Tiles {
+		rowsOK[t.BM] = true
+	}
+	return kernels.Tile{}, fmt.Errorf("%w: no tile configuration has %d rows (have %v)", sparse.ErrShape, o.TileRows, rowsOK)
+}
+
+// chooseSplits returns the split-K factor: the user's, or one that gives
+// about two waves of blocks, at most 16 and at most the number of K
+// iterations.
+func (e *Engine) chooseSplits(user int, blocks, kIters int64) int {
+	if user > 0 {
+		return user
+	}
+	if blocks <= 0 || kIters <= 1 {
+		return 1
+	}
+	target := 2 * int64(e.d.info.SMs)
+	s := (target + blocks - 1) / blocks
+	s = min(s, 16, kIters)
+	return int(max(s, 1))
+}
+
+func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
+
+// gatherJob is one launch of the gather family (see kernels/gemm.cuh).
+type gatherJob struct {
+	math                   kernels.Math
+	tile                   kernels.Tile
+	in, w, bias            devPtr
+	tbl                    devPtr // 0: identity
+	order, tileSeg, tileTp devPtr // masked, or 0
+	M, N, Kc, V            int64
+	splitAlg               bool // split-K algorithm (splits chosen here)
+	userSplits             int
+	out                    *Buffer
+	tmp                    rawBuf // im2col matrix of Explicit, freed by the caller
+}
+
+// runGather launches the gather GEMM (and the split-K reduction). Worker
+// only.
+func (e *Engine) runGather(j gatherJob) error {
+	d := e.d
+	if j.M == 0 || j.N == 0 {
+		return nil
+	}
+	t := j.tile
+	tiles := ceilDiv(j.M, int64(t.BM)) * ceilDiv(j.N, int64(t.BN))
+	splits := 1
+	if j.splitAlg {
+		splits = e.chooseSplits(j.userSplits, tiles, j.V*ceilDiv(j.Kc, int64(t.BK)))
+	}
+	esz := int64(j.math.ElemSize())
+	p := gatherParams{
+		X: uint64(d.addr(j.in)), W: uint64(d.addr(j.w)), Bias: uint64(j.bias), Y: uint64(j.out.ptr),
+		Tbl: uint64(j.tbl), Order: uint64(j.order), TileSeg: uint64(j.tileSeg), TileTap: uint64(j.tileTp),
+		M: j.M, N: j.N, Kc: j.Kc, V: j.V, Splits: int64(splits),
+	}
+	if (j.Kc*esz)%16 == 0 {
+		p.Vec = 1
+	}
+	var part rawBuf
+	if splits > 1 {
+		var err error
+		if part, err = d.allocTemp(int64(splits) * j.M * j.N * 4); err != nil {
+			return err
+		}
+		defer d.freeTemp(part)
+		p.Part = uint64(part.ptr)
+	}
+	name := kernels.KernelName(kernels.Gather, j.math, t)
+	if err := d.launch(name, dim3{X: int(tiles), Y: splits}, dim3{X: t.Threads()}, kernels.SmemBytes(kernels.Gather, j.math, t), &p); err != nil {
+		return err
+	}
+	if splits > 1 {
+		return e.reduce(part.ptr, j.out, j.bias, j.M, j.N, splits)
+	}
+	return nil
+}
+
+// reduce sums split-K partials [splits, rows, cols] into out (+ bias).
+func (e *Engine) reduce(part devPtr, out *Buffer, bias devPtr, rows, cols int64, splits int) error {
+	name := map[sparse.DType]string{sparse.Float32: "spconv_reduce_f32", sparse.Float16: "spconv_reduce_f16", sparse.BFloat16: "spconv_reduce_bf16"}[out.dtype]
+	g, b := e.d.elementwise(rows * cols)
+	return e.d.launch(name, g, b, 0, part, out.ptr, bias, rows, cols, int64(splits))
+}
+
+// pairsJob is one launch of the pairs family.
+type pairsJob struct {
+	math       kernels.Math
+	tile       kernels.Tile
+	a, b       devPtr // [*, M], [*, N]
+	ia, ib     devPtr // 0: identity
+	seg        devPtr // [V+1] int64, or 0 with K
+	M, N, V, K int64
+	maxPairs   int64 // longest segment, for the split heuristic
+	splitAlg   bool
+	userSplits int
+	out        *Buffer // [M, V·N]
+}
+
+func (e *Engine) runPairs(j pairsJob) error {
+	d := e.d
+	if j.M == 0 || j.N == 0 || j.V == 0 {
+		return nil
+	}
+	t := j.tile
+	tiles := ceilDiv(j.M, int64(t.BM)) * ceilDiv(j.N, int64(t.BN))
+	splits := 1
+	if j.splitAlg {
+		splits = e.chooseSplits(j.userSplits, tiles*j.V, ceilDiv(j.maxPairs, int64(t.BK)))
+	}
+	esz := int64(j.math.ElemSize())
+	p := pairsParams{
+		A: uint64(d.addr(j.a)), B: uint64(d.addr(j.b)), Out: uint64(j.out.ptr),
+		IA: uint64(j.ia), IB: uint64(j.ib), Seg: uint64(j.seg),
+		M: j.M, N: j.N, V: j.V, K: j.K, Splits: int64(splits),
+	}
+	if (j.M*esz)%16 == 0 && (j.N*esz)%16 == 0 {
+		p.Vec = 1
+	}
+	var part rawBuf
+	if splits > 1 {
+		var err error
+		if part, err = d.allocTemp(int64(splits) * j.M * j.V * j.N * 4); err != nil {
+			return err
+		}
+		defer d.freeTemp(part)
+		p.Part = uint64(part.ptr)
+	}
+	if j.V > 65535 {
+		return fmt.Errorf("%w: kernel volume %d exceeds 65535", sparse.ErrShape, j.V)
+	}
+	name := kernels.KernelName(kernels.Pairs, j.math, t)
+	if err := d.launch(name, dim3{X: int(tiles), Y: int(j.V), Z: splits}, dim3{X: t.Threads()}, kernels.SmemBytes(kernels.Pairs, j.math, t), &p); err != nil {
+		return err
+	}
+	if splits > 1 {
+		return e.reduce(part.ptr, j.out, 0, j.M, j.V*j.N, splits)
+	}
+	return nil
+}
+
+// im2col gathers [rows, V·C] from in [*, C] through tbl [rows, V].
+func (e *Engine) im2col(in devPtr, dt sparse.DType, tbl devPtr, rows, V, C int64) (rawBuf, error) {
+	d := e.d
+	n := rows * V * C
+	buf, err := d.allocTemp(n * int64(dt.Size()))
+	if err != nil || n == 0 {
+		return buf, err
+	}
+	name := "spconv_im2col_b32"
+	if dt.Size() == 2 {
+		name = "spconv_im2col_b16"
+	}
+	g, b := d.elementwise(n)
+	if err := d.launch(name, g, b, 0, d.addr(in), tbl, buf.ptr, rows, V, C); err != nil {
+		d.freeTemp(buf)
+		return rawBuf{}, err
+	}
+	return buf, nil
+}
+
+// transposeW returns the weight [Co, V, Ci] as [Ci, V, Co].
+func (e *Engine) transposeW(w *Buffer, co, V, ci int64) (rawBuf, error) {
+	d := e.d
+	n := co * V * ci
+	buf, err := d.allocTemp(n * int64(w.dtype.Size()))
+	if err != nil || n == 0 {
+		return buf, err
+	}
+	name := "spconv_transpose_w_b32"
+	if w.dtype.Size() == 2 {
+		name = "spconv_transpose_w_b16"
+	}
+	g, b := d.elementwise(n)
+	if err := d.launch(name, g, b, 0, w.ptr, buf.ptr, co, V, ci); err != nil {
+		d.freeTemp(buf)
+		return rawBuf{}, err
+	}
+	return buf, nil
+}
+
+// resolve maps Auto to the engine's default algorithm.
+func resolve(a sparse.Algorithm) sparse.Algorithm {
+	if a == sparse.Auto {
+		return sparse.MaskedImplicitSplitK
+	}
+	return a
+}
+
+func isSplit(a sparse.Algorithm) bool {
+	return a == sparse.ImplicitSplitK || a == sparse.MaskedImplicitSplitK
+}
+
+func isMasked(a sparse.Algorithm) bool {
+	return a == sparse.MaskedImplicit || a == sparse.MaskedImplicitSplitK
+}
+
+// Forward computes y [m.NOut, Co] = bias + Σ_v w[:, v, :] · x[Nbr[o, v]]
+// (see sparse.ConvEngine.ConvForward) with the CUDA-specific options o.
+func (e *Engine) Forward(m *kmap.Map, x, w, bias sparse.Matrix, o Options) (sparse.Matrix, error) {
+	const op = "cudaext: Forward"
+	if err := checkMap(op, m); err != nil {
+		return sparse.Matrix{}, err
+	}
+	if err := checkOptions(op, o); err != nil {
+		return sparse.Matrix{}, err
+	}
+	xb, err := e.buffer(x, "x")
+	if err != nil {
+		return sparse.Matrix{}, err
+	}
+	wb, err := e.buffer(w, "weight")
+	if err != nil {
+		return sparse.Matrix{}, err
+	}
+	V := int64(m.V())
+	ci, co := int64(x.Cols), int64(w.Rows)
+	if x.Rows != m.NIn {
+		return sparse.Matrix{}, &sparse.ShapeError{Op: op, Arg: "x", Want: fmt.Sprintf("[%d, Ci]", m.NIn), Got: x.Shape()}
+	}
+	if int64(w.Cols) != V*ci {
+		return sparse.Matrix{}, &sparse.ShapeError{Op: op, Arg: "weight", Want: fmt.Sprintf("[Co, %d]", V*ci), Got: w.Shape()}
+	}
+	if wb.dtype != xb.dtype {
+		return sparse.Matrix{}, fmt.Errorf("%w: %s: weight is %v but x is %v", sparse.ErrDType, op, wb.dtype, xb.dtype)
+	}
+	var bb *Buffer
+	if !bias.IsZero() {
+		if bb, err = e.buffer(bias, "bias"); err != nil {
+			return sparse.Matrix{}, err
+		}
+		if bias.Rows != 1 || int64(bias.Cols) != co {
+			return sparse.Matrix{}, &sparse.ShapeError{Op: op, Arg: "bias", Want: fmt.Sprintf("[1, %d]", co), Got: bias.Shape()}
+		}
+		if bb.dtype != xb.dtype {
+			return sparse.Matrix{}, fmt.Errorf("%w: %s: bias is %v but x is %v", sparse.ErrDType, op, bb.dtype, xb.dtype)
+		}
+	}
+	math, err := e.mathFor(xb.dtype)
+	if err != nil {
+		return sparse.Matrix{}, err
+	}
+	M := int64(m.NOut)
+	alg := resolve(o.Algorithm)
+	tile, err := e.chooseTile(o, M, co)
+	if err != nil {
+		return sparse.Matrix{}, err
+	}
+	var out *Buffer
+	err = e.d.do(func() error {
+		var err error
+		if out, err = e.newOutput(xb.dtype, int(M*co)); err != nil {
+			return err
+		}
+		j := gatherJob{math: math, tile: tile, w: wb.ptr, M: M, N: co, splitAlg: isSplit(alg), userSplits: o.SplitK, out: out}
+		if bb != nil {
+			j.bias = bb.ptr
+		}
+		err = e.gatherInput(&j, m, false, alg, xb.ptr, xb.dtype, ci, V)
+		defer e.d.freeTemp(j.tmp)
+		if err != nil {
+			return err
+		}
+		return e.runGather(j)
+	})
+	if err != nil {
+		if out != nil {
+			out.Free()
+		}
+		return sparse.Matrix{}, err
+	}
+	return sparse.Matrix{Rows: int(M), Cols: int(co), Data: out}, nil
+}
+
+// gatherInput fills the operand, table and masked fields of j for the
+// forward (reverse = false: table Nbr) or input-gradient (table Rev)
+// direction of algorithm alg. For Explicit it materialises the im2col
+// matrix in j.tmp; the caller frees it. Worker only.
+func (e *Engine) gatherInput(j *gatherJob, m *kmap.Map, reverse bool, alg sparse.Algorithm, in devPtr, dt sparse.DType, c, V int64) error {
+	var tbl devPtr
+	var err error
+	if reverse {
+		tbl, err = e.revTable(m)
+	} else {
+		tbl, err = e.nbrTable(m)
+	}
+	if err != nil {
+		return err
+	}
+	if alg == sparse.Explicit {
+		col, err := e.im2col(in, dt, tbl, j.M, V, c)
+		if err != nil {
+			return err
+		}
+		j.tmp = col
+		j.in, j.tbl, j.Kc, j.V = col.ptr, 0, V*c, 1
+		return nil
+	}
+	j.in, j.tbl, j.Kc, j.V = in, tbl, c, V
+	if isMasked(alg) {
+		mt, err := e.maskedTablesFor(m, reverse, j.tile.BM)
+		if err != nil {
+			return err
+		}
+		j.order, j.tileSeg, j.tileTp = mt.order.ptr, mt.seg.ptr, mt.taps.ptr
+	}
+	return nil
+}
+
+// InputGrad computes dx [m.NIn, Ci] = Σ_v w[:, v, :]ᵀ · dy[Rev[i, v]] (see
+// sparse.ConvEngine.ConvInputGrad): the gather GEMM over the reverse table
+// with the weight transposed to [Ci, V, Co]; output-stationary, no atomics.
+func (e *Engine) InputGrad(m *kmap.Map, dy, w sparse.Matrix, o Options) (sparse.Matrix, error) {
+	const op = "cudaext: InputGrad"
+	if err := checkMap(op, m); err != nil {
+		return sparse.Matrix{}, err
+	}
+	if err := checkOptions(op, o); err != nil {
+		return sparse.Matrix{}, err
+	}
+	db, err := e.buffer(dy, "dy")
+	if err != nil {
+		return sparse.Matrix{}, err
+	}
+	wb, err := e.buffer(w, "weight")
+	if err != nil {
+		return sparse.Matrix{}, err
+	}
+	V := int64(m.V())
+	co := int64(dy.Cols)
+	if dy.Rows != m.NOut {
+		return sparse.Matrix{}, &sparse.ShapeError{Op: op, Arg: "dy", Want: fmt.Sprintf("[%d, Co]", m.NOut), Got: dy.Shape()}
+	}
+	if int64(w.Rows) != co || int64(w.Cols)%V != 0 {
+		return sparse.Matrix{}, &sparse.ShapeError{Op: op, Arg: "weight", Want: fmt.Sprintf("[%d, %d·Ci]", co, V), Got: w.Shape()}
+	}
+	if wb.dtype != db.dtype {
+		return sparse.Matrix{}, fmt.Errorf("%w: %s: weight is %v but dy is %v", sparse.ErrDType, op, wb.dtype, db.dtype)
+	}
+	ci := int64(w.Cols) / V
+	math, err := e.mathFor(db.dtype)
+	if err != nil {
+		return sparse.Matrix{}, err
+	}
+	M := int64(m.NIn)
+	alg := resolve(o.Algorithm)
+	tile, err := e.chooseTile(o, M, ci)
+	if err != nil {
+		return sparse.Matrix{}, err
+	}
+	var out *Buffer
+	err = e.d.do(func() error {
+		var err error
+		if out, err = e.newOutput(db.dtype, int(M*ci)); err != nil {
+			return err
+		}
+		if M == 0 || ci == 0 {
+			return nil
+		}
+		wt, err := e.transposeW(wb, co, V, ci)
+		if err != nil {
+			return err
+		}
+		defer e.d.freeTemp(wt)
+		j := gatherJob{math: math, tile: tile, w: wt.ptr, M: M, N: ci, splitAlg: isSplit(alg), userSplits: o.SplitK, out: out}
+		err = e.gatherInput(&j, m, true, alg, db.ptr, db.dtype, co, V)
+		defer e.d.freeTemp(j.tmp)
+		if err != nil {
+			return err
+		}
+		return e.runGather(j)
+	})
+	if err != nil {
+		if out != nil {
+			out.Free()
+		}
+		return sparse.Matrix{}, err
+	}
+	return sparse.Matrix{Rows: int(M), Cols: int(ci), Data: out}, nil
+}
+
+// WeightGrad computes dw [Co, V·Ci] with dw[:, v, :] = Σ_{(i,o) ∈ pairs(v)}
+// dy[o] ⊗ x[i] (see sparse.ConvEngine.ConvWeightGrad): one GEMM per tap
+// over the pair lists (Explicit: over the im2col matrix); split-K partials
+// are reduced in split order, so results are deterministic.
+func (e *Engine) WeightGrad(m *kmap.Map, x, dy sparse.Matrix, o Options) (sparse.Matrix, error) {
+	const op = "cudaext: WeightGrad"
+	if err := checkMap(op, m); err != nil {
+		return sparse.Matrix{}, err
+	}
+	if err := checkOptions(op, o); err != nil {
+		return sparse.Matrix{}, err
+	}
+	xb, err := e.buffer(x, "x")
+	if err != nil {
+		return sparse.Matrix{}, err
+	}
+	db, err := e.buffer(dy, "dy")
+	if err != nil {
+		return sparse.Matrix{}, err
+	}
+	if x.Rows != m.NIn {
+		return sparse.Matrix{}, &sparse.ShapeError{Op: op, Arg: "x", Want: fmt.Sprintf("[%d, Ci]", m.NIn), Got: x.Shape()}
+	}
+	if dy.Rows != m.NOut {
+		return sparse.Matrix{}, &sparse.ShapeError{Op: op, Arg: "dy", Want: fmt.Sprintf("[%d, Co]", m.NOut), Got: dy.Shape()}
+	}
+	if xb.dtype != db.dtype {
+		return sparse.Matrix{}, fmt.Errorf("%w: %s: dy is %v but x is %v", sparse.ErrDType, op, db.dtype, xb.dtype)
+	}
+	math, err := e.mathFor(xb.dtype)
+	if err != nil {
+		return sparse.Matrix{}, err
+	}
+	V := int64(m.V())
+	ci, co := int64(x.Cols), int64(dy.Cols)
+	alg := resolve(o.Algorithm)
+	var out *Buffer
+	err = e.d.do(func() error {
+		var err error
+		if out, err = e.newOutput(xb.dtype, int(co*V*ci)); err != nil {
+			return err
+		}
+		if co*V*ci == 0 {
+			return nil
+		}
+		if alg == sparse.Explicit {
+			nbr, err := e.nbrTable(m)
+			if err != nil {
+				return err
+			}
+			M := int64(m.NOut)
+			col, err := e.im2col(xb.ptr, xb.dtype, nbr, M, V, ci)
+			if err != nil {
+				return err
+			}
+			defer e.d.freeTemp(col)
+			tile, err := e.chooseTile(o, co, V*ci)
+			if err != nil {
+				return err
+			}
+			return e.runPairs(pairsJob{math: math, tile: tile, a: db.ptr, b: col.ptr, M: co, N: V * ci, V: 1, K: M, maxPairs: M, out: out})
+		}
+		in, outIdx, seg, err := e.pairTables(m)
+		if err != nil {
+			return err
+		}
+		tile, err := e.chooseTile(o, co, ci)
+		if err != nil {
+			return err
+		}
+		var maxPairs int64
+		ps := m.Pairs()
+		for v := range m.V() {
+			maxPairs = max(maxPairs, ps.Seg[v+1]-ps.Seg[v])
+		}
+		return e.runPairs(pairsJob{math: math, tile: tile, a: db.ptr, b: xb.ptr, ia: outIdx, ib: in, seg: seg,
+			M: co, N: ci, V: V, maxPairs: maxPairs, splitAlg: isSplit(alg), userSplits: o.SplitK, out: out})
+	})
+	if err != nil {
+		if out != nil {
+			out.Free()
+		}
+		return sparse.Matrix{}, err
+	}
+	return sparse.Matrix{Rows: int(co), Cols: int(V * ci), Data: out}, nil
+}
+
+// BiasGrad returns db [1, Co], the column sums of dy, summed in a fixed
+// order (float32 accumulation).
+func (e *Engine) BiasGrad(dy sparse.Matrix) (sparse.Matrix, error) {
+	db, err := e.buffer(dy, "dy")
+	if err != nil {
+		return sparse.Matrix{}, err
+	}
+	if db.dtype == sparse.Int32 {
+		return sparse.Matrix{}, fmt.Errorf("%w: BiasGrad of int32 data", sparse.ErrDType)
+	}
+	rows, cols := int64(dy.Rows), int64(dy.Cols)
+	sfx := map[sparse.DType]string{sparse.Float32: "f32", sparse.Float16: "f16", sparse.BFloat16: "bf16"}[db.dtype]
+	var out *Buffer
+	err = e.d.do(func() error {
+		d := e.d
+		var err error
+		if out, err = e.newOutput(db.dtype, int(cols)); err != nil {
+			return err
+		}
+		if cols == 0 {
+			return nil
+		}
+		if rows == 0 {
+			return d.fill(out, 0)
+		}
+		chunkRows := max(int64(1024), ceilDiv(rows, 65535))
+		chunks := ceilDiv(rows, chunkRows)
+		part, err := d.allocTemp(chunks * cols * 4)
+		if err != nil {
+			return err
+		}
+		defer d.freeTemp(part)
+		if err := d.launch("spconv_bias_grad1_"+sfx, dim3{X: int(ceilDiv(cols, 32)), Y: int(chunks)}, dim3{X: 32, Y: 8}, 0,
+			db.ptr, part.ptr, rows, cols, chunkRows); err != nil {
+			return err
+		}
+		g, b := d.elementwise(cols)
+		return d.launch("spconv_bias_grad2_"+sfx, g, b, 0, part.ptr, out.ptr, chunks, cols)
+	})
+	if err != nil {
+		if out != nil {
+			out.Free()
+		}
+		return sparse.Matrix{}, err
+	}
+	return sparse.Matrix{Rows: 1, Cols: int(cols), Data: out}, nil
+}

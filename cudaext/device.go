@@ -1,0 +1,426 @@
+//go:build cudaext
+
+package cudaext
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/flexgemm-go/flexgemm/cudaext/kernels"
+)
+
+// EnvSync, when set to 1, makes every kernel launch wait for completion
+// and report asynchronous faults with the kernel's name (slow; for tests
+// and debugging).
+const EnvSync = "FLEXGEMM_CUDA_SYNC"
+
+// dim3 is a launch grid or block shape.
+type dim3 struct{ X, Y, Z int }
+
+// Device is one GPU with its own context, stream and caching allocator.
+//
+// CUDA contexts are bound to OS threads, so every driver call of a Device
+// runs on one worker goroutine locked to its thread; other goroutines hand
+// it closures through do. All work goes to one non-blocking stream in
+// submission order, so freed memory can be reused by later work without
+// synchronisation.
+type Device struct {
+	info     DeviceInfo
+	syncEach bool
+
+	calls   chan call
+	quit    chan struct{}
+	stopped chan struct{}
+	closed  atomic.Bool
+	closeMu sync.Mutex
+
+	pendingMu sync.Mutex
+	pending   []func() // releases queued from other goroutines (Free, cleanups)
+
+	// Worker-only state.
+	cdev     cuDevice
+	ctx      cuContext
+	stream   cuStream
+	modules  []loadedModule
+	funcs    map[string]*kernelFunc
+	mem      allocator
+	args     argStage
+	zeroPage devPtr // 256 zero bytes: a valid address for empty operands
+}
+
+type call struct {
+	f    func() error
+	done chan error
+}
+
+type loadedModule struct {
+	name, source string
+	mod          cuModule
+}
+
+type kernelFunc struct {
+	fn      cuFunction
+	smemSet int // dynamic shared memory limit set so far
+	threads int // max threads per block
+}
+
+// openDevice starts the worker, creates the context and loads every kernel
+// image.
+func openDevice(ordinal int) (*Device, error) {
+	d := &Device{
+		calls:    make(chan call),
+		quit:     make(chan struct{}),
+		stopped:  make(chan struct{}),
+		funcs:    map[string]*kernelFunc{},
+		syncEach: os.Getenv(EnvSync) == "1",
+	}
+	d.mem.free = map[int64][]devPtr{}
+	ready := make(chan error, 1)
+	go d.loop(ordinal, ready)
+	if err := <-ready; err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+func (d *Device) loop(ordinal int, ready chan<- error) {
+	// The thread stays locked until the goroutine exits, so it is never
+	// reused by another goroutine with our context current.
+	runtime.LockOSThread()
+	defer close(d.stopped)
+	if err := d.setup(ordinal); err != nil {
+		d.teardown()
+		ready <- err
+		return
+	}
+	ready <- nil
+	for {
+		select {
+		case c := <-d.calls:
+			d.drainPending()
+			c.done <- d.run(c.f)
+		case <-d.quit:
+			d.teardown()
+			return
+		}
+	}
+}
+
+// run executes f, turning a panic into an error so the worker survives.
+func (d *Device) run(f func() error) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("cudaext: panic on the device worker: %v", r)
+		}
+	}()
+	return f()
+}
+
+func (d *Device) setup(ordinal int) error {
+	if err := driverInit(); err != nil {
+		return fmt.Errorf("%w: the CUDA driver did not initialise (%v); is an NVIDIA GPU with its driver present?", ErrNoDevice, err)
+	}
+	n, err := deviceCount()
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrNoDevice, err)
+	}
+	if ordinal < 0 || ordinal >= n {
+		return fmt.Errorf("%w: ordinal %d, but %d device(s) present", ErrNoDevice, ordinal, n)
+	}
+	dev, info, err := deviceProps(ordinal)
+	if err != nil {
+		return err
+	}
+	if info.Major < 8 {
+		return fmt.Errorf("%w: %s has compute capability %d.%d; the kernels need 8.0 or newer", ErrNoDevice, info.Name, info.Major, info.Minor)
+	}
+	d.cdev, d.info = dev, info
+	if d.ctx, err = primaryCtxRetain(dev); err != nil {
+		return err
+	}
+	if err := ctxSetCurrent(d.ctx); err != nil {
+		return err
+	}
+	if d.stream, err = streamCreate(); err != nil {
+		return err
+	}
+	if d.args, err = newArgStage(); err != nil {
+		return err
+	}
+	images, err := kernels.Images()
+	if err != nil {
+		return err
+	}
+	for _, im := range images {
+		mod, err := moduleLoad(im.Data)
+		if err != nil {
+			return fmt.Errorf("cudaext: loading kernel module %q (%s): %w", im.Name, im.Source, err)
+		}
+		d.modules = append(d.modules, loadedModule{name: im.Name, source: im.Source, mod: mod})
+	}
+	if d.zeroPage, _, err = d.allocRaw(256); err != nil {
+		return err
+	}
+	if err := memsetD8(d.zeroPage, 0, 256, d.stream); err != nil {
+		return err
+	}
+	return streamSync(d.stream)
+}
+
+// teardown releases everything the context owns; errors are ignored since
+// the context goes away anyway.
+func (d *Device) teardown() {
+	if d.ctx == nil {
+		return
+	}
+	if d.stream != nil {
+		_ = streamSync(d.stream)
+	}
+	d.drainPending()
+	d.flushCache()
+	for _, m := range d.modules {
+		_ = moduleUnload(m.mod)
+	}
+	d.modules = nil
+	if d.stream != nil {
+		_ = streamDestroy(d.stream)
+	}
+	d.args.free()
+	_ = primaryCtxRelease(d.cdev)
+	d.ctx = nil
+}
+
+// do runs f on the worker goroutine (the context's thread) and returns its
+// error. f must not call do itself.
+func (d *Device) do(f func() error) error {
+	if d.closed.Load() {
+		return ErrClosed
+	}
+	c := call{f: f, done: make(chan error, 1)}
+	select {
+	case d.calls <- c:
+		return <-c.done
+	case <-d.stopped:
+		return ErrClosed
+	}
+}
+
+// close stops the worker after the work already handed to it.
+func (d *Device) close() {
+	d.closeMu.Lock()
+	defer d.closeMu.Unlock()
+	if d.closed.Swap(true) {
+		return
+	}
+	close(d.quit)
+	<-d.stopped
+}
+
+// later queues f to run on the worker before its next call. It is safe
+// from any goroutine (used by Free and GC cleanups).
+func (d *Device) later(f func()) {
+	if d.closed.Load() {
+		return
+	}
+	d.pendingMu.Lock()
+	d.pending = append(d.pending, f)
+	d.pendingMu.Unlock()
+}
+
+func (d *Device) drainPending() {
+	d.pendingMu.Lock()
+	p := d.pending
+	d.pending = nil
+	d.pendingMu.Unlock()
+	for _, f := range p {
+		f()
+	}
+}
+
+// function returns the kernel named name from the loaded modules.
+func (d *Device) function(name string) (*kernelFunc, error) {
+	if k, ok := d.funcs[name]; ok {
+		return k, nil
+	}
+	for _, m := range d.modules {
+		f, ok, err := moduleFunction(m.mod, name)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %s: %v", ErrLaunch, name, err)
+		}
+		if ok {
+			k := &kernelFunc{fn: f, threads: funcMaxThreads(f)}
+			d.funcs[name] = k
+			return k, nil
+		}
+	}
+	names := make([]string, len(d.modules))
+	for i, m := range d.modules {
+		names[i] = m.name
+	}
+	return nil, fmt.Errorf("%w: kernel %q is in none of the modules %v (stale kernel images? run cudaext/kernels/build.sh)", ErrLaunch, name, names)
+}
+
+// launch starts kernel name on the device stream. args are the kernel's
+// parameters in order: devPtr, *Buffer (its address, 0 for nil), int,
+// int64, uint64 (8 bytes), int32, uint32, float32 (4 bytes), or a
+// structArg (its bytes, for structs passed by value). Worker only.
+func (d *Device) launch(name string, grid, block dim3, smem int, args ...any) error {
+	k, err := d.function(name)
+	if err != nil {
+		return err
+	}
+	if grid.Y == 0 {
+		grid.Y = 1
+	}
+	if grid.Z == 0 {
+		grid.Z = 1
+	}
+	if block.Y == 0 {
+		block.Y = 1
+	}
+	if block.Z == 0 {
+		block.Z = 1
+	}
+	if grid.X <= 0 || grid.X > 1<<31-1 || grid.Y > 65535 || grid.Z > 65535 {
+		return fmt.Errorf("%w: %s: grid %v out of range", ErrLaunch, name, grid)
+	}
+	if threads := block.X * block.Y * block.Z; threads <= 0 || threads > k.threads {
+		return fmt.Errorf("%w: %s: %d threads per block, kernel allows %d", ErrLaunch, name, threads, k.threads)
+	}
+	if smem > 48*1024 && smem > k.smemSet {
+		if smem > d.info.MaxSmemBlock {
+			return fmt.Errorf("%w: %s: needs %d bytes of shared memory, %s allows %d", ErrLaunch, name, smem, d.info.Name, d.info.MaxSmemBlock)
+		}
+		if err := funcSetMaxDynamicSmem(k.fn, smem); err != nil {
+			return fmt.Errorf("%w: %s: %v", ErrLaunch, name, err)
+		}
+		k.smemSet = smem
+	}
+	params, err := d.args.stage(args)
+	if err != nil {
+		return fmt.Errorf("%w: %s: %v", ErrLaunch, name, err)
+	}
+	if err := launchKernel(k.fn, grid, block, smem, d.stream, params); err != nil {
+		return fmt.Errorf("%w: %s grid %v block %v smem %d: %v", ErrLaunch, name, grid, block, smem, err)
+	}
+	if d.syncEach {
+		if err := streamSync(d.stream); err != nil {
+			return fmt.Errorf("%w: %s grid %v block %v: %v", ErrLaunch, name, grid, block, err)
+		}
+	}
+	return nil
+}
+
+// sync waits for all work queued on the device stream. Worker only.
+func (d *Device) sync() error { return streamSync(d.stream) }
+
+// structArg is a kernel parameter passed by value as raw bytes.
+type structArg interface{ argBytes() []byte }
+
+// argStage holds C memory for kernel parameters (kernelParams of
+// cuLaunchKernel must point at C memory). Worker only, reused per launch.
+type argStage struct {
+	buf  unsafe.Pointer
+	ptrs unsafe.Pointer
+}
+
+const (
+	argBufBytes = 4096
+	argMax      = 64
+)
+
+func newArgStage() (argStage, error) {
+	a := argStage{buf: cMalloc(argBufBytes), ptrs: cMalloc(argMax * int(unsafe.Sizeof(uintptr(0))))}
+	if a.buf == nil || a.ptrs == nil {
+		a.free()
+		return argStage{}, errors.New("cudaext: out of host memory for kernel arguments")
+	}
+	return a, nil
+}
+
+func (a *argStage) free() {
+	if a.buf != nil {
+		cFree(a.buf)
+	}
+	if a.ptrs != nil {
+		cFree(a.ptrs)
+	}
+	a.buf, a.ptrs = nil, nil
+}
+
+func (a *argStage) stage(args []any) (unsafe.Pointer, error) {
+	if len(args) > argMax {
+		return nil, fmt.Errorf("%d kernel arguments, at most %d", len(args), argMax)
+	}
+	buf := unsafe.Slice((*byte)(a.buf), argBufBytes)
+	ptrs := unsafe.Slice((*unsafe.Pointer)(a.ptrs), argMax)
+	off := 0
+	put := func(i int, b []byte) error {
+		off = (off + 7) &^ 7
+		if off+len(b) > argBufBytes {
+			return fmt.Errorf("kernel arguments exceed %d bytes", argBufBytes)
+		}
+		copy(buf[off:], b)
+		ptrs[i] = unsafe.Add(a.buf, off)
+		off += len(b)
+		return nil
+	}
+	for i, x := range args {
+		var err error
+		switch v := x.(type) {
+		case devPtr:
+			err = put(i, le64(uint64(v)))
+		case *Buffer:
+			var p uint64
+			if v != nil {
+				p = uint64(v.ptr)
+			}
+			err = put(i, le64(p))
+		case int:
+			err = put(i, le64(uint64(int64(v))))
+		case int64:
+			err = put(i, le64(uint64(v)))
+		case uint64:
+			err = put(i, le64(v))
+		case int32:
+			err = put(i, le32(uint32(v)))
+		case uint32:
+			err = put(i, le32(v))
+		case float32:
+			err = put(i, le32(math.Float32bits(v)))
+		case structArg:
+			err = put(i, v.argBytes())
+		default:
+			err = fmt.Errorf("argument %d has unsupported type %T", i, x)
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	return a.ptrs, nil
+}
+
+func le64(v uint64) []byte {
+	return []byte{byte(v), byte(v >> 8), byte(v >> 16), byte(v >> 24), byte(v >> 32), byte(v >> 40), byte(v >> 48), byte(v >> 56)}
+}
+
+func le32(v uint32) []byte { return []byte{byte(v), byte(v >> 8), byte(v >> 16), byte(v >> 24)} }
+
+// elementwise returns a grid-stride launch shape for n elements.
+func (d *Device) elementwise(n int64) (grid, block dim3) {
+	const threads = 256
+	blocks := (n + threads - 1) / threads
+	if lim := int64(d.info.SMs) * 32; blocks > lim {
+		blocks = lim
+	}
+	if blocks < 1 {
+		blocks = 1
+	}
+	return dim3{X: int(blocks)}, dim3{X: threads}
+}

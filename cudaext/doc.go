@@ -1,0 +1,79 @@
+// Package cudaext is the CUDA engine of FlexGEMM-Go: a sparse.Engine that
+// computes sparse convolutions on an NVIDIA GPU (compute capability 8.0 or
+// newer). It is compiled only with the build tag cudaext (never "cuda",
+// which would switch Gorgonia itself into its own CUDA mode); without the
+// tag the package is empty.
+//
+// # Use
+//
+//	e, err := cudaext.Open(0)            // registers the engine with sparse
+//	xd, _ := e.ToDeviceAs(x, sparse.Float16)
+//	wd, _ := e.ToDeviceAs(w, sparse.Float16)
+//	y, err := sparse.Conv(m, xd, wd, sparse.Matrix{}, sparse.ConvOptions{})
+//	yh, _ := e.ToHost(y)                 // []float32
+//
+// Device matrices hold a *Buffer (it implements sparse.Storage); Float16
+// and BFloat16 exist only on the device: ToDeviceAs converts float32 host
+// data on upload and ToHost converts back. Float32 convolutions use IEEE
+// FMA by default, tf32 tensor cores after SetTF32(true).
+//
+// # Runtime
+//
+// The package binds the CUDA driver API itself (driver.go): nothing runs
+// at import time and Open reports a machine without a GPU as ErrNoDevice.
+// A program built with the tag still needs libcuda.so.1 (the NVIDIA driver
+// library, also present on the CI machine after the CUDA toolkit install)
+// to start. CUDA contexts are bound to OS threads, so each Device runs one
+// worker goroutine locked to its thread; every driver call happens there,
+// in closures handed over by Device.do, and all work goes to one
+// non-blocking stream in order. Device memory comes from a caching
+// allocator (plain cuMemAlloc, never managed memory; sizes rounded to
+// powers of two up to 1 MiB and to 2 MiB above; out-of-memory releases the
+// cache and runs the GC before failing with ErrOutOfMemory naming the
+// request). Kernel maps are uploaded once per *kmap.Map and released when
+// the map is garbage collected.
+//
+// Kernel images come from package kernels (embedded fatbins; see its
+// documentation for the build and the FLEXGEMM_KERNEL_IMAGE override).
+// Setting FLEXGEMM_CUDA_SYNC=1 waits after every launch and names the
+// failing kernel.
+//
+// # Algorithms
+//
+// Every algorithm of sparse.Algorithm runs in every direction and dtype:
+//
+//   - forward and input gradient use one "gather" GEMM kernel family
+//     (out[r] = Σ_v in[tbl[r, v]] · w[:, v, :]ᵀ); the input gradient uses
+//     the reverse table and the weight transposed to [Ci, V, Co], so it is
+//     output-stationary without atomics;
+//   - Explicit materialises the im2col matrix and runs the same kernel with
+//     the identity table; Implicit gathers inside the kernel; the masked
+//     algorithms visit rows in Gray-code order and only the union of taps
+//     of each tile (kmap.Masked.Tiles); the split-K variants split the
+//     reduction and sum float32 partials in split order;
+//   - the weight gradient runs one GEMM per tap over the pair lists
+//     (kmap.Pairs), split-K for the split algorithms, and over the im2col
+//     matrix for Explicit.
+//
+// Results are deterministic: fixed partitions, no atomics.
+//
+// # Writing kernels for this engine (package-internal API)
+//
+// Kernel sources go to cudaext/kernels/NAME.cu (one module each; extern "C"
+// kernels; helpers in a namespace; avoid file names that Windows reserves,
+// such as aux or con, which go:embed rejects) and are built by
+// cudaext/kernels/build.sh. From Go, inside package cudaext:
+//
+//	err := e.d.do(func() error {            // runs on the context thread
+//		b, err := e.d.newBuffer(sparse.Int32, n) // Buffer (GC-safe, Free)
+//		tmp, err := e.d.allocTemp(bytes)     // raw block; e.d.freeTemp(tmp)
+//		g, blk := e.d.elementwise(n)         // grid-stride launch shape
+//		return e.d.launch("my_kernel", g, blk, smemBytes, b, tmp.ptr, int64(n))
+//	})
+//
+// launch takes devPtr, *Buffer, int/int64/uint64 (8 bytes), int32/uint32/
+// float32 (4 bytes) and structArg values (structs by value). Never call
+// do from inside do. Host copies: memcpyHtoD / memcpyDtoH (on e.d.stream),
+// uploadSlice; kernel-map tables: e.nbrTable, e.revTable, e.pairTables,
+// e.maskedTablesFor.
+package cudaext

@@ -1,0 +1,31 @@
+package cudaext
+
+import "unsafe"
+
+// gatherParams mirrors fg::GatherParams (kernels/gemm.cuh) field by field;
+// every field is 8 bytes, so the layouts agree. TestParamsMirrorCpp checks
+// the names and order.
+type gatherParams struct {
+	X, W, Bias, Y, Part          uint64
+	Tbl, Order, TileSeg, TileTap uint64
+	M, N, Kc, V                  int64
+	Splits                       int64
+	Vec                          int64
+}
+
+// pairsParams mirrors fg::PairsParams (kernels/gemm.cuh).
+type pairsParams struct {
+	A, B, Out, Part uint64
+	IA, IB, Seg     uint64
+	M, N, V, K      int64
+	Splits          int64
+	Vec             int64
+}
+
+func (p *gatherParams) argBytes() []byte {
+	return unsafe.Slice((*byte)(unsafe.Pointer(p)), unsafe.Sizeof(*p))
+}
+
+func (p *pairsParams) argBytes() []byte {
+	return unsafe.Slice((*byte)(unsafe.Pointer(p)), unsafe.Sizeof(*p))
+}
