@@ -82,7 +82,7 @@ func TestParamsMirrorCpp(t *testing.T) {
 		{"GatherParams", reflect.TypeOf(gatherParams{})},
 		{"PairsParams", reflect.TypeOf(pairsParams{})},
 	} {
-		body := regexp.MustCompile(`(?s)struct `+c.cpp+` \{(.*?)\n\};`).FindSubmatch(src)
+		body := regexp.MustCompile(`(?s)struct ` + c.cpp + ` \{(.*?)\n\};`).FindSubmatch(src)
 		require.NotNil(t, body, c.cpp)
 		var cppFields []string
 		for _, line := range strings.Split(string(body[1]), "\n") {
