@@ -369,4 +369,20 @@ func TestRunBenchSmoke(t *testing.T) {
 		require.NotNil(t, r.PeakMemGB)
 	}
 	require.Contains(t, stdout.String(), "| subm_conv | train | fp64 | masked_implicit_gemm_splitk | 8,4,2 | 192 | 2544 |")
+
+	// Grid sample runs once whatever the algorithms, with L = 1.
+	stdout.Reset()
+	code = runMain([]string{"-op", "grid_sample", "-cfgs", "8,4,2;8,4,3", "-iters", "1", "-repeats", "1", "-warmup", "0",
+		"-algo", "all", "-memsample=false"}, &stdout, &stderr)
+	require.Equal(t, 0, code, stderr.String())
+	recs, err = readRecords(bytes.NewReader(stdout.Bytes()), "stdout")
+	require.NoError(t, err)
+	require.Len(t, recs, 2)
+	for _, r := range recs {
+		require.Equal(t, opSample, r.Op)
+		require.Equal(t, "trilinear", r.Algo)
+		require.Equal(t, 1, r.L)
+		require.Nil(t, r.PeakMemGB)
+		require.Greater(t, r.Pairs, int64(0))
+	}
 }

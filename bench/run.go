@@ -239,7 +239,11 @@ func runBench(o *runOptions, stdout, stderr io.Writer) ([]Record, error) {
 				sc = &scene{coords: coords, ext: ext, res: cfg.RES, source: "sphere"}
 			}
 			for _, dt := range o.dtypes {
-				for _, algo := range o.algos {
+				algos := o.algos
+				if op == opSample {
+					algos = algos[:1] // the convolution algorithm does not apply
+				}
+				for _, algo := range algos {
 					p := params{op: op, C: cfg.C, L: cfg.L, dtype: dt, conv: o.conv, seed: o.seed}
 					p.conv.Algorithm = algo
 					w, err := newWorkload(*sc, p)
@@ -258,7 +262,11 @@ func runBench(o *runOptions, stdout, stderr io.Writer) ([]Record, error) {
 							failed++
 							continue
 						}
-						rec := makeRecord(o, op, mode, dt.name, algo.String(), *sc, cfg, w, t)
+						algoName := algo.String()
+						if op == opSample {
+							algoName = sparse.Trilinear.String()
+						}
+						rec := makeRecord(o, op, mode, dt.name, algoName, *sc, cfg, w, t)
 						rec.Device, rec.Commit = device, commit
 						for _, out := range outs {
 							if err := writeRecord(out, rec); err != nil {
