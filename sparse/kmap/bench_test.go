@@ -2,9 +2,11 @@ package kmap
 
 import (
 	"fmt"
+	"runtime"
 	"testing"
 
 	"github.com/flexgemm-go/flexgemm/sparse/grid"
+	"github.com/flexgemm-go/flexgemm/sparse/hash"
 )
 
 // The benchmarks use FlexGEMM's sphere shell (shellCoords): N = 252,392 at
@@ -118,4 +120,50 @@ func BenchmarkDerived(b *testing.B) {
 			})
 		}
 	}
+}
+
+// BenchmarkNeighbourSearch compares the two ways to fill a 3×3×3
+// submanifold table of the RES = 1024 shell (all 27 taps, one worker):
+// the merge join the builders use, and probing the exact hash table
+// (package hash) once per tap. It documents why the builders do not probe
+// a hash table on the CPU: random probes into a table much larger than the
+// caches cost a cache and TLB miss each.
+func BenchmarkNeighbourSearch(b *testing.B) {
+	const res = 1024
+	coords := shellCoords(res, 1)
+	ext := shellExt(res)
+	n := len(coords) / 4
+	conv := grid.Submanifold(cube3(3), cube3(1))
+	nbr := make([]int32, n*27)
+	ix, err := newSortedIndex(coords, ext)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Run("merge", func(b *testing.B) {
+		defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+		for b.Loop() {
+			gather(nbr, coords, ext, ix.rows, ix, conv, fineFromCoarse, false)
+		}
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(27*n), "ns/lookup")
+	})
+	b.Run("hash", func(b *testing.B) {
+		tb, err := hash.FromCoords(coords, ext)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for b.Loop() {
+			for o := range n {
+				c := coords[4*o : 4*o+4]
+				row := nbr[o*27 : o*27+27]
+				for v := range 27 {
+					x, y, z := int(c[1])+v/9-1, int(c[2])+v/3%3-1, int(c[3])+v%3-1
+					row[v] = -1
+					if ext.Contains(int(c[0]), x, y, z) {
+						row[v] = tb.Get(ext.Key(int(c[0]), x, y, z), -1)
+					}
+				}
+			}
+		}
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(27*n), "ns/lookup")
+	})
 }

@@ -64,7 +64,7 @@ func NewSubmanifold(coords []int32, ext grid.Extent, kernel, dilation [3]int) (*
 	}
 	m := &Map{Kind: Submanifold, Conv: conv, In: ext, Out: ext, NIn: n, NOut: n, InCoords: coords, OutCoords: coords, Nbr: nbr}
 	fill(m.Nbr, -1)
-	gather(m.Nbr, coords, ix.rows, ix, conv, fineFromCoarse, true)
+	gather(m.Nbr, coords, ext, ix.rows, ix, conv, fineFromCoarse, true)
 	return m, nil
 }
 
@@ -107,7 +107,7 @@ func NewStrided(coords []int32, ext grid.Extent, conv grid.Conv, outCoords []int
 		return nil, err
 	}
 	m := &Map{Kind: Strided, Conv: conv, In: ext, Out: out, NIn: len(coords) / 4, NOut: nOut, InCoords: coords, OutCoords: outCoords, Nbr: nbr}
-	gather(m.Nbr, outCoords, qOrder, ix, conv, fineFromCoarse, false)
+	gather(m.Nbr, outCoords, out, qOrder, ix, conv, fineFromCoarse, false)
 	return m, nil
 }
 
@@ -139,7 +139,7 @@ func NewTransposed(coords []int32, ext grid.Extent, conv grid.Conv) (*Map, error
 		return nil, err
 	}
 	m := &Map{Kind: Transposed, Conv: conv, In: ext, Out: out, NIn: len(coords) / 4, NOut: nOut, InCoords: coords, OutCoords: outCoords, Nbr: nbr}
-	gather(m.Nbr, outCoords, nil, ix, conv, coarseFromFine, false)
+	gather(m.Nbr, outCoords, out, nil, ix, conv, coarseFromFine, false)
 	return m, nil
 }
 

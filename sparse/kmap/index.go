@@ -111,49 +111,93 @@ const (
 	coarseFromFine
 )
 
-// axisTaps lists, for one query coordinate on one axis, the taps k that
-// reach an indexed coordinate t inside [0, size): k[i] and t[i] for
-// i < n.
-type axisTaps struct {
-	n    int
-	k, t []int
+// maxPlan bounds the size of a per-axis tap table (entries). A variable so
+// that tests can force the computed path.
+var maxPlan = 1 << 20
+
+// axisPlan answers, for one axis, which taps k of a query coordinate q
+// reach an indexed coordinate t inside [0, size), and which t. For a query
+// range small enough it reads a table built once, so the hot loops do no
+// division; otherwise it computes the answer.
+type axisPlan struct {
+	S, P, D, K, size int
+	dir              direction
+	cnt              []int32 // cnt[q]: taps of q; nil when computed
+	k, t             []int32 // [qdim·K]: the taps of q at [q·K, q·K+cnt[q])
 }
 
-// axisTargets fills at with the taps of query coordinate q on axis a.
-// Divisions happen only on non-negative exact numerators, so there is no
-// truncation toward zero to get wrong.
-func axisTargets(at *axisTaps, conv grid.Conv, dir direction, a, q, size int) {
-	at.n = 0
-	S, P, D := conv.Stride[a], conv.Padding[a], conv.Dilation[a]
-	for k := range conv.Kernel[a] {
+// newAxisPlan plans axis a for query coordinates in [0, qdim).
+func newAxisPlan(conv grid.Conv, dir direction, a, qdim, size int) *axisPlan {
+	p := &axisPlan{S: conv.Stride[a], P: conv.Padding[a], D: conv.Dilation[a], K: conv.Kernel[a], size: size, dir: dir}
+	if qdim*p.K <= maxPlan {
+		p.cnt = make([]int32, qdim)
+		p.k, p.t = make([]int32, qdim*p.K), make([]int32, qdim*p.K)
+		for q := range qdim {
+			p.cnt[q] = int32(p.compute(q, p.k[q*p.K:q*p.K+p.K], p.t[q*p.K:q*p.K+p.K]))
+		}
+	}
+	return p
+}
+
+// compute writes the taps of q and their targets to ks and ts (K entries
+// of room) and returns how many there are, taps ascending. The division
+// happens only on a non-negative numerator whose remainder is zero, so
+// truncation and floor division agree.
+func (p *axisPlan) compute(q int, ks, ts []int32) int {
+	n := 0
+	for k := range p.K {
 		var t int
-		if dir == fineFromCoarse {
-			t = q*S - P + k*D
+		if p.dir == fineFromCoarse {
+			t = q*p.S - p.P + k*p.D
 		} else {
-			num := q + P - k*D
-			if num < 0 || num%S != 0 {
+			num := q + p.P - k*p.D
+			if num < 0 || num%p.S != 0 {
 				continue
 			}
-			t = num / S
+			t = num / p.S
 		}
-		if t >= 0 && t < size {
-			at.k[at.n], at.t[at.n] = k, t
-			at.n++
+		if t >= 0 && t < p.size {
+			ks[n], ts[n] = int32(k), int32(t)
+			n++
 		}
 	}
+	return n
 }
 
-func newAxisTaps(conv grid.Conv) [3]axisTaps {
-	var at [3]axisTaps
-	for a := range 3 {
-		at[a] = axisTaps{k: make([]int, conv.Kernel[a]), t: make([]int, conv.Kernel[a])}
+// taps returns the taps of q and their targets, from the table or computed
+// into the scratch slices ks and ts (K entries of room).
+func (p *axisPlan) taps(q int, ks, ts []int32) ([]int32, []int32) {
+	if q < len(p.cnt) {
+		o := q * p.K
+		n := int(p.cnt[q])
+		return p.k[o : o+n], p.t[o : o+n]
 	}
-	return at
+	n := p.compute(q, ks, ts)
+	return ks[:n], ts[:n]
+}
+
+// plans returns the three axis plans for queries in qext reaching sites of
+// target.
+func plans(conv grid.Conv, dir direction, qext, target grid.Extent) [3]*axisPlan {
+	qd, td := qext.Spatial(), target.Spatial()
+	var ps [3]*axisPlan
+	for a := range 3 {
+		ps[a] = newAxisPlan(conv, dir, a, qd[a], td[a])
+	}
+	return ps
+}
+
+// scratch returns per-axis scratch slices for axisPlan.taps.
+func scratch(conv grid.Conv) (ks, ts [3][]int32) {
+	for a := range 3 {
+		ks[a], ts[a] = make([]int32, conv.Kernel[a]), make([]int32, conv.Kernel[a])
+	}
+	return ks, ts
 }
 
 // gather fills nbr[o·V + v] for every query row o of qc (flat [NQ, 4]) with
 // the row of ix at the site tap v of o reaches in direction dir, or −1.
-// Queries are visited in ascending key order, qOrder[j] being the j-th
+// qext is the extent of the queries. Queries are visited in ascending key order, qOrder[j] being the j-th
 // (nil: qc is sorted); then the target keys of each tap ascend too and one
 // forward cursor per tap finds them all.
 //
@@ -162,16 +206,17 @@ func newAxisTaps(conv grid.Conv) [3]axisTaps {
 // searched: a hit i of query o fills both Nbr[o, v] = i and
 // Nbr[i, V−1−v] = o, and the centre tap is o itself. nbr must then be
 // filled with −1 beforehand. Every entry still has exactly one writer.
-func gather(nbr []int32, qc []int32, qOrder []int32, ix *sortedIndex, conv grid.Conv, dir direction, mirror bool) {
+func gather(nbr []int32, qc []int32, qext grid.Extent, qOrder []int32, ix *sortedIndex, conv grid.Conv, dir direction, mirror bool) {
 	V := conv.Volume()
 	nq := len(qc) / 4
 	ext := ix.ext
 	X, Y, Z := uint64(ext.X), uint64(ext.Y), uint64(ext.Z)
-	size := ext.Spatial()
+	ps := plans(conv, dir, qext, ext)
 	keys := ix.keys
 	nk := len(keys)
+	K1, K2 := conv.Kernel[1], conv.Kernel[2]
 	parallelRows(nq, func(lo, hi int) {
-		at := newAxisTaps(conv)
+		ks, ts := scratch(conv)
 		cur := make([]int, V) // cursor per tap, −1 until first used
 		for v := range cur {
 			cur[v] = -1
@@ -190,21 +235,22 @@ func gather(nbr []int32, qc []int32, qOrder []int32, ix *sortedIndex, conv grid.
 					row[v] = -1
 				}
 			}
-			for a := range 3 {
-				axisTargets(&at[a], conv, dir, a, int(q[1+a]), size[a])
-			}
+			kx, tx := ps[0].taps(int(q[1]), ks[0], ts[0])
+			ky, ty := ps[1].taps(int(q[2]), ks[1], ts[1])
+			kz, tz := ps[2].taps(int(q[3]), ks[2], ts[2])
 			b := uint64(q[0])
-			for ix0 := range at[0].n {
-				kx, bx := at[0].k[ix0], (b*X+uint64(at[0].t[ix0]))*Y
-				for iy := range at[1].n {
-					ky, by := at[1].k[iy], (bx+uint64(at[1].t[iy]))*Z
-					vb := (kx*conv.Kernel[1] + ky) * conv.Kernel[2]
+			for i0, t0 := range tx {
+				bx := (b*X + uint64(t0)) * Y
+				vx := int(kx[i0]) * K1
+				for i1, t1 := range ty {
+					by := (bx + uint64(t1)) * Z
+					vb := (vx + int(ky[i1])) * K2
 					if mirror && vb >= V/2 {
 						break
 					}
-					for iz := range at[2].n {
-						key := by + uint64(at[2].t[iz])
-						v := vb + at[2].k[iz]
+					for i2, t2 := range tz {
+						key := by + uint64(t2)
+						v := vb + int(kz[i2])
 						if mirror && v >= V/2 {
 							break
 						}

@@ -103,69 +103,91 @@ func geometries(rng *rand.Rand) []grid.Conv {
 func TestStridedInverseTransposedMatchBruteForce(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	for _, conv := range geometries(rng) {
-		t.Run(conv.String(), func(t *testing.T) {
-			ext := grid.Extent{Batch: 2, X: 5 + rng.IntN(4), Y: 4 + rng.IntN(4), Z: 3 + rng.IntN(5)}
-			coords := randCoords(rng, ext, 0.25)
-
-			// Strided with generated outputs.
-			wantOut, wantOC, wantNbr, ok := bruteStrided(coords, ext, conv, nil)
-			s, err := NewStrided(coords, ext, conv, nil)
-			if !ok {
-				require.ErrorIs(t, err, grid.ErrBadGeometry)
-			} else {
-				require.NoError(t, err)
-				require.Equal(t, Strided, s.Kind)
-				require.Equal(t, ext, s.In)
-				require.Equal(t, wantOut, s.Out)
-				require.Equal(t, len(coords)/4, s.NIn)
-				require.Equal(t, coords, s.InCoords)
-				require.Equal(t, wantOC, s.OutCoords)
-				require.Equal(t, len(wantOC)/4, s.NOut)
-				require.Equal(t, wantNbr, s.Nbr)
-				checkMap(t, s)
-
-				// Inverse: back to exactly the strided inputs.
-				inv, err := NewInverse(s)
-				require.NoError(t, err)
-				require.Equal(t, Inverse, inv.Kind)
-				require.Equal(t, s.Out, inv.In)
-				require.Equal(t, s.In, inv.Out)
-				require.Equal(t, s.NOut, inv.NIn)
-				require.Equal(t, s.NIn, inv.NOut)
-				require.Equal(t, coords, inv.OutCoords)
-				require.Equal(t, s.OutCoords, inv.InCoords)
-				require.Equal(t, bruteInverse(coords, ext, conv, s.Out, s.OutCoords), inv.Nbr)
-				require.Equal(t, s.Nbr, inv.Reverse())
-				checkMap(t, inv)
-
-				// Strided with user-given outputs: a random subset of the
-				// output grid in random order, reached or not.
-				given := randCoords(rng, s.Out, 0.3)
-				_, _, wantNbr, _ := bruteStrided(coords, ext, conv, given)
-				g, err := NewStrided(coords, ext, conv, given)
-				require.NoError(t, err)
-				require.Equal(t, given, g.OutCoords)
-				require.Equal(t, wantNbr, g.Nbr)
-				checkMap(t, g)
-			}
-
-			// Transposed from the same coordinates.
-			wantOut, wantOC, wantNbr, ok = bruteTransposed(coords, ext, conv)
-			tr, err := NewTransposed(coords, ext, conv)
-			if !ok {
-				require.ErrorIs(t, err, grid.ErrBadGeometry)
-				return
-			}
-			require.NoError(t, err)
-			require.Equal(t, Transposed, tr.Kind)
-			require.Equal(t, ext, tr.In)
-			require.Equal(t, wantOut, tr.Out)
-			require.Equal(t, coords, tr.InCoords)
-			require.Equal(t, wantOC, tr.OutCoords)
-			require.Equal(t, wantNbr, tr.Nbr)
-			checkMap(t, tr)
-		})
+		t.Run(conv.String(), func(t *testing.T) { checkGeometry(t, rng, conv) })
 	}
+}
+
+// TestUnplannedAxes repeats a sample of the geometries with the per-axis
+// tap tables disabled, as for huge extents.
+func TestUnplannedAxes(t *testing.T) {
+	saved := maxPlan
+	maxPlan = 0
+	defer func() { maxPlan = saved }()
+	rng := rand.New(rand.NewPCG(30, 40))
+	for i, conv := range geometries(rng) {
+		if i%7 == 0 {
+			t.Run(conv.String(), func(t *testing.T) { checkGeometry(t, rng, conv) })
+		}
+	}
+	coords := randCoords(rng, grid.Extent{Batch: 2, X: 6, Y: 6, Z: 6}, 0.4)
+	m, err := NewSubmanifold(coords, grid.Extent{Batch: 2, X: 6, Y: 6, Z: 6}, cube3(3), cube3(2))
+	require.NoError(t, err)
+	require.Equal(t, bruteSubmanifold(coords, grid.Extent{Batch: 2, X: 6, Y: 6, Z: 6}, cube3(3), cube3(2)), m.Nbr)
+}
+
+// checkGeometry compares strided (generated and given outputs), inverse
+// and transposed maps of random coordinates with the brute force.
+func checkGeometry(t *testing.T, rng *rand.Rand, conv grid.Conv) {
+	ext := grid.Extent{Batch: 2, X: 5 + rng.IntN(4), Y: 4 + rng.IntN(4), Z: 3 + rng.IntN(5)}
+	coords := randCoords(rng, ext, 0.25)
+
+	// Strided with generated outputs.
+	wantOut, wantOC, wantNbr, ok := bruteStrided(coords, ext, conv, nil)
+	s, err := NewStrided(coords, ext, conv, nil)
+	if !ok {
+		require.ErrorIs(t, err, grid.ErrBadGeometry)
+	} else {
+		require.NoError(t, err)
+		require.Equal(t, Strided, s.Kind)
+		require.Equal(t, ext, s.In)
+		require.Equal(t, wantOut, s.Out)
+		require.Equal(t, len(coords)/4, s.NIn)
+		require.Equal(t, coords, s.InCoords)
+		require.Equal(t, wantOC, s.OutCoords)
+		require.Equal(t, len(wantOC)/4, s.NOut)
+		require.Equal(t, wantNbr, s.Nbr)
+		checkMap(t, s)
+
+		// Inverse: back to exactly the strided inputs.
+		inv, err := NewInverse(s)
+		require.NoError(t, err)
+		require.Equal(t, Inverse, inv.Kind)
+		require.Equal(t, s.Out, inv.In)
+		require.Equal(t, s.In, inv.Out)
+		require.Equal(t, s.NOut, inv.NIn)
+		require.Equal(t, s.NIn, inv.NOut)
+		require.Equal(t, coords, inv.OutCoords)
+		require.Equal(t, s.OutCoords, inv.InCoords)
+		require.Equal(t, bruteInverse(coords, ext, conv, s.Out, s.OutCoords), inv.Nbr)
+		require.Equal(t, s.Nbr, inv.Reverse())
+		checkMap(t, inv)
+
+		// Strided with user-given outputs: a random subset of the
+		// output grid in random order, reached or not.
+		given := randCoords(rng, s.Out, 0.3)
+		_, _, wantNbr, _ := bruteStrided(coords, ext, conv, given)
+		g, err := NewStrided(coords, ext, conv, given)
+		require.NoError(t, err)
+		require.Equal(t, given, g.OutCoords)
+		require.Equal(t, wantNbr, g.Nbr)
+		checkMap(t, g)
+	}
+
+	// Transposed from the same coordinates.
+	wantOut, wantOC, wantNbr, ok = bruteTransposed(coords, ext, conv)
+	tr, err := NewTransposed(coords, ext, conv)
+	if !ok {
+		require.ErrorIs(t, err, grid.ErrBadGeometry)
+		return
+	}
+	require.NoError(t, err)
+	require.Equal(t, Transposed, tr.Kind)
+	require.Equal(t, ext, tr.In)
+	require.Equal(t, wantOut, tr.Out)
+	require.Equal(t, coords, tr.InCoords)
+	require.Equal(t, wantOC, tr.OutCoords)
+	require.Equal(t, wantNbr, tr.Nbr)
+	checkMap(t, tr)
 }
 
 // TestInverseKeepsUnreachedInputs is the case where padding and stride
