@@ -70,7 +70,7 @@ func Forward[T Float](m *kmap.Map, x []T, ci int, w []T, co int, bias []T, y []T
 		return err
 	}
 	opt = opt.Resolve(ci, co)
-	kern := kernelFor[T]()
+	kern := kernelFor[T](co)
 	p := &gatherProblem[T]{
 		kern: kern, rows: m.NOut, V: V, table: m.Nbr, in: x, K: ci, N: co,
 		bias: bias, out: y, masked: m.Masked, opt: opt,
@@ -109,7 +109,7 @@ func InputGrad[T Float](m *kmap.Map, dy []T, co int, w []T, ci int, dx []T, opt 
 		return nil
 	}
 	opt = opt.Resolve(co, ci)
-	kern := kernelFor[T]()
+	kern := kernelFor[T](ci)
 	p := &gatherProblem[T]{
 		kern: kern, rows: m.NIn, V: V, table: m.Reverse(), in: dy, K: co, N: ci,
 		out: dx, masked: m.ReverseMasked, opt: opt,

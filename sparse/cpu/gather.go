@@ -81,7 +81,7 @@ const explicitBlockElems = 1 << 20
 // weight [V·K, N], one GEMM per block.
 func (p *gatherProblem[T]) explicit() {
 	mr, nr := p.kern.mr, p.kern.nr
-	V, K, N := p.V, p.K, p.N
+	V, K := p.V, p.K
 	VK := V * K
 	np, ldc := p.panels()
 	R := roundUp(max(1, min(p.opt.TileRows, explicitBlockElems/max(1, VK))), mr)
@@ -98,15 +98,7 @@ func (p *gatherProblem[T]) explicit() {
 		n := min(R, p.rows-lo)
 		clear(s.c)
 		for r := range n {
-			row := s.a[r*VK : (r+1)*VK]
-			nbr := p.table[(lo+r)*V : (lo+r+1)*V]
-			for v, i := range nbr {
-				if i >= 0 {
-					copy(row[v*K:(v+1)*K], p.in[int(i)*K:int(i+1)*K])
-				} else {
-					clear(row[v*K : (v+1)*K])
-				}
-			}
+			gatherRows(s.a[r*VK:(r+1)*VK], K, p.in, K, 0, p.table[(lo+r)*V:(lo+r+1)*V], K)
 		}
 		for r := range R {
 			if r < n {
@@ -126,7 +118,6 @@ func (p *gatherProblem[T]) explicit() {
 			}
 		}
 		p.writeRows(s.c, ldc, n, func(r int) int { return lo + r })
-		_ = N
 	})
 }
 
@@ -172,7 +163,7 @@ func (p *gatherProblem[T]) tiled(masked bool, S int) {
 	nt := (p.rows + tm - 1) / tm
 	S = max(1, S)
 
-	var order []int32
+	var order []int32 // tile rows: order[t·tm : …] (masked) or t·tm + r
 	var tiles *kmap.Tiles
 	allTaps := make([]int32, V)
 	for v := range allTaps {
@@ -183,74 +174,85 @@ func (p *gatherProblem[T]) tiled(masked bool, S int) {
 		order = ms.Order
 		tiles = ms.Tiles(tm)
 	}
-	rowOf := func(pos int) int {
-		if order != nil {
-			return int(order[pos])
-		}
-		return pos
-	}
-	tapsOf := func(t int) []int32 {
-		if tiles != nil {
-			return tiles.Taps[tiles.Seg[t]:tiles.Seg[t+1]]
-		}
-		return allTaps
-	}
 
 	var partial []T // [S][rows·N] for S > 1, indexed by tile position
 	if S > 1 {
 		partial = make([]T, S*p.rows*N)
 	}
-	amax := roundUp(tm, mr) * K
+	tmp := roundUp(tm, mr)
+	type scratch struct {
+		tileScratch[T]
+		rows, idx []int32
+		segs      []segment
+	}
 	items := nt * S
-	scr := make([]tileScratch[T], workersFor(items))
-	segs := make([][]segment, len(scr))
+	scr := make([]scratch, workersFor(items))
 	parallelFor(items, func(w, item int) {
 		s := &scr[w]
 		if s.c == nil {
-			s.a = make([]T, amax)
+			s.a = make([]T, tmp*K)
 			s.c = make([]T, (tm+1)*ldc)
-			s.coff = make([]int, roundUp(tm, mr))
+			s.coff = make([]int, tmp)
+			s.rows = make([]int32, tm)
+			s.idx = make([]int32, tm)
 		}
 		t, chunk := item/S, item%S
 		lo := t * tm
 		n := min(tm, p.rows-lo)
-		clear(s.c[:(n+1)*ldc])
-		segs[w] = segments(segs[w], tapsOf(t), K, chunk, S)
-		for _, sg := range segs[w] {
-			kw := sg.k1 - sg.k0
+		rows := s.rows[:n]
+		for r := range rows {
+			if order != nil {
+				rows[r] = order[lo+r]
+			} else {
+				rows[r] = int32(lo + r)
+			}
+		}
+		taps := allTaps
+		if tiles != nil {
+			taps = tiles.Taps[tiles.Seg[t]:tiles.Seg[t+1]]
+		}
+		clear(s.c[:n*ldc])
+		clear(s.c[tm*ldc:]) // the dump row, so it never drifts to Inf or NaN
+		s.segs = segments(s.segs, taps, K, chunk, S)
+		for _, sg := range s.segs {
+			v, kw := sg.v, sg.k1-sg.k0
 			cnt := 0
-			for r := range n {
-				i := p.table[rowOf(lo+r)*V+sg.v]
-				dst := s.a[cnt*kw : (cnt+1)*kw]
-				switch {
-				case i >= 0:
-					src := int(i)*K + sg.k0
-					copy(dst, p.in[src:src+kw])
-				case masked:
-					continue
-				default:
-					clear(dst)
+			if masked {
+				// Only the rows that have tap v.
+				for r, row := range rows {
+					if i := p.table[int(row)*V+v]; i >= 0 {
+						s.idx[cnt] = i
+						s.coff[cnt] = r * ldc
+						cnt++
+					}
 				}
-				s.coff[cnt] = r * ldc
-				cnt++
+			} else {
+				// Every row; an absent neighbour gathers a zero row.
+				for r, row := range rows {
+					s.idx[r] = p.table[int(row)*V+v]
+					s.coff[r] = r * ldc
+				}
+				cnt = n
 			}
 			if cnt == 0 {
 				continue
 			}
+			gatherRows(s.a, kw, p.in, K, sg.k0, s.idx[:cnt], kw)
 			nrb := (cnt + mr - 1) / mr
 			for r := cnt; r < nrb*mr; r++ {
-				s.coff[r] = tm * ldc
+				s.coff[r] = tm * ldc // the dump row
 			}
-			for j := range np {
-				b := p.bp[((j*V+sg.v)*K+sg.k0)*nr:]
-				c := s.c[j*nr:]
-				for rb := range nrb {
-					p.kern.fn(kw, s.a[rb*mr*kw:], kw, 1, b, nr, c, s.coff[rb*mr:])
+			b := p.bp[(v*K+sg.k0)*nr:]
+			for rb := range nrb {
+				a := s.a[rb*mr*kw:]
+				coff := s.coff[rb*mr:]
+				for j := range np {
+					p.kern.fn(kw, a, kw, 1, b[j*V*K*nr:], nr, s.c[j*nr:], coff)
 				}
 			}
 		}
 		if S == 1 {
-			p.writeRows(s.c, ldc, n, func(r int) int { return rowOf(lo + r) })
+			p.writeTile(s.c, ldc, rows)
 			return
 		}
 		part := partial[chunk*p.rows*N:]
@@ -265,7 +267,11 @@ func (p *gatherProblem[T]) tiled(masked bool, S int) {
 		lo := t * tm
 		n := min(tm, p.rows-lo)
 		for r := range n {
-			dst := p.out[rowOf(lo+r)*N : rowOf(lo+r)*N+N]
+			row := lo + r
+			if order != nil {
+				row = int(order[lo+r])
+			}
+			dst := p.out[row*N : row*N+N]
 			copy(dst, partial[(lo+r)*N:(lo+r+1)*N])
 			for chunk := 1; chunk < S; chunk++ {
 				src := partial[(chunk*p.rows+lo+r)*N:]
@@ -280,4 +286,21 @@ func (p *gatherProblem[T]) tiled(masked bool, S int) {
 			}
 		}
 	})
+}
+
+// writeTile stores tile accumulator row r into out row rows[r], adding the
+// bias.
+func (p *gatherProblem[T]) writeTile(c []T, ldc int, rows []int32) {
+	N := p.N
+	for r, row := range rows {
+		dst := p.out[int(row)*N : int(row)*N+N]
+		src := c[r*ldc : r*ldc+N]
+		if p.bias == nil {
+			copy(dst, src)
+			continue
+		}
+		for j, x := range src {
+			dst[j] = x + p.bias[j]
+		}
+	}
 }

@@ -111,30 +111,47 @@ const (
 	goNR = 8
 )
 
-// kernelFor returns the fastest micro-kernel for T on this machine.
-func kernelFor[T Float]() microKernel[T] {
+// kernelSet is the kernels used for one element type: wide for most
+// problems, narrow (a smaller nr) for outputs narrow enough that it pads
+// less.
+type kernelSet[T Float] struct {
+	wide, narrow microKernel[T]
+}
+
+// pick returns the kernel for a GEMM with n output columns: narrow when it
+// pads n to fewer columns than wide does.
+func (ks kernelSet[T]) pick(n int) microKernel[T] {
+	if roundUp(max(n, 1), ks.narrow.nr) < roundUp(max(n, 1), ks.wide.nr) {
+		return ks.narrow
+	}
+	return ks.wide
+}
+
+// kernelFor returns the micro-kernel for T and an output width of n
+// columns. The choice depends only on the machine and n.
+func kernelFor[T Float](n int) microKernel[T] {
 	var zero T
 	switch any(zero).(type) {
 	case float32:
-		return any(kernel32).(microKernel[T])
+		return any(kernels32.pick(n)).(microKernel[T])
 	default:
-		return any(kernel64).(microKernel[T])
+		return any(kernels64.pick(n)).(microKernel[T])
 	}
 }
 
-// The kernels selected at start-up (see kernel_amd64.go), one per element
-// type. They are fixed for the life of the process, so every call on one
-// machine computes with the same kernel.
+// The kernels selected at start-up (see kernel_amd64.go), one set per
+// element type. They are fixed for the life of the process.
 var (
-	kernel32 = portableKernel[float32](goMR, goNR)
-	kernel64 = portableKernel[float64](goMR, goNR)
+	kernels32 = kernelSet[float32]{portableKernel[float32](goMR, goNR), portableKernel[float32](goMR, goNR/2)}
+	kernels64 = kernelSet[float64]{portableKernel[float64](goMR, goNR), portableKernel[float64](goMR, goNR/2)}
 )
 
-// KernelName returns the name of the micro-kernel used for float32
-// ("f32") or float64 ("f64"), e.g. "avx512-12x32" or "go4x8".
+// KernelName returns the names of the wide and narrow micro-kernels used
+// for float32 ("f32") or float64 ("f64"), e.g. "avx512-12x32/avx512-12x16"
+// or "go4x8/go4x4".
 func KernelName(dtype string) string {
 	if dtype == "f64" {
-		return kernel64.name
+		return kernels64.wide.name + "/" + kernels64.narrow.name
 	}
-	return kernel32.name
+	return kernels32.wide.name + "/" + kernels32.narrow.name
 }

@@ -19,6 +19,12 @@ func sgemmAVX512(k int, a *float32, rs, ks int, b *float32, ldb int, c *float32,
 func dgemmAVX512(k int, a *float64, rs, ks int, b *float64, ldb int, c *float64, coff *int)
 
 //go:noescape
+func sgemmAVX512N(k int, a *float32, rs, ks int, b *float32, ldb int, c *float32, coff *int)
+
+//go:noescape
+func dgemmAVX512N(k int, a *float64, rs, ks int, b *float64, ldb int, c *float64, coff *int)
+
+//go:noescape
 func sgemmAVX2(k int, a *float32, rs, ks int, b *float32, ldb int, c *float32, coff *int)
 
 //go:noescape
@@ -36,11 +42,12 @@ func asmKernel[T Float](name string, mr, nr int, f func(k int, a *T, rs, ks int,
 	}}
 }
 
-// asmKernels lists the assembly kernels this CPU can run, fastest first.
+// asmKernels32 lists the float32 assembly kernels this CPU can run,
+// fastest first.
 func asmKernels32() []microKernel[float32] {
 	var ks []microKernel[float32]
 	if cpu.X86.HasAVX512F {
-		ks = append(ks, asmKernel("avx512-12x32", 12, 32, sgemmAVX512))
+		ks = append(ks, asmKernel("avx512-12x32", 12, 32, sgemmAVX512), asmKernel("avx512-12x16", 12, 16, sgemmAVX512N))
 	}
 	if cpu.X86.HasAVX2 && cpu.X86.HasFMA {
 		ks = append(ks, asmKernel("avx2-6x16", 6, 16, sgemmAVX2))
@@ -48,10 +55,12 @@ func asmKernels32() []microKernel[float32] {
 	return ks
 }
 
+// asmKernels64 lists the float64 assembly kernels this CPU can run,
+// fastest first.
 func asmKernels64() []microKernel[float64] {
 	var ks []microKernel[float64]
 	if cpu.X86.HasAVX512F {
-		ks = append(ks, asmKernel("avx512-12x16", 12, 16, dgemmAVX512))
+		ks = append(ks, asmKernel("avx512-12x16", 12, 16, dgemmAVX512), asmKernel("avx512-12x8", 12, 8, dgemmAVX512N))
 	}
 	if cpu.X86.HasAVX2 && cpu.X86.HasFMA {
 		ks = append(ks, asmKernel("avx2-6x8", 6, 8, dgemmAVX2))
@@ -60,10 +69,34 @@ func asmKernels64() []microKernel[float64] {
 }
 
 func init() {
-	if ks := asmKernels32(); len(ks) > 0 {
-		kernel32 = ks[0]
+	switch {
+	case cpu.X86.HasAVX512F:
+		k32, k64 := asmKernels32(), asmKernels64()
+		kernels32 = kernelSet[float32]{wide: k32[0], narrow: k32[1]}
+		kernels64 = kernelSet[float64]{wide: k64[0], narrow: k64[1]}
+	case cpu.X86.HasAVX2 && cpu.X86.HasFMA:
+		k32, k64 := asmKernels32(), asmKernels64()
+		kernels32 = kernelSet[float32]{wide: k32[0], narrow: k32[0]}
+		kernels64 = kernelSet[float64]{wide: k64[0], narrow: k64[0]}
 	}
-	if ks := asmKernels64(); len(ks) > 0 {
-		kernel64 = ks[0]
+}
+
+//go:noescape
+func gather32AVX512(dst unsafe.Pointer, dstStride int, src unsafe.Pointer, srcStride int, idx *int32, n, width int)
+
+// haveGatherAsm reports whether gatherAsm uses the assembly row gather.
+var haveGatherAsm = cpu.X86.HasAVX512F
+
+// setGather turns the assembly row gather on or off (tests).
+func setGather(on bool) { haveGatherAsm = on }
+
+// gatherAsm runs the assembly row gather if the CPU has it (see
+// gatherRows, which has checked the bounds) and reports whether it did.
+func gatherAsm[T Float](dst []T, dstStride int, src []T, srcStride int, idx []int32, width int) bool {
+	if !haveGatherAsm {
+		return false
 	}
+	u := int(unsafe.Sizeof(dst[0])) / 4 // 4-byte units per element
+	gather32AVX512(unsafe.Pointer(unsafe.SliceData(dst)), dstStride*u, unsafe.Pointer(unsafe.SliceData(src)), srcStride*u, unsafe.SliceData(idx), len(idx), width*u)
+	return true
 }

@@ -198,6 +198,131 @@ d512loop:
 	RET
 
 // ---------------------------------------------------------------------
+// AVX-512 narrow kernels, 12×16 float32 and 12×8 float64: one register of
+// accumulators per row (Z0…Z11), B in Z24, broadcasts in Z26…Z31. They
+// waste half as much on outputs of at most 16 (8) columns.
+
+#define NROWS32(addr, bc, acc) \
+	VBROADCASTSS addr, bc; \
+	VFMADD231PS Z24, bc, acc
+
+#define NSTORES32(idx, acc) \
+	MOVQ idx*8(SI), AX; \
+	VADDPS (DX)(AX*4), acc, acc; \
+	VMOVUPS acc, (DX)(AX*4)
+
+// func sgemmAVX512N(k int, a *float32, rs, ks int, b *float32, ldb int, c *float32, coff *int)
+TEXT ·sgemmAVX512N(SB), NOSPLIT, $0-64
+	SETUP(2)
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	VPXORD Z8, Z8, Z8
+	VPXORD Z9, Z9, Z9
+	VPXORD Z10, Z10, Z10
+	VPXORD Z11, Z11, Z11
+
+sn512loop:
+	VMOVUPS (DX), Z24
+	NROWS32((SI), Z26, Z0)
+	NROWS32((SI)(R8*1), Z27, Z1)
+	NROWS32((SI)(R8*2), Z28, Z2)
+	NROWS32((SI)(R11*1), Z29, Z3)
+	NROWS32((DI), Z30, Z4)
+	NROWS32((DI)(R8*1), Z31, Z5)
+	NROWS32((DI)(R8*2), Z26, Z6)
+	NROWS32((DI)(R11*1), Z27, Z7)
+	NROWS32((BX), Z28, Z8)
+	NROWS32((BX)(R8*1), Z29, Z9)
+	NROWS32((BX)(R8*2), Z30, Z10)
+	NROWS32((BX)(R11*1), Z31, Z11)
+	ADVANCE
+	DECQ CX
+	JNZ  sn512loop
+
+	MOVQ c+48(FP), DX
+	MOVQ coff+56(FP), SI
+	NSTORES32(0, Z0)
+	NSTORES32(1, Z1)
+	NSTORES32(2, Z2)
+	NSTORES32(3, Z3)
+	NSTORES32(4, Z4)
+	NSTORES32(5, Z5)
+	NSTORES32(6, Z6)
+	NSTORES32(7, Z7)
+	NSTORES32(8, Z8)
+	NSTORES32(9, Z9)
+	NSTORES32(10, Z10)
+	NSTORES32(11, Z11)
+	VZEROUPPER
+	RET
+
+#define NROWS64(addr, bc, acc) \
+	VBROADCASTSD addr, bc; \
+	VFMADD231PD Z24, bc, acc
+
+#define NSTORES64(idx, acc) \
+	MOVQ idx*8(SI), AX; \
+	VADDPD (DX)(AX*8), acc, acc; \
+	VMOVUPD acc, (DX)(AX*8)
+
+// func dgemmAVX512N(k int, a *float64, rs, ks int, b *float64, ldb int, c *float64, coff *int)
+TEXT ·dgemmAVX512N(SB), NOSPLIT, $0-64
+	SETUP(3)
+	VPXORQ Z0, Z0, Z0
+	VPXORQ Z1, Z1, Z1
+	VPXORQ Z2, Z2, Z2
+	VPXORQ Z3, Z3, Z3
+	VPXORQ Z4, Z4, Z4
+	VPXORQ Z5, Z5, Z5
+	VPXORQ Z6, Z6, Z6
+	VPXORQ Z7, Z7, Z7
+	VPXORQ Z8, Z8, Z8
+	VPXORQ Z9, Z9, Z9
+	VPXORQ Z10, Z10, Z10
+	VPXORQ Z11, Z11, Z11
+
+dn512loop:
+	VMOVUPD (DX), Z24
+	NROWS64((SI), Z26, Z0)
+	NROWS64((SI)(R8*1), Z27, Z1)
+	NROWS64((SI)(R8*2), Z28, Z2)
+	NROWS64((SI)(R11*1), Z29, Z3)
+	NROWS64((DI), Z30, Z4)
+	NROWS64((DI)(R8*1), Z31, Z5)
+	NROWS64((DI)(R8*2), Z26, Z6)
+	NROWS64((DI)(R11*1), Z27, Z7)
+	NROWS64((BX), Z28, Z8)
+	NROWS64((BX)(R8*1), Z29, Z9)
+	NROWS64((BX)(R8*2), Z30, Z10)
+	NROWS64((BX)(R11*1), Z31, Z11)
+	ADVANCE
+	DECQ CX
+	JNZ  dn512loop
+
+	MOVQ c+48(FP), DX
+	MOVQ coff+56(FP), SI
+	NSTORES64(0, Z0)
+	NSTORES64(1, Z1)
+	NSTORES64(2, Z2)
+	NSTORES64(3, Z3)
+	NSTORES64(4, Z4)
+	NSTORES64(5, Z5)
+	NSTORES64(6, Z6)
+	NSTORES64(7, Z7)
+	NSTORES64(8, Z8)
+	NSTORES64(9, Z9)
+	NSTORES64(10, Z10)
+	NSTORES64(11, Z11)
+	VZEROUPPER
+	RET
+
+// ---------------------------------------------------------------------
 // AVX2 + FMA, float32, 6×16: accumulators Y0…Y11 (row r in Y2r, Y2r+1),
 // B in Y12, Y13, broadcasts in Y14, Y15. Rows 0…3 from SI, rows 4, 5 from
 // DI.
@@ -306,5 +431,85 @@ d2loop:
 	ASTORES64(3, Y6, Y7)
 	ASTORES64(4, Y8, Y9)
 	ASTORES64(5, Y10, Y11)
+	VZEROUPPER
+	RET
+
+// ---------------------------------------------------------------------
+// Row gather, AVX-512. In units of 4 bytes:
+//
+//	for r < n: i = idx[r]
+//		dst[r·dstStride : +width] = src[i·srcStride : +width]   if i ≥ 0
+//		dst[r·dstStride : +width] = 0                          if i < 0
+//
+// Full 16-lane chunks are copied with plain moves, the tail with a masked
+// load and store (K1 holds width mod 16 ones), so nothing outside a row is
+// read or written.
+
+// func gather32AVX512(dst unsafe.Pointer, dstStride int, src unsafe.Pointer, srcStride int, idx *int32, n, width int)
+TEXT ·gather32AVX512(SB), NOSPLIT, $0-56
+	MOVQ width+48(FP), DX
+	MOVQ DX, CX
+	ANDQ $15, CX
+	MOVL $1, BX
+	SHLQ CX, BX
+	DECQ BX
+	KMOVW BX, K1
+	SHRQ $4, DX                  // full chunks per row
+	MOVQ dst+0(FP), DI
+	MOVQ dstStride+8(FP), R8
+	SHLQ $2, R8
+	MOVQ src+16(FP), SI
+	MOVQ srcStride+24(FP), R9
+	SHLQ $2, R9
+	MOVQ idx+32(FP), R10
+	MOVQ n+40(FP), CX
+	TESTQ CX, CX
+	JZ   gdone
+	VPXORD Z1, Z1, Z1
+
+grow:
+	MOVLQSX (R10), AX
+	MOVQ DI, R12
+	MOVQ DX, R13
+	TESTQ AX, AX
+	JS   gzero
+	IMULQ R9, AX
+	LEAQ (SI)(AX*1), R11
+	TESTQ R13, R13
+	JZ   gtail
+
+gchunk:
+	VMOVUPS (R11), Z0
+	VMOVUPS Z0, (R12)
+	ADDQ $64, R11
+	ADDQ $64, R12
+	DECQ R13
+	JNZ  gchunk
+
+gtail:
+	VMOVUPS.Z (R11), K1, Z0
+	VMOVUPS Z0, K1, (R12)
+	JMP  gnext
+
+gzero:
+	TESTQ R13, R13
+	JZ   gztail
+
+gzchunk:
+	VMOVUPS Z1, (R12)
+	ADDQ $64, R12
+	DECQ R13
+	JNZ  gzchunk
+
+gztail:
+	VMOVUPS Z1, K1, (R12)
+
+gnext:
+	ADDQ $4, R10
+	ADDQ R8, DI
+	DECQ CX
+	JNZ  grow
+
+gdone:
 	VZEROUPPER
 	RET

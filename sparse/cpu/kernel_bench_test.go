@@ -13,9 +13,16 @@ func BenchmarkKernel(b *testing.B) {
 }
 
 func benchKernels[T Float](b *testing.B, kernels []microKernel[T]) {
-	const k = 64
-	for _, kern := range kernels {
-		b.Run(kern.name, func(b *testing.B) {
+	for _, k := range []int{64, 256} {
+		for _, kern := range kernels {
+			benchKernel(b, kern, k)
+		}
+	}
+}
+
+func benchKernel[T Float](b *testing.B, kern microKernel[T], k int) {
+	{
+		b.Run(fmt.Sprintf("%s/k=%d", kern.name, k), func(b *testing.B) {
 			mr, nr := kern.mr, kern.nr
 			a := make([]T, mr*k)
 			bm := make([]T, k*nr)
@@ -35,7 +42,6 @@ func benchKernels[T Float](b *testing.B, kernels []microKernel[T]) {
 			}
 			flops := 2 * float64(mr*nr*k) * float64(b.N)
 			b.ReportMetric(flops/b.Elapsed().Seconds()/1e9, "GFLOP/s")
-			_ = fmt.Sprint()
 		})
 	}
 }

@@ -7,3 +7,11 @@ package cpu
 func asmKernels32() []microKernel[float32] { return nil }
 
 func asmKernels64() []microKernel[float64] { return nil }
+
+const haveGatherAsm = false
+
+func gatherAsm[T Float](dst []T, dstStride int, src []T, srcStride int, idx []int32, width int) bool {
+	return false
+}
+
+func setGather(bool) {}

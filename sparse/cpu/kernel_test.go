@@ -105,6 +105,12 @@ func TestKernelsFloat64(t *testing.T) {
 
 func TestKernelSelected(t *testing.T) {
 	require.NotEmpty(t, KernelName("f32"))
+	for _, n := range []int{1, 7, 16, 17, 32, 33, 64, 100} {
+		k32 := kernelFor[float32](n)
+		require.LessOrEqual(t, roundUp(n, k32.nr), roundUp(n, kernels32.wide.nr))
+		k64 := kernelFor[float64](n)
+		require.LessOrEqual(t, roundUp(n, k64.nr), roundUp(n, kernels64.wide.nr))
+	}
 	require.NotEmpty(t, KernelName("f64"))
 	t.Logf("kernels: f32 %s, f64 %s", KernelName("f32"), KernelName("f64"))
 }

@@ -45,26 +45,28 @@ func WeightGrad[T Float](m *kmap.Map, x []T, ci int, dy []T, co int, dw []T, opt
 	if opt.Method.SplitK() {
 		S = opt.SplitK
 	}
-	weightGrad(kernelFor[T](), m.Pairs(), V, x, ci, dy, co, dw, S)
+	weightGrad(m.Pairs(), V, x, ci, dy, co, dw, S)
 	return nil
 }
 
-// weightGrad computes dw_v = Σ_p a[ia_p] ⊗ b[ib_p] per tap. The GEMM's rows
-// (the kernel's mr side) run over the wider of ci and co so that narrow
-// channel counts waste fewer padding rows; its reduction runs over the
-// tap's pairs, gathered wgradChunk at a time.
-func weightGrad[T Float](kern microKernel[T], pairs *kmap.Pairs, V int, x []T, ci int, dy []T, co int, dw []T, S int) {
-	mr, nr := kern.mr, kern.nr
+// weightGrad computes dw_v = Σ_p a[ia_p] ⊗ b[ib_p] per tap, a GEMM whose
+// reduction runs over the tap's pairs, gathered wgradChunk at a time. Its
+// rows (the kernel's mr side) and columns (nr side) are ci and co or co and
+// ci, whichever pads less.
+func weightGrad[T Float](pairs *kmap.Pairs, V int, x []T, ci int, dy []T, co int, dw []T, S int) {
 	// Rows of the GEMM come from a (width M, indices ia), columns from b
 	// (width N, indices ib); element (m, n) of tap v goes to dw[at(v, m, n)].
 	a, M, ia := x, ci, pairs.In
 	b, N, ib := dy, co, pairs.Out
 	at := func(v, m, n int) int { return (n*V+v)*ci + m }
-	if ci < co {
+	kern := kernelFor[T](co)
+	if alt := kernelFor[T](ci); roundUp(co, alt.mr)*roundUp(ci, alt.nr) < roundUp(ci, kern.mr)*roundUp(co, kern.nr) {
+		kern = alt
 		a, M, ia = dy, co, pairs.Out
 		b, N, ib = x, ci, pairs.In
 		at = func(v, m, n int) int { return (m*V+v)*ci + n }
 	}
+	mr, nr := kern.mr, kern.nr
 	np := (N + nr - 1) / nr
 	ldb := np * nr
 	mp := roundUp(M, mr)
@@ -101,12 +103,8 @@ func weightGrad[T Float](kern microKernel[T], pairs *kmap.Pairs, V int, x []T, c
 		clear(s.c)
 		for p0 := lo; p0 < hi; p0 += wgradChunk {
 			kc := min(wgradChunk, hi-p0)
-			for q := range kc {
-				i := int(ia[p0+q])
-				copy(s.a[q*M:(q+1)*M], a[i*M:(i+1)*M])
-				o := int(ib[p0+q])
-				copy(s.b[q*ldb:q*ldb+N], b[o*N:(o+1)*N])
-			}
+			gatherRows(s.a, M, a, M, 0, ia[p0:p0+kc], M)
+			gatherRows(s.b, ldb, b, N, 0, ib[p0:p0+kc], N)
 			for j := range np {
 				bj := s.b[j*nr:]
 				c := s.c[j*nr:]
