@@ -87,6 +87,9 @@ func NewStrided(coords []int32, ext grid.Extent, conv grid.Conv, outCoords []int
 	if err != nil {
 		return nil, err
 	}
+	if err := checkExtent(out); err != nil {
+		return nil, fmt.Errorf("output grid: %w", err)
+	}
 	ix, err := newSortedIndex(coords, ext)
 	if err != nil {
 		return nil, err
@@ -127,6 +130,9 @@ func NewTransposed(coords []int32, ext grid.Extent, conv grid.Conv) (*Map, error
 	out, err := conv.TransposedExtent(ext)
 	if err != nil {
 		return nil, err
+	}
+	if err := checkExtent(out); err != nil {
+		return nil, fmt.Errorf("output grid: %w", err)
 	}
 	ix, err := newSortedIndex(coords, ext)
 	if err != nil {

@@ -32,7 +32,7 @@ func (ix *sortedIndex) row(j int) int32 {
 // It reports a bad length, too many rows, a row outside ext (the first
 // one) and two equal rows (the earliest row r equal to an earlier row q).
 func newSortedIndex(coords []int32, ext grid.Extent) (*sortedIndex, error) {
-	if err := ext.Validate(); err != nil {
+	if err := checkExtent(ext); err != nil {
 		return nil, err
 	}
 	if len(coords)%4 != 0 {
@@ -96,6 +96,20 @@ func newSortedIndex(coords []int32, ext grid.Extent) (*sortedIndex, error) {
 			coords[4*r], coords[4*r+1], coords[4*r+2], coords[4*r+3])
 	}
 	return ix, nil
+}
+
+// checkExtent validates ext and requires every dimension to fit the int32
+// coordinates.
+func checkExtent(ext grid.Extent) error {
+	if err := ext.Validate(); err != nil {
+		return err
+	}
+	for _, d := range [4]int{ext.Batch, ext.X, ext.Y, ext.Z} {
+		if d > math.MaxInt32 {
+			return fmt.Errorf("%w: %v has a dimension beyond int32 coordinates", ErrTooLarge, ext)
+		}
+	}
+	return nil
 }
 
 // direction says how a query site and a tap give the indexed site on

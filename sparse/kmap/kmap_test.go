@@ -297,6 +297,15 @@ func TestBuilderErrors(t *testing.T) {
 		{"bad extent", func() (*Map, error) {
 			return NewSubmanifold(nil, grid.Extent{Batch: 1, X: 0, Y: 1, Z: 1}, cube3(3), cube3(1))
 		}, grid.ErrBadExtent, "non-positive"},
+		{"extent beyond int32", func() (*Map, error) {
+			return NewSubmanifold(ok, grid.Extent{Batch: 1, X: 1 << 32, Y: 2, Z: 2}, cube3(3), cube3(1))
+		}, ErrTooLarge, "beyond int32"},
+		{"transposed grid beyond int32", func() (*Map, error) {
+			return NewTransposed(ok, ext, grid.Conv{Kernel: cube3(1), Stride: [3]int{1 << 30, 1, 1}, Dilation: cube3(1)})
+		}, ErrTooLarge, "output grid"},
+		{"transposed grid beyond uint64", func() (*Map, error) {
+			return NewTransposed(ok, ext, grid.Cube(1, 1<<24, 0, 1))
+		}, grid.ErrBadExtent, "output grid"},
 		{"given out of range", func() (*Map, error) { return NewStrided(ok, ext, cube, []int32{0, 2, 0, 0}) }, ErrOutOfRange, "output coordinates: kmap: coordinate out of range: row 0 (0, 2, 0, 0)"},
 		{"given duplicate", func() (*Map, error) {
 			return NewStrided(ok, ext, cube, []int32{0, 1, 1, 1, 0, 0, 0, 0, 0, 1, 1, 1})
