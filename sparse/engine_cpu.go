@@ -38,9 +38,10 @@ var cpuAlgorithms = map[Algorithm]cpu.Method{
 	MaskedImplicitSplitK: cpu.MaskedSplitK,
 }
 
-// cpuOptions translates ConvOptions. Auto becomes cpu.Auto, which the CPU
-// resolves to the masked implicit GEMM (the fastest method on every shape
-// measured: it does no work on absent neighbours).
+// cpuOptions translates ConvOptions. Auto becomes cpu.Auto, which resolves
+// to the masked implicit GEMM (no work on absent neighbours), or to the
+// explicit GEMM when the per-tap reduction is 16 channels or fewer (see
+// cpu.Options.Resolve).
 func cpuOptions(op string, opt ConvOptions) (cpu.Options, error) {
 	if err := opt.validate(); err != nil {
 		return cpu.Options{}, fmt.Errorf("sparse: cpu: %s: %w", op, err)

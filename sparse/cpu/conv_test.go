@@ -210,5 +210,7 @@ func TestMethodNames(t *testing.T) {
 	require.Positive(t, r.TileRows)
 	require.Positive(t, r.SplitK)
 	require.Equal(t, Options{Method: Implicit, TileRows: 3, SplitK: 2}, Options{Method: Implicit, TileRows: 3, SplitK: 2}.Resolve(1, 1))
+	require.Equal(t, Masked, Options{}.Resolve(64, 64).Method)
+	require.Equal(t, Explicit, Options{}.Resolve(3, 64).Method)
 	_ = fmt.Sprint()
 }

@@ -87,6 +87,9 @@ const (
 	MaxSplitK = 64
 	// MaxTileRows bounds TileRows.
 	MaxTileRows = 1 << 16
+	// autoExplicitMaxK is the largest per-tap reduction for which Auto
+	// chooses Explicit.
+	autoExplicitMaxK = 16
 )
 
 // Options tunes a convolution. The zero value is Auto with default tile
@@ -119,10 +122,19 @@ func (o Options) Validate() error {
 
 // Resolve returns o with Auto replaced by a concrete method and zero
 // fields replaced by their defaults. k is the reduction length per tap
-// (input channels for the forward pass) and n the output width.
+// (input channels for the forward pass, output channels for the input
+// gradient) and n the output width.
+//
+// Auto picks Masked, which does no work on absent neighbours, except for
+// k ≤ 16: then the per-tap GEMMs are too short to run efficiently and
+// Explicit, one GEMM of depth V·k per block, is as fast or faster
+// (BenchmarkChannels).
 func (o Options) Resolve(k, n int) Options {
 	if o.Method == Auto {
 		o.Method = Masked
+		if k <= autoExplicitMaxK {
+			o.Method = Explicit
+		}
 	}
 	if o.TileRows == 0 {
 		o.TileRows = DefaultTileRows
