@@ -246,25 +246,25 @@ func runBench(o *runOptions, stdout, stderr io.Writer) ([]Record, error) {
 				for _, algo := range algos {
 					p := params{op: op, C: cfg.C, L: cfg.L, dtype: dt, conv: o.conv, seed: o.seed}
 					p.conv.Algorithm = algo
+					algoName := algo.String()
+					if op == opSample {
+						algoName = sparse.Trilinear.String()
+					}
 					w, err := newWorkload(*sc, p)
 					if err != nil {
-						fmt.Fprintf(stderr, "bench: skipped %s RES=%d C=%d L=%d %s %v: %v\n", op, sc.res, cfg.C, cfg.L, dt.name, algo, err)
+						fmt.Fprintf(stderr, "bench: skipped %s RES=%d C=%d L=%d %s %s: %v\n", op, sc.res, cfg.C, cfg.L, dt.name, algoName, err)
 						failed += len(o.modes)
 						total += len(o.modes)
 						continue
 					}
 					for _, mode := range o.modes {
-						fmt.Fprintf(stderr, "bench: %s %s %s %v RES=%d C=%d L=%d N=%d …\n", op, mode, dt.name, algo, sc.res, cfg.C, cfg.L, w.n)
+						fmt.Fprintf(stderr, "bench: %s %s %s %s RES=%d C=%d L=%d N=%d …\n", op, mode, dt.name, algoName, sc.res, cfg.C, cfg.L, w.n)
 						total++
 						t, err := measure(w.steps[mode], o.measure)
 						if err != nil {
-							fmt.Fprintf(stderr, "bench: failed %s %s RES=%d C=%d L=%d %s %v: %v\n", op, mode, sc.res, cfg.C, cfg.L, dt.name, algo, err)
+							fmt.Fprintf(stderr, "bench: failed %s %s RES=%d C=%d L=%d %s %s: %v\n", op, mode, sc.res, cfg.C, cfg.L, dt.name, algoName, err)
 							failed++
 							continue
-						}
-						algoName := algo.String()
-						if op == opSample {
-							algoName = sparse.Trilinear.String()
 						}
 						rec := makeRecord(o, op, mode, dt.name, algoName, *sc, cfg, w, t)
 						rec.Device, rec.Commit = device, commit
