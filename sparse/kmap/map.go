@@ -43,7 +43,10 @@ func (k Kind) String() string {
 // OutCoords are one array; an inverse map's Nbr is its strided map's
 // reverse table).
 type Map struct {
+	// Kind is the convolution the map was built for.
 	Kind Kind
+	// Conv is its geometry (for a submanifold map: stride 1, padding
+	// ⌊K/2⌋·dilation).
 	Conv grid.Conv
 	// In and Out are the extents of the input and output grids.
 	In, Out grid.Extent
