@@ -15,6 +15,8 @@ import (
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgimg"
 )
 
 // cfgKey is what two records must share to be compared.
@@ -102,71 +104,107 @@ func writeRatioTable(w io.Writer, rows []ratioRow, base string) {
 	}
 }
 
-// drawRatioChart renders rows as grouped bars (one group per config, one
-// bar per series) with a reference line at 1, as PNG.
+// shortOp abbreviates an op for axis labels ("" for the default).
+func shortOp(op string) string {
+	switch op {
+	case opSubm:
+		return ""
+	case opDown:
+		return "k2s2 "
+	case opSample:
+		return "gs "
+	}
+	return op + " "
+}
+
+// drawRatioChart renders rows as PNG: one panel per (mode, dtype), in each
+// one group of bars per (op, RES, C, L) and one bar per (impl, algo), with
+// a dashed reference line at 1.
 func drawRatioChart(w io.Writer, rows []ratioRow, base string) error {
 	if len(rows) == 0 {
 		return errors.New("no ratios to draw")
 	}
-	var labels []string
-	var keys []cfgKey
-	seen := map[cfgKey]int{}
-	var series []string
-	seenS := map[string]bool{}
+	type panelKey struct{ mode, dtype string }
+	type groupKey struct {
+		op        string
+		res, c, l int
+	}
+	var panels []panelKey
+	groups := map[panelKey][]groupKey{}
+	series := map[panelKey][]string{}
+	value := map[panelKey]map[string]map[groupKey]float64{}
+	maxGroups, maxSeries := 0, 0
 	for _, r := range rows {
-		k := r.Key
-		k.Mode, k.DType = "", "" // group by op and shape only
-		if _, ok := seen[k]; !ok {
-			seen[k] = len(keys)
-			keys = append(keys, k)
-			label := k.label()
-			if k.Op != opSubm {
-				label = k.Op + " " + label
+		pk := panelKey{r.Key.Mode, r.Key.DType}
+		gk := groupKey{r.Key.Op, r.Key.RES, r.Key.C, r.Key.L}
+		sk := r.Impl + " " + r.Algo
+		if value[pk] == nil {
+			panels = append(panels, pk)
+			value[pk] = map[string]map[groupKey]float64{}
+		}
+		if !slices.Contains(groups[pk], gk) {
+			groups[pk] = append(groups[pk], gk)
+		}
+		if value[pk][sk] == nil {
+			series[pk] = append(series[pk], sk)
+			value[pk][sk] = map[groupKey]float64{}
+		}
+		value[pk][sk][gk] = r.Ratio
+		maxGroups = max(maxGroups, len(groups[pk]))
+		maxSeries = max(maxSeries, len(series[pk]))
+	}
+	// Size the figure so that the bars of one group never reach the next.
+	barW := vg.Points(9)
+	groupW := barW*vg.Length(maxSeries) + vg.Points(14)
+	width := max(6*vg.Inch, groupW*vg.Length(maxGroups)+1.2*vg.Inch)
+	panelH := 2.6*vg.Inch + vg.Points(11)*vg.Length(maxSeries)
+	plots := make([][]*plot.Plot, len(panels))
+	for i, pk := range panels {
+		p := plot.New()
+		p.Title.Text = fmt.Sprintf("%s %s: speed relative to %s (%s ms / our ms; above 1 is faster)", pk.mode, pk.dtype, base, base)
+		p.Y.Label.Text = "speed ratio"
+		p.X.Label.Text = "RES, C, L"
+		top := 1.0
+		var labels []string
+		for _, g := range groups[pk] {
+			labels = append(labels, fmt.Sprintf("%s%d,%d,%d", shortOp(g.op), g.res, g.c, g.l))
+		}
+		n := len(series[pk])
+		for j, sk := range series[pk] {
+			vals := make(plotter.Values, len(groups[pk]))
+			for gi, g := range groups[pk] {
+				vals[gi] = value[pk][sk][g]
+				top = max(top, vals[gi])
 			}
-			labels = append(labels, label)
-		}
-		if s := r.series(); !seenS[s] {
-			seenS[s] = true
-			series = append(series, s)
-		}
-	}
-	p := plot.New()
-	p.Title.Text = "Speed relative to " + base + " (" + base + " ms / our ms; above 1 is faster)"
-	p.Y.Label.Text = "speed ratio"
-	p.X.Label.Text = "RES, C, L"
-	width := vg.Points(min(40, 200/float64(len(series))))
-	for i, s := range series {
-		vals := make(plotter.Values, len(keys))
-		for _, r := range rows {
-			if r.series() != s {
-				continue
+			bars, err := plotter.NewBarChart(vals, barW)
+			if err != nil {
+				return err
 			}
-			k := r.Key
-			k.Mode, k.DType = "", ""
-			vals[seen[k]] = r.Ratio
+			bars.LineStyle.Width = 0
+			bars.Color = plotutil.Color(j)
+			bars.Offset = barW * vg.Length(float64(j)-float64(n-1)/2)
+			p.Add(bars)
+			p.Legend.Add(sk, bars)
 		}
-		bars, err := plotter.NewBarChart(vals, width)
-		if err != nil {
-			return err
-		}
-		bars.LineStyle.Width = 0
-		bars.Color = plotutil.Color(i)
-		bars.Offset = width * vg.Length(float64(i)-float64(len(series)-1)/2)
-		p.Add(bars)
-		p.Legend.Add(s, bars)
+		one := plotter.NewFunction(func(float64) float64 { return 1 })
+		one.Color = color.Black
+		one.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}
+		p.Add(one)
+		p.Legend.Top = true
+		p.Legend.Left = true
+		p.NominalX(labels...)
+		p.Y.Min = 0
+		p.Y.Max = top * (1.15 + 0.1*float64(n)) // room for the legend
+		plots[i] = []*plot.Plot{p}
 	}
-	one := plotter.NewFunction(func(float64) float64 { return 1 })
-	one.Color = color.Black
-	one.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}
-	p.Add(one)
-	p.Legend.Top = true
-	p.NominalX(labels...)
-	p.Y.Min = 0
-	wt, err := p.WriterTo(vg.Length(max(6, 1.2*float64(len(keys))))*vg.Inch, 4*vg.Inch, "png")
-	if err != nil {
-		return err
+	img := vgimg.New(width, panelH*vg.Length(len(panels)))
+	dc := draw.New(img)
+	tiles := draw.Tiles{Rows: len(panels), Cols: 1, PadY: vg.Points(8), PadTop: vg.Points(4), PadBottom: vg.Points(4), PadLeft: vg.Points(4), PadRight: vg.Points(8)}
+	canvases := plot.Align(plots, tiles, dc)
+	for i := range plots {
+		plots[i][0].Draw(canvases[i][0])
 	}
-	_, err = wt.WriteTo(w)
+	_, err := vgimg.PngCanvas{Canvas: img}.WriteTo(w)
 	return err
 }
 
