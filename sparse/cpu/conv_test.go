@@ -214,3 +214,23 @@ func TestMethodNames(t *testing.T) {
 	require.Equal(t, Explicit, Options{}.Resolve(3, 64).Method)
 	_ = fmt.Sprint()
 }
+
+// TestConvNoInputs: a strided map with given output sites and no inputs
+// gives y = bias, dx empty, dw = 0.
+func TestConvNoInputs(t *testing.T) {
+	e := ext(1, 4, 4, 4)
+	m, err := kmap.NewStrided(nil, e, geo(cube(2), cube(2), cube(0), cube(1)), []int32{0, 0, 0, 0, 0, 1, 1, 0})
+	require.NoError(t, err)
+	require.Equal(t, 0, m.NIn)
+	require.Equal(t, 2, m.NOut)
+	for _, opt := range allOptions() {
+		y := []float64{9, 9, 9, 9, 9, 9}
+		require.NoError(t, Forward(m, nil, 2, make([]float64, 3*8*2), 3, []float64{1, 2, 3}, y, opt))
+		require.Equal(t, []float64{1, 2, 3, 1, 2, 3}, y)
+		require.NoError(t, InputGrad(m, []float64{1, 2, 3, 4, 5, 6}, 3, make([]float64, 3*8*2), 2, nil, opt))
+		dw := make([]float64, 3*8*2)
+		dw[5] = 7
+		require.NoError(t, WeightGrad(m, nil, 2, []float64{1, 2, 3, 4, 5, 6}, 3, dw, opt))
+		require.Equal(t, make([]float64, 3*8*2), dw)
+	}
+}

@@ -23,7 +23,7 @@ func gatherRows[T Float](dst []T, dstStride int, src []T, srcStride, srcOff int,
 			panic(fmt.Sprintf("cpu: gather of row %d of %d", i, rowsIn))
 		}
 	}
-	if gatherAsm(dst, dstStride, src[srcOff:], srcStride, idx, width) {
+	if rowsIn > 0 && gatherAsm(dst, dstStride, src[srcOff:], srcStride, idx, width) {
 		return
 	}
 	for r, i := range idx {

@@ -59,4 +59,9 @@ func TestGatherRowsBounds(t *testing.T) {
 	require.Panics(t, func() { gatherRows(dst, 8, src, 8, 1, []int32{0}, 8) })
 	require.Panics(t, func() { gatherRows(dst, 8, src, 8, 0, []int32{0, 1, 2, 3}, 8) })
 	require.NotPanics(t, func() { gatherRows(dst, 8, src, 8, 0, []int32{0, -1, 3}, 8) })
+	// No source rows: only absent rows, which are zeroed.
+	dst[0], dst[9] = 1, 2
+	gatherRows(dst, 8, nil, 8, 3, []int32{-1, -1}, 4)
+	require.Equal(t, float32(0), dst[0])
+	require.Equal(t, float32(0), dst[9])
 }
