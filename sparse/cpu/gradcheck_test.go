@@ -129,3 +129,45 @@ func randomData(m *kmap.Map, ci, co int, seed uint64) *oracle {
 		dy:   roundTo[float32](synth.Uniform[float64](rng, m.NOut*co)),
 	}
 }
+
+// TestWeightGradLargeTap covers taps with more than wgradMaxPairs pairs,
+// which the non-split methods cut into chunks: a 1×1×1 map over more than
+// 2·wgradMaxPairs sites, against a float64 loop, and bit-identical for
+// GOMAXPROCS 1 and 2.
+func TestWeightGradLargeTap(t *testing.T) {
+	if testing.Short() {
+		t.Skip("large map in -short mode")
+	}
+	e := ext(1, 48, 48, 48)
+	coords := synth.RandomScene(rand.New(rand.NewPCG(1, 1)), e, 0.7)
+	m, err := kmap.NewSubmanifold(coords, e, cube(1), cube(1))
+	require.NoError(t, err)
+	require.Greater(t, m.NIn, 2*wgradMaxPairs)
+	const ci, co = 3, 5
+	rng := rand.New(rand.NewPCG(2, 2))
+	x := synth.Uniform[float64](rng, m.NIn*ci)
+	dy := synth.Uniform[float64](rng, m.NOut*co)
+	want := make([]float64, co*ci)
+	for r := range m.NIn {
+		for c := range co {
+			for k := range ci {
+				want[c*ci+k] += dy[r*co+c] * x[r*ci+k]
+			}
+		}
+	}
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
+	for _, method := range Methods {
+		var first []float64
+		for _, procs := range []int{1, 2} {
+			runtime.GOMAXPROCS(procs)
+			dw := make([]float64, co*ci)
+			require.NoError(t, WeightGrad(m, x, ci, dy, co, dw, Options{Method: method}))
+			requireClose(t, want, dw, 1e-12, method.String())
+			if first == nil {
+				first = dw
+			} else {
+				require.True(t, sameBits(first, dw), "%v differs between GOMAXPROCS 1 and 2", method)
+			}
+		}
+	}
+}

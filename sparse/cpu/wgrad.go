@@ -10,13 +10,20 @@ import (
 // the machine.
 const wgradChunk = 256
 
+// wgradMaxPairs bounds the pairs of one work item of the non-split weight
+// gradient: a tap with more pairs is cut into ⌈P/wgradMaxPairs⌉ equal
+// chunks summed in order, so that maps with few taps (a 1×1×1 kernel) still
+// use every core. It depends only on the map, never on GOMAXPROCS.
+const wgradMaxPairs = 1 << 15
+
 // WeightGrad computes the gradient of Forward with respect to w:
 //
 //	dw[:, v, :] = Σ_{(i, o) ∈ pairs(v)} dy[o, :] ⊗ x[i, :]
 //
 // as one GEMM per tap over the tap's pairs (m.Pairs()). For the split-K
 // methods every tap's pairs are cut into SplitK fixed chunks whose partial
-// gradients are summed in chunk order. Shapes: x [m.NIn, ci]; dy
+// gradients are summed in chunk order; the other methods cut only taps of
+// more than 32768 pairs, into chunks of at most that many. Shapes: x [m.NIn, ci]; dy
 // [m.NOut, co]; dw [co, V·ci], overwritten.
 func WeightGrad[T Float](m *kmap.Map, x []T, ci int, dy []T, co int, dw []T, opt Options) error {
 	const op = "WeightGrad"
@@ -41,7 +48,7 @@ func WeightGrad[T Float](m *kmap.Map, x []T, ci int, dy []T, co int, dw []T, opt
 		return nil
 	}
 	opt = opt.Resolve(ci, co)
-	S := 1
+	S := 0 // chunks per tap from the pair count
 	if opt.Method.SplitK() {
 		S = opt.SplitK
 	}
@@ -52,7 +59,9 @@ func WeightGrad[T Float](m *kmap.Map, x []T, ci int, dy []T, co int, dw []T, opt
 // weightGrad computes dw_v = Σ_p a[ia_p] ⊗ b[ib_p] per tap, a GEMM whose
 // reduction runs over the tap's pairs, gathered wgradChunk at a time. Its
 // rows (the kernel's mr side) and columns (nr side) are ci and co or co and
-// ci, whichever pads less.
+// ci, whichever pads less. Each tap's pairs are cut into S equal chunks
+// (S = 0: ⌈P_v/wgradMaxPairs⌉ chunks), computed as separate work items and
+// summed in chunk order.
 func weightGrad[T Float](pairs *kmap.Pairs, V int, x []T, ci int, dy []T, co int, dw []T, S int) {
 	// Rows of the GEMM come from a (width M, indices ia), columns from b
 	// (width N, indices ib); element (m, n) of tap v goes to dw[at(v, m, n)].
@@ -75,11 +84,31 @@ func weightGrad[T Float](pairs *kmap.Pairs, V int, x []T, ci int, dy []T, co int
 		a, b, c []T
 		coff    []int
 	}
-	var partial []T // [V][S][M·N] for S > 1
-	if S > 1 {
-		partial = make([]T, V*S*M*N)
+	// Work items: chunk c of tap v is item first[v]+c; taps cut into more
+	// than one chunk keep their partial sums at partial[pbase[v]+c·M·N].
+	chunks := make([]int, V)
+	first := make([]int, V+1)
+	pbase := make([]int, V)
+	nPartial := 0
+	for v := range V {
+		chunks[v] = S
+		if S == 0 {
+			chunks[v] = max(1, int((pairs.Seg[v+1]-pairs.Seg[v]+wgradMaxPairs-1)/wgradMaxPairs))
+		}
+		first[v+1] = first[v] + chunks[v]
+		if chunks[v] > 1 {
+			pbase[v] = nPartial
+			nPartial += chunks[v] * M * N
+		}
 	}
-	items := V * S
+	partial := make([]T, nPartial)
+	tapOf := make([]int32, first[V])
+	for v := range V {
+		for i := first[v]; i < first[v+1]; i++ {
+			tapOf[i] = int32(v)
+		}
+	}
+	items := first[V]
 	scr := make([]scratch, workersFor(items))
 	parallelFor(items, func(w, item int) {
 		s := &scr[w]
@@ -96,10 +125,11 @@ func weightGrad[T Float](pairs *kmap.Pairs, V int, x []T, ci int, dy []T, co int
 				}
 			}
 		}
-		v, chunk := item/S, item%S
+		v := int(tapOf[item])
+		chunk, nc := item-first[v], chunks[v]
 		seg0, seg1 := int(pairs.Seg[v]), int(pairs.Seg[v+1])
-		lo := seg0 + (seg1-seg0)*chunk/S
-		hi := seg0 + (seg1-seg0)*(chunk+1)/S
+		lo := seg0 + (seg1-seg0)*chunk/nc
+		hi := seg0 + (seg1-seg0)*(chunk+1)/nc
 		clear(s.c)
 		for p0 := lo; p0 < hi; p0 += wgradChunk {
 			kc := min(wgradChunk, hi-p0)
@@ -113,7 +143,7 @@ func weightGrad[T Float](pairs *kmap.Pairs, V int, x []T, ci int, dy []T, co int
 				}
 			}
 		}
-		if S == 1 {
+		if nc == 1 {
 			for mm := range M {
 				row := s.c[mm*ldb : mm*ldb+N]
 				for n, val := range row {
@@ -122,20 +152,24 @@ func weightGrad[T Float](pairs *kmap.Pairs, V int, x []T, ci int, dy []T, co int
 			}
 			return
 		}
-		part := partial[(v*S+chunk)*M*N:]
+		part := partial[pbase[v]+chunk*M*N:]
 		for mm := range M {
 			copy(part[mm*N:(mm+1)*N], s.c[mm*ldb:mm*ldb+N])
 		}
 	})
-	if S == 1 {
+	if nPartial == 0 {
 		return
 	}
 	parallelFor(V, func(_, v int) {
-		base := partial[v*S*M*N:]
+		nc := chunks[v]
+		if nc == 1 {
+			return
+		}
+		base := partial[pbase[v]:]
 		for mm := range M {
 			for n := range N {
 				sum := base[mm*N+n]
-				for chunk := 1; chunk < S; chunk++ {
+				for chunk := 1; chunk < nc; chunk++ {
 					sum += base[chunk*M*N+mm*N+n]
 				}
 				dw[at(v, mm, n)] = sum
