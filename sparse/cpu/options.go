@@ -61,6 +61,7 @@ var methodNames = [...]string{
 // Methods lists every concrete method (all but Auto).
 var Methods = []Method{Explicit, Implicit, ImplicitSplitK, Masked, MaskedSplitK}
 
+// String returns the method's name, e.g. "masked".
 func (m Method) String() string {
 	if m >= 0 && int(m) < len(methodNames) {
 		return methodNames[m]
