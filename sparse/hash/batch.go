@@ -90,15 +90,33 @@ func (t *Table) insertBulk(keys []uint64, vals []int32) error {
 }
 
 // sweep inserts storable keys into a table with room for all of them, in
-// the order of the top 16 bits of their home slots (an LSD radix sort of
-// two 8-bit passes that carries keys and batch indices, stable, so equal
-// keys keep their batch order): the inserts then sweep the table and the
-// keys once. It returns the smallest batch index of a key equal to an
-// earlier one, or −1.
+// the order of their home slots (see byHome), so that the inserts sweep the
+// table and the keys once. Equal keys keep their batch order. It returns
+// the smallest batch index of a key equal to an earlier one, or −1.
 func (t *Table) sweep(keys []uint64, vals []int32) int {
+	src, idx := t.byHome(keys)
+	dup := -1
+	for i, k := range src {
+		j := idx[i]
+		v := j
+		if vals != nil {
+			v = vals[j]
+		}
+		if _, found := t.put(k, v); found && (dup < 0 || int(j) < dup) {
+			dup = int(j)
+		}
+	}
+	return dup
+}
+
+// byHome returns a copy of keys and their positions sorted stably by the
+// top (up to 16) bits of their home slots: an LSD radix sort of at most two
+// 8-bit passes. Walking the result visits the table from its first slot to
+// its last, so consecutive probes share pages and cache lines instead of
+// each missing the TLB and the caches.
+func (t *Table) byHome(keys []uint64) ([]uint64, []int32) {
 	n := len(keys)
-	lg := 64 - t.shift
-	top := min(lg, 16)
+	top := min(64-t.shift, 16)
 	src, dst := slices.Clone(keys), make([]uint64, n)
 	idx, tmp := make([]int32, n), make([]int32, n)
 	for j := range idx {
@@ -121,42 +139,41 @@ func (t *Table) sweep(keys []uint64, vals []int32) int {
 		src, dst = dst, src
 		idx, tmp = tmp, idx
 	}
-	dup := -1
-	for i, k := range src {
-		j := idx[i]
-		v := j
-		if vals != nil {
-			v = vals[j]
-		}
-		if _, found := t.put(k, v); found && (dup < 0 || int(j) < dup) {
-			dup = int(j)
-		}
-	}
-	return dup
+	return src, idx
 }
 
 // LookupBatch writes the value of keys[j] to out[j], or miss where the key
-// is absent, and returns the number of keys found. Large batches are split
-// into fixed contiguous chunks looked up concurrently; the table must not be
-// modified meanwhile.
+// is absent, and returns the number of keys found. The work is split into
+// fixed chunks looked up concurrently; the table must not be modified
+// meanwhile. A batch of at least a quarter as many keys as a table larger
+// than the caches has slots is first sorted by home slot (see byHome), so
+// the lookups sweep the table, and the values are scattered back.
 func (t *Table) LookupBatch(keys []uint64, out []int32, miss int32) (int, error) {
 	if len(out) != len(keys) {
 		return 0, fmt.Errorf("%w: %d keys but %d outputs", ErrLength, len(keys), len(out))
 	}
+	ks, pos := keys, []int32(nil)
+	if t.Slots() >= sortedLookupSlots && 4*len(keys) >= t.Slots() && len(keys) <= math.MaxInt32 {
+		ks, pos = t.byHome(keys)
+	}
 	const chunk = 1 << 14
-	nc := (len(keys) + chunk - 1) / chunk
+	nc := (len(ks) + chunk - 1) / chunk
 	found := make([]int, nc)
 	parallelFor(nc, func(c int) {
-		lo, hi := c*chunk, min(len(keys), c*chunk+chunk)
+		lo, hi := c*chunk, min(len(ks), c*chunk+chunk)
 		n := 0
-		for j, k := range keys[lo:hi] {
+		for i, k := range ks[lo:hi] {
 			v, ok := t.Find(k)
 			if ok {
 				n++
 			} else {
 				v = miss
 			}
-			out[lo+j] = v
+			if pos != nil {
+				out[pos[lo+i]] = v
+			} else {
+				out[lo+i] = v
+			}
 		}
 		found[c] = n
 	})
@@ -166,6 +183,10 @@ func (t *Table) LookupBatch(keys []uint64, out []int32, miss int32) (int, error)
 	}
 	return total, nil
 }
+
+// sortedLookupSlots is the table size from which LookupBatch may sort its
+// queries: 2^20 slots, 8 MiB narrow, beyond the L2 caches.
+const sortedLookupSlots = 1 << 20
 
 // parallelFor runs f(0) … f(n−1) on up to GOMAXPROCS goroutines. Each f(c)
 // runs exactly once, so results written per c do not depend on the number

@@ -244,6 +244,42 @@ func TestBatch(t *testing.T) {
 			require.Equal(t, int32(-7), v)
 		}
 	}
+
+	// A table beyond the caches and a batch large enough to be looked up
+	// in home-slot order, in random order with hits and misses.
+	rng := rand.New(rand.NewPCG(5, 6))
+	keys = make([]uint64, 300_000)
+	ref := map[uint64]int32{}
+	for i := range keys {
+		keys[i] = rng.Uint64() >> 1
+		ref[keys[i]] = int32(i)
+	}
+	huge, err := New(Options{})
+	require.NoError(t, err)
+	require.NoError(t, huge.InsertBatch(keys, nil))
+	require.GreaterOrEqual(t, huge.Slots(), sortedLookupSlots)
+	q = make([]uint64, 400_000)
+	for i := range q {
+		if i%2 == 0 {
+			q[i] = keys[rng.IntN(len(keys))]
+		} else {
+			q[i] = rng.Uint64() >> 1
+		}
+	}
+	out = make([]int32, len(q))
+	n, err = huge.LookupBatch(q, out, -1)
+	require.NoError(t, err)
+	hits := 0
+	for i, k := range q {
+		v, ok := ref[k]
+		if !ok {
+			v = -1
+		} else {
+			hits++
+		}
+		require.Equal(t, v, out[i])
+	}
+	require.Equal(t, hits, n)
 }
 
 func TestFromCoords(t *testing.T) {
