@@ -25,6 +25,14 @@
 // *DuplicateError (errors.Is(err, ErrDuplicate)) naming both values, which
 // for a table built by FromCoords are the two colliding rows.
 //
+// # Batches
+//
+// Random probes into a table much larger than the caches each cost a cache
+// and a TLB miss. InsertBatch into an empty table and LookupBatch with
+// many keys therefore first sort the keys by the top bits of their home
+// slots (two 8-bit radix passes), so the probes sweep the table once; the
+// results, errors included, are those of one-by-one calls.
+//
 // # Concurrency
 //
 // Lookups (Find, LookupBatch) may run concurrently with each other; inserts
