@@ -4,6 +4,9 @@ import (
 	"fmt"
 	"hash"
 	"math"
+	"runtime"
+	"sync"
+	"sync/atomic"
 
 	"github.com/chewxy/hm"
 	"gorgonia.org/gorgonia"
@@ -155,7 +158,7 @@ func (op voxelNormOp) DoDiff(_ gorgonia.ExecutionContext, in gorgonia.Nodes, out
 	if err != nil {
 		return err
 	}
-	grads, err := voxelNormGrads(op.eps, in[0].Value(), in[1].Value(), dy)
+	grads, err := voxelNormGrads(op.eps, in[0].Value(), in[1].Value(), dy, [3]bool{true, true, true})
 	if err != nil {
 		return err
 	}
@@ -210,12 +213,14 @@ func (op voxelNormGradOp) Do(in ...gorgonia.Value) (gorgonia.Value, error) {
 	if err := checkArity("ops.VoxelNormGrad", 3, len(in)); err != nil {
 		return nil, err
 	}
-	grads, err := voxelNormGrads(op.eps, in[0], in[1], in[2])
-	if err != nil {
-		return nil, err
-	}
 	if op.wrt < 0 || op.wrt > 2 {
 		return nil, fmt.Errorf("%w: VoxelNorm gradient: input %d", sparse.ErrShape, op.wrt)
+	}
+	var want [3]bool
+	want[op.wrt] = true
+	grads, err := voxelNormGrads(op.eps, in[0], in[1], in[2], want)
+	if err != nil {
+		return nil, err
 	}
 	return grads[op.wrt], nil
 }
@@ -231,8 +236,9 @@ func (op voxelNormGradOp) String() string {
 	return fmt.Sprintf("VoxelNormGrad{eps=%g, wrt=%d}", op.eps, op.wrt)
 }
 
-// voxelNormGrads returns dx, dgamma and dbeta as dense tensors.
-func voxelNormGrads(eps float64, xv, gv, dyv gorgonia.Value) ([3]*tensor.Dense, error) {
+// voxelNormGrads returns those of dx, dgamma and dbeta that want asks
+// for, as dense tensors (nil for the others).
+func voxelNormGrads(eps float64, xv, gv, dyv gorgonia.Value, want [3]bool) ([3]*tensor.Dense, error) {
 	var out [3]*tensor.Dense
 	n, c, err := normShapes("VoxelNormGrad", xv.Shape(), gv.Shape())
 	if err != nil {
@@ -245,31 +251,50 @@ func voxelNormGrads(eps float64, xv, gv, dyv gorgonia.Value) ([3]*tensor.Dense, 
 		// Empty tensors have no backing slice (Data would panic); the
 		// gradients of gamma and beta are sums over no rows, i.e. zero.
 		dt := xv.Dtype()
-		return [3]*tensor.Dense{
-			tensor.New(tensor.Of(dt), tensor.WithShape(n, c)),
-			tensor.New(tensor.Of(dt), tensor.WithShape(c)),
-			tensor.New(tensor.Of(dt), tensor.WithShape(c)),
-		}, nil
+		shapes := [3]tensor.Shape{{n, c}, {c}, {c}}
+		for i, w := range want {
+			if w {
+				out[i] = tensor.New(tensor.Of(dt), tensor.WithShape(shapes[i]...))
+			}
+		}
+		return out, nil
 	}
 	switch x := xv.Data().(type) {
 	case []float64:
-		g, dy, err := normData[float64](gv, dyv)
-		if err != nil {
-			return out, err
-		}
-		dx, dg, db := make([]float64, n*c), make([]float64, c), make([]float64, c)
-		voxelNormBackward(x, g, dy, dx, dg, db, n, c, eps)
-		return [3]*tensor.Dense{normDense(dx, n, c), normVec(dg), normVec(db)}, nil
+		return voxelNormGradsOf(x, gv, dyv, n, c, eps, want)
 	case []float32:
-		g, dy, err := normData[float32](gv, dyv)
-		if err != nil {
-			return out, err
-		}
-		dx, dg, db := make([]float32, n*c), make([]float32, c), make([]float32, c)
-		voxelNormBackward(x, g, dy, dx, dg, db, n, c, eps)
-		return [3]*tensor.Dense{normDense(dx, n, c), normVec(dg), normVec(db)}, nil
+		return voxelNormGradsOf(x, gv, dyv, n, c, eps, want)
 	}
 	return out, fmt.Errorf("%w: VoxelNormGrad: x holds %T", sparse.ErrDType, xv.Data())
+}
+
+func voxelNormGradsOf[T float32 | float64](x []T, gv, dyv gorgonia.Value, n, c int, eps float64, want [3]bool) ([3]*tensor.Dense, error) {
+	var out [3]*tensor.Dense
+	g, dy, err := normData[T](gv, dyv)
+	if err != nil {
+		return out, err
+	}
+	var dx, dg, db []T
+	if want[0] {
+		dx = make([]T, n*c)
+	}
+	if want[1] {
+		dg = make([]T, c)
+	}
+	if want[2] {
+		db = make([]T, c)
+	}
+	voxelNormBackward(x, g, dy, dx, dg, db, n, c, eps)
+	if want[0] {
+		out[0] = normDense(dx, n, c)
+	}
+	if want[1] {
+		out[1] = normVec(dg)
+	}
+	if want[2] {
+		out[2] = normVec(db)
+	}
+	return out, nil
 }
 
 // normData returns the backing slices of two values of element type T.
@@ -292,33 +317,83 @@ func normVec[T float32 | float64](v []T) *tensor.Dense {
 	return tensor.New(tensor.WithShape(len(v)), tensor.WithBacking(v))
 }
 
-// voxelNormStats returns the per-channel mean and 1/√(var + eps), computed
-// in float64 in row order (deterministic).
+// normChunkRows is the number of rows per parallel chunk. It is a constant,
+// not derived from GOMAXPROCS, and per-chunk partial sums are added in
+// chunk order, so every result is bit-identical for any number of threads.
+const normChunkRows = 1024
+
+// normChunks calls f(k, lo, hi) for every chunk k of rows [lo, hi) of n
+// rows, on up to GOMAXPROCS goroutines, and returns the number of chunks.
+func normChunks(n int, f func(k, lo, hi int)) int {
+	chunks := (n + normChunkRows - 1) / normChunkRows
+	workers := min(runtime.GOMAXPROCS(0), chunks)
+	body := func(k int) { f(k, k*normChunkRows, min(n, (k+1)*normChunkRows)) }
+	if workers <= 1 {
+		for k := range chunks {
+			body(k)
+		}
+		return chunks
+	}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for k := int(next.Add(1) - 1); k < chunks; k = int(next.Add(1) - 1) {
+				body(k)
+			}
+		}()
+	}
+	wg.Wait()
+	return chunks
+}
+
+// normColumnSums returns Σ_rows row(i)[j] for every column j, where
+// row(i, acc) adds row i's contribution to acc; partial sums are float64
+// and combined in chunk order.
+func normColumnSums(n, width int, row func(i int, acc []float64)) []float64 {
+	chunks := (n + normChunkRows - 1) / normChunkRows
+	part := make([]float64, chunks*width)
+	normChunks(n, func(k, lo, hi int) {
+		acc := part[k*width : (k+1)*width]
+		for i := lo; i < hi; i++ {
+			row(i, acc)
+		}
+	})
+	sum := make([]float64, width)
+	for k := range chunks {
+		for j, v := range part[k*width : (k+1)*width] {
+			sum[j] += v
+		}
+	}
+	return sum
+}
+
+// voxelNormStats returns the per-channel mean and 1/√(var + eps) (two
+// passes, float64 accumulation).
 func voxelNormStats[T float32 | float64](x []T, n, c int, eps float64) (mean, inv []float64) {
-	mean = make([]float64, c)
-	inv = make([]float64, c)
 	if n == 0 {
+		inv = make([]float64, c)
 		for j := range inv {
 			inv[j] = 1 / math.Sqrt(eps)
 		}
-		return mean, inv
+		return make([]float64, c), inv
 	}
-	for i := range n {
-		row := x[i*c : i*c+c]
-		for j, v := range row {
-			mean[j] += float64(v)
+	mean = normColumnSums(n, c, func(i int, acc []float64) {
+		for j, v := range x[i*c : i*c+c] {
+			acc[j] += float64(v)
 		}
-	}
+	})
 	for j := range mean {
 		mean[j] /= float64(n)
 	}
-	for i := range n {
-		row := x[i*c : i*c+c]
-		for j, v := range row {
+	inv = normColumnSums(n, c, func(i int, acc []float64) {
+		for j, v := range x[i*c : i*c+c] {
 			d := float64(v) - mean[j]
-			inv[j] += d * d
+			acc[j] += d * d
 		}
-	}
+	})
 	for j := range inv {
 		inv[j] = 1 / math.Sqrt(inv[j]/float64(n)+eps)
 	}
@@ -333,12 +408,14 @@ func voxelNormForward[T float32 | float64](x, gamma, beta, y []T, n, c int, eps 
 		scale[j] = float64(gamma[j]) * inv[j]
 		shift[j] = float64(beta[j]) - mean[j]*scale[j]
 	}
-	for i := range n {
-		xr, yr := x[i*c:i*c+c], y[i*c:i*c+c]
-		for j, v := range xr {
-			yr[j] = T(float64(v)*scale[j] + shift[j])
+	normChunks(n, func(_, lo, hi int) {
+		for i := lo; i < hi; i++ {
+			xr, yr := x[i*c:i*c+c], y[i*c:i*c+c]
+			for j, v := range xr {
+				yr[j] = T(float64(v)*scale[j] + shift[j])
+			}
 		}
-	}
+	})
 }
 
 // voxelNormBackward computes, with x̂ = (x − mean)·inv,
@@ -346,32 +423,53 @@ func voxelNormForward[T float32 | float64](x, gamma, beta, y []T, n, c int, eps 
 //	dbeta[c]  = Σ_i dy[i, c]
 //	dgamma[c] = Σ_i dy[i, c] · x̂[i, c]
 //	dx[i, c]  = gamma[c] · inv[c] · (dy[i, c] − (dbeta[c] + x̂[i, c]·dgamma[c]) / N)
+//
+// A nil dx, dgamma or dbeta is not computed; the statistics are only
+// computed when dx or dgamma is wanted.
 func voxelNormBackward[T float32 | float64](x, gamma, dy, dx, dgamma, dbeta []T, n, c int, eps float64) {
+	if dx == nil && dgamma == nil {
+		sb := normColumnSums(n, c, func(i int, acc []float64) {
+			for j, d := range dy[i*c : i*c+c] {
+				acc[j] += float64(d)
+			}
+		})
+		for j := range c {
+			dbeta[j] = T(sb[j])
+		}
+		return
+	}
 	mean, inv := voxelNormStats(x, n, c, eps)
-	sg := make([]float64, c)
-	sb := make([]float64, c)
-	for i := range n {
+	// One pass for both sums: columns [0, c) hold Σdy, [c, 2c) Σdy·x̂.
+	sums := normColumnSums(n, 2*c, func(i int, acc []float64) {
 		xr, dr := x[i*c:i*c+c], dy[i*c:i*c+c]
 		for j := range c {
 			d := float64(dr[j])
-			sb[j] += d
-			sg[j] += d * (float64(xr[j]) - mean[j]) * inv[j]
+			acc[j] += d
+			acc[c+j] += d * (float64(xr[j]) - mean[j]) * inv[j]
+		}
+	})
+	sb, sg := sums[:c], sums[c:]
+	for j := range c {
+		if dgamma != nil {
+			dgamma[j] = T(sg[j])
+		}
+		if dbeta != nil {
+			dbeta[j] = T(sb[j])
 		}
 	}
-	for j := range c {
-		dgamma[j], dbeta[j] = T(sg[j]), T(sb[j])
-	}
-	if n == 0 {
+	if dx == nil || n == 0 {
 		return
 	}
 	fn := float64(n)
-	for i := range n {
-		xr, dr, gr := x[i*c:i*c+c], dy[i*c:i*c+c], dx[i*c:i*c+c]
-		for j := range c {
-			xh := (float64(xr[j]) - mean[j]) * inv[j]
-			gr[j] = T(float64(gamma[j]) * inv[j] * (float64(dr[j]) - (sb[j]+xh*sg[j])/fn))
+	normChunks(n, func(_, lo, hi int) {
+		for i := lo; i < hi; i++ {
+			xr, dr, gr := x[i*c:i*c+c], dy[i*c:i*c+c], dx[i*c:i*c+c]
+			for j := range c {
+				xh := (float64(xr[j]) - mean[j]) * inv[j]
+				gr[j] = T(float64(gamma[j]) * inv[j] * (float64(dr[j]) - (sb[j]+xh*sg[j])/fn))
+			}
 		}
-	}
+	})
 }
 
 // normAddGrad adds g to the gradient held by node n's dual value, in place.
