@@ -62,6 +62,7 @@ type call struct {
 type loadedModule struct {
 	name, source string
 	mod          cuModule
+	err          error // load failure, reported when one of its kernels is used
 }
 
 type kernelFunc struct {
@@ -158,11 +159,13 @@ func (d *Device) setup(ordinal int) error {
 		return err
 	}
 	for _, im := range images {
+		// A module that fails to load (a broken experimental image) only
+		// fails the kernels it holds.
 		mod, err := moduleLoad(im.Data)
 		if err != nil {
-			return fmt.Errorf("cudaext: loading kernel module %q (%s): %w", im.Name, im.Source, err)
+			err = fmt.Errorf("cudaext: loading kernel module %q (%s): %w", im.Name, im.Source, err)
 		}
-		d.modules = append(d.modules, loadedModule{name: im.Name, source: im.Source, mod: mod})
+		d.modules = append(d.modules, loadedModule{name: im.Name, source: im.Source, mod: mod, err: err})
 	}
 	if d.zeroPage, _, err = d.allocRaw(256); err != nil {
 		return err
@@ -185,7 +188,9 @@ func (d *Device) teardown() {
 	d.drainPending()
 	d.flushCache()
 	for _, m := range d.modules {
-		_ = moduleUnload(m.mod)
+		if m.err == nil {
+			_ = moduleUnload(m.mod)
+		}
 	}
 	d.modules = nil
 	if d.stream != nil {
@@ -248,7 +253,25 @@ func (d *Device) function(name string) (*kernelFunc, error) {
 	if k, ok := d.funcs[name]; ok {
 		return k, nil
 	}
-	for _, m := range d.modules {
+	// The manifest says which module defines the kernel; look there first
+	// (a miss elsewhere is a driver API error that tools report), then in
+	// every module (overridden images may move kernels).
+	mods := d.modules
+	if home, ok := kernels.KernelModule(name); ok {
+		for i, m := range d.modules {
+			if m.name == home {
+				mods = append([]loadedModule{m}, append(append([]loadedModule{}, d.modules[:i]...), d.modules[i+1:]...)...)
+				break
+			}
+		}
+	}
+	for _, m := range mods {
+		if m.err != nil {
+			if home, ok := kernels.KernelModule(name); ok && home == m.name {
+				return nil, fmt.Errorf("%w: %s: %v", ErrLaunch, name, m.err)
+			}
+			continue
+		}
 		f, ok, err := moduleFunction(m.mod, name)
 		if err != nil {
 			return nil, fmt.Errorf("%w: %s: %v", ErrLaunch, name, err)

@@ -4,12 +4,15 @@
 # Every kernels/*.cu file becomes one module image images/<name>.fatbin
 # holding sm_80 and sm_90 cubins and compute_90 PTX (the driver JIT-compiles
 # the PTX on newer GPUs). manifest.txt records the nvcc version and the
-# sha256 of every input (*.cu, *.cuh, this script) and of every image; the
-# plain Go test TestImagesUpToDate fails when a source changed after the
-# last build.
+# sha256 of every input (*.cu, *.cuh, this script) and of every image, and
+# which module defines each kernel (read with cuobjdump), so the runtime
+# looks a kernel up in its own module only; the plain Go test
+# TestImagesUpToDate fails when a source changed after the last build.
 #
-# Usage: cudaext/kernels/build.sh        (needs nvcc 11.8+ and Go on PATH)
+# Usage: cudaext/kernels/build.sh          (needs nvcc 11.8+ and Go on PATH)
 #        NVCC=/path/to/nvcc JOBS=4 cudaext/kernels/build.sh
+#        cudaext/kernels/build.sh --check  (CI: compile every .cu into a
+#                                           temporary directory, change nothing)
 # An image is rebuilt when its .cu changed, when any .cuh, this script or
 # the nvcc version changed, or when it is missing.
 set -euo pipefail
@@ -17,6 +20,14 @@ cd "$(dirname "$0")"
 NVCC=${NVCC:-nvcc}
 JOBS=${JOBS:-$(nproc)}
 FLAGS="-std=c++17 -O3 -Xfatbin=-compress-all -gencode=arch=compute_80,code=sm_80 -gencode=arch=compute_90,code=sm_90 -gencode=arch=compute_90,code=compute_90"
+
+if [[ "${1:-}" == --check ]]; then
+  tmp=$(mktemp -d)
+  trap 'rm -rf "$tmp"' EXIT
+  ls *.cu | xargs -P "$JOBS" -I{} sh -c "$NVCC $FLAGS -fatbin -o $tmp/{}.fatbin {}"
+  echo "build.sh --check: every .cu compiles with $("$NVCC" --version | grep -o 'release [0-9.]*')"
+  exit 0
+fi
 
 exec 9>"${TMPDIR:-/tmp}/flexgemm-kernels-build.lock"
 flock 9
@@ -65,6 +76,10 @@ fi
   done
   for img in $(ls images/*.fatbin | LC_ALL=C sort); do
     echo "image $(sha256sum "$img" | cut -d' ' -f1) $(basename "$img")"
+  done
+  for img in $(ls images/*.fatbin | LC_ALL=C sort); do
+    "${CUOBJDUMP:-cuobjdump}" --dump-elf-symbols "$img" | awk '$3 == "STO_ENTRY" {print $4}' | LC_ALL=C sort -u |
+      sed "s/^/kernel $(basename "$img" .fatbin) /"
   done
 } > manifest.txt.tmp
 mv manifest.txt.tmp manifest.txt

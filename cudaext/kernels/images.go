@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 )
 
 //go:embed images/*.fatbin
@@ -21,6 +22,27 @@ const EnvImage = "FLEXGEMM_KERNEL_IMAGE"
 
 // Manifest returns the build manifest of the embedded images.
 func Manifest() string { return manifest }
+
+var (
+	kernelIndexOnce sync.Once
+	kernelIndex     map[string]string
+)
+
+// KernelModule returns the module (image name) that defines kernel name,
+// according to the manifest of the embedded images.
+func KernelModule(name string) (module string, ok bool) {
+	kernelIndexOnce.Do(func() {
+		kernelIndex = map[string]string{}
+		entries, _, _, _ := ParseManifest(manifest)
+		for _, e := range entries {
+			if e.Kind == "kernel" {
+				kernelIndex[e.Name] = e.Module
+			}
+		}
+	})
+	module, ok = kernelIndex[name]
+	return
+}
 
 // Image is one loadable module image.
 type Image struct {
@@ -96,9 +118,11 @@ func overrides(path string) ([]Image, error) {
 	return out, nil
 }
 
-// ManifestEntry is one "source" or "image" line of the manifest.
+// ManifestEntry is one "source", "image" or "kernel" line of the
+// manifest. Kernel lines have Module and Name (the kernel symbol) and no
+// SHA256.
 type ManifestEntry struct {
-	Kind, SHA256, Name string
+	Kind, SHA256, Name, Module string
 }
 
 // ParseManifest returns the source and image lines of a manifest and its
@@ -117,12 +141,16 @@ func ParseManifest(text string) (entries []ManifestEntry, nvcc, flags string, er
 		case "flags":
 			flags = rest
 		case "common":
-		case "source", "image":
+		case "source", "image", "kernel":
 			f := strings.Fields(rest)
 			if len(f) != 2 {
 				return nil, "", "", fmt.Errorf("kernels: bad manifest line %q", line)
 			}
-			entries = append(entries, ManifestEntry{Kind: key, SHA256: f[0], Name: f[1]})
+			if key == "kernel" {
+				entries = append(entries, ManifestEntry{Kind: key, Module: f[0], Name: f[1]})
+			} else {
+				entries = append(entries, ManifestEntry{Kind: key, SHA256: f[0], Name: f[1]})
+			}
 		default:
 			return nil, "", "", fmt.Errorf("kernels: bad manifest line %q", line)
 		}

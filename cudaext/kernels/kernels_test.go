@@ -30,11 +30,30 @@ func TestImagesUpToDate(t *testing.T) {
 
 	want := map[string]string{}
 	images := map[string]string{}
+	kernelsOf := map[string]int{}
 	for _, e := range entries {
-		if e.Kind == "source" {
+		switch e.Kind {
+		case "source":
 			want[e.Name] = e.SHA256
-		} else {
+		case "image":
 			images[e.Name] = e.SHA256
+		case "kernel":
+			kernelsOf[e.Module]++
+			mod, ok := KernelModule(e.Name)
+			require.True(t, ok, e.Name)
+			require.Equal(t, e.Module, mod)
+		}
+	}
+	for name := range images {
+		require.Positivef(t, kernelsOf[strings.TrimSuffix(name, ".fatbin")], "manifest lists no kernels of %s", name)
+	}
+	for _, f := range Families {
+		for _, m := range Maths {
+			for _, tile := range Tiles {
+				mod, ok := KernelModule(KernelName(f, m, tile))
+				require.Truef(t, ok, "%s missing from the manifest", KernelName(f, m, tile))
+				require.Equal(t, strings.TrimSuffix(InstanceFile(f, m), ".cu"), mod)
+			}
 		}
 	}
 	var sources []string

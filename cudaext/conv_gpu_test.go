@@ -1,0 +1,742 @@
+//go:build cudaext
+
+package cudaext
+
+// GPU tests of the convolution engine. They need a GPU: build the binary
+// here and run it on the GPU machine (see .gpu/run.sh, written by
+// cudaext/gpurun.sh):
+//
+//	go test -c -tags cudaext -o .gpu/cudaext.test ./cudaext
+//	cd cudaext && FLEXGEMM_CUDA_SYNC=1 ../.gpu/cudaext.test -test.v
+//
+// Without a GPU every test is skipped (TestMain), unless
+// FLEXGEMM_REQUIRE_GPU=1 makes that a failure.
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"unsafe"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/flexgemm-go/flexgemm/cudaext/kernels"
+	"github.com/flexgemm-go/flexgemm/sparse"
+	"github.com/flexgemm-go/flexgemm/sparse/grid"
+	"github.com/flexgemm-go/flexgemm/sparse/kmap"
+	"github.com/flexgemm-go/flexgemm/sparse/synth"
+)
+
+var gpu *Engine
+
+func TestMain(m *testing.M) {
+	e, err := Open(0)
+	if err != nil {
+		if errors.Is(err, ErrNoDevice) && os.Getenv("FLEXGEMM_REQUIRE_GPU") != "1" {
+			fmt.Println("cudaext: GPU tests skipped:", err)
+			os.Exit(0)
+		}
+		fmt.Println("cudaext: Open(0):", err)
+		os.Exit(1)
+	}
+	gpu = e
+	e.SetPoisonOutputs(true)
+	info := e.Info()
+	fmt.Printf("cudaext: %s (sm_%d%d, %d SMs, %.1f GiB), driver %d\n", info.Name, info.Major, info.Minor, info.SMs,
+		float64(info.TotalMem)/(1<<30), info.DriverVersion)
+	code := m.Run()
+	results.print(os.Stdout)
+	if dir := os.Getenv("FLEXGEMM_TEST_OUT"); dir != "" {
+		if f, err := os.Create(filepath.Join(dir, "variants.txt")); err == nil {
+			results.printAll(f)
+			f.Close()
+		}
+	}
+	st := e.MemStats()
+	fmt.Printf("cudaext: memory peak in use %s, peak reserved %s, %d cuMemAlloc calls, %d cache hits\n",
+		human(st.PeakInUse), human(st.PeakReserved), st.DriverAllocs, st.CacheHits)
+	_ = e.Close()
+	os.Exit(code)
+}
+
+// ---- result table ---------------------------------------------------------
+
+type variantKey struct {
+	alg  sparse.Algorithm
+	dir  string
+	math kernels.Math
+	tile string
+}
+
+type variantStat struct {
+	maxErr float64
+	runs   int
+	fails  []string
+}
+
+type resultTable struct {
+	mu   sync.Mutex
+	rows map[variantKey]*variantStat
+}
+
+var results = resultTable{rows: map[variantKey]*variantStat{}}
+
+func bound(m kernels.Math) float64 {
+	switch m {
+	case kernels.F32:
+		return 1e-5
+	case kernels.TF32:
+		return 2e-3
+	}
+	return 1e-2
+}
+
+func (r *resultTable) add(k variantKey, scene string, err float64) bool {
+	ok := err <= bound(k.math) // NaN fails
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s := r.rows[k]
+	if s == nil {
+		s = &variantStat{}
+		r.rows[k] = s
+	}
+	s.runs++
+	switch {
+	case math.IsNaN(s.maxErr):
+	case math.IsNaN(err) || err > s.maxErr:
+		s.maxErr = err
+	}
+	if !ok {
+		s.fails = append(s.fails, fmt.Sprintf("%s: %.3g", scene, err))
+	}
+	return ok
+}
+
+func (r *resultTable) sorted() []variantKey {
+	keys := make([]variantKey, 0, len(r.rows))
+	for k := range r.rows {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		a, b := keys[i], keys[j]
+		if a.dir != b.dir {
+			return a.dir < b.dir
+		}
+		if a.alg != b.alg {
+			return a.alg < b.alg
+		}
+		if a.math != b.math {
+			return a.math < b.math
+		}
+		return a.tile < b.tile
+	})
+	return keys
+}
+
+// printAll writes one line per variant (algorithm × direction × math ×
+// tile).
+func (r *resultTable) printAll(w *os.File) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	fmt.Fprintf(w, "%-28s %-6s %-5s %-18s %5s %10s %s\n", "algorithm", "dir", "math", "tile", "runs", "max err", "pass")
+	for _, k := range r.sorted() {
+		s := r.rows[k]
+		pass := "PASS"
+		if len(s.fails) > 0 {
+			pass = "FAIL " + strings.Join(s.fails, "; ")
+		}
+		fmt.Fprintf(w, "%-28v %-6s %-5v %-18s %5d %10.3g %s\n", k.alg, k.dir, k.math, k.tile, s.runs, s.maxErr, pass)
+	}
+}
+
+// print writes the summary: one line per algorithm × direction × math
+// (max over tiles and scenes), then every failing variant.
+func (r *resultTable) print(w *os.File) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.rows) == 0 {
+		return
+	}
+	type sk struct {
+		alg  sparse.Algorithm
+		dir  string
+		math kernels.Math
+	}
+	sum := map[sk]*variantStat{}
+	var order []sk
+	var failures []string
+	for _, k := range r.sorted() {
+		s := r.rows[k]
+		key := sk{k.alg, k.dir, k.math}
+		t := sum[key]
+		if t == nil {
+			t = &variantStat{}
+			sum[key] = t
+			order = append(order, key)
+		}
+		t.runs += s.runs
+		switch {
+		case math.IsNaN(t.maxErr):
+		case math.IsNaN(s.maxErr) || s.maxErr > t.maxErr:
+			t.maxErr = s.maxErr
+		}
+		t.fails = append(t.fails, s.fails...)
+		if len(s.fails) > 0 {
+			failures = append(failures, fmt.Sprintf("  %v %s %v %s: %s", k.alg, k.dir, k.math, k.tile, strings.Join(s.fails, "; ")))
+		}
+	}
+	fmt.Fprintf(w, "\n== cudaext convolution variants vs CPU float64 (relative L2; bounds f32 1e-5, tf32 2e-3, f16/bf16 1e-2)\n")
+	fmt.Fprintf(w, "%-28s %-6s %-5s %5s %10s %s\n", "algorithm", "dir", "math", "runs", "max err", "result")
+	npass, nfail := 0, 0
+	for _, k := range order {
+		t := sum[k]
+		res := "PASS"
+		if len(t.fails) > 0 {
+			res = fmt.Sprintf("FAIL (%d)", len(t.fails))
+			nfail++
+		} else {
+			npass++
+		}
+		fmt.Fprintf(w, "%-28v %-6s %-5v %5d %10.3g %s\n", k.alg, k.dir, k.math, t.runs, t.maxErr, res)
+	}
+	if len(failures) > 0 {
+		fmt.Fprintf(w, "failing variants (tile: scene: error):\n%s\n", strings.Join(failures[:min(len(failures), 40)], "\n"))
+	}
+	fmt.Fprintf(w, "== %d variant groups pass, %d fail (%d tile-level variants)\n", npass, nfail, len(r.rows))
+}
+
+// ---- helpers ------------------------------------------------------------
+
+// relL2 returns ‖got − ref‖ / ‖ref‖ (‖got‖ when ref is zero; NaN when got
+// holds NaN or the lengths differ).
+func relL2(got []float32, ref []float64) float64 {
+	if len(got) != len(ref) {
+		return math.NaN()
+	}
+	var num, den float64
+	for i, g := range got {
+		if math.IsNaN(float64(g)) || math.IsInf(float64(g), 0) {
+			return math.NaN()
+		}
+		d := float64(g) - ref[i]
+		num += d * d
+		den += ref[i] * ref[i]
+	}
+	if den == 0 {
+		return math.Sqrt(num)
+	}
+	return math.Sqrt(num / den)
+}
+
+func f64(a []float32) []float64 {
+	out := make([]float64, len(a))
+	for i, v := range a {
+		out[i] = float64(v)
+	}
+	return out
+}
+
+func dtypeOf(m kernels.Math) sparse.DType {
+	switch m {
+	case kernels.F16:
+		return sparse.Float16
+	case kernels.BF16:
+		return sparse.BFloat16
+	}
+	return sparse.Float32
+}
+
+func host(t testing.TB, m sparse.Matrix) []float32 {
+	t.Helper()
+	h, err := gpu.ToHost(m)
+	require.NoError(t, err)
+	return h.F32()
+}
+
+func dev(t testing.TB, rows, cols int, data []float32, dt sparse.DType) sparse.Matrix {
+	t.Helper()
+	m, err := gpu.ToDeviceAs(sparse.Matrix{Rows: rows, Cols: cols, Data: data}, dt)
+	require.NoError(t, err)
+	return m
+}
+
+// ---- scenes ------------------------------------------------------------------
+
+type scene struct {
+	name string
+	m    *kmap.Map
+}
+
+// mapOK returns a function that unwraps a map builder's result, failing
+// t on error.
+func mapOK(t testing.TB) func(*kmap.Map, error) *kmap.Map {
+	return func(m *kmap.Map, err error) *kmap.Map {
+		t.Helper()
+		require.NoError(t, err)
+		return m
+	}
+}
+
+// testScenes returns the kernel maps of the sweep: a sphere shell
+// (submanifold, batch 2), a random scene with strided, inverse and
+// transposed maps, a 5×5×5 submanifold map (V = 125 > 64), a dilated map
+// and an empty scene (N = 0).
+func testScenes(t testing.TB, rng *rand.Rand, short bool) []scene {
+	t.Helper()
+	ok := mapOK(t)
+	var out []scene
+	if short {
+		coords, ext := synth.SphereShell(8, 2)
+		out = append(out, scene{"shell8b2-subm3", ok(kmap.NewSubmanifold(coords, ext, [3]int{3, 3, 3}, [3]int{1, 1, 1}))})
+		rext := grid.Extent{Batch: 1, X: 10, Y: 9, Z: 8}
+		rc := synth.RandomScene(rng, rext, 0.15)
+		s := ok(kmap.NewStrided(rc, rext, grid.Cube(3, 2, 1, 1), nil))
+		out = append(out, scene{"random-strided", s})
+		out = append(out, scene{"random-transposed", ok(kmap.NewTransposed(rc, rext, grid.Cube(2, 2, 0, 1)))})
+		out = append(out, scene{"empty", ok(kmap.NewSubmanifold(nil, grid.Extent{Batch: 1, X: 4, Y: 4, Z: 4}, [3]int{3, 3, 3}, [3]int{1, 1, 1}))})
+		return out
+	}
+	coords, ext := synth.SphereShell(16, 2)
+	out = append(out, scene{"shell16b2-subm3", ok(kmap.NewSubmanifold(coords, ext, [3]int{3, 3, 3}, [3]int{1, 1, 1}))})
+	rext := grid.Extent{Batch: 2, X: 20, Y: 18, Z: 22}
+	rc := synth.RandomScene(rng, rext, 0.08)
+	s := ok(kmap.NewStrided(rc, rext, grid.Cube(3, 2, 1, 1), nil))
+	out = append(out, scene{"random-strided-k3s2", s})
+	out = append(out, scene{"random-inverse", ok(kmap.NewInverse(s))})
+	out = append(out, scene{"random-transposed-k2s2", ok(kmap.NewTransposed(rc, rext, grid.Cube(2, 2, 0, 1)))})
+	kext := grid.Extent{Batch: 1, X: 12, Y: 12, Z: 12}
+	kc := synth.RandomScene(rng, kext, 0.2)
+	out = append(out, scene{"random-subm5", ok(kmap.NewSubmanifold(kc, kext, [3]int{5, 5, 5}, [3]int{1, 1, 1}))})
+	out = append(out, scene{"random-subm3-dil2", ok(kmap.NewSubmanifold(kc, kext, [3]int{3, 3, 3}, [3]int{2, 2, 2}))})
+	out = append(out, scene{"empty", ok(kmap.NewSubmanifold(nil, grid.Extent{Batch: 1, X: 4, Y: 4, Z: 4}, [3]int{3, 3, 3}, [3]int{1, 1, 1}))})
+	return out
+}
+
+// reference holds float64 results of the CPU engine for one scene and one
+// channel configuration.
+type reference struct {
+	ci, co        int
+	x, w, b, dy   []float32
+	y, dx, dw, db []float64
+}
+
+func cpuReference(t testing.TB, rng *rand.Rand, m *kmap.Map, ci, co int) *reference {
+	t.Helper()
+	V := m.V()
+	r := &reference{ci: ci, co: co}
+	r.x = synth.Uniform[float32](rng, m.NIn*ci)
+	r.w = synth.Uniform[float32](rng, co*V*ci)
+	r.b = synth.Uniform[float32](rng, co)
+	r.dy = synth.Uniform[float32](rng, m.NOut*co)
+	x := sparse.Matrix{Rows: m.NIn, Cols: ci, Data: f64(r.x)}
+	w := sparse.Matrix{Rows: co, Cols: V * ci, Data: f64(r.w)}
+	b := sparse.Matrix{Rows: 1, Cols: co, Data: f64(r.b)}
+	dy := sparse.Matrix{Rows: m.NOut, Cols: co, Data: f64(r.dy)}
+	opt := sparse.ConvOptions{Algorithm: sparse.Implicit}
+	y, err := sparse.Conv(m, x, w, b, opt)
+	require.NoError(t, err)
+	dx, err := sparse.ConvInputGrad(m, dy, w, opt)
+	require.NoError(t, err)
+	dw, err := sparse.ConvWeightGrad(m, x, dy, opt)
+	require.NoError(t, err)
+	db, err := sparse.BiasGrad(dy)
+	require.NoError(t, err)
+	r.y, r.dx, r.dw, r.db = y.F64(), dx.F64(), dw.F64(), db.F64()
+	require.Len(t, r.y, m.NOut*co)
+	require.Len(t, r.dx, m.NIn*ci)
+	require.Len(t, r.dw, co*V*ci)
+	return r
+}
+
+var channelConfigs = [][2]int{{3, 13}, {13, 96}, {64, 32}}
+
+// TestConvSweep checks every algorithm × direction × arithmetic × tile
+// against the CPU engine in float64 on every scene and channel config.
+func TestConvSweep(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, uint64(os.Getpid())))
+	short := testing.Short()
+	chans := channelConfigs
+	if short {
+		chans = [][2]int{{13, 96}, {64, 32}}
+	}
+	for _, sc := range testScenes(t, rng, short) {
+		for _, ch := range chans {
+			ref := cpuReference(t, rng, sc.m, ch[0], ch[1])
+			name := fmt.Sprintf("%s/ci%d-co%d", sc.name, ch[0], ch[1])
+			t.Run(name, func(t *testing.T) { sweepOne(t, sc.m, ref, name) })
+		}
+	}
+}
+
+func sweepOne(t *testing.T, m *kmap.Map, ref *reference, scene string) {
+	V := m.V()
+	for _, mth := range kernels.Maths {
+		gpu.SetTF32(mth == kernels.TF32)
+		dt := dtypeOf(mth)
+		x := dev(t, m.NIn, ref.ci, ref.x, dt)
+		w := dev(t, ref.co, V*ref.ci, ref.w, dt)
+		b := dev(t, 1, ref.co, ref.b, dt)
+		dy := dev(t, m.NOut, ref.co, ref.dy, dt)
+		for ti, tile := range kernels.Tiles {
+			for _, alg := range sparse.Algorithms {
+				o := Options{ConvOptions: sparse.ConvOptions{Algorithm: alg}, Tile: tile.Name()}
+				if isSplit(alg) && ti%2 == 1 {
+					o.SplitK = 3 // explicit split count; even tiles use the heuristic
+				}
+				check := func(dir string, got sparse.Matrix, err error, want []float64) {
+					k := variantKey{alg, dir, mth, tile.Name()}
+					if err != nil {
+						results.add(k, scene, math.NaN())
+						t.Errorf("%v %s %v %s: %v", alg, dir, mth, tile.Name(), err)
+						return
+					}
+					e := relL2(host(t, got), want)
+					gpu.Free(got)
+					if !results.add(k, scene, e) {
+						t.Errorf("%v %s %v %s: relative error %.3g > %.0e", alg, dir, mth, tile.Name(), e, bound(mth))
+					}
+				}
+				y, err := gpu.Forward(m, x, w, b, o)
+				check("fwd", y, err, ref.y)
+				dx, err := gpu.InputGrad(m, dy, w, o)
+				check("dgrad", dx, err, ref.dx)
+				dw, err := gpu.WeightGrad(m, x, dy, o)
+				check("wgrad", dw, err, ref.dw)
+			}
+		}
+		db, err := gpu.BiasGrad(dy)
+		require.NoError(t, err)
+		if e := relL2(host(t, db), ref.db); !results.add(variantKey{sparse.Auto, "bias", mth, "-"}, scene, e) {
+			t.Errorf("BiasGrad %v: relative error %.3g", mth, e)
+		}
+		gpu.Free(db, x, w, b, dy)
+	}
+	gpu.SetTF32(false)
+}
+
+// TestDeterministic runs split-K variants twice and requires equal bits.
+func TestDeterministic(t *testing.T) {
+	ok := mapOK(t)
+	rng := rand.New(rand.NewPCG(11, 12))
+	coords, ext := synth.SphereShell(16, 1)
+	m := ok(kmap.NewSubmanifold(coords, ext, [3]int{3, 3, 3}, [3]int{1, 1, 1}))
+	ci, co, V := 32, 48, m.V()
+	for _, mth := range []kernels.Math{kernels.F32, kernels.F16} {
+		dt := dtypeOf(mth)
+		x := dev(t, m.NIn, ci, synth.Uniform[float32](rng, m.NIn*ci), dt)
+		w := dev(t, co, V*ci, synth.Uniform[float32](rng, co*V*ci), dt)
+		dy := dev(t, m.NOut, co, synth.Uniform[float32](rng, m.NOut*co), dt)
+		for _, alg := range []sparse.Algorithm{sparse.ImplicitSplitK, sparse.MaskedImplicitSplitK} {
+			o := Options{ConvOptions: sparse.ConvOptions{Algorithm: alg, SplitK: 5}}
+			var prev [3][]float32
+			for rep := range 2 {
+				y, err := gpu.Forward(m, x, w, sparse.Matrix{}, o)
+				require.NoError(t, err)
+				dx, err := gpu.InputGrad(m, dy, w, o)
+				require.NoError(t, err)
+				dw, err := gpu.WeightGrad(m, x, dy, o)
+				require.NoError(t, err)
+				cur := [3][]float32{host(t, y), host(t, dx), host(t, dw)}
+				gpu.Free(y, dx, dw)
+				if rep == 1 {
+					for i := range cur {
+						require.Equal(t, len(prev[i]), len(cur[i]))
+						for j := range cur[i] {
+							require.Equalf(t, math.Float32bits(prev[i][j]), math.Float32bits(cur[i][j]), "%v %v output %d element %d", alg, mth, i, j)
+						}
+					}
+				}
+				prev = cur
+			}
+		}
+		gpu.Free(x, w, dy)
+	}
+}
+
+// TestEngineRoutes checks that sparse.Conv routes device matrices to the
+// engine and host matrices to the CPU, and that errors are clear.
+func TestEngineRoutes(t *testing.T) {
+	ok := mapOK(t)
+	coords, ext := synth.SphereShell(8, 1)
+	m := ok(kmap.NewSubmanifold(coords, ext, [3]int{3, 3, 3}, [3]int{1, 1, 1}))
+	rng := rand.New(rand.NewPCG(3, 4))
+	ref := cpuReference(t, rng, m, 8, 16)
+	x := dev(t, m.NIn, 8, ref.x, sparse.Float32)
+	w := dev(t, 16, 27*8, ref.w, sparse.Float32)
+	b := dev(t, 1, 16, ref.b, sparse.Float32)
+	e, err := sparse.EngineFor(x, w, b)
+	require.NoError(t, err)
+	require.Equal(t, "cuda:0", e.Name())
+	y, err := sparse.Conv(m, x, w, b, sparse.ConvOptions{})
+	require.NoError(t, err)
+	require.Less(t, relL2(host(t, y), ref.y), 1e-5)
+
+	// Mixed host/device data has no engine.
+	_, err = sparse.Conv(m, x, sparse.Matrix{Rows: 16, Cols: 27 * 8, Data: ref.w}, sparse.Matrix{}, sparse.ConvOptions{})
+	require.ErrorIs(t, err, sparse.ErrNoEngine)
+	// Freed buffers are rejected.
+	gpu.Free(b)
+	_, err = gpu.Forward(m, x, w, b, Options{})
+	require.ErrorIs(t, err, ErrFreed)
+	// Bad tile names and shapes are errors, not panics.
+	_, err = gpu.Forward(m, x, w, sparse.Matrix{}, Options{Tile: "m1n1k1w1x1s1"})
+	require.ErrorIs(t, err, sparse.ErrShape)
+	_, err = gpu.Forward(m, x, x, sparse.Matrix{}, Options{})
+	require.ErrorIs(t, err, sparse.ErrShape)
+	_, err = gpu.Forward(m, x, w, sparse.Matrix{}, Options{ConvOptions: sparse.ConvOptions{TileRows: 7}})
+	require.ErrorIs(t, err, sparse.ErrShape)
+	// Host round trip of every dtype.
+	for _, dt := range []sparse.DType{sparse.Float32, sparse.Float16, sparse.BFloat16} {
+		h := host(t, dev(t, 3, 5, ref.x[:15], dt))
+		for i, v := range h {
+			want := ref.x[i]
+			switch dt {
+			case sparse.Float16:
+				want = HalfBitsToFloat32(Float32ToHalfBits(want))
+			case sparse.BFloat16:
+				want = BFloat16BitsToFloat32(Float32ToBFloat16Bits(want))
+			}
+			require.Equal(t, want, v, "%v element %d", dt, i)
+		}
+	}
+	gpu.Free(x, w, y)
+}
+
+// TestOutOfMemory asks for more memory than the GPU has.
+func TestOutOfMemory(t *testing.T) {
+	_, err := gpu.Alloc(sparse.Float32, int(gpu.Info().TotalMem/4), 2)
+	require.ErrorIs(t, err, ErrOutOfMemory)
+	require.Contains(t, err.Error(), fmt.Sprint(gpu.Info().TotalMem/4*2*4))
+}
+
+// TestOffsets64 gathers input rows whose element offset row·C exceeds 2^31
+// in every direction (x is [2.2M, 1032], ≈ 9.1 GB in float32).
+func TestOffsets64(t *testing.T) {
+	if testing.Short() {
+		t.Skip("large allocation")
+	}
+	const (
+		nIn   = 2_200_000
+		c     = 1032
+		nOut  = 512
+		co    = 16
+		touch = 20000 // only the last touch input rows are referenced
+	)
+	require.Greater(t, int64(nIn-touch)*c, int64(1)<<31)
+	rng := rand.New(rand.NewPCG(5, 6))
+	conv := grid.Conv{Kernel: [3]int{3, 1, 1}, Stride: [3]int{1, 1, 1}, Dilation: [3]int{1, 1, 1}}
+	V := conv.Volume()
+	m := &kmap.Map{Kind: kmap.Strided, Conv: conv, NIn: nIn, NOut: nOut, Nbr: make([]int32, nOut*V)}
+	used := map[int32]bool{}
+	for o := range nOut {
+		for v := range V {
+			m.Nbr[o*V+v] = -1
+			if rng.IntN(4) > 0 {
+				i := int32(nIn - touch + rng.IntN(touch))
+				if !used[i*int32(V)+int32(v)] { // keep (i, v) → o unique
+					used[i*int32(V)+int32(v)] = true
+					m.Nbr[o*V+v] = i
+				}
+			}
+		}
+	}
+	xs := synth.Uniform[float32](rng, touch*c) // rows nIn-touch … nIn-1
+	wv := synth.Uniform[float32](rng, co*V*c)
+	dyv := synth.Uniform[float32](rng, nOut*co)
+	xrow := func(i int32) []float32 { j := int(i) - (nIn - touch); return xs[j*c : j*c+c] }
+	// float64 references over the touched rows.
+	y := make([]float64, nOut*co)
+	dxTail := make([]float64, touch*c)
+	dw := make([]float64, co*V*c)
+	for o := range nOut {
+		for v := range V {
+			i := m.Nbr[o*V+v]
+			if i < 0 {
+				continue
+			}
+			xr := xrow(i)
+			for k := range co {
+				var s float64
+				wr := wv[(k*V+v)*c : (k*V+v)*c+c]
+				for a := range c {
+					s += float64(wr[a]) * float64(xr[a])
+					dw[(k*V+v)*c+a] += float64(dyv[o*co+k]) * float64(xr[a])
+				}
+				y[o*co+k] += s
+				j := int(i) - (nIn - touch)
+				for a := range c {
+					dxTail[j*c+a] += float64(dyv[o*co+k]) * float64(wr[a])
+				}
+			}
+		}
+	}
+	for _, mth := range []kernels.Math{kernels.F32, kernels.F16} {
+		dt := dtypeOf(mth)
+		x, err := gpu.Alloc(dt, nIn, c)
+		require.NoError(t, err)
+		require.NoError(t, gpu.Fill(x, float32(math.NaN()))) // untouched rows must never be read
+		uploadRows(t, x, nIn-touch, xs)
+		w := dev(t, co, V*c, wv, dt)
+		dy := dev(t, nOut, co, dyv, dt)
+		for _, alg := range []sparse.Algorithm{sparse.Explicit, sparse.Implicit, sparse.MaskedImplicitSplitK} {
+			o := Options{ConvOptions: sparse.ConvOptions{Algorithm: alg}}
+			name := fmt.Sprintf("offsets64 %v %v", alg, mth)
+			got, err := gpu.Forward(m, x, w, sparse.Matrix{}, o)
+			require.NoError(t, err, name)
+			e := relL2(host(t, got), y)
+			results.add(variantKey{alg, "fwd64", mth, "auto"}, "offsets64", e)
+			require.LessOrEqual(t, e, bound(mth), name)
+			gpu.Free(got)
+
+			got, err = gpu.InputGrad(m, dy, w, o)
+			require.NoError(t, err, name)
+			tail := downloadRows(t, got, nIn-touch, touch)
+			head := downloadRows(t, got, 0, 1000)
+			e = relL2(tail, dxTail)
+			results.add(variantKey{alg, "dgrd64", mth, "auto"}, "offsets64", e)
+			require.LessOrEqual(t, e, bound(mth), name)
+			for i, v := range head {
+				require.Zerof(t, v, "%s: dx element %d of an untouched row", name, i)
+			}
+			gpu.Free(got)
+
+			got, err = gpu.WeightGrad(m, x, dy, o)
+			require.NoError(t, err, name)
+			e = relL2(host(t, got), dw)
+			results.add(variantKey{alg, "wgrd64", mth, "auto"}, "offsets64", e)
+			require.LessOrEqual(t, e, bound(mth), name)
+			gpu.Free(got)
+		}
+		gpu.Free(x, w, dy)
+		gpu.ForgetMap(m)
+		require.NoError(t, gpu.ReleaseCache())
+	}
+}
+
+// uploadRows copies float32 rows into a device matrix from row r0 on,
+// converting to its dtype.
+func uploadRows(t *testing.T, m sparse.Matrix, r0 int, data []float32) {
+	b, err := gpu.buffer(m, "m")
+	require.NoError(t, err)
+	d := gpu.d
+	off := int64(r0) * int64(m.Cols) * int64(b.dtype.Size())
+	require.NoError(t, d.do(func() error {
+		tmp, err := d.allocTemp(int64(len(data)) * 4)
+		if err != nil {
+			return err
+		}
+		defer d.freeTemp(tmp)
+		if err := memcpyHtoD(tmp.ptr, unsafe.Pointer(&data[0]), int64(len(data))*4, d.stream); err != nil {
+			return err
+		}
+		return d.convert(tmp.ptr, sparse.Float32, b.ptr+devPtr(off), b.dtype, int64(len(data)))
+	}))
+}
+
+// downloadRows returns rows [r0, r0+n) of a device float matrix as float32.
+func downloadRows(t *testing.T, m sparse.Matrix, r0, n int) []float32 {
+	b, err := gpu.buffer(m, "m")
+	require.NoError(t, err)
+	d := gpu.d
+	cnt := int64(n) * int64(m.Cols)
+	out := make([]float32, cnt)
+	off := int64(r0) * int64(m.Cols) * int64(b.dtype.Size())
+	require.NoError(t, d.do(func() error {
+		tmp, err := d.allocTemp(cnt * 4)
+		if err != nil {
+			return err
+		}
+		defer d.freeTemp(tmp)
+		if err := d.convert(b.ptr+devPtr(off), b.dtype, tmp.ptr, sparse.Float32, cnt); err != nil {
+			return err
+		}
+		return memcpyDtoH(unsafe.Pointer(&out[0]), tmp.ptr, cnt*4, d.stream)
+	}))
+	return out
+}
+
+// benchConv times one direction of a convolution with CUDA events
+// (device time per call, after b.Loop's warm-up) and reports useful
+// TFLOP/s = 2·pairs·Ci·Co / time.
+func benchConv(b *testing.B, m *kmap.Map, c int, mth kernels.Math, dir string, o Options) {
+	ok := gpu.poison.Swap(false)
+	defer gpu.poison.Store(ok)
+	gpu.SetTF32(mth == kernels.TF32)
+	defer gpu.SetTF32(false)
+	rng := rand.New(rand.NewPCG(1, 1))
+	dt := dtypeOf(mth)
+	V := m.V()
+	x := dev(b, m.NIn, c, synth.Uniform[float32](rng, m.NIn*c), dt)
+	w := dev(b, c, V*c, synth.Weights[float32](rng, c, V, c), dt)
+	dy := dev(b, m.NOut, c, synth.Uniform[float32](rng, m.NOut*c), dt)
+	defer gpu.Free(x, w, dy)
+	run := func() sparse.Matrix {
+		var out sparse.Matrix
+		var err error
+		switch dir {
+		case "fwd":
+			out, err = gpu.Forward(m, x, w, sparse.Matrix{}, o)
+		case "dgrad":
+			out, err = gpu.InputGrad(m, dy, w, o)
+		default:
+			out, err = gpu.WeightGrad(m, x, dy, o)
+		}
+		require.NoError(b, err)
+		return out
+	}
+	gpu.Free(run()) // uploads the tables
+	timer, err := gpu.NewTimer()
+	require.NoError(b, err)
+	defer timer.Destroy()
+	var ms float64
+	for b.Loop() {
+		require.NoError(b, timer.Start())
+		out := run()
+		t, err := timer.Stop()
+		require.NoError(b, err)
+		ms += float64(t)
+		gpu.Free(out)
+	}
+	per := ms / float64(b.N)
+	b.ReportMetric(per, "device-ms/op")
+	b.ReportMetric(2*float64(m.Pairs().Count())*float64(c*c)/(per*1e-3)/1e12, "TFLOP/s")
+}
+
+// BenchmarkConv times forward, input and weight gradients on FlexGEMM's
+// sphere-shell scenes with the default algorithm (masked implicit split-K).
+func BenchmarkConv(b *testing.B) {
+	ok := mapOK(b)
+	for _, sc := range []struct{ res, c int }{{128, 64}, {32, 256}} {
+		coords, ext := synth.SphereShell(sc.res, 1)
+		m := ok(kmap.NewSubmanifold(coords, ext, [3]int{3, 3, 3}, [3]int{1, 1, 1}))
+		for _, mth := range kernels.Maths {
+			for _, dir := range []string{"fwd", "dgrad", "wgrad"} {
+				b.Run(fmt.Sprintf("res%d-c%d/%v/%s", sc.res, sc.c, mth, dir), func(b *testing.B) {
+					benchConv(b, m, sc.c, mth, dir, Options{})
+				})
+			}
+		}
+	}
+}
+
+// BenchmarkConvAlgorithms compares the algorithms in float16 on the res-128
+// shell with C = 64.
+func BenchmarkConvAlgorithms(b *testing.B) {
+	ok := mapOK(b)
+	coords, ext := synth.SphereShell(128, 1)
+	m := ok(kmap.NewSubmanifold(coords, ext, [3]int{3, 3, 3}, [3]int{1, 1, 1}))
+	for _, alg := range sparse.Algorithms {
+		for _, dir := range []string{"fwd", "dgrad", "wgrad"} {
+			b.Run(fmt.Sprintf("%v/%s", alg, dir), func(b *testing.B) {
+				benchConv(b, m, 64, kernels.F16, dir, Options{ConvOptions: sparse.ConvOptions{Algorithm: alg}})
+			})
+		}
+	}
+}
