@@ -1,0 +1,454 @@
+//go:build cudaext
+
+package cudaext
+
+// GPU tests of the spatial kernels: hash table, scans, radix sort, unique.
+// Helpers shared by the spatial tests (kmapgpu_test.go, serialize_test.go,
+// voxelize_test.go, pool_test.go, gridsample_test.go) are prefixed gx.
+// They need a GPU (skipped otherwise):
+//
+//	go test -c -tags cudaext -o cudaext.test ./cudaext
+//	./cudaext.test -test.run 'GPU' -test.v
+//	compute-sanitizer ./cudaext.test -test.run TestGPUSanitizerSweep
+
+import (
+	"errors"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"sort"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/flexgemm-go/flexgemm/sparse"
+	"github.com/flexgemm-go/flexgemm/sparse/grid"
+	"github.com/flexgemm-go/flexgemm/sparse/hash"
+	"github.com/flexgemm-go/flexgemm/sparse/kmap"
+	"github.com/flexgemm-go/flexgemm/sparse/synth"
+)
+
+// gxEngine returns the engine of GPU 0, skipping the test without one.
+func gxEngine(t testing.TB) *Engine {
+	t.Helper()
+	e, err := Open(0)
+	if errors.Is(err, ErrNoDevice) {
+		t.Skip("no GPU:", err)
+	}
+	require.NoError(t, err)
+	return e
+}
+
+// gxCoords uploads flat [N, 4] coordinates.
+func gxCoords(t testing.TB, e *Engine, c []int32) sparse.Matrix {
+	t.Helper()
+	m, err := e.ToDevice(sparse.Matrix{Rows: len(c) / 4, Cols: 4, Data: c})
+	require.NoError(t, err)
+	return m
+}
+
+// gxI32 downloads a device Int32 matrix.
+func gxI32(t testing.TB, e *Engine, m sparse.Matrix) []int32 {
+	t.Helper()
+	h, err := e.ToHost(m)
+	require.NoError(t, err)
+	return h.I32()
+}
+
+// gxF32 downloads a device float matrix as float32.
+func gxF32(t testing.TB, e *Engine, m sparse.Matrix) []float32 {
+	t.Helper()
+	h, err := e.ToHost(m)
+	require.NoError(t, err)
+	return h.F32()
+}
+
+// gxRelL2 returns ‖got − want‖ / max(‖want‖, tiny); NaN anywhere gives NaN.
+func gxRelL2(got, want []float32) float64 {
+	var num, den float64
+	for i := range want {
+		d := float64(got[i]) - float64(want[i])
+		num += d * d
+		den += float64(want[i]) * float64(want[i])
+	}
+	if den == 0 {
+		return math.Sqrt(num)
+	}
+	return math.Sqrt(num / den)
+}
+
+// gxDownload copies n elements of device memory (test helper).
+func gxDownload[T any](t testing.TB, e *Engine, p devPtr, n int) []T {
+	t.Helper()
+	var out []T
+	require.NoError(t, e.d.do(func() (err error) { out, err = download[T](e.d, p, n); return err }))
+	return out
+}
+
+// gxShuffled returns the rows of c in random order.
+func gxShuffled(rng *rand.Rand, c []int32) []int32 {
+	n := len(c) / 4
+	out := make([]int32, len(c))
+	for j, i := range rng.Perm(n) {
+		copy(out[4*j:4*j+4], c[4*i:4*i+4])
+	}
+	return out
+}
+
+type gxScene struct {
+	name   string
+	coords []int32
+	ext    grid.Extent
+}
+
+// gxScenes returns the test scenes: empty, tiny, random (sorted and
+// shuffled, several batches), sphere shells.
+func gxScenes(rng *rand.Rand) []gxScene {
+	var s []gxScene
+	add := func(name string, c []int32, ext grid.Extent) { s = append(s, gxScene{name, c, ext}) }
+	add("empty", nil, grid.Extent{Batch: 1, X: 4, Y: 4, Z: 4})
+	add("single", []int32{0, 1, 2, 3}, grid.Extent{Batch: 1, X: 4, Y: 4, Z: 4})
+	e1 := grid.Extent{Batch: 2, X: 9, Y: 7, Z: 11}
+	add("random-dense", synth.RandomScene(rng, e1, 0.4), e1)
+	add("random-dense-shuffled", gxShuffled(rng, synth.RandomScene(rng, e1, 0.4)), e1)
+	e2 := grid.Extent{Batch: 3, X: 40, Y: 33, Z: 37}
+	add("random-sparse-shuffled", gxShuffled(rng, synth.RandomScene(rng, e2, 0.05)), e2)
+	c, ext := synth.SphereShell(32, 2)
+	add("shell32x2", c, ext)
+	c, ext = synth.SphereShell(64, 1)
+	add("shell64-shuffled", gxShuffled(rng, c), ext)
+	return s
+}
+
+func TestGPUScan(t *testing.T) {
+	e := gxEngine(t)
+	rng := rand.New(rand.NewPCG(1, 2))
+	for _, n := range []int{0, 1, 7, 2047, 2048, 2049, 100_003, 5_000_000} {
+		in := make([]int32, n)
+		for i := range in {
+			in[i] = int32(rng.IntN(100)) - 10
+		}
+		want32 := make([]int32, n+1)
+		want64 := make([]int64, n+1)
+		for i, v := range in {
+			want32[i+1] = want32[i] + v
+			want64[i+1] = want64[i] + int64(v)
+		}
+		in64 := make([]int64, n)
+		for i, v := range in {
+			in64[i] = int64(v) << 20
+		}
+		var g32 []int32
+		var g64, gw []int64
+		require.NoError(t, e.d.do(func() error {
+			d := e.d
+			a, err := d.allocTemp(int64(n+1) * 8)
+			if err != nil {
+				return err
+			}
+			defer d.freeTemp(a)
+			b, err := d.allocTemp(int64(n+1) * 8)
+			if err != nil {
+				return err
+			}
+			defer d.freeTemp(b)
+			// int32 → int32, in place.
+			if err := uploadTo(d, a.ptr, in); err != nil {
+				return err
+			}
+			if err := d.scan(scanI32, a.ptr, a.ptr, int64(n), a.ptr+devPtr(4*n)); err != nil {
+				return err
+			}
+			if g32, err = download[int32](d, a.ptr, n+1); err != nil {
+				return err
+			}
+			// int32 → int64.
+			if err := uploadTo(d, a.ptr, in); err != nil {
+				return err
+			}
+			if err := d.scan(scanI32I64, a.ptr, b.ptr, int64(n), b.ptr+devPtr(8*n)); err != nil {
+				return err
+			}
+			if g64, err = download[int64](d, b.ptr, n+1); err != nil {
+				return err
+			}
+			// int64 → int64, in place.
+			if err := uploadTo(d, b.ptr, in64); err != nil {
+				return err
+			}
+			if err := d.scan(scanI64, b.ptr, b.ptr, int64(n), b.ptr+devPtr(8*n)); err != nil {
+				return err
+			}
+			gw, err = download[int64](d, b.ptr, n+1)
+			return err
+		}))
+		require.Equal(t, want32, g32, "n=%d", n)
+		require.Equal(t, want64, g64, "n=%d", n)
+		for i := range want64 {
+			require.Equal(t, want64[i]<<20, gw[i], "n=%d i=%d", n, i)
+		}
+	}
+}
+
+func TestGPURadixSort(t *testing.T) {
+	e := gxEngine(t)
+	rng := rand.New(rand.NewPCG(3, 4))
+	for _, n := range []int{0, 1, 2, 64, 2047, 2049, 10_000, 1_000_003} {
+		for _, nbits := range []int{0, 1, 5, 8, 17, 32, 41, 64} {
+			wide := nbits > 32
+			keys := make([]uint64, n)
+			for i := range keys {
+				k := rng.Uint64()
+				if nbits < 64 {
+					k &= 1<<nbits - 1
+				}
+				if rng.IntN(4) == 0 && i > 0 {
+					k = keys[rng.IntN(i)] // duplicates test stability
+				}
+				keys[i] = k
+			}
+			perm := make([]int32, n)
+			for i := range perm {
+				perm[i] = int32(i)
+			}
+			sort.SliceStable(perm, func(a, b int) bool { return keys[perm[a]] < keys[perm[b]] })
+			var gotK []uint64
+			var gotV []int32
+			require.NoError(t, e.d.do(func() error {
+				d := e.d
+				kb, err := d.allocTemp(int64(max(n, 1)) * 8)
+				if err != nil {
+					return err
+				}
+				defer d.freeTemp(kb)
+				vb, err := d.allocTemp(int64(max(n, 1)) * 4)
+				if err != nil {
+					return err
+				}
+				defer d.freeTemp(vb)
+				if wide {
+					if err := uploadTo(d, kb.ptr, keys); err != nil {
+						return err
+					}
+				} else {
+					k32 := make([]uint32, n)
+					for i, k := range keys {
+						k32[i] = uint32(k)
+					}
+					if err := uploadTo(d, kb.ptr, k32); err != nil {
+						return err
+					}
+				}
+				if err := d.radixSort(kb.ptr, vb.ptr, int64(n), wide, nbits, true); err != nil {
+					return err
+				}
+				if gotV, err = download[int32](d, vb.ptr, n); err != nil {
+					return err
+				}
+				if wide {
+					gotK, err = download[uint64](d, kb.ptr, n)
+					return err
+				}
+				k32, err := download[uint32](d, kb.ptr, n)
+				gotK = make([]uint64, n)
+				for i, k := range k32 {
+					gotK[i] = uint64(k)
+				}
+				return err
+			}))
+			if nbits == 0 {
+				// Nothing to sort by: the identity.
+				for i := range perm {
+					perm[i] = int32(i)
+				}
+			}
+			want := make([]uint64, n)
+			for i, p := range perm {
+				want[i] = keys[p]
+			}
+			require.Equal(t, want, gotK, "n=%d bits=%d", n, nbits)
+			require.Equal(t, perm, gotV, "n=%d bits=%d: the sort must be stable", n, nbits)
+		}
+	}
+}
+
+func TestGPUUnique(t *testing.T) {
+	e := gxEngine(t)
+	rng := rand.New(rand.NewPCG(5, 6))
+	for _, n := range []int{0, 1, 5, 3000, 100_000} {
+		for _, wide := range []bool{false, true} {
+			keys := make([]uint64, n)
+			for i := range keys {
+				keys[i] = uint64(rng.IntN(max(n/3, 1)))
+				if wide {
+					keys[i] += 1 << 40
+				}
+			}
+			sentinel := uint64(math.MaxUint32)
+			if wide {
+				sentinel = 1 << 50
+			}
+			for i := range keys {
+				if rng.IntN(10) == 0 {
+					keys[i] = sentinel
+				}
+			}
+			slices.Sort(keys)
+			want := slices.Compact(slices.Clone(keys))
+			if len(want) > 0 && want[len(want)-1] == sentinel {
+				want = want[:len(want)-1]
+			}
+			var got []uint64
+			require.NoError(t, e.d.do(func() error {
+				d := e.d
+				kb, err := d.allocTemp(int64(max(n, 1)) * 8)
+				if err != nil {
+					return err
+				}
+				defer d.freeTemp(kb)
+				if wide {
+					err = uploadTo(d, kb.ptr, keys)
+				} else {
+					k32 := make([]uint32, n)
+					for i, k := range keys {
+						k32[i] = uint32(k)
+					}
+					err = uploadTo(d, kb.ptr, k32)
+				}
+				if err != nil {
+					return err
+				}
+				out, m, err := d.unique(kb.ptr, int64(n), wide, sentinel)
+				if err != nil {
+					return err
+				}
+				defer d.freeTemp(out)
+				if wide {
+					got, err = download[uint64](d, out.ptr, int(m))
+					return err
+				}
+				k32, err := download[uint32](d, out.ptr, int(m))
+				got = make([]uint64, len(k32))
+				for i, k := range k32 {
+					got[i] = uint64(k)
+				}
+				return err
+			}))
+			require.Equal(t, len(want), len(got), "n=%d wide=%v", n, wide)
+			if len(want) > 0 {
+				require.Equal(t, want, got)
+			}
+		}
+	}
+}
+
+// TestGPUCoordIndex builds the index of every scene (narrow keys) and of a
+// wide-key extent and looks up every row, absent sites and out-of-grid
+// queries, against the host table.
+func TestGPUCoordIndex(t *testing.T) {
+	e := gxEngine(t)
+	rng := rand.New(rand.NewPCG(7, 8))
+	scenes := gxScenes(rng)
+	wideExt := grid.Extent{Batch: 3, X: 3000, Y: 2000, Z: 1500} // > 2^32 sites: 64-bit keys
+	wc := make([]int32, 0, 4*5000)
+	seen := map[[4]int32]bool{}
+	for len(wc) < 4*5000 {
+		p := [4]int32{int32(rng.IntN(3)), int32(rng.IntN(3000)), int32(rng.IntN(2000)), int32(rng.IntN(1500))}
+		if !seen[p] {
+			seen[p] = true
+			wc = append(wc, p[:]...)
+		}
+	}
+	scenes = append(scenes, gxScene{"wide-keys", wc, wideExt})
+	for _, sc := range scenes {
+		t.Run(sc.name, func(t *testing.T) {
+			require.Equal(t, sc.name == "wide-keys", sc.ext.KeyBits() == 64)
+			ix, err := e.NewCoordIndex(gxCoords(t, e, sc.coords), sc.ext)
+			require.NoError(t, err)
+			defer ix.Free()
+			n := len(sc.coords) / 4
+			require.Equal(t, n, ix.Len())
+			require.GreaterOrEqual(t, ix.Slots(), 2*n)
+			ref, err := hash.FromCoords(sc.coords, sc.ext)
+			require.NoError(t, err)
+			// Queries: every row, random sites, out-of-grid sites.
+			q := slices.Clone(sc.coords)
+			for range 2000 {
+				q = append(q, int32(rng.IntN(sc.ext.Batch+1)), int32(rng.IntN(sc.ext.X+2)-1), int32(rng.IntN(sc.ext.Y+2)-1), int32(rng.IntN(sc.ext.Z+2)-1))
+			}
+			got, err := ix.Lookup(gxCoords(t, e, q))
+			require.NoError(t, err)
+			g := gxI32(t, e, got)
+			require.Len(t, g, len(q)/4)
+			for i := range len(q) / 4 {
+				c := q[4*i : 4*i+4]
+				want := int32(-1)
+				if sc.ext.Contains(int(c[0]), int(c[1]), int(c[2]), int(c[3])) {
+					want = ref.Get(sc.ext.Key(int(c[0]), int(c[1]), int(c[2]), int(c[3])), -1)
+				}
+				require.Equal(t, want, g[i], "query %d %v", i, c)
+				if i < n {
+					require.Equal(t, int32(i), g[i])
+				}
+			}
+			// Host queries work too.
+			got2, err := ix.Lookup(sparse.Matrix{Rows: len(q) / 4, Cols: 4, Data: q})
+			require.NoError(t, err)
+			require.Equal(t, g, gxI32(t, e, got2))
+		})
+	}
+}
+
+// TestGPUCoordIndexErrors checks that out-of-grid and duplicate rows are
+// reported with the rows the CPU builders name, and that a full fixed
+// table is an error, not a hang.
+func TestGPUCoordIndexErrors(t *testing.T) {
+	e := gxEngine(t)
+	ext := grid.Extent{Batch: 2, X: 5, Y: 5, Z: 5}
+	cases := []struct {
+		name   string
+		coords []int32
+		kinds  []error
+		want   string
+	}{
+		{"outside", []int32{0, 1, 1, 1, 1, 4, 4, 4, 0, 5, 0, 0, 2, 0, 0, 0}, []error{sparse.ErrOutOfRange, kmap.ErrOutOfRange}, "row 2 (0, 5, 0, 0) is outside"},
+		{"negative", []int32{0, 1, 1, 1, -1, 0, 0, 0}, []error{sparse.ErrOutOfRange}, "row 1 (-1, 0, 0, 0)"},
+		{"duplicate", []int32{0, 1, 1, 1, 1, 2, 2, 2, 0, 3, 3, 3, 1, 2, 2, 2, 0, 1, 1, 1}, []error{sparse.ErrDuplicate, kmap.ErrDuplicate}, "rows 1 and 3 are both (1, 2, 2, 2)"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := e.NewCoordIndex(gxCoords(t, e, c.coords), ext)
+			require.Error(t, err)
+			for _, k := range c.kinds {
+				require.ErrorIs(t, err, k)
+			}
+			require.ErrorContains(t, err, c.want)
+			// The CPU builder names the same rows.
+			_, cerr := kmap.NewSubmanifold(c.coords, ext, [3]int{3, 3, 3}, [3]int{1, 1, 1})
+			require.Error(t, cerr)
+			require.ErrorContains(t, cerr, c.want)
+		})
+	}
+	t.Run("full", func(t *testing.T) {
+		coords := synth.RandomScene(rand.New(rand.NewPCG(9, 9)), ext, 0.5)
+		require.Greater(t, len(coords)/4, 8)
+		_, err := e.newCoordIndex(gxCoords(t, e, coords), ext, 3) // 8 slots
+		require.ErrorIs(t, err, hash.ErrFull)
+		require.ErrorContains(t, err, "8 slots")
+		// Exactly full still works: 8 keys in 8 slots.
+		ix, err := e.newCoordIndex(gxCoords(t, e, coords[:32]), ext, 3)
+		require.NoError(t, err)
+		got, err := ix.Lookup(gxCoords(t, e, coords[:32]))
+		require.NoError(t, err)
+		require.Equal(t, []int32{0, 1, 2, 3, 4, 5, 6, 7}, gxI32(t, e, got))
+		ix.Free()
+		_, err = ix.Lookup(gxCoords(t, e, coords[:4]))
+		require.ErrorIs(t, err, ErrFreed)
+	})
+	t.Run("shape", func(t *testing.T) {
+		_, err := e.NewCoordIndex(sparse.Matrix{Rows: 1, Cols: 3, Data: []int32{1, 2, 3}}, ext)
+		require.ErrorIs(t, err, sparse.ErrShape)
+		_, err = e.NewCoordIndex(sparse.Matrix{Rows: 0, Cols: 4, Data: []int32{}}, grid.Extent{})
+		require.ErrorIs(t, err, grid.ErrBadExtent)
+	})
+}

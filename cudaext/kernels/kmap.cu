@@ -1,0 +1,239 @@
+// Kernel-map construction on the GPU (host side: cudaext/kmapgpu.go). The
+// tables equal those of package sparse/kmap entry for entry:
+//
+//   Nbr[o·V + v]  input row reaching output o through tap v, or −1
+//   Rev[i·V + v]  output row that input i feeds through tap v, or −1
+//   pairs         per tap v, (in, out) rows with out ascending
+//
+// Geometry per axis: fine = coarse·S − P + k·D, tap v = (kx·Ky + ky)·Kz + kz.
+// Submanifold maps are "fine" maps with S = 1, P = ⌊K/2⌋·D.
+//
+//   kmap_nbr_fine      Nbr of submanifold/strided maps: the input at
+//                      out·S − P + k·D (one thread per (o, v), coalesced
+//                      writes)
+//   kmap_nbr_coarse    Nbr of transposed maps: the input i with
+//                      i·S − P + k·D = out
+//   kmap_cand_coarse   strided output candidates: key of (p + P − k·D)/S
+//                      for every input p and tap, or the sentinel
+//   kmap_cand_fine     transposed output candidates: key of p·S − P + k·D
+//   kmap_decode        output keys → [M, 4] coordinates
+//   kmap_rev_mirror    submanifold reverse: Rev[i, v] = Nbr[i, V−1−v]
+//   kmap_rev_scatter   other reverse tables (each entry has one writer)
+//   kmap_pairs_count   pair counts per (tap, chunk of 256 output rows)
+//   kmap_pairs_seg     Seg[v] = first pair of tap v
+//   kmap_pairs_write   pair lists (block scan per tap inside a chunk)
+#include <cub/block/block_scan.cuh>
+
+#include "hashtable.cuh"
+
+namespace fgk {
+
+using namespace fgx;
+
+// Conv mirrors cudaext.convArg.
+struct Conv {
+  int K[3], S[3], P[3], D[3];
+  int V, pad;
+  __device__ __forceinline__ void tap(int v, int* k) const {
+    k[2] = v % K[2];
+    v /= K[2];
+    k[1] = v % K[1];
+    k[0] = v / K[1];
+  }
+};
+
+constexpr int kChunk = 256;  // rows per block of the pair kernels
+
+// divide splits the flat (row, tap) index e into its row and tap; 32-bit
+// division when the table is small enough.
+__device__ __forceinline__ void divide(i64 e, i64 total, int V, i64* o, int* v) {
+  if (total <= 0xffffffffll) {
+    const u32 q = (u32)e / (u32)V;
+    *o = q;
+    *v = (int)((u32)e - q * (u32)V);
+  } else {
+    *o = e / V;
+    *v = (int)(e - *o * V);
+  }
+}
+
+__device__ void nbr_fine(const int* out, i64 n_out, Ext in, Conv c, Table t, int* nbr) {
+  const i64 total = n_out * c.V;
+  for (i64 e = gtid(); e < total; e += gstride()) {
+    i64 o;
+    int v, k[3];
+    divide(e, total, c.V, &o, &v);
+    c.tap(v, k);
+    const int4 q = reinterpret_cast<const int4*>(out)[o];
+    const i64 x = (i64)q.y * c.S[0] - c.P[0] + (i64)k[0] * c.D[0];
+    const i64 y = (i64)q.z * c.S[1] - c.P[1] + (i64)k[1] * c.D[1];
+    const i64 z = (i64)q.w * c.S[2] - c.P[2] + (i64)k[2] * c.D[2];
+    nbr[e] = in.contains(q.x, x, y, z) ? table_find(t, in.key(q.x, x, y, z)) : -1;
+  }
+}
+
+// coarse returns (f + P − k·D)/S when it is exact, non-negative and below
+// n, else −1.
+__device__ __forceinline__ i64 coarse(i64 f, int P, int k, int D, int S, i64 n) {
+  const i64 num = f + P - (i64)k * D;
+  if (num < 0 || num % S != 0) return -1;
+  const i64 q = num / S;
+  return q < n ? q : -1;
+}
+
+__device__ void nbr_coarse(const int* out, i64 n_out, Ext in, Conv c, Table t, int* nbr) {
+  const i64 total = n_out * c.V;
+  for (i64 e = gtid(); e < total; e += gstride()) {
+    i64 o;
+    int v, k[3];
+    divide(e, total, c.V, &o, &v);
+    c.tap(v, k);
+    const int4 q = reinterpret_cast<const int4*>(out)[o];
+    const i64 x = coarse(q.y, c.P[0], k[0], c.D[0], c.S[0], in.X);
+    const i64 y = coarse(q.z, c.P[1], k[1], c.D[1], c.S[1], in.Y);
+    const i64 z = coarse(q.w, c.P[2], k[2], c.D[2], c.S[2], in.Z);
+    nbr[e] = (x >= 0 && y >= 0 && z >= 0) ? table_find(t, in.key(q.x, x, y, z)) : -1;
+  }
+}
+
+template <class K> __device__ void cand_coarse(const int* in, i64 n, Ext out, Conv c, K sentinel, K* keys) {
+  const i64 total = n * c.V;
+  for (i64 e = gtid(); e < total; e += gstride()) {
+    i64 i;
+    int v, k[3];
+    divide(e, total, c.V, &i, &v);
+    c.tap(v, k);
+    const int4 p = reinterpret_cast<const int4*>(in)[i];
+    const i64 x = coarse(p.y, c.P[0], k[0], c.D[0], c.S[0], out.X);
+    const i64 y = coarse(p.z, c.P[1], k[1], c.D[1], c.S[1], out.Y);
+    const i64 z = coarse(p.w, c.P[2], k[2], c.D[2], c.S[2], out.Z);
+    keys[e] = (x >= 0 && y >= 0 && z >= 0) ? (K)out.key(p.x, x, y, z) : sentinel;
+  }
+}
+
+template <class K> __device__ void cand_fine(const int* in, i64 n, Ext out, Conv c, K sentinel, K* keys) {
+  const i64 total = n * c.V;
+  for (i64 e = gtid(); e < total; e += gstride()) {
+    i64 i;
+    int v, k[3];
+    divide(e, total, c.V, &i, &v);
+    c.tap(v, k);
+    const int4 p = reinterpret_cast<const int4*>(in)[i];
+    const i64 x = (i64)p.y * c.S[0] - c.P[0] + (i64)k[0] * c.D[0];
+    const i64 y = (i64)p.z * c.S[1] - c.P[1] + (i64)k[1] * c.D[1];
+    const i64 z = (i64)p.w * c.S[2] - c.P[2] + (i64)k[2] * c.D[2];
+    keys[e] = out.contains(p.x, x, y, z) ? (K)out.key(p.x, x, y, z) : sentinel;
+  }
+}
+
+template <class K> __device__ void decode(const K* keys, i64 m, Ext ext, int* coords) {
+  for (i64 j = gtid(); j < m; j += gstride()) {
+    int c[4];
+    ext.unkey((u64)keys[j], c);
+    reinterpret_cast<int4*>(coords)[j] = make_int4(c[0], c[1], c[2], c[3]);
+  }
+}
+
+__device__ void rev_mirror(const int* nbr, i64 n, int V, int* rev) {
+  const i64 total = n * V;
+  for (i64 e = gtid(); e < total; e += gstride()) {
+    i64 i;
+    int v;
+    divide(e, total, V, &i, &v);
+    rev[e] = nbr[i * V + (V - 1 - v)];
+  }
+}
+
+__device__ void rev_scatter(const int* nbr, i64 n_out, int V, int* rev) {
+  const i64 total = n_out * V;
+  for (i64 e = gtid(); e < total; e += gstride()) {
+    const int i = nbr[e];
+    if (i < 0) continue;
+    i64 o;
+    int v;
+    divide(e, total, V, &o, &v);
+    rev[(i64)i * V + v] = (int)o;
+  }
+}
+
+// cnt[v·nc + chunk] = number of present taps v among the chunk's rows.
+__device__ void pairs_count(const int* nbr, i64 n_out, int V, int* cnt, i64 nc) {
+  const i64 o = (i64)blockIdx.x * kChunk + threadIdx.x;
+  for (int v = 0; v < V; ++v) {
+    const int f = o < n_out && nbr[o * V + v] >= 0;
+    const int c = __syncthreads_count(f);
+    if (threadIdx.x == 0) cnt[(i64)v * nc + blockIdx.x] = c;
+  }
+}
+
+__device__ void pairs_seg(const i64* off, i64 nc, int V, i64* seg) {
+  for (i64 v = gtid(); v < V; v += gstride()) seg[v] = off[v * nc];
+}
+
+__device__ void pairs_write(const int* nbr, i64 n_out, int V, const i64* off, i64 nc, int* pin, int* pout) {
+  using BS = cub::BlockScan<int, kChunk>;
+  __shared__ typename BS::TempStorage tmp;
+  const i64 o = (i64)blockIdx.x * kChunk + threadIdx.x;
+  for (int v = 0; v < V; ++v) {
+    const int i = o < n_out ? nbr[o * V + v] : -1;
+    int rank;
+    BS(tmp).ExclusiveSum(i >= 0 ? 1 : 0, rank);
+    if (i >= 0) {
+      const i64 p = off[(i64)v * nc + blockIdx.x] + rank;
+      pin[p] = i;
+      pout[p] = (int)o;
+    }
+    __syncthreads();
+  }
+}
+
+}  // namespace fgk
+
+extern "C" {
+
+__global__ void kmap_nbr_fine(const int* out, long long n_out, fgx::Ext in, fgk::Conv c, fgx::Table t, int* nbr) {
+  fgk::nbr_fine(out, n_out, in, c, t, nbr);
+}
+__global__ void kmap_nbr_coarse(const int* out, long long n_out, fgx::Ext in, fgk::Conv c, fgx::Table t, int* nbr) {
+  fgk::nbr_coarse(out, n_out, in, c, t, nbr);
+}
+__global__ void kmap_cand_coarse_u32(const int* in, long long n, fgx::Ext out, fgk::Conv c, unsigned sentinel,
+                                     unsigned* keys) {
+  fgk::cand_coarse(in, n, out, c, sentinel, keys);
+}
+__global__ void kmap_cand_coarse_u64(const int* in, long long n, fgx::Ext out, fgk::Conv c,
+                                     unsigned long long sentinel, unsigned long long* keys) {
+  fgk::cand_coarse(in, n, out, c, sentinel, keys);
+}
+__global__ void kmap_cand_fine_u32(const int* in, long long n, fgx::Ext out, fgk::Conv c, unsigned sentinel,
+                                   unsigned* keys) {
+  fgk::cand_fine(in, n, out, c, sentinel, keys);
+}
+__global__ void kmap_cand_fine_u64(const int* in, long long n, fgx::Ext out, fgk::Conv c, unsigned long long sentinel,
+                                   unsigned long long* keys) {
+  fgk::cand_fine(in, n, out, c, sentinel, keys);
+}
+__global__ void kmap_decode_u32(const unsigned* keys, long long m, fgx::Ext ext, int* coords) {
+  fgk::decode(keys, m, ext, coords);
+}
+__global__ void kmap_decode_u64(const unsigned long long* keys, long long m, fgx::Ext ext, int* coords) {
+  fgk::decode(keys, m, ext, coords);
+}
+__global__ void kmap_rev_mirror(const int* nbr, long long n, int V, int* rev) { fgk::rev_mirror(nbr, n, V, rev); }
+__global__ void kmap_rev_scatter(const int* nbr, long long n_out, int V, int* rev) {
+  fgk::rev_scatter(nbr, n_out, V, rev);
+}
+__global__ void __launch_bounds__(fgk::kChunk) kmap_pairs_count(const int* nbr, long long n_out, int V, int* cnt,
+                                                                long long nc) {
+  fgk::pairs_count(nbr, n_out, V, cnt, nc);
+}
+__global__ void kmap_pairs_seg(const long long* off, long long nc, int V, long long* seg) {
+  fgk::pairs_seg(off, nc, V, seg);
+}
+__global__ void __launch_bounds__(fgk::kChunk) kmap_pairs_write(const int* nbr, long long n_out, int V,
+                                                                const long long* off, long long nc, int* pin,
+                                                                int* pout) {
+  fgk::pairs_write(nbr, n_out, V, off, nc, pin, pout);
+}
+
+}  // extern "C"

@@ -1,0 +1,282 @@
+// Device-wide primitives of the spatial kernels: exclusive scans, a stable
+// LSD radix sort of 32- or 64-bit keys with int32 values, and run-length
+// unique of sorted keys. The host sequences the launches (cudaext/sort.go).
+//
+// Every kernel works on tiles of kTile = 2048 elements, one block of 256
+// threads per tile (the grid has one block per tile), so partitions depend
+// only on n. The scan is reduce → scan of the block sums (one block) →
+// downsweep. A radix pass is histogram (per tile and digit) → exclusive
+// scan of the digit-major counts → scatter, where each warp ranks its 256
+// keys in index order with __match_any_sync, so the sort is stable and
+// deterministic. Integer atomics only count; no result depends on their
+// order.
+#include <cub/block/block_load.cuh>
+#include <cub/block/block_reduce.cuh>
+#include <cub/block/block_scan.cuh>
+#include <cub/block/block_store.cuh>
+
+#include "hashtable.cuh"
+
+namespace fgs {
+
+using fgx::i64;
+using fgx::u32;
+using fgx::u64;
+
+constexpr int kThreads = 256;
+constexpr int kItems = 8;
+constexpr int kTile = kThreads * kItems;
+constexpr int kWarps = kThreads / 32;
+constexpr int kMaxRadix = 256;
+
+// part[b] = Σ in[b·kTile : (b+1)·kTile].
+template <class In, class Out> __device__ void scan_reduce(const In* in, Out* part, i64 n) {
+  using BR = cub::BlockReduce<Out, kThreads>;
+  __shared__ typename BR::TempStorage tmp;
+  const i64 base = (i64)blockIdx.x * kTile;
+  Out s = 0;
+#pragma unroll
+  for (int j = 0; j < kItems; ++j) {
+    const i64 i = base + j * kThreads + threadIdx.x;
+    if (i < n) s += (Out)in[i];
+  }
+  const Out t = BR(tmp).Sum(s);
+  if (threadIdx.x == 0) part[blockIdx.x] = t;
+}
+
+// Exclusive scan of part[0:nb] in place by one block; *total = Σ part.
+template <class Out> __device__ void scan_partials(Out* part, i64 nb, Out* total) {
+  using BS = cub::BlockScan<Out, kThreads>;
+  __shared__ typename BS::TempStorage tmp;
+  __shared__ Out carry;
+  if (threadIdx.x == 0) carry = 0;
+  __syncthreads();
+  for (i64 base = 0; base < nb; base += kTile) {
+    Out v[kItems];
+#pragma unroll
+    for (int j = 0; j < kItems; ++j) {
+      const i64 i = base + (i64)threadIdx.x * kItems + j;
+      v[j] = i < nb ? part[i] : Out(0);
+    }
+    Out agg;
+    BS(tmp).ExclusiveSum(v, v, agg);
+    const Out c = carry;
+#pragma unroll
+    for (int j = 0; j < kItems; ++j) {
+      const i64 i = base + (i64)threadIdx.x * kItems + j;
+      if (i < nb) part[i] = v[j] + c;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) carry = c + agg;
+    __syncthreads();
+  }
+  if (threadIdx.x == 0 && total) *total = carry;
+}
+
+// out[i] = part[b] + Σ in[b·kTile : i] for tile b (in may equal out).
+template <class In, class Out> __device__ void scan_final(const In* in, Out* out, const Out* part, i64 n) {
+  using BL = cub::BlockLoad<In, kThreads, kItems, cub::BLOCK_LOAD_WARP_TRANSPOSE>;
+  using BS = cub::BlockScan<Out, kThreads>;
+  using BT = cub::BlockStore<Out, kThreads, kItems, cub::BLOCK_STORE_WARP_TRANSPOSE>;
+  __shared__ union {
+    typename BL::TempStorage load;
+    typename BS::TempStorage scan;
+    typename BT::TempStorage store;
+  } tmp;
+  const i64 base = (i64)blockIdx.x * kTile;
+  const int valid = (int)min((i64)kTile, n - base);
+  In raw[kItems];
+  BL(tmp.load).Load(in + base, raw, valid, In(0));
+  Out v[kItems];
+#pragma unroll
+  for (int j = 0; j < kItems; ++j) v[j] = (Out)raw[j];
+  __syncthreads();
+  BS(tmp.scan).ExclusiveSum(v, v);
+  const Out off = part[blockIdx.x];
+#pragma unroll
+  for (int j = 0; j < kItems; ++j) v[j] += off;
+  __syncthreads();
+  BT(tmp.store).Store(out + base, v, valid);
+}
+
+// counts[d·ntiles + tile] = number of keys of the tile with digit d.
+template <class K> __device__ void radix_hist(const K* keys, i64 n, int shift, int bits, int* counts, i64 ntiles) {
+  __shared__ int h[kMaxRadix];
+  const int radix = 1 << bits;
+  for (int d = threadIdx.x; d < radix; d += kThreads) h[d] = 0;
+  __syncthreads();
+  const i64 base = (i64)blockIdx.x * kTile;
+  const K mask = (K)(radix - 1);
+#pragma unroll
+  for (int j = 0; j < kItems; ++j) {
+    const i64 i = base + j * kThreads + threadIdx.x;
+    if (i < n) atomicAdd(&h[(int)((keys[i] >> shift) & mask)], 1);
+  }
+  __syncthreads();
+  for (int d = threadIdx.x; d < radix; d += kThreads) counts[(i64)d * ntiles + blockIdx.x] = h[d];
+}
+
+// One stable scatter pass. offs is the exclusive scan of radix_hist's
+// counts. vin == nullptr means value = index; vout == nullptr drops values.
+template <class K>
+__device__ void radix_scatter(const K* kin, const int* vin, K* kout, int* vout, i64 n, int shift, int bits,
+                              const int* offs, i64 ntiles) {
+  using BS = cub::BlockScan<int, kThreads>;
+  __shared__ int whist[kWarps][kMaxRadix];
+  __shared__ int dstart[kMaxRadix];
+  __shared__ K skeys[kTile];
+  __shared__ int svals[kTile];
+  __shared__ typename BS::TempStorage scan_tmp;
+
+  const int radix = 1 << bits;
+  const K mask = (K)(radix - 1);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const u32 lt = (1u << lane) - 1;
+  for (int e = threadIdx.x; e < kWarps * kMaxRadix; e += kThreads) (&whist[0][0])[e] = 0;
+  __syncthreads();
+
+  const i64 base = (i64)blockIdx.x * kTile;
+  K key[kItems];
+  int dig[kItems], rank[kItems], val[kItems];
+#pragma unroll
+  for (int j = 0; j < kItems; ++j) {
+    const i64 i = base + warp * (32 * kItems) + j * 32 + lane;
+    const bool valid = i < n;
+    key[j] = valid ? kin[i] : K(0);
+    val[j] = valid ? (vin ? vin[i] : (int)i) : 0;
+    const int d = valid ? (int)((key[j] >> shift) & mask) : kMaxRadix;
+    const u32 peers = __match_any_sync(0xffffffffu, d);
+    const int before = valid ? whist[warp][d] : 0;
+    rank[j] = before + __popc(peers & lt);
+    __syncwarp();
+    if (valid && lane == __ffs(peers) - 1) whist[warp][d] = before + __popc(peers);
+    __syncwarp();
+    dig[j] = d;
+  }
+  __syncthreads();
+  // Per digit (one thread each): exclusive prefix over warps, tile total.
+  int total = 0;
+  if (threadIdx.x < radix) {
+    for (int w = 0; w < kWarps; ++w) {
+      const int c = whist[w][threadIdx.x];
+      whist[w][threadIdx.x] = total;
+      total += c;
+    }
+  }
+  int start;
+  BS(scan_tmp).ExclusiveSum(total, start);
+  if (threadIdx.x < radix) dstart[threadIdx.x] = start;
+  __syncthreads();
+#pragma unroll
+  for (int j = 0; j < kItems; ++j) {
+    const int d = dig[j];
+    if (d < kMaxRadix) {
+      const int pos = dstart[d] + whist[warp][d] + rank[j];
+      skeys[pos] = key[j];
+      svals[pos] = val[j];
+    }
+  }
+  __syncthreads();
+  const int nv = (int)min((i64)kTile, n - base);
+  for (int p = threadIdx.x; p < nv; p += kThreads) {
+    const K k = skeys[p];
+    const int d = (int)((k >> shift) & mask);
+    const i64 out = (i64)offs[(i64)d * ntiles + blockIdx.x] + (p - dstart[d]);
+    kout[out] = k;
+    if (vout) vout[out] = svals[p];
+  }
+}
+
+// keep[i] = keys[i] != sentinel && (i == 0 || keys[i] != keys[i−1]).
+template <class K> __device__ __forceinline__ int first_of_run(const K* keys, i64 i, K sentinel) {
+  const K k = keys[i];
+  return k != sentinel && (i == 0 || keys[i - 1] != k);
+}
+
+template <class K> __device__ void unique_flags(const K* keys, i64 n, K sentinel, int* flags) {
+  for (i64 i = fgx::gtid(); i < n; i += fgx::gstride()) flags[i] = first_of_run(keys, i, sentinel);
+}
+
+// out[pos[i]] = keys[i] for the first key of every run (pos = scanned flags).
+template <class K> __device__ void unique_write(const K* keys, const int* pos, i64 n, K sentinel, K* out) {
+  for (i64 i = fgx::gtid(); i < n; i += fgx::gstride())
+    if (first_of_run(keys, i, sentinel)) out[pos[i]] = keys[i];
+}
+
+}  // namespace fgs
+
+extern "C" {
+
+__global__ void __launch_bounds__(fgs::kThreads) scan_reduce_i32_i32(const int* in, int* part, long long n) {
+  fgs::scan_reduce(in, part, n);
+}
+__global__ void __launch_bounds__(fgs::kThreads) scan_reduce_i32_i64(const int* in, long long* part, long long n) {
+  fgs::scan_reduce(in, part, n);
+}
+__global__ void __launch_bounds__(fgs::kThreads) scan_reduce_i64_i64(const long long* in, long long* part, long long n) {
+  fgs::scan_reduce(in, part, n);
+}
+__global__ void __launch_bounds__(fgs::kThreads) scan_partials_i32(int* part, long long nb, int* total) {
+  fgs::scan_partials(part, nb, total);
+}
+__global__ void __launch_bounds__(fgs::kThreads) scan_partials_i64(long long* part, long long nb, long long* total) {
+  fgs::scan_partials(part, nb, total);
+}
+__global__ void __launch_bounds__(fgs::kThreads) scan_final_i32_i32(const int* in, int* out, const int* part, long long n) {
+  fgs::scan_final(in, out, part, n);
+}
+__global__ void __launch_bounds__(fgs::kThreads)
+    scan_final_i32_i64(const int* in, long long* out, const long long* part, long long n) {
+  fgs::scan_final(in, out, part, n);
+}
+__global__ void __launch_bounds__(fgs::kThreads)
+    scan_final_i64_i64(const long long* in, long long* out, const long long* part, long long n) {
+  fgs::scan_final(in, out, part, n);
+}
+
+__global__ void __launch_bounds__(fgs::kThreads)
+    sort_hist_u32(const unsigned* keys, long long n, int shift, int bits, int* counts, long long ntiles) {
+  fgs::radix_hist(keys, n, shift, bits, counts, ntiles);
+}
+__global__ void __launch_bounds__(fgs::kThreads) sort_hist_u64(const unsigned long long* keys, long long n, int shift,
+                                                              int bits, int* counts, long long ntiles) {
+  fgs::radix_hist(keys, n, shift, bits, counts, ntiles);
+}
+__global__ void __launch_bounds__(fgs::kThreads)
+    sort_scatter_u32(const unsigned* kin, const int* vin, unsigned* kout, int* vout, long long n, int shift, int bits,
+                     const int* offs, long long ntiles) {
+  fgs::radix_scatter(kin, vin, kout, vout, n, shift, bits, offs, ntiles);
+}
+__global__ void __launch_bounds__(fgs::kThreads)
+    sort_scatter_u64(const unsigned long long* kin, const int* vin, unsigned long long* kout, int* vout, long long n,
+                     int shift, int bits, const int* offs, long long ntiles) {
+  fgs::radix_scatter(kin, vin, kout, vout, n, shift, bits, offs, ntiles);
+}
+
+__global__ void sort_unique_flags_u32(const unsigned* keys, long long n, unsigned sentinel, int* flags) {
+  fgs::unique_flags(keys, n, sentinel, flags);
+}
+__global__ void sort_unique_flags_u64(const unsigned long long* keys, long long n, unsigned long long sentinel,
+                                      int* flags) {
+  fgs::unique_flags(keys, n, sentinel, flags);
+}
+__global__ void sort_unique_write_u32(const unsigned* keys, const int* pos, long long n, unsigned sentinel,
+                                      unsigned* out) {
+  fgs::unique_write(keys, pos, n, sentinel, out);
+}
+__global__ void sort_unique_write_u64(const unsigned long long* keys, const int* pos, long long n,
+                                      unsigned long long sentinel, unsigned long long* out) {
+  fgs::unique_write(keys, pos, n, sentinel, out);
+}
+
+// out[i] = i for i < n.
+__global__ void sort_iota_i32(int* out, long long n) {
+  for (long long i = fgx::gtid(); i < n; i += fgx::gstride()) out[i] = (int)i;
+}
+
+// out[i] = (uint64) in[i] (widen 32-bit keys).
+__global__ void sort_widen_u32(const unsigned* in, unsigned long long* out, long long n) {
+  for (long long i = fgx::gtid(); i < n; i += fgx::gstride()) out[i] = in[i];
+}
+
+}  // extern "C"

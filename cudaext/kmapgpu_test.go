@@ -1,0 +1,476 @@
+//go:build cudaext
+
+package cudaext
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/flexgemm-go/flexgemm/sparse"
+	"github.com/flexgemm-go/flexgemm/sparse/grid"
+	"github.com/flexgemm-go/flexgemm/sparse/kmap"
+	"github.com/flexgemm-go/flexgemm/sparse/synth"
+)
+
+// gxDeviceTables downloads the cached device Nbr and Rev of m.
+func gxDeviceTables(t testing.TB, e *Engine, m *kmap.Map) (nbr, rev []int32) {
+	t.Helper()
+	V := m.V()
+	require.NoError(t, e.d.do(func() error {
+		me := e.entry(m)
+		if !me.haveNbr || !me.haveRev {
+			return fmt.Errorf("map tables not cached (nbr %v, rev %v)", me.haveNbr, me.haveRev)
+		}
+		var err error
+		if nbr, err = download[int32](e.d, me.nbr.ptr, m.NOut*V); err != nil {
+			return err
+		}
+		rev, err = download[int32](e.d, me.rev.ptr, m.NIn*V)
+		return err
+	}))
+	return nbr, rev
+}
+
+// gxSameMap checks a GPU-built map against the CPU one: every field, the
+// host and device tables, and the device reverse table against
+// cpu.Reverse().
+func gxSameMap(t *testing.T, e *Engine, gpu, cpu *kmap.Map) {
+	t.Helper()
+	require.Equal(t, cpu.Kind, gpu.Kind)
+	require.Equal(t, cpu.Conv, gpu.Conv)
+	require.Equal(t, cpu.In, gpu.In)
+	require.Equal(t, cpu.Out, gpu.Out)
+	require.Equal(t, cpu.NIn, gpu.NIn)
+	require.Equal(t, cpu.NOut, gpu.NOut)
+	require.Equal(t, len(cpu.InCoords), len(gpu.InCoords))
+	require.True(t, slices.Equal(cpu.InCoords, gpu.InCoords), "InCoords differ")
+	require.True(t, slices.Equal(cpu.OutCoords, gpu.OutCoords), "OutCoords differ")
+	require.Equal(t, len(cpu.Nbr), len(gpu.Nbr))
+	require.True(t, slices.Equal(cpu.Nbr, gpu.Nbr), "Nbr differs at %d", firstDiff(cpu.Nbr, gpu.Nbr))
+	require.NoError(t, gpu.Validate())
+	dn, dr := gxDeviceTables(t, e, gpu)
+	require.True(t, slices.Equal(cpu.Nbr, dn), "device Nbr differs at %d", firstDiff(cpu.Nbr, dn))
+	rev := cpu.Reverse()
+	require.True(t, slices.Equal(rev, dr), "device Rev differs at %d", firstDiff(rev, dr))
+}
+
+func firstDiff(a, b []int32) int {
+	for i := range min(len(a), len(b)) {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	if len(a) != len(b) {
+		return min(len(a), len(b))
+	}
+	return -1
+}
+
+// gxSameDerived derives every device table of gpu and compares them with
+// the CPU's pair lists, Gray orders and tile unions of cpu. (Downloads run
+// on the worker; require only runs on the test goroutine.)
+func gxSameDerived(t *testing.T, e *Engine, gpu, cpu *kmap.Map) {
+	t.Helper()
+	require.NoError(t, e.DeriveTables(gpu, TablesAll))
+	p := cpu.Pairs()
+	V := cpu.V()
+	type maskedHost struct{ order, seg, taps []int32 }
+	var seg []int64
+	var in, out []int32
+	got := map[maskKey]maskedHost{}
+	require.NoError(t, e.d.do(func() error {
+		me := e.entry(gpu)
+		if !me.havePairs {
+			return fmt.Errorf("pairs not cached")
+		}
+		var err error
+		if seg, err = download[int64](e.d, me.pairSg.ptr, V+1); err != nil {
+			return err
+		}
+		if in, err = download[int32](e.d, me.pairIn.ptr, int(p.Count())); err != nil {
+			return err
+		}
+		if out, err = download[int32](e.d, me.pairOut.ptr, int(p.Count())); err != nil {
+			return err
+		}
+		for _, reverse := range []bool{false, true} {
+			rows := cpu.NOut
+			if reverse {
+				rows = cpu.NIn
+			}
+			for _, th := range tileHeights() {
+				mt, ok := me.masked[maskKey{reverse, th}]
+				if !ok {
+					return fmt.Errorf("masked tables (reverse %v, rows %d) not cached", reverse, th)
+				}
+				var h maskedHost
+				nt := (rows + th - 1) / th
+				if h.order, err = download[int32](e.d, mt.order.ptr, rows); err != nil {
+					return err
+				}
+				if h.seg, err = download[int32](e.d, mt.seg.ptr, nt+1); err != nil {
+					return err
+				}
+				if h.taps, err = download[int32](e.d, mt.taps.ptr, int(h.seg[nt])); err != nil {
+					return err
+				}
+				got[maskKey{reverse, th}] = h
+			}
+		}
+		return nil
+	}))
+	require.Equal(t, p.Seg, seg)
+	require.True(t, slices.Equal(p.In, in), "pair inputs differ at %d", firstDiff(p.In, in))
+	require.True(t, slices.Equal(p.Out, out), "pair outputs differ at %d", firstDiff(p.Out, out))
+	for _, reverse := range []bool{false, true} {
+		ms := cpu.Masked()
+		if reverse {
+			ms = cpu.ReverseMasked()
+		}
+		for _, th := range tileHeights() {
+			h := got[maskKey{reverse, th}]
+			require.True(t, slices.Equal(ms.Order, h.order), "reverse %v: Gray order differs at %d", reverse, firstDiff(ms.Order, h.order))
+			tl := ms.Tiles(th)
+			require.True(t, slices.Equal(tl.Seg, h.seg), "reverse %v rows %d: tile segments differ at %d", reverse, th, firstDiff(tl.Seg, h.seg))
+			require.True(t, slices.Equal(tl.Taps, h.taps), "reverse %v rows %d: tile taps differ at %d", reverse, th, firstDiff(tl.Taps, h.taps))
+		}
+	}
+}
+
+var gxSubmKernels = []struct{ k, d [3]int }{
+	{[3]int{3, 3, 3}, [3]int{1, 1, 1}},
+	{[3]int{3, 3, 3}, [3]int{2, 1, 3}},
+	{[3]int{1, 1, 1}, [3]int{1, 1, 1}},
+	{[3]int{3, 1, 5}, [3]int{1, 1, 1}}, // V = 15
+	{[3]int{3, 3, 5}, [3]int{1, 1, 1}}, // V = 45: 64-bit ranks
+	{[3]int{5, 5, 5}, [3]int{1, 1, 1}}, // V = 125: two mask words
+}
+
+// TestGPUSubmanifoldMap compares GPU submanifold maps (tables, reverse,
+// pairs, masks, tiles) with kmap.NewSubmanifold on every scene.
+func TestGPUSubmanifoldMap(t *testing.T) {
+	e := gxEngine(t)
+	rng := rand.New(rand.NewPCG(11, 12))
+	for _, sc := range gxScenes(rng) {
+		for _, g := range gxSubmKernels {
+			if g.k == [3]int{5, 5, 5} && len(sc.coords) > 4*20000 {
+				continue
+			}
+			t.Run(fmt.Sprintf("%s/k%v/d%v", sc.name, g.k, g.d), func(t *testing.T) {
+				cpu, err := kmap.NewSubmanifold(sc.coords, sc.ext, g.k, g.d)
+				require.NoError(t, err)
+				gpu, err := e.SubmanifoldMap(gxCoords(t, e, sc.coords), sc.ext, g.k, g.d)
+				require.NoError(t, err)
+				gxSameMap(t, e, gpu, cpu)
+				gxSameDerived(t, e, gpu, cpu)
+				// Host coordinates work too and alias the caller's slice.
+				h, err := e.SubmanifoldMap(sparse.Matrix{Rows: len(sc.coords) / 4, Cols: 4, Data: sc.coords}, sc.ext, g.k, g.d)
+				require.NoError(t, err)
+				require.True(t, slices.Equal(cpu.Nbr, h.Nbr))
+				if len(sc.coords) > 0 {
+					require.Same(t, &sc.coords[0], &h.InCoords[0])
+				}
+			})
+		}
+	}
+}
+
+var gxStridedConvs = []grid.Conv{
+	grid.Cube(2, 2, 0, 1),
+	grid.Cube(3, 2, 1, 1),
+	grid.Cube(3, 1, 0, 1),
+	grid.Cube(2, 3, 0, 2),
+	{Kernel: [3]int{2, 3, 1}, Stride: [3]int{2, 1, 3}, Padding: [3]int{0, 1, 0}, Dilation: [3]int{1, 2, 1}},
+}
+
+// TestGPUStridedMap compares GPU strided maps with generated outputs and
+// with given outputs, their inverse maps and derived tables with the CPU.
+func TestGPUStridedMap(t *testing.T) {
+	e := gxEngine(t)
+	rng := rand.New(rand.NewPCG(13, 14))
+	for _, sc := range gxScenes(rng) {
+		for _, conv := range gxStridedConvs {
+			if _, err := conv.StridedExtent(sc.ext); err != nil {
+				continue
+			}
+			t.Run(fmt.Sprintf("%s/%v", sc.name, conv), func(t *testing.T) {
+				cpu, err := kmap.NewStrided(sc.coords, sc.ext, conv, nil)
+				require.NoError(t, err)
+				gpu, err := e.StridedMap(gxCoords(t, e, sc.coords), sc.ext, conv, sparse.Matrix{})
+				require.NoError(t, err)
+				gxSameMap(t, e, gpu, cpu)
+				gxSameDerived(t, e, gpu, cpu)
+
+				ci, err := kmap.NewInverse(cpu)
+				require.NoError(t, err)
+				gi, err := e.InverseMap(gpu)
+				require.NoError(t, err)
+				gxSameMap(t, e, gi, ci)
+				gxSameDerived(t, e, gi, ci)
+
+				// Given outputs: a shuffled subset of the reached sites plus
+				// unreached ones.
+				outs := gxShuffled(rng, cpu.OutCoords)
+				outs = outs[:4*(len(outs)/4/2)]
+				oe := cpu.Out
+				have := map[[4]int32]bool{}
+				for i := 0; i < len(outs); i += 4 {
+					have[[4]int32(outs[i:i+4])] = true
+				}
+				for range 20 {
+					p := [4]int32{int32(rng.IntN(oe.Batch)), int32(rng.IntN(oe.X)), int32(rng.IntN(oe.Y)), int32(rng.IntN(oe.Z))}
+					if !have[p] {
+						have[p] = true
+						outs = append(outs, p[:]...)
+					}
+				}
+				cg, err := kmap.NewStrided(sc.coords, sc.ext, conv, outs)
+				require.NoError(t, err)
+				gg, err := e.StridedMap(gxCoords(t, e, sc.coords), sc.ext, conv, gxCoords(t, e, outs))
+				require.NoError(t, err)
+				gxSameMap(t, e, gg, cg)
+			})
+		}
+	}
+}
+
+// TestGPUTransposedMap compares GPU transposed maps with the CPU's.
+func TestGPUTransposedMap(t *testing.T) {
+	e := gxEngine(t)
+	rng := rand.New(rand.NewPCG(15, 16))
+	convs := []grid.Conv{grid.Cube(2, 2, 0, 1), grid.Cube(3, 2, 1, 1), grid.Cube(3, 1, 1, 1),
+		{Kernel: [3]int{3, 2, 1}, Stride: [3]int{1, 2, 3}, Padding: [3]int{1, 0, 0}, Dilation: [3]int{2, 1, 1}}}
+	for _, sc := range gxScenes(rng) {
+		for _, conv := range convs {
+			t.Run(fmt.Sprintf("%s/%v", sc.name, conv), func(t *testing.T) {
+				cpu, err := kmap.NewTransposed(sc.coords, sc.ext, conv)
+				require.NoError(t, err)
+				gpu, err := e.TransposedMap(gxCoords(t, e, sc.coords), sc.ext, conv)
+				require.NoError(t, err)
+				gxSameMap(t, e, gpu, cpu)
+				gxSameDerived(t, e, gpu, cpu)
+			})
+		}
+	}
+}
+
+// TestGPUDeriveHostMap derives device tables of a CPU-built map (its Nbr
+// is uploaded once) and compares them with the CPU's.
+func TestGPUDeriveHostMap(t *testing.T) {
+	e := gxEngine(t)
+	c, ext := synth.SphereShell(48, 2)
+	for _, k := range [][3]int{{3, 3, 3}, {5, 5, 5}} {
+		cpu, err := kmap.NewSubmanifold(c, ext, k, [3]int{1, 1, 1})
+		require.NoError(t, err)
+		require.NoError(t, e.DeriveTables(cpu, TablesAll))
+		_, dr := gxDeviceTables(t, e, cpu)
+		require.Equal(t, cpu.Reverse(), dr)
+		gxSameDerived(t, e, cpu, cpu)
+	}
+	s, err := kmap.NewStrided(c, ext, grid.Cube(2, 2, 0, 1), nil)
+	require.NoError(t, err)
+	gxSameDerived(t, e, s, s)
+	_, dr := gxDeviceTables(t, e, s)
+	require.Equal(t, s.Reverse(), dr)
+}
+
+// TestGPUMapErrors checks bad input: errors with the CPU builders' rows
+// and sentinels, never a panic.
+func TestGPUMapErrors(t *testing.T) {
+	e := gxEngine(t)
+	ext := grid.Extent{Batch: 1, X: 6, Y: 6, Z: 6}
+	k3, d1 := [3]int{3, 3, 3}, [3]int{1, 1, 1}
+	ok := []int32{0, 1, 1, 1, 0, 2, 2, 2}
+	dup := []int32{0, 1, 1, 1, 0, 2, 2, 2, 0, 1, 1, 1}
+	out := []int32{0, 1, 1, 1, 0, 6, 2, 2}
+	_, err := e.SubmanifoldMap(gxCoords(t, e, dup), ext, k3, d1)
+	require.ErrorIs(t, err, kmap.ErrDuplicate)
+	require.ErrorIs(t, err, sparse.ErrDuplicate)
+	require.ErrorContains(t, err, "rows 0 and 2 are both (0, 1, 1, 1)")
+	_, err = e.StridedMap(gxCoords(t, e, out), ext, grid.Cube(2, 2, 0, 1), sparse.Matrix{})
+	require.ErrorIs(t, err, kmap.ErrOutOfRange)
+	require.ErrorContains(t, err, "row 1 (0, 6, 2, 2)")
+	_, err = e.TransposedMap(gxCoords(t, e, dup), ext, grid.Cube(2, 2, 0, 1))
+	require.ErrorIs(t, err, kmap.ErrDuplicate)
+	_, err = e.SubmanifoldMap(gxCoords(t, e, ok), ext, [3]int{2, 3, 3}, d1)
+	require.ErrorIs(t, err, grid.ErrBadGeometry)
+	_, err = e.SubmanifoldMap(gxCoords(t, e, ok), grid.Extent{Batch: 0, X: 1, Y: 1, Z: 1}, k3, d1)
+	require.ErrorIs(t, err, grid.ErrBadExtent)
+	_, err = e.StridedMap(gxCoords(t, e, ok), ext, grid.Cube(7, 1, 0, 1), sparse.Matrix{})
+	require.ErrorIs(t, err, grid.ErrBadGeometry)
+	_, err = e.StridedMap(gxCoords(t, e, ok), ext, grid.Cube(2, 2, 0, 1), gxCoords(t, e, []int32{0, 1, 1, 1, 0, 1, 1, 1}))
+	require.ErrorIs(t, err, kmap.ErrDuplicate)
+	require.ErrorContains(t, err, "output coordinates: rows 0 and 1")
+	_, err = e.SubmanifoldMap(sparse.Matrix{Rows: 2, Cols: 3, Data: []int32{1, 2, 3, 4, 5, 6}}, ext, k3, d1)
+	require.ErrorIs(t, err, sparse.ErrShape)
+	f, err := e.ToDevice(sparse.Matrix{Rows: 1, Cols: 4, Data: []float32{0, 1, 1, 1}})
+	require.NoError(t, err)
+	_, err = e.SubmanifoldMap(f, ext, k3, d1)
+	require.ErrorIs(t, err, sparse.ErrShape)
+	sm, err := e.SubmanifoldMap(gxCoords(t, e, ok), ext, k3, d1)
+	require.NoError(t, err)
+	_, err = e.InverseMap(sm)
+	require.ErrorIs(t, err, kmap.ErrMap)
+	_, err = e.InverseMap(nil)
+	require.ErrorIs(t, err, kmap.ErrMap)
+	require.ErrorIs(t, e.DeriveTables(nil, TablesAll), sparse.ErrShape)
+}
+
+// TestGPUMapEmpty builds every kind of map over no voxels.
+func TestGPUMapEmpty(t *testing.T) {
+	e := gxEngine(t)
+	ext := grid.Extent{Batch: 2, X: 4, Y: 4, Z: 4}
+	empty := gxCoords(t, e, nil)
+	sm, err := e.SubmanifoldMap(empty, ext, [3]int{3, 3, 3}, [3]int{1, 1, 1})
+	require.NoError(t, err)
+	require.Equal(t, 0, sm.NOut)
+	require.Empty(t, sm.Nbr)
+	require.NoError(t, e.DeriveTables(sm, TablesAll))
+	st, err := e.StridedMap(empty, ext, grid.Cube(2, 2, 0, 1), sparse.Matrix{})
+	require.NoError(t, err)
+	require.Equal(t, 0, st.NOut)
+	require.NoError(t, e.DeriveTables(st, TablesAll))
+	inv, err := e.InverseMap(st)
+	require.NoError(t, err)
+	require.Equal(t, 0, inv.NOut)
+	tr, err := e.TransposedMap(empty, ext, grid.Cube(2, 2, 0, 1))
+	require.NoError(t, err)
+	require.Equal(t, 0, tr.NOut)
+	// Inputs whose windows reach no output: strided outputs exist but
+	// given outputs reach nothing.
+	st2, err := e.StridedMap(gxCoords(t, e, []int32{0, 0, 0, 0}), ext, grid.Cube(2, 2, 0, 1), gxCoords(t, e, []int32{1, 1, 1, 1}))
+	require.NoError(t, err)
+	require.Equal(t, []int32{-1, -1, -1, -1, -1, -1, -1, -1}, st2.Nbr)
+	gxSameDerived(t, e, st2, st2)
+}
+
+// gxEvents records CUDA events between the phases of a device pipeline.
+type gxEvents struct{ ev []cuEvent }
+
+func (g *gxEvents) mark(d *Device) error {
+	ev, err := eventCreate()
+	if err != nil {
+		return err
+	}
+	g.ev = append(g.ev, ev)
+	return eventRecord(ev, d.stream)
+}
+
+// ms returns the milliseconds between consecutive marks and frees them.
+func (g *gxEvents) ms() ([]float64, error) {
+	if err := eventSync(g.ev[len(g.ev)-1]); err != nil {
+		return nil, err
+	}
+	out := make([]float64, len(g.ev)-1)
+	for i := range out {
+		v, err := eventElapsed(g.ev[i], g.ev[i+1])
+		if err != nil {
+			return nil, err
+		}
+		out[i] = float64(v)
+	}
+	for _, ev := range g.ev {
+		_ = eventDestroy(ev)
+	}
+	return out, nil
+}
+
+// BenchmarkGPUSubmanifoldMap times the device part of a submanifold map
+// build on a sphere shell (RES 1024: N = 4.1M): hash build (with its
+// status read back), neighbour table, reverse table, and the forward Gray
+// order with tile unions; CUDA events, reported per phase in ms.
+func BenchmarkGPUSubmanifoldMap(b *testing.B) {
+	e := gxEngine(b)
+	for _, res := range []int{256, 1024} {
+		b.Run(fmt.Sprintf("res%d", res), func(b *testing.B) {
+			coords, ext := synth.SphereShell(res, 1)
+			n := len(coords) / 4
+			dc := gxCoords(b, e, coords)
+			defer e.Free(dc)
+			conv := grid.Submanifold([3]int{3, 3, 3}, [3]int{1, 1, 1})
+			rows := tileHeights()[0]
+			phases := []string{"hash", "nbr", "rev", "masked"}
+			sum := make([]float64, len(phases))
+			for b.Loop() {
+				var g gxEvents
+				err := e.d.do(func() error {
+					d := e.d
+					c := deviceCoords{ptr: dc.Data.(*Buffer).ptr, n: n}
+					if err := g.mark(d); err != nil {
+						return err
+					}
+					t, err := d.hashCoords(c.ptr, int64(n), ext, 0, false, "")
+					if err != nil {
+						return err
+					}
+					defer d.freeTable(t)
+					if err := g.mark(d); err != nil {
+						return err
+					}
+					dm := &devMap{nIn: n, nOut: n, V: conv.Volume()}
+					defer d.freeDevMap(dm)
+					if err := d.buildNbr(dm, c.ptr, ext, conv, t, false); err != nil {
+						return err
+					}
+					if err := g.mark(d); err != nil {
+						return err
+					}
+					if err := d.buildRev(dm, true); err != nil {
+						return err
+					}
+					if err := g.mark(d); err != nil {
+						return err
+					}
+					mt, err := d.masked(dm.nbr.ptr, n, dm.V, rows, 0)
+					if err != nil {
+						return err
+					}
+					defer func() {
+						d.freeTemp(mt.order)
+						d.freeTemp(mt.seg)
+						d.freeTemp(mt.taps)
+					}()
+					if err := g.mark(d); err != nil {
+						return err
+					}
+					ms, err := g.ms()
+					for i, v := range ms {
+						sum[i] += v
+					}
+					return err
+				})
+				require.NoError(b, err)
+			}
+			total := 0.0
+			for i, p := range phases {
+				b.ReportMetric(sum[i]/float64(b.N), p+"-ms")
+				total += sum[i]
+			}
+			b.ReportMetric(total/float64(b.N), "device-ms")
+			b.ReportMetric(float64(n), "voxels")
+		})
+	}
+}
+
+// BenchmarkGPUSubmanifoldMapPublic times SubmanifoldMap end to end,
+// including the download of the host table, for comparison.
+func BenchmarkGPUSubmanifoldMapPublic(b *testing.B) {
+	e := gxEngine(b)
+	for _, res := range []int{256, 1024} {
+		b.Run(fmt.Sprintf("res%d", res), func(b *testing.B) {
+			coords, ext := synth.SphereShell(res, 1)
+			dc := gxCoords(b, e, coords)
+			defer e.Free(dc)
+			for b.Loop() {
+				m, err := e.SubmanifoldMap(dc, ext, [3]int{3, 3, 3}, [3]int{1, 1, 1})
+				require.NoError(b, err)
+				e.ForgetMap(m)
+			}
+			b.ReportMetric(float64(len(coords)/4), "voxels")
+		})
+	}
+}

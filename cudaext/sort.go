@@ -1,0 +1,237 @@
+//go:build cudaext
+
+package cudaext
+
+// Device-wide primitives of the spatial kernels (kernels/sort.cu): scans,
+// a stable LSD radix sort, unique of sorted keys, and small host↔device
+// helpers. Everything here is worker only.
+
+import (
+	"fmt"
+	"math"
+	"math/bits"
+	"unsafe"
+
+	"github.com/flexgemm-go/flexgemm/sparse/grid"
+)
+
+// sortTile is the number of elements per block of the sort and scan
+// kernels (kernels/sort.cu kTile); sortThreads their block size.
+const (
+	sortTile    = 2048
+	sortThreads = 256
+)
+
+// scanType names the element types of a scan: input → output.
+type scanType int
+
+const (
+	scanI32    scanType = iota // int32 → int32
+	scanI32I64                 // int32 → int64
+	scanI64                    // int64 → int64
+)
+
+func (t scanType) suffixes() (reduce, partials, final string, outSize int64) {
+	switch t {
+	case scanI32:
+		return "i32_i32", "i32", "i32_i32", 4
+	case scanI32I64:
+		return "i32_i64", "i64", "i32_i64", 8
+	}
+	return "i64_i64", "i64", "i64_i64", 8
+}
+
+// scan writes the exclusive prefix sums of the n elements at in to out
+// (in and out may be equal) and, if total is not 0, their sum to total.
+func (d *Device) scan(t scanType, in, out devPtr, n int64, total devPtr) error {
+	red, part, fin, osz := t.suffixes()
+	if n == 0 {
+		if total != 0 {
+			return memsetD8(total, 0, osz, d.stream)
+		}
+		return nil
+	}
+	nb := (n + sortTile - 1) / sortTile
+	tmp, err := d.allocTemp(nb * osz)
+	if err != nil {
+		return err
+	}
+	defer d.freeTemp(tmp)
+	blk := dim3{X: sortThreads}
+	if err := d.launch("scan_reduce_"+red, dim3{X: int(nb)}, blk, 0, in, tmp.ptr, n); err != nil {
+		return err
+	}
+	if err := d.launch("scan_partials_"+part, dim3{X: 1}, blk, 0, tmp.ptr, nb, total); err != nil {
+		return err
+	}
+	return d.launch("scan_final_"+fin, dim3{X: int(nb)}, blk, 0, in, out, tmp.ptr, n)
+}
+
+// sortPlan returns the number of radix passes and digit bits for keys of
+// nbits significant bits: at most 8 bits per pass, spread evenly.
+func sortPlan(nbits int) (passes, width int) {
+	if nbits <= 0 {
+		return 0, 0
+	}
+	passes = (nbits + 7) / 8
+	width = (nbits + passes - 1) / passes
+	return passes, width
+}
+
+// radixSort sorts the n keys at keys (uint64 if wide, else uint32)
+// ascending by their low nbits bits (the others must be zero), stably, in
+// place. vals (0 for none) holds int32 values that move with the keys; with
+// iota they are not read but set to the keys' original positions, so vals
+// becomes the sorting permutation.
+func (d *Device) radixSort(keys, vals devPtr, n int64, wide bool, nbits int, iota bool) error {
+	if n > math.MaxInt32 {
+		return fmt.Errorf("%w: sorting %d keys (at most 2^31 − 1)", ErrLaunch, n)
+	}
+	passes, width := sortPlan(nbits)
+	if n <= 1 || passes == 0 {
+		if iota && vals != 0 && n > 0 {
+			g, b := d.elementwise(n)
+			return d.launch("sort_iota_i32", g, b, 0, vals, n)
+		}
+		return nil
+	}
+	ksize := int64(4)
+	suffix := "u32"
+	if wide {
+		ksize, suffix = 8, "u64"
+	}
+	ntiles := (n + sortTile - 1) / sortTile
+	radix := int64(1) << width
+	k2, err := d.allocTemp(n * ksize)
+	if err != nil {
+		return err
+	}
+	defer d.freeTemp(k2)
+	var v2 rawBuf
+	if vals != 0 {
+		if v2, err = d.allocTemp(n * 4); err != nil {
+			return err
+		}
+		defer d.freeTemp(v2)
+	}
+	counts, err := d.allocTemp(radix * ntiles * 4)
+	if err != nil {
+		return err
+	}
+	defer d.freeTemp(counts)
+	srcK, dstK := keys, k2.ptr
+	srcV, dstV := vals, v2.ptr
+	grid, blk := dim3{X: int(ntiles)}, dim3{X: sortThreads}
+	for p := range passes {
+		shift := int32(p * width)
+		w := int32(min(width, nbits-p*width))
+		if err := d.launch("sort_hist_"+suffix, grid, blk, 0, srcK, n, shift, w, counts.ptr, ntiles); err != nil {
+			return err
+		}
+		m := (int64(1) << w) * ntiles
+		if err := d.scan(scanI32, counts.ptr, counts.ptr, m, 0); err != nil {
+			return err
+		}
+		vin := srcV
+		if iota && p == 0 {
+			vin = 0
+		}
+		if err := d.launch("sort_scatter_"+suffix, grid, blk, 0, srcK, vin, dstK, dstV, n, shift, w, counts.ptr, ntiles); err != nil {
+			return err
+		}
+		srcK, dstK = dstK, srcK
+		srcV, dstV = dstV, srcV
+	}
+	if srcK != keys {
+		if err := memcpyDtoD(keys, srcK, n*ksize, d.stream); err != nil {
+			return err
+		}
+		if vals != 0 {
+			return memcpyDtoD(vals, srcV, n*4, d.stream)
+		}
+	}
+	return nil
+}
+
+// unique returns the distinct keys of the n sorted keys at keys (uint64 if
+// wide), skipping sentinel, in a new block, and their number. It waits for
+// the device (the count is read back). An empty result is the zero page.
+func (d *Device) unique(keys devPtr, n int64, wide bool, sentinel uint64) (rawBuf, int64, error) {
+	if n == 0 {
+		return rawBuf{ptr: d.zeroPage}, 0, nil
+	}
+	flags, err := d.allocTemp((n + 1) * 4)
+	if err != nil {
+		return rawBuf{}, 0, err
+	}
+	defer d.freeTemp(flags)
+	suffix, ksize := "u32", int64(4)
+	var sent any = uint32(sentinel)
+	if wide {
+		suffix, ksize, sent = "u64", 8, sentinel
+	}
+	g, b := d.elementwise(n)
+	if err := d.launch("sort_unique_flags_"+suffix, g, b, 0, keys, n, sent, flags.ptr); err != nil {
+		return rawBuf{}, 0, err
+	}
+	total := flags.ptr + devPtr(4*n)
+	if err := d.scan(scanI32, flags.ptr, flags.ptr, n, total); err != nil {
+		return rawBuf{}, 0, err
+	}
+	cnt, err := download[int32](d, total, 1)
+	if err != nil {
+		return rawBuf{}, 0, err
+	}
+	m := int64(cnt[0])
+	if m == 0 {
+		return rawBuf{ptr: d.zeroPage}, 0, nil
+	}
+	out, err := d.allocTemp(m * ksize)
+	if err != nil {
+		return rawBuf{}, 0, err
+	}
+	if err := d.launch("sort_unique_write_"+suffix, g, b, 0, keys, flags.ptr, n, sent, out.ptr); err != nil {
+		d.freeTemp(out)
+		return rawBuf{}, 0, err
+	}
+	return out, m, nil
+}
+
+// download copies n elements from the device and waits for them.
+func download[T any](d *Device, p devPtr, n int) ([]T, error) {
+	out := make([]T, n)
+	if n == 0 {
+		return out, nil
+	}
+	var z T
+	err := memcpyDtoH(unsafe.Pointer(&out[0]), p, int64(n)*int64(unsafe.Sizeof(z)), d.stream)
+	return out, err
+}
+
+// uploadTo copies a host slice to device memory at p.
+func uploadTo[T any](d *Device, p devPtr, s []T) error {
+	if len(s) == 0 {
+		return nil
+	}
+	var z T
+	return memcpyHtoD(p, unsafe.Pointer(&s[0]), int64(len(s))*int64(unsafe.Sizeof(z)), d.stream)
+}
+
+// fillI32 sets n int32 words at p to v.
+func (d *Device) fillI32(p devPtr, v int32, n int64) error {
+	return memsetD32(p, uint32(v), n, d.stream)
+}
+
+// bitLen returns the number of bits of v.
+func bitLen(v uint64) int { return bits.Len64(v) }
+
+// extArg mirrors fgx::Ext (kernels/hashtable.cuh).
+type extArg struct{ B, X, Y, Z int64 }
+
+func extOf(e grid.Extent) *extArg {
+	return &extArg{int64(e.Batch), int64(e.X), int64(e.Y), int64(e.Z)}
+}
+
+func (a *extArg) argBytes() []byte {
+	return unsafe.Slice((*byte)(unsafe.Pointer(a)), unsafe.Sizeof(*a))
+}
