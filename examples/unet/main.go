@@ -69,15 +69,15 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	o := &options{}
 	fs := flag.NewFlagSet("unet", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.IntVar(&o.epochs, "epochs", 6, "passes over the training batches (0 = evaluate only)")
+	fs.IntVar(&o.epochs, "epochs", 2, "passes over the training batches (0 = evaluate only)")
 	fs.IntVar(&o.steps, "steps", 0, "stop after this many steps (0 = epochs × train-batches)")
 	fs.IntVar(&o.grid, "grid", 32, "edge length of the voxel grid")
 	fs.IntVar(&o.batch, "batch", 4, "scenes per batch")
-	fs.IntVar(&o.trainBatches, "train-batches", 32, "training batches (fixed, reshuffled every epoch)")
-	fs.IntVar(&o.held, "heldout-batches", 8, "held-out batches")
-	fs.IntVar(&o.channels, "channels", 8, "width of the first level (doubles per level)")
-	fs.IntVar(&o.levels, "levels", 3, "resolution levels of the UNet")
-	fs.IntVar(&o.convs, "convs", 1, "3×3×3 convolutions per UNet block")
+	fs.IntVar(&o.trainBatches, "train-batches", 1024, "training batches per epoch (the same scenes every epoch, in a new order)")
+	fs.IntVar(&o.held, "heldout-batches", 16, "held-out batches")
+	fs.IntVar(&o.channels, "channels", 16, "width of the first level (doubles per level)")
+	fs.IntVar(&o.levels, "levels", 4, "resolution levels of the UNet")
+	fs.IntVar(&o.convs, "convs", 2, "3×3×3 convolutions per UNet block")
 	fs.IntVar(&o.minShapes, "min-shapes", 2, "fewest primitives per scene")
 	fs.IntVar(&o.maxShapes, "max-shapes", 4, "most primitives per scene")
 	fs.Float64Var(&o.lr, "lr", 0.01, "Adam learning rate")
@@ -110,6 +110,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		def("grid", &o.grid, 16)
 		def("levels", &o.levels, 2)
 		def("channels", &o.channels, 4)
+		def("convs", &o.convs, 1)
 		def("batch", &o.batch, 2)
 		def("train-batches", &o.trainBatches, 3)
 		def("heldout-batches", &o.held, 1)
@@ -162,11 +163,22 @@ func run(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("-grid %d must be divisible by 2^(levels−1) = %d", o.grid, 1<<(o.levels-1))
 	}
 
-	// Data.
-	ds, err := scenes.NewDataset(scfg, o.batch, o.trainBatches, o.held)
-	if err != nil {
+	if err := os.MkdirAll(o.out, 0o755); err != nil {
 		return err
 	}
+
+	// Data: the held-out batches are kept (for the picture); training
+	// batches are generated when needed, a scene being a pure function of
+	// (seed, split, index).
+	held := make([]*scenes.Batch, o.held)
+	nHeld := 0
+	for i := range held {
+		if held[i], err = scenes.MakeBatch(scfg, scenes.HeldOut, i, o.batch); err != nil {
+			return err
+		}
+		nHeld += held[i].N()
+	}
+	trainSrc := func(i int) (*scenes.Batch, error) { return scenes.MakeBatch(scfg, scenes.Train, i, o.batch) }
 	model, err := unet.New(mcfg, o.seed)
 	if err != nil {
 		return err
@@ -182,22 +194,14 @@ func run(args []string, stdout, stderr io.Writer) error {
 		}
 		fmt.Fprintf(stdout, "loaded %s (trained %d steps before)\n", o.load, prevSteps)
 	}
-	voxels := func(bs []*scenes.Batch) int {
-		n := 0
-		for _, b := range bs {
-			n += b.N()
-		}
-		return n
-	}
-	nTrain, nHeld := voxels(ds.Train), voxels(ds.HeldOut)
-	fmt.Fprintf(stdout, "data: %d training scenes (%d voxels), %d held-out scenes (%d voxels), grid %d³, %d per batch\n",
-		len(ds.Train)*o.batch, nTrain, len(ds.HeldOut)*o.batch, nHeld, o.grid, o.batch)
+	fmt.Fprintf(stdout, "data: %d training scenes (generated as needed), %d held-out scenes (%d voxels), grid %d³, %d per batch\n",
+		o.trainBatches*o.batch, o.held*o.batch, nHeld, o.grid, o.batch)
 	fmt.Fprintf(stdout, "model: %d levels × %d convs, channels %d…%d, %d parameters, %v, algorithm %v, GOMAXPROCS %d\n",
 		mcfg.Levels, mcfg.Convs, mcfg.Channels, mcfg.Channels<<(mcfg.Levels-1), model.NumParams(), mcfg.DType, algo, runtime.GOMAXPROCS(0))
 	fmt.Fprintf(stdout, "setup %.1fs\n", time.Since(start).Seconds())
 
 	// Training.
-	steps := o.epochs * len(ds.Train)
+	steps := o.epochs * o.trainBatches
 	if o.steps > 0 {
 		steps = min(steps, o.steps)
 	}
@@ -218,21 +222,21 @@ func run(args []string, stdout, stderr io.Writer) error {
 		defer pprof.StopCPUProfile()
 	}
 	if steps > 0 {
-		if last, err = trainLoop(trainer, ds.Train, steps, o, stdout, stderr); err != nil {
+		t0 := time.Now()
+		if last, err = trainLoop(trainer, trainSrc, steps, o, stdout, stderr); err != nil {
 			return err
 		}
+		d := time.Since(t0)
+		fmt.Fprintf(stdout, "trained %d steps in %.1fs (%.0f ms/step)\n", steps, d.Seconds(), 1000*d.Seconds()/float64(steps))
 	}
 
 	// Evaluation.
-	ev, err := model.Evaluate(ds.HeldOut, o.grid)
+	ev, err := model.Evaluate(held, o.grid)
 	if err != nil {
 		return err
 	}
 	report(stdout, ev, last, steps)
 
-	if err := os.MkdirAll(o.out, 0o755); err != nil {
-		return err
-	}
 	if save := o.save; save != "" {
 		if save == "auto" {
 			save = filepath.Join(o.out, "unet.safetensors")
@@ -245,7 +249,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	}
 	if o.png != "" && o.views > 0 {
 		path := filepath.Join(o.out, o.png)
-		if err := writePNG(path, o, ev, ds.HeldOut); err != nil {
+		if err := writePNG(path, o, ev, held); err != nil {
 			return err
 		}
 		fmt.Fprintf(stdout, "picture: %s\n", path)
@@ -259,7 +263,7 @@ type trainStats struct {
 	loss, acc float64
 }
 
-func trainLoop(t *unet.Trainer, train []*scenes.Batch, steps int, o *options, stdout, stderr io.Writer) (trainStats, error) {
+func trainLoop(t *unet.Trainer, train unet.Source, steps int, o *options, stdout, stderr io.Writer) (trainStats, error) {
 	var bar *progressbar.ProgressBar
 	if !o.noBar {
 		bar = progressbar.NewOptions(steps,
@@ -276,7 +280,7 @@ func trainLoop(t *unet.Trainer, train []*scenes.Batch, steps int, o *options, st
 	r := rand.New(rand.NewPCG(o.seed, 0x6f72646572))
 	order := make([]int, 0, steps)
 	for len(order) < steps {
-		for _, i := range r.Perm(len(train)) {
+		for _, i := range r.Perm(o.trainBatches) {
 			order = append(order, i)
 		}
 	}
@@ -289,9 +293,9 @@ func trainLoop(t *unet.Trainer, train []*scenes.Batch, steps int, o *options, st
 		epOK, epN, epStep int
 		smooth            = math.NaN()
 	)
-	epochs := (steps + len(train) - 1) / len(train)
+	epochs := (steps + o.trainBatches - 1) / o.trainBatches
 	for step := range steps {
-		if step%len(train) == 0 {
+		if step%o.trainBatches == 0 {
 			epLoss, epOK, epN, epStep = 0, 0, 0, 0
 		}
 		s, err := samples.Next()
@@ -318,12 +322,12 @@ func trainLoop(t *unet.Trainer, train []*scenes.Batch, steps int, o *options, st
 			smooth = 0.95*smooth + 0.05*res.Loss
 		}
 		stats = trainStats{loss: epLoss / float64(epStep), acc: float64(epOK) / float64(max(1, epN))}
-		epoch := step/len(train) + 1
+		epoch := step/o.trainBatches + 1
 		if bar != nil {
 			bar.Describe(fmt.Sprintf("epoch %d/%d  loss %.3f  acc %5.1f%%", epoch, epochs, smooth, 100*stats.acc))
 			_ = bar.Add(1)
 		}
-		if o.noBar && ((step+1)%len(train) == 0 || step == steps-1) {
+		if o.noBar && ((step+1)%o.trainBatches == 0 || step == steps-1) {
 			fmt.Fprintf(stdout, "epoch %d/%d  step %d/%d  loss %.4f  voxel accuracy %.1f%%\n", epoch, epochs, step+1, steps, stats.loss, 100*stats.acc)
 		}
 	}

@@ -294,6 +294,22 @@ func Stack(scenes ...*Scene) *Batch {
 	return b
 }
 
+// MakeBatch generates batch index of split: the size scenes with indices
+// index·size … index·size + size − 1, stacked.
+func MakeBatch(cfg Config, split Split, index, size int) (*Batch, error) {
+	if size < 1 || index < 0 || index > math.MaxInt/size-1 {
+		return nil, fmt.Errorf("%w: batch %d of size %d", ErrConfig, index, size)
+	}
+	sc := make([]*Scene, size)
+	for i := range sc {
+		var err error
+		if sc[i], err = Generate(cfg, split, index*size+i); err != nil {
+			return nil, err
+		}
+	}
+	return Stack(sc...), nil
+}
+
 // Dataset holds the scenes of both splits, grouped into batches.
 type Dataset struct {
 	Config  Config
@@ -302,7 +318,8 @@ type Dataset struct {
 }
 
 // NewDataset generates trainBatches·batchSize training scenes and
-// heldOutBatches·batchSize held-out scenes.
+// heldOutBatches·batchSize held-out scenes. For large training sets use
+// MakeBatch on demand instead: a scene is a pure function of its index.
 func NewDataset(cfg Config, batchSize, trainBatches, heldOutBatches int) (*Dataset, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -314,14 +331,10 @@ func NewDataset(cfg Config, batchSize, trainBatches, heldOutBatches int) (*Datas
 	build := func(split Split, nb int) ([]*Batch, error) {
 		out := make([]*Batch, nb)
 		for b := range out {
-			sc := make([]*Scene, batchSize)
-			for i := range sc {
-				var err error
-				if sc[i], err = Generate(cfg, split, b*batchSize+i); err != nil {
-					return nil, err
-				}
+			var err error
+			if out[b], err = MakeBatch(cfg, split, b, batchSize); err != nil {
+				return nil, err
 			}
-			out[b] = Stack(sc...)
 		}
 		return out, nil
 	}

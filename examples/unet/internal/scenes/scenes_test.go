@@ -135,6 +135,9 @@ func TestDatasetAndStack(t *testing.T) {
 		total += s.N()
 	}
 	require.Equal(t, total, b.N())
+	again, err := MakeBatch(cfg, Train, 1, 3)
+	require.NoError(t, err)
+	require.Equal(t, b, again, "a batch is a pure function of its index")
 }
 
 func TestConfigErrors(t *testing.T) {
@@ -150,6 +153,10 @@ func TestConfigErrors(t *testing.T) {
 	_, err := Generate(DefaultConfig(1), Train, -1)
 	require.ErrorIs(t, err, ErrConfig)
 	_, err = NewDataset(DefaultConfig(1), 0, 1, 1)
+	require.ErrorIs(t, err, ErrConfig)
+	_, err = MakeBatch(DefaultConfig(1), Train, -1, 2)
+	require.ErrorIs(t, err, ErrConfig)
+	_, err = MakeBatch(DefaultConfig(1), Train, 0, 0)
 	require.ErrorIs(t, err, ErrConfig)
 	require.Equal(t, "torus", Torus.String())
 	require.Equal(t, "held-out", HeldOut.String())

@@ -233,7 +233,7 @@ func (m *Model) Evaluate(batches []*scenes.Batch, gridSize int) (*Evaluation, er
 	for i := range order {
 		order[i] = i
 	}
-	samples := m.Prefetch(batches, order, gridSize)
+	samples := m.Prefetch(FromSlice(batches), order, gridSize)
 	defer samples.Stop()
 	for range batches {
 		s, err := samples.Next()
@@ -267,19 +267,33 @@ type prepared struct {
 	err error
 }
 
-// Prefetch starts preparing batches[order[0]], batches[order[1]], … .
-// Call Stop when done.
-func (m *Model) Prefetch(batches []*scenes.Batch, order []int, gridSize int) *Samples {
+// Source returns batch i of a data set.
+type Source func(i int) (*scenes.Batch, error)
+
+// FromSlice serves the batches of a slice.
+func FromSlice(batches []*scenes.Batch) Source {
+	return func(i int) (*scenes.Batch, error) {
+		if i < 0 || i >= len(batches) {
+			return nil, fmt.Errorf("%w: batch %d of %d", ErrConfig, i, len(batches))
+		}
+		return batches[i], nil
+	}
+}
+
+// Prefetch starts fetching and preparing batches order[0], order[1], … of
+// src. Call Stop when done.
+func (m *Model) Prefetch(src Source, order []int, gridSize int) *Samples {
 	s := &Samples{ch: make(chan prepared, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	go func() {
 		defer close(s.done)
 		defer close(s.ch)
 		for _, i := range order {
 			var p prepared
-			if i < 0 || i >= len(batches) {
-				p.err = fmt.Errorf("%w: batch %d of %d", ErrConfig, i, len(batches))
+			b, err := src(i)
+			if err != nil {
+				p.err = err
 			} else {
-				p.s, p.err = m.Prepare(batches[i], gridSize)
+				p.s, p.err = m.Prepare(b, gridSize)
 			}
 			select {
 			case s.ch <- p:

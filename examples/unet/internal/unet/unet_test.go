@@ -295,7 +295,7 @@ func TestEvaluateAndPrefetch(t *testing.T) {
 	require.InDelta(t, loss, ev.Loss, 1e-12)
 
 	// Order is respected, a bad index is an error, Stop never blocks.
-	p := m.Prefetch(ds.Train, []int{2, 0, 7}, 16)
+	p := m.Prefetch(FromSlice(ds.Train), []int{2, 0, 7}, 16)
 	s, err := p.Next()
 	require.NoError(t, err)
 	require.Same(t, ds.Train[2], s.Batch)
@@ -308,6 +308,6 @@ func TestEvaluateAndPrefetch(t *testing.T) {
 	require.ErrorIs(t, err, ErrConfig, "exhausted")
 	p.Stop()
 	p.Stop()
-	early := m.Prefetch(ds.Train, []int{0, 1, 2}, 16)
+	early := m.Prefetch(FromSlice(ds.Train), []int{0, 1, 2}, 16)
 	early.Stop()
 }
