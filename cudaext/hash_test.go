@@ -25,6 +25,7 @@ import (
 	"github.com/flexgemm-go/flexgemm/sparse/grid"
 	"github.com/flexgemm-go/flexgemm/sparse/hash"
 	"github.com/flexgemm-go/flexgemm/sparse/kmap"
+	"github.com/flexgemm-go/flexgemm/sparse/serialize"
 	"github.com/flexgemm-go/flexgemm/sparse/synth"
 )
 
@@ -451,4 +452,88 @@ func TestGPUCoordIndexErrors(t *testing.T) {
 		_, err = e.NewCoordIndex(sparse.Matrix{Rows: 0, Cols: 4, Data: []int32{}}, grid.Extent{})
 		require.ErrorIs(t, err, grid.ErrBadExtent)
 	})
+}
+
+// TestGPUSanitizerSweep runs every spatial kernel once on tiny inputs and
+// checks nothing but success: a quick target for
+//
+//	compute-sanitizer --tool memcheck ./cudaext.test -test.run TestGPUSanitizerSweep
+//	compute-sanitizer --tool racecheck ./cudaext.test -test.run TestGPUSanitizerSweep
+func TestGPUSanitizerSweep(t *testing.T) {
+	e := gxEngine(t)
+	rng := rand.New(rand.NewPCG(61, 62))
+	ext := grid.Extent{Batch: 2, X: 7, Y: 6, Z: 5}
+	coords := gxShuffled(rng, synth.RandomScene(rng, ext, 0.3))
+	n := len(coords) / 4
+	dc := gxCoords(t, e, coords)
+	ix, err := e.NewCoordIndex(dc, ext)
+	require.NoError(t, err)
+	_, err = ix.Lookup(dc)
+	require.NoError(t, err)
+	ix.Free()
+	sm, err := e.SubmanifoldMap(dc, ext, [3]int{3, 3, 3}, [3]int{1, 1, 1})
+	require.NoError(t, err)
+	require.NoError(t, e.DeriveTables(sm, TablesAll))
+	big, err := e.SubmanifoldMap(dc, ext, [3]int{5, 5, 5}, [3]int{1, 1, 1})
+	require.NoError(t, err)
+	require.NoError(t, e.DeriveTables(big, TablesAll))
+	st, err := e.StridedMap(dc, ext, grid.Cube(3, 2, 1, 1), sparse.Matrix{})
+	require.NoError(t, err)
+	require.NoError(t, e.DeriveTables(st, TablesAll))
+	inv, err := e.InverseMap(st)
+	require.NoError(t, err)
+	require.NoError(t, e.DeriveTables(inv, TablesAll))
+	tr, err := e.TransposedMap(dc, ext, grid.Cube(2, 2, 0, 1))
+	require.NoError(t, err)
+	require.NoError(t, e.DeriveTables(tr, TablesAll))
+	for _, mode := range []serialize.Mode{serialize.ZOrder, serialize.Hilbert} {
+		codes, err := e.EncodeCoords(dc, ext, mode)
+		require.NoError(t, err)
+		_, err = e.DecodeCoords(codes, ext, mode)
+		require.NoError(t, err)
+		_, perm, err := e.SortCoords(dc, ext, mode)
+		require.NoError(t, err)
+		x, err := e.ToDevice(sparse.Matrix{Rows: n, Cols: 3, Data: synth.Uniform[float32](rng, 3*n)})
+		require.NoError(t, err)
+		_, err = e.GatherRows(x, perm)
+		require.NoError(t, err)
+	}
+	pts := synth.Uniform[float32](rng, 3*300)
+	for i := range pts {
+		pts[i] = pts[i]*4 + 3
+	}
+	dpts, err := e.ToDevice(sparse.Matrix{Rows: 300, Cols: 3, Data: pts})
+	require.NoError(t, err)
+	feats, err := e.ToDevice(sparse.Matrix{Rows: 300, Cols: 2, Data: synth.Uniform[float32](rng, 600)})
+	require.NoError(t, err)
+	vox, err := e.Voxelize(dpts, feats, sparse.Matrix{}, sparse.VoxelizeOptions{VoxelSize: [3]float64{0.5, 0.5, 0.5}, DropOutside: true})
+	require.NoError(t, err)
+	vox.Free()
+	x, err := e.ToDevice(sparse.Matrix{Rows: st.NIn, Cols: 3, Data: synth.Uniform[float32](rng, 3*st.NIn)})
+	require.NoError(t, err)
+	dy, err := e.ToDevice(sparse.Matrix{Rows: st.NOut, Cols: 3, Data: synth.Uniform[float32](rng, 3*st.NOut)})
+	require.NoError(t, err)
+	for _, mode := range []sparse.PoolMode{sparse.MaxPool, sparse.AvgPool} {
+		_, arg, err := e.PoolForward(st, x, mode)
+		require.NoError(t, err)
+		_, err = e.PoolGrad(st, dy, arg, mode)
+		require.NoError(t, err)
+	}
+	q := gxQueries(rng, ext, 40)
+	dq, err := e.ToDevice(sparse.Matrix{Rows: len(q) / 3, Cols: 3, Data: q})
+	require.NoError(t, err)
+	f, err := e.ToDevice(sparse.Matrix{Rows: n, Cols: 3, Data: synth.Uniform[float32](rng, 3*n)})
+	require.NoError(t, err)
+	g, err := e.ToDevice(sparse.Matrix{Rows: len(q) / 3, Cols: 3, Data: synth.Uniform[float32](rng, len(q))})
+	require.NoError(t, err)
+	for _, mode := range []sparse.SampleMode{sparse.Trilinear, sparse.Nearest} {
+		p, err := e.NewSamplePlan(dc, ext, dq, 40, mode)
+		require.NoError(t, err)
+		_, err = p.Sample(f)
+		require.NoError(t, err)
+		_, _, err = p.Grad(f, g)
+		require.NoError(t, err)
+		p.Free()
+	}
+	require.NoError(t, e.Synchronize())
 }
