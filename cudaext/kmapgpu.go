@@ -95,6 +95,20 @@ func checkTable(op string, nOut, V int) error {
 	return nil
 }
 
+// checkExtent validates ext and requires every dimension to fit int32
+// coordinates, as kmap does; what names the grid in the message.
+func checkExtent(op, what string, ext grid.Extent) error {
+	if err := ext.Validate(); err != nil {
+		return fmt.Errorf("cudaext: %s: %s%w", op, what, err)
+	}
+	for _, d := range [4]int{ext.Batch, ext.X, ext.Y, ext.Z} {
+		if d > math.MaxInt32 {
+			return tooLarge(op, "%s%v has a dimension beyond int32 coordinates", what, ext)
+		}
+	}
+	return nil
+}
+
 // allocTable returns a block for an [n, V] int32 table (the zero page when
 // empty).
 func (d *Device) allocTable(n, V int) (rawBuf, error) {
@@ -279,9 +293,6 @@ func (d *Device) transposed(op string, c deviceCoords, ext grid.Extent, conv gri
 	if err != nil {
 		return nil, fmt.Errorf("cudaext: %s: %w", op, err)
 	}
-	if err := out.Validate(); err != nil {
-		return nil, fmt.Errorf("cudaext: %s: output grid: %w", op, err)
-	}
 	V := conv.Volume()
 	t, err := d.hashCoords(c.ptr, int64(c.n), ext, 0, false, op+": ")
 	if err != nil {
@@ -351,8 +362,8 @@ func (e *Engine) SubmanifoldMap(coords sparse.Matrix, ext grid.Extent, kernel, d
 	if err := conv.ValidateSubmanifold(); err != nil {
 		return nil, fmt.Errorf("cudaext: %s: %w", op, err)
 	}
-	if err := ext.Validate(); err != nil {
-		return nil, fmt.Errorf("cudaext: %s: %w", op, err)
+	if err := checkExtent(op, "", ext); err != nil {
+		return nil, err
 	}
 	var m *kmap.Map
 	err := e.d.do(func() error {
@@ -390,12 +401,15 @@ func (e *Engine) StridedMap(coords sparse.Matrix, ext grid.Extent, conv grid.Con
 	if err := conv.Validate(); err != nil {
 		return nil, fmt.Errorf("cudaext: %s: %w", op, err)
 	}
-	if err := ext.Validate(); err != nil {
-		return nil, fmt.Errorf("cudaext: %s: %w", op, err)
+	if err := checkExtent(op, "", ext); err != nil {
+		return nil, err
 	}
 	out, err := conv.StridedExtent(ext)
 	if err != nil {
 		return nil, fmt.Errorf("cudaext: %s: %w", op, err)
+	}
+	if err := checkExtent(op, "output grid: ", out); err != nil {
+		return nil, err
 	}
 	var m *kmap.Map
 	err = e.d.do(func() error {
@@ -447,12 +461,15 @@ func (e *Engine) TransposedMap(coords sparse.Matrix, ext grid.Extent, conv grid.
 	if err := conv.Validate(); err != nil {
 		return nil, fmt.Errorf("cudaext: %s: %w", op, err)
 	}
-	if err := ext.Validate(); err != nil {
-		return nil, fmt.Errorf("cudaext: %s: %w", op, err)
+	if err := checkExtent(op, "", ext); err != nil {
+		return nil, err
 	}
 	out, err := conv.TransposedExtent(ext)
 	if err != nil {
 		return nil, fmt.Errorf("cudaext: %s: %w", op, err)
+	}
+	if err := checkExtent(op, "output grid: ", out); err != nil {
+		return nil, err
 	}
 	var m *kmap.Map
 	err = e.d.do(func() error {
