@@ -15,9 +15,11 @@ import (
 	"errors"
 	"math"
 	"math/rand/v2"
+	"os"
 	"slices"
 	"sort"
 	"testing"
+	"unsafe"
 
 	"github.com/stretchr/testify/require"
 
@@ -536,4 +538,35 @@ func TestGPUSanitizerSweep(t *testing.T) {
 		p.Free()
 	}
 	require.NoError(t, e.Synchronize())
+}
+
+// TestGPUSpatialParamsMirrorCpp checks that the Go mirrors of the kernel
+// parameter structs have the C++ layouts (sizes, and the declarations
+// they mirror are unchanged).
+func TestGPUSpatialParamsMirrorCpp(t *testing.T) {
+	require.Equal(t, uintptr(32), unsafe.Sizeof(extArg{}))
+	require.Equal(t, uintptr(24), unsafe.Sizeof(tableArg{}))
+	require.Equal(t, uintptr(56), unsafe.Sizeof(convArg{}))
+	require.Equal(t, uintptr(88), unsafe.Sizeof(voxOpts{}))
+	for file, decls := range map[string][]string{
+		"kernels/hashtable.cuh": {
+			"struct Ext {\n  i64 B, X, Y, Z;",
+			"struct Table {\n  u64* slots;  // narrow: [1 << lg]; wide: [2 << lg]\n  int lg;      // log2 of the slot count, ≥ kGroupBits + 1\n  int wide;    // 0: narrow layout, 1: wide layout\n  int limit;   // probes an insert may make before giving up\n  int probe;",
+			"kFlags = 0,", "kMaxProbe = 1,", "kBadRow = 2,", "kDupLo = 4,", "kDupHi = 5,", "kAux = 6,", "kStatusWords = 8",
+			"kFlagFull = 1, kFlagDup = 2, kFlagRange = 4, kFlagAux = 8",
+			"constexpr int kGroupBits = 2;",
+		},
+		"kernels/kmap.cu":     {"struct Conv {\n  int K[3], S[3], P[3], D[3];\n  int V, pad;", "constexpr int kChunk = 256;"},
+		"kernels/voxelize.cu": {"struct Opts {\n  double size[3], origin[3];\n  Ext ext;    // the grid (given), or the derived one in vox_keys\n  int given;  // 1 when ext was given by the caller\n  int drop;"},
+		"kernels/sort.cu":     {"constexpr int kThreads = 256;", "constexpr int kItems = 8;"},
+	} {
+		src, err := os.ReadFile(file)
+		require.NoError(t, err)
+		for _, d := range decls {
+			require.Containsf(t, string(src), d, "%s changed a declaration mirrored in Go", file)
+		}
+	}
+	require.Equal(t, 2048, sortTile)
+	require.Equal(t, 256, pairsChunk)
+	require.Equal(t, 2, groupBits)
 }
