@@ -3,11 +3,10 @@
 package cudaext
 
 // GPU tests of the convolution engine. They need a GPU: build the binary
-// here and run it on the GPU machine (see .gpu/run.sh, written by
-// cudaext/gpurun.sh):
+// here and run it on the GPU machine. cudaext/gpu_run.sh does both:
 //
-//	go test -c -tags cudaext -o .gpu/cudaext.test ./cudaext
-//	cd cudaext && FLEXGEMM_CUDA_SYNC=1 ../.gpu/cudaext.test -test.v
+//	bash cudaext/gpu_run.sh build   # here: go test -c -tags cudaext -o .gpu/cudaext.test ./cudaext
+//	bash .gpu/run.sh                # there: sanitizers, full test, table, benchmarks
 //
 // Without a GPU every test is skipped (TestMain), unless
 // FLEXGEMM_REQUIRE_GPU=1 makes that a failure.
@@ -53,7 +52,7 @@ func TestMain(m *testing.M) {
 		float64(info.TotalMem)/(1<<30), info.DriverVersion)
 	code := m.Run()
 	results.print(os.Stdout)
-	if dir := os.Getenv("FLEXGEMM_TEST_OUT"); dir != "" {
+	if dir := os.Getenv("FLEXGEMM_TEST_OUT"); dir != "" && len(results.rows) > 0 {
 		if f, err := os.Create(filepath.Join(dir, "variants.txt")); err == nil {
 			results.printAll(f)
 			f.Close()
@@ -375,9 +374,28 @@ func TestConvSweep(t *testing.T) {
 	}
 }
 
+// envSelected reports whether name passes the comma-separated filter in
+// environment variable key (unset = everything), used to narrow sanitizer
+// runs: FLEXGEMM_TEST_MATHS=f16 FLEXGEMM_TEST_TILES=m64n32k32w2x1s4.
+func envSelected(key, name string) bool {
+	v := os.Getenv(key)
+	if v == "" {
+		return true
+	}
+	for _, f := range strings.Split(v, ",") {
+		if f == name {
+			return true
+		}
+	}
+	return false
+}
+
 func sweepOne(t *testing.T, m *kmap.Map, ref *reference, scene string) {
 	V := m.V()
 	for _, mth := range kernels.Maths {
+		if !envSelected("FLEXGEMM_TEST_MATHS", mth.String()) {
+			continue
+		}
 		gpu.SetTF32(mth == kernels.TF32)
 		dt := dtypeOf(mth)
 		x := dev(t, m.NIn, ref.ci, ref.x, dt)
@@ -385,6 +403,9 @@ func sweepOne(t *testing.T, m *kmap.Map, ref *reference, scene string) {
 		b := dev(t, 1, ref.co, ref.b, dt)
 		dy := dev(t, m.NOut, ref.co, ref.dy, dt)
 		for ti, tile := range kernels.Tiles {
+			if !envSelected("FLEXGEMM_TEST_TILES", tile.Name()) {
+				continue
+			}
 			for _, alg := range sparse.Algorithms {
 				o := Options{ConvOptions: sparse.ConvOptions{Algorithm: alg}, Tile: tile.Name()}
 				if isSplit(alg) && ti%2 == 1 {
