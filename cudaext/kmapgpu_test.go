@@ -474,3 +474,59 @@ func BenchmarkGPUSubmanifoldMapPublic(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkGPUStridedMap times StridedMap (K2S2, generated outputs) end to
+// end on a sphere shell, including the host download.
+func BenchmarkGPUStridedMap(b *testing.B) {
+	e := gxEngine(b)
+	for _, res := range []int{256, 1024} {
+		b.Run(fmt.Sprintf("res%d", res), func(b *testing.B) {
+			coords, ext := synth.SphereShell(res, 1)
+			dc := gxCoords(b, e, coords)
+			defer e.Free(dc)
+			for b.Loop() {
+				m, err := e.StridedMap(dc, ext, grid.Cube(2, 2, 0, 1), sparse.Matrix{})
+				require.NoError(b, err)
+				e.ForgetMap(m)
+			}
+			b.ReportMetric(float64(len(coords)/4), "voxels")
+		})
+	}
+}
+
+// BenchmarkGPUDeriveTables times DeriveTables(TablesAll) (pair lists, Gray
+// orders and tile unions of both tables for every tile height) of a
+// submanifold map on a sphere shell.
+func BenchmarkGPUDeriveTables(b *testing.B) {
+	e := gxEngine(b)
+	for _, res := range []int{256, 1024} {
+		b.Run(fmt.Sprintf("res%d", res), func(b *testing.B) {
+			coords, ext := synth.SphereShell(res, 1)
+			dc := gxCoords(b, e, coords)
+			defer e.Free(dc)
+			m, err := e.SubmanifoldMap(dc, ext, [3]int{3, 3, 3}, [3]int{1, 1, 1})
+			require.NoError(b, err)
+			for b.Loop() {
+				// Drop the derived tables, keep Nbr and Rev.
+				require.NoError(b, e.d.do(func() error {
+					me := e.entry(m)
+					if me.havePairs {
+						for _, r := range []rawBuf{me.pairIn, me.pairOut, me.pairSg} {
+							e.d.freeTemp(r)
+						}
+						me.havePairs = false
+					}
+					for k, t := range me.masked {
+						e.d.freeTemp(t.order)
+						e.d.freeTemp(t.seg)
+						e.d.freeTemp(t.taps)
+						delete(me.masked, k)
+					}
+					return nil
+				}))
+				require.NoError(b, e.DeriveTables(m, TablesAll))
+			}
+			b.ReportMetric(float64(len(coords)/4), "voxels")
+		})
+	}
+}
