@@ -126,7 +126,11 @@ func gxScenes(rng *rand.Rand) []gxScene {
 func TestGPUScan(t *testing.T) {
 	e := gxEngine(t)
 	rng := rand.New(rand.NewPCG(1, 2))
-	for _, n := range []int{0, 1, 7, 2047, 2048, 2049, 100_003, 5_000_000} {
+	sizes := []int{0, 1, 7, 2047, 2048, 2049, 100_003, 5_000_000}
+	if testing.Short() {
+		sizes = sizes[:7]
+	}
+	for _, n := range sizes {
 		in := make([]int32, n)
 		for i := range in {
 			in[i] = int32(rng.IntN(100)) - 10
@@ -196,7 +200,11 @@ func TestGPUScan(t *testing.T) {
 func TestGPURadixSort(t *testing.T) {
 	e := gxEngine(t)
 	rng := rand.New(rand.NewPCG(3, 4))
-	for _, n := range []int{0, 1, 2, 64, 2047, 2049, 10_000, 1_000_003} {
+	sizes := []int{0, 1, 2, 64, 2047, 2049, 10_000, 1_000_003}
+	if testing.Short() {
+		sizes = sizes[:7]
+	}
+	for _, n := range sizes {
 		for _, nbits := range []int{0, 1, 5, 8, 17, 32, 41, 64} {
 			wide := nbits > 32
 			keys := make([]uint64, n)
