@@ -36,8 +36,8 @@ func TestGPUSerialize(t *testing.T) {
 		{Batch: 1, X: 1, Y: 1, Z: 1},
 		{Batch: 3, X: 5, Y: 9, Z: 2},
 		{Batch: 2, X: 64, Y: 64, Z: 64},
-		{Batch: 4, X: 1024, Y: 1024, Z: 1024}, // 32 bits: the FlexGEMM z-order overflow case
-		{Batch: 7, X: 1 << 21, Y: 3, Z: 1 << 20},
+		{Batch: 4, X: 1024, Y: 1024, Z: 1024},          // 32 bits: the FlexGEMM z-order overflow case
+		{Batch: 2, X: 1 << 21, Y: 3, Z: 1 << 20},       // 3·21 spatial + 1 batch bit = 64
 		{Batch: 2, X: 1 << 21, Y: 1 << 21, Z: 1 << 21}, // 64 bits
 	}
 	for _, ext := range exts {
