@@ -370,7 +370,8 @@ func report(w io.Writer, ev *unet.Evaluation, last trainStats, steps int) {
 
 func writePNG(path string, o *options, ev *unet.Evaluation, held []*scenes.Batch) error {
 	fig := &viz.Figure{
-		Title:   fmt.Sprintf("Sparse UNet, held-out scenes (top view, %d³ grid): overall voxel accuracy %.1f%%, mIoU %.3f", o.grid, 100*ev.Confusion.Accuracy(), ev.Confusion.MeanIoU()),
+		Title: fmt.Sprintf("Sparse UNet on held-out scenes: voxel accuracy %.1f%%, mIoU %.3f\n"+
+			"top view of the %d³ grid; colour = primitive type of the highest voxel", 100*ev.Confusion.Accuracy(), ev.Confusion.MeanIoU(), o.grid),
 		Grid:    o.grid,
 		Classes: scenes.ClassNames[:],
 	}

@@ -13,6 +13,7 @@ import (
 	"image/png"
 	"io"
 	"math"
+	"strings"
 
 	"golang.org/x/image/font"
 	"golang.org/x/image/font/gofont/goregular"
@@ -55,6 +56,8 @@ type View struct {
 
 // Figure describes the whole picture.
 type Figure struct {
+	// Title is drawn at the top; "\n" starts a new line. The picture is
+	// widened to fit it.
 	Title   string
 	Grid    int      // edge length of the voxel grid
 	Classes []string // class names, in label order
@@ -108,14 +111,20 @@ func (f *Figure) Draw() (*image.RGBA, error) {
 	if err != nil {
 		return nil, err
 	}
-	const margin, gap, head, legendH = 16, 14, 26, 40
+	const margin, gap, head, legendH, lineH = 16, 14, 26, 40, 26
 	panel := f.Grid * scale
 	width := 2*margin + 3*panel + 2*gap
-	top := margin + 34
+	lines := strings.Split(f.Title, "\n")
+	for _, l := range lines {
+		width = max(width, 2*margin+font.MeasureString(title, l).Ceil())
+	}
+	top := margin + lineH*len(lines) + 8
 	height := top + len(f.Views)*(panel+head+gap) + legendH + margin
 	img := image.NewRGBA(image.Rect(0, 0, width, height))
 	draw.Draw(img, img.Bounds(), image.NewUniform(backColor), image.Point{}, draw.Src)
-	drawText(img, title, margin, margin+20, f.Title)
+	for i, l := range lines {
+		drawText(img, title, margin, margin+20+i*lineH, l)
+	}
 
 	for i, v := range f.Views {
 		y0 := top + i*(panel+head+gap)

@@ -29,6 +29,13 @@ func TestDraw(t *testing.T) {
 	require.NoError(t, err)
 	b := img.Bounds()
 	require.Equal(t, 2*16+3*32+2*14, b.Dx())
+	// A long title widens the picture; "\n" adds a line.
+	fig.Title = "a much longer title than the three small panels are wide\nsecond line"
+	wide, err := fig.Draw()
+	require.NoError(t, err)
+	require.Greater(t, wide.Bounds().Dx(), b.Dx())
+	require.Equal(t, b.Dy()+26, wide.Bounds().Dy())
+	fig.Title = "t"
 	rgba, err := fig.Draw()
 	require.NoError(t, err)
 	// The centre of voxel (1, 2) in panel c: x0 + 1·4 + 2, bottom − 2·4 − 2.
