@@ -75,7 +75,8 @@ func (e Extent) Sites() uint64 {
 }
 
 // KeyBits returns the number of bits needed to hold every key of the extent:
-// 32 when all keys fit in a uint32, else 64.
+// 32 when every key is below 2^32 − 1 (so that 32-bit hash tables keep
+// 2^32 − 1 free as their empty-slot sentinel, as FlexGEMM's do), else 64.
 func (e Extent) KeyBits() int {
 	if v, ok := e.volume(); ok && v <= math.MaxUint32 {
 		return 32
