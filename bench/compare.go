@@ -42,6 +42,8 @@ type ratioRow struct {
 	Impl, Algo string
 	N, BaseN   int
 	MS, BaseMS float64
+	// TFLOPS and BaseTFLOPS are the useful rates of the two records.
+	TFLOPS, BaseTFLOPS float64
 	// Ratio is BaseMS / MS: our speed relative to the baseline.
 	Ratio float64
 }
@@ -54,7 +56,7 @@ func (r ratioRow) series() string {
 // compareRecords joins every non-baseline record with the baseline record
 // of the same config. For repeated records (files appended over several
 // runs) the last one counts. It also returns the records that have no
-// baseline counterpart.
+// baseline counterpart. Failed records (Error set) must have been removed.
 func compareRecords(recs []Record, base string) (rows []ratioRow, unmatched []Record) {
 	type implKey struct {
 		impl, algo string
@@ -81,7 +83,8 @@ func compareRecords(recs []Record, base string) (rows []ratioRow, unmatched []Re
 			unmatched = append(unmatched, r)
 			continue
 		}
-		rows = append(rows, ratioRow{Key: ik.k, Impl: r.Impl, Algo: r.Algo, N: r.N, BaseN: b.N, MS: r.MS, BaseMS: b.MS, Ratio: b.MS / r.MS})
+		rows = append(rows, ratioRow{Key: ik.k, Impl: r.Impl, Algo: r.Algo, N: r.N, BaseN: b.N, MS: r.MS, BaseMS: b.MS,
+			TFLOPS: r.TFLOPS, BaseTFLOPS: b.TFLOPS, Ratio: b.MS / r.MS})
 	}
 	slices.SortStableFunc(rows, func(a, b ratioRow) int {
 		return cmp.Or(compareKeys(a.Key, b.Key), cmp.Compare(a.Impl, b.Impl), cmp.Compare(a.Algo, b.Algo))
@@ -92,15 +95,15 @@ func compareRecords(recs []Record, base string) (rows []ratioRow, unmatched []Re
 // writeRatioTable prints rows as a markdown table. A config whose voxel
 // counts differ is flagged: the two ran different workloads.
 func writeRatioTable(w io.Writer, rows []ratioRow, base string) {
-	fmt.Fprintf(w, "| op | mode | dtype | RES,C,L | N | impl | algo | ms | %s ms | speed vs %s |\n", base, base)
-	fmt.Fprintln(w, "|---|---|---|---|---:|---|---|---:|---:|---:|")
+	fmt.Fprintf(w, "| op | mode | dtype | RES,C,L | N | impl | algo | ms | %s ms | speed vs %s | TFLOP/s | %s TFLOP/s |\n", base, base, base)
+	fmt.Fprintln(w, "|---|---|---|---|---:|---|---|---:|---:|---:|---:|---:|")
 	for _, r := range rows {
 		n := fmt.Sprint(r.N)
 		if r.N != r.BaseN {
 			n = fmt.Sprintf("%d (%s: %d, differs!)", r.N, base, r.BaseN)
 		}
-		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %.4g | %.4g | %.3f× |\n",
-			r.Key.Op, r.Key.Mode, r.Key.DType, r.Key.label(), n, r.Impl, r.Algo, r.MS, r.BaseMS, r.Ratio)
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %.4g | %.4g | %.3f× | %.4g | %.4g |\n",
+			r.Key.Op, r.Key.Mode, r.Key.DType, r.Key.label(), n, r.Impl, r.Algo, r.MS, r.BaseMS, r.Ratio, r.TFLOPS, r.BaseTFLOPS)
 	}
 }
 
@@ -224,7 +227,7 @@ func compareMain(args []string, stdout, stderr io.Writer) error {
 		fs.Usage()
 		return errors.New("compare: no input files")
 	}
-	var recs []Record
+	var recs, failed []Record
 	for _, name := range fs.Args() {
 		data, err := os.ReadFile(name)
 		if err != nil {
@@ -234,7 +237,16 @@ func compareMain(args []string, stdout, stderr io.Writer) error {
 		if err != nil {
 			return err
 		}
-		recs = append(recs, rs...)
+		for _, r := range rs {
+			if r.Error != "" {
+				failed = append(failed, r)
+			} else {
+				recs = append(recs, r)
+			}
+		}
+	}
+	for _, r := range failed {
+		fmt.Fprintf(stderr, "compare: failed %s %s %s %s %s %s: %s\n", r.Impl, r.OpOrDefault(), r.Mode, r.DType, r.Algo, keyOf(r).label(), r.Error)
 	}
 	rows, unmatched := compareRecords(recs, *base)
 	if len(rows) == 0 {

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flexgemm-go/flexgemm/sparse"
+	"github.com/flexgemm-go/flexgemm/sparse/kmap"
 	"github.com/flexgemm-go/flexgemm/sparse/synth"
 )
 
@@ -40,9 +41,14 @@ func TestParseRunFlags(t *testing.T) {
 	require.Equal(t, sparse.Algorithms, o.algos)
 	require.Equal(t, []string{opSubm, opSample}, o.ops)
 	require.Equal(t, []string{"infer"}, o.modes)
+	require.Equal(t, deviceCPU, o.device)
+	require.Equal(t, kmapAuto, o.kmap)
+	require.Equal(t, 0, o.measure.iters, "automatic on the CPU")
 	for _, bad := range [][]string{
 		{"-dtypes", "fp16"}, {"-algo", "fastest"}, {"-op", "pool"}, {"-modes", "eval"},
 		{"-batch", "0"}, {"-repeats", "0"}, {"-splitk", "-1"}, {"extra"},
+		{"-device", "tpu"}, {"-kmap", "disk"}, {"-kmap", "gpu"}, {"-device", "cuda", "-dtypes", "fp64"},
+		{"-device", "cuda", "-op", "grid_sample"}, {"-device", "cuda", "-gpu", "-1"}, {"-peaktflops", "-1"},
 	} {
 		_, err := parseRunFlags(bad, &stderr)
 		require.Error(t, err, "%v", bad)
@@ -111,7 +117,8 @@ func TestReadRecords(t *testing.T) {
 
 func fakeRecords() []Record {
 	rec := func(impl, algo, mode, dtype string, res, c, l, n int, ms float64) Record {
-		return Record{Impl: impl, Algo: algo, Mode: mode, DType: dtype, RES: res, C: c, L: l, N: n, MS: ms}
+		// A made-up useful rate: 3.6 GFLOP per step.
+		return Record{Impl: impl, Algo: algo, Mode: mode, DType: dtype, RES: res, C: c, L: l, N: n, MS: ms, TFLOPS: 3.6 / ms}
 	}
 	return []Record{
 		rec("flexgemm", "MASKED_IMPLICIT_GEMM_SPLITK", "train", "fp32", 8, 64, 2, 192, 10),
@@ -170,12 +177,12 @@ func TestWriteRatioTable(t *testing.T) {
 	rows, _ := compareRecords(fakeRecords(), "flexgemm")
 	var buf bytes.Buffer
 	writeRatioTable(&buf, rows, "flexgemm")
-	want := `| op | mode | dtype | RES,C,L | N | impl | algo | ms | flexgemm ms | speed vs flexgemm |
-|---|---|---|---|---:|---|---|---:|---:|---:|
-| subm_conv | infer | fp32 | 8,64,2 | 200 (flexgemm: 192, differs!) | flexgemm-go | auto | 6 | 3 | 0.500× |
-| subm_conv | train | fp32 | 8,64,2 | 192 | flexgemm-go | auto | 4 | 10 | 2.500× |
-| subm_conv | train | fp32 | 8,64,2 | 192 | flexgemm-go | explicit_gemm | 20 | 10 | 0.500× |
-| subm_conv | train | fp32 | 16,64,2 | 848 | flexgemm-go | auto | 80 | 20 | 0.250× |
+	want := `| op | mode | dtype | RES,C,L | N | impl | algo | ms | flexgemm ms | speed vs flexgemm | TFLOP/s | flexgemm TFLOP/s |
+|---|---|---|---|---:|---|---|---:|---:|---:|---:|---:|
+| subm_conv | infer | fp32 | 8,64,2 | 200 (flexgemm: 192, differs!) | flexgemm-go | auto | 6 | 3 | 0.500× | 0.6 | 1.2 |
+| subm_conv | train | fp32 | 8,64,2 | 192 | flexgemm-go | auto | 4 | 10 | 2.500× | 0.9 | 0.36 |
+| subm_conv | train | fp32 | 8,64,2 | 192 | flexgemm-go | explicit_gemm | 20 | 10 | 0.500× | 0.18 | 0.36 |
+| subm_conv | train | fp32 | 16,64,2 | 848 | flexgemm-go | auto | 80 | 20 | 0.250× | 0.045 | 0.18 |
 `
 	require.Equal(t, want, buf.String())
 }
@@ -208,7 +215,7 @@ func TestCompareMain(t *testing.T) {
 	var stdout, stderr bytes.Buffer
 	code := runMain([]string{"compare", "-png", pngPath, fo, ft}, &stdout, &stderr)
 	require.Equal(t, 0, code, stderr.String())
-	require.Contains(t, stdout.String(), "| subm_conv | train | fp32 | 8,64,2 | 192 | flexgemm-go | auto | 4 | 10 | 2.500× |")
+	require.Contains(t, stdout.String(), "| subm_conv | train | fp32 | 8,64,2 | 192 | flexgemm-go | auto | 4 | 10 | 2.500× | 0.9 | 0.36 |")
 	require.Contains(t, stderr.String(), "no flexgemm record for flexgemm-go subm_conv train fp64 8,64,2")
 	f, err := os.Open(pngPath)
 	require.NoError(t, err)
@@ -222,7 +229,7 @@ func TestCompareMain(t *testing.T) {
 }
 
 func TestWorkloadCounts(t *testing.T) {
-	dt := dtypes["fp32"]
+	dt := deviceDTypes[deviceCPU]["fp32"]
 	coords, ext := synth.SphereShell(8, 1)
 	sc := scene{coords: coords, ext: ext, res: 8, source: "sphere"}
 
@@ -238,7 +245,7 @@ func TestWorkloadCounts(t *testing.T) {
 	w, err = newWorkload(sc, params{op: opDown, C: 4, L: 2, dtype: dt, seed: 1})
 	require.NoError(t, err)
 	require.Equal(t, 192, w.n)
-	maps, err := downMaps(sc, 2)
+	maps, err := downMaps(hostMaps(sc, kmapCPU, func(*kmap.Map) {}), sc, 2, func(int) tableUse { return tableUse{} })
 	require.NoError(t, err)
 	// Every input of a kernel-2 stride-2 map feeds exactly one output.
 	require.Equal(t, int64(192), maps[0].Pairs().Count())
@@ -364,11 +371,14 @@ func TestRunBenchSmoke(t *testing.T) {
 		require.Equal(t, int64(2544), r.Pairs)
 		require.Equal(t, "test", r.Commit)
 		require.True(t, strings.HasPrefix(r.Device, "cpu: "))
+		require.Equal(t, kmapCPU, r.Kmap)
+		require.Nil(t, r.PctPeak, "no tensor-core rate on the CPU")
+		require.Empty(t, r.Error)
 		require.Len(t, r.MSAll, 3)
 		require.Equal(t, 1, r.Iters)
 		require.NotNil(t, r.PeakMemGB)
 	}
-	require.Contains(t, stdout.String(), "| subm_conv | train | fp64 | masked_implicit_gemm_splitk | 8,4,2 | 192 | 2544 |")
+	require.Contains(t, stdout.String(), "| subm_conv | train | fp64 | masked_implicit_gemm_splitk | cpu | 8,4,2 | 192 | 2544 |")
 
 	// Grid sample runs once whatever the algorithms, with L = 1.
 	stdout.Reset()

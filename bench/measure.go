@@ -15,7 +15,7 @@ type timing struct {
 	ms       float64       // median of msAll
 	iters    int           // steps per repeat
 	warmup   time.Duration // time of the warm-up steps
-	peak     *float64      // largest sampled heap in GiB, nil if not sampled
+	peak     *float64      // device peak or largest sampled heap in GiB, nil if not measured
 	allocMB  *float64      // heap allocated per timed step, MiB
 	stepsRun int
 }
@@ -28,8 +28,12 @@ type measureOpts struct {
 
 // measure runs warmups untimed steps, then repeats repeats of iters steps
 // each (iters = 0: enough steps for a repeat to last minRepeat by the
-// warm-up's pace, between 1 and maxIters), and reports ms per step.
-func measure(step func() error, o measureOpts) (timing, error) {
+// warm-up's pace, between 1 and maxIters), and reports ms per step. Each
+// repeat is timed by the backend's timer (CUDA events on a GPU, the wall
+// clock on the host). The memory peak is the device's (reset after the
+// warm-up, as the anchor does) or, on the host with memSample, the
+// largest sampled Go heap.
+func measure(step func() error, o measureOpts, be *backend) (timing, error) {
 	var t timing
 	t0 := time.Now()
 	for i := range o.warmups {
@@ -37,8 +41,8 @@ func measure(step func() error, o measureOpts) (timing, error) {
 			return t, fmt.Errorf("warm-up %d: %w", i, err)
 		}
 	}
-	if err := syncDevice(); err != nil {
-		return t, err
+	if err := be.sync(); err != nil {
+		return t, fmt.Errorf("warm-up: %w", err)
 	}
 	t.warmup = time.Since(t0)
 	t.iters = o.iters
@@ -49,6 +53,9 @@ func measure(step func() error, o measureOpts) (timing, error) {
 			if err := step(); err != nil {
 				return t, err
 			}
+			if err := be.sync(); err != nil {
+				return t, err
+			}
 			per = time.Since(s)
 		}
 		t.iters = 1
@@ -56,31 +63,49 @@ func measure(step func() error, o measureOpts) (timing, error) {
 			t.iters = int(min(int64(o.maxIters), max(1, int64(o.minRepeat/per)+1)))
 		}
 	}
+	timer, err := be.newTimer()
+	if err != nil {
+		return t, err
+	}
+	defer timer.destroy()
 	runtime.GC()
 	var sampler *heapSampler
-	if o.memSample {
+	switch {
+	case be.peakGB != nil:
+		be.resetPeak()
+	case o.memSample:
 		sampler = startHeapSampler(time.Millisecond)
 	}
+	defer func() {
+		if sampler != nil {
+			sampler.stop()
+		}
+	}()
 	alloc0 := readMetric("/gc/heap/allocs:bytes")
 	for r := range o.repeats {
-		s := time.Now()
+		if err := timer.start(); err != nil {
+			return t, fmt.Errorf("repeat %d: %w", r, err)
+		}
 		for i := range t.iters {
 			if err := step(); err != nil {
-				if sampler != nil {
-					sampler.stop()
-				}
 				return t, fmt.Errorf("repeat %d step %d: %w", r, i, err)
 			}
 		}
-		if err := syncDevice(); err != nil {
-			return t, err
+		ms, err := timer.stop()
+		if err != nil {
+			return t, fmt.Errorf("repeat %d: %w", r, err)
 		}
-		t.msAll = append(t.msAll, float64(time.Since(s).Nanoseconds())/1e6/float64(t.iters))
+		t.msAll = append(t.msAll, ms/float64(t.iters))
 		t.stepsRun += t.iters
 	}
 	alloc1 := readMetric("/gc/heap/allocs:bytes")
-	if sampler != nil {
+	switch {
+	case be.peakGB != nil:
+		gb := be.peakGB()
+		t.peak = &gb
+	case sampler != nil:
 		gb := float64(sampler.stop()) / (1 << 30)
+		sampler = nil
 		t.peak = &gb
 	}
 	if t.stepsRun > 0 && alloc1 >= alloc0 {

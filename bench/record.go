@@ -40,8 +40,19 @@ type Record struct {
 	AllocMBPerStep *float64 `json:"alloc_mb_per_step,omitempty"`
 	// Source is "sphere" or the coordinate file the voxels came from.
 	Source string `json:"source,omitempty"`
-	// Device describes the processor, e.g. "cpu: AMD EPYC 9654, 2 cores".
+	// Device describes the processor, e.g. "cpu: AMD EPYC 9654, 2 cores"
+	// or "cuda: NVIDIA H200, sm_90, 132 SMs, 140 GiB, driver 13000".
 	Device string `json:"device,omitempty"`
+	// Kmap says how the kernel map of every step was built: "cpu" (host,
+	// CPU engine), "gpu" (on the GPU) or "cpu+upload" (host, tables
+	// uploaded to the GPU).
+	Kmap string `json:"kmap,omitempty"`
+	// PctPeak is TFLOPS as a percentage of the device's dense tensor-core
+	// rate (790 TFLOP/s on an H200); absent on the CPU.
+	PctPeak *float64 `json:"pct_of_peak,omitempty"`
+	// Error is set, instead of the times, when the measurement failed
+	// (out of device memory, say).
+	Error string `json:"error,omitempty"`
 	// Procs is GOMAXPROCS during the run.
 	Procs int `json:"gomaxprocs,omitempty"`
 	// Commit identifies the code measured (git describe or vcs.revision).
@@ -73,7 +84,8 @@ func writeRecord(w io.Writer, r Record) error {
 
 // readRecords reads the JSON-object lines of r; other lines (the summary
 // table, FlexGEMM's "device …" line, blanks) are skipped. A line that
-// starts with '{' but does not decode is an error naming the line.
+// starts with '{' but does not decode, or has no positive time and no
+// error, is an error naming the line.
 func readRecords(r io.Reader, name string) ([]Record, error) {
 	var out []Record
 	sc := bufio.NewScanner(r)
@@ -90,7 +102,7 @@ func readRecords(r io.Reader, name string) ([]Record, error) {
 		if rec.Impl == "" || rec.Mode == "" || rec.DType == "" {
 			return nil, fmt.Errorf("%s:%d: record without impl, mode or dtype", name, line)
 		}
-		if !(rec.MS > 0) || math.IsInf(rec.MS, 0) {
+		if rec.Error == "" && (!(rec.MS > 0) || math.IsInf(rec.MS, 0)) {
 			return nil, fmt.Errorf("%s:%d: ms = %v is not a positive time", name, line, rec.MS)
 		}
 		out = append(out, rec)
@@ -107,16 +119,31 @@ func round(x float64, d int) float64 {
 	return math.Round(x*p) / p
 }
 
-// writeSummary prints the records as a markdown table.
+// writeSummary prints the records as a markdown table, failed ones in a
+// list below it.
 func writeSummary(w io.Writer, recs []Record) {
-	fmt.Fprintln(w, "| op | mode | dtype | algo | RES,C,L | N | pairs | ms | GFLOP/s | peak MB | warm-up s |")
-	fmt.Fprintln(w, "|---|---|---|---|---|---:|---:|---:|---:|---:|---:|")
+	fmt.Fprintln(w, "| op | mode | dtype | algo | kmap | RES,C,L | N | pairs | ms | TFLOP/s | % peak | peak MB | warm-up s |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|")
+	var failed []Record
 	for _, r := range recs {
-		peak := "n/a"
+		if r.Error != "" {
+			failed = append(failed, r)
+			continue
+		}
+		peak, pct := "n/a", "n/a"
 		if r.PeakMemGB != nil {
 			peak = fmt.Sprintf("%.1f", *r.PeakMemGB*1024)
 		}
-		fmt.Fprintf(w, "| %s | %s | %s | %s | %d,%d,%d | %d | %d | %.3f | %.2f | %s | %.2f |\n",
-			r.OpOrDefault(), r.Mode, r.DType, r.Algo, r.RES, r.C, r.L, r.N, r.Pairs, r.MS, r.TFLOPS*1000, peak, r.WarmupS)
+		if r.PctPeak != nil {
+			pct = fmt.Sprintf("%.1f", *r.PctPeak)
+		}
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %d,%d,%d | %d | %d | %.4g | %.4g | %s | %s | %.2f |\n",
+			r.OpOrDefault(), r.Mode, r.DType, r.Algo, r.Kmap, r.RES, r.C, r.L, r.N, r.Pairs, r.MS, r.TFLOPS, pct, peak, r.WarmupS)
+	}
+	for _, r := range failed {
+		fmt.Fprintf(w, "\nfailed: %s %s %s %s RES,C,L=%d,%d,%d: %s", r.OpOrDefault(), r.Mode, r.DType, r.Algo, r.RES, r.C, r.L, r.Error)
+	}
+	if len(failed) > 0 {
+		fmt.Fprintln(w)
 	}
 }

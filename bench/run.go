@@ -51,19 +51,6 @@ func parseConfigs(s string) ([]config, error) {
 	return out, nil
 }
 
-// dtypeInfo maps a benchmark dtype name to storage.
-type dtypeInfo struct {
-	name string
-	host sparse.DType
-}
-
-// dtypes are the dtypes of this build; the GPU build adds fp16, bf16 and
-// tf32.
-var dtypes = map[string]dtypeInfo{
-	"fp32": {"fp32", sparse.Float32},
-	"fp64": {"fp64", sparse.Float64},
-}
-
 func parseList(s string) []string {
 	var out []string
 	for f := range strings.SplitSeq(s, ",") {
@@ -107,6 +94,10 @@ type runOptions struct {
 	out        string
 	commit     string
 	impl       string
+	device     string  // deviceCPU or deviceCUDA
+	gpu        int     // GPU ordinal
+	kmap       string  // kmapAuto until openBackend resolves it
+	peakTFLOPS float64 // -peaktflops (0: by device)
 }
 
 func parseRunFlags(args []string, stderr io.Writer) (*runOptions, error) {
@@ -115,7 +106,11 @@ func parseRunFlags(args []string, stderr io.Writer) (*runOptions, error) {
 	cfgs := fs.String("cfgs", defaultConfigs, "configs `RES,C,L;…` (the anchor's CFGS syntax)")
 	ops := fs.String("op", opSubm, "workloads, comma-separated: "+strings.Join(allOps, ", "))
 	modes := fs.String("modes", "train,infer", "modes, comma-separated: train, infer")
-	dts := fs.String("dtypes", "fp32", "dtypes, comma-separated: fp32, fp64 (CPU)")
+	device := fs.String("device", deviceCPU, "where to run: cpu (pure-Go engine) or cuda (CUDA engine; needs a bench built with -tags cudaext)")
+	gpu := fs.Int("gpu", 0, "GPU ordinal for -device cuda")
+	kmapKind := fs.String("kmap", kmapAuto, "kernel-map builder inside each step: auto (the device's), cpu (host), gpu (on the device, -device cuda)")
+	peakTFLOPS := fs.Float64("peaktflops", 0, "dense tensor-core rate for pct_of_peak (0: 790 on an H200, else not reported)")
+	dts := fs.String("dtypes", "fp32", "dtypes, comma-separated: fp32, fp64 (cpu); fp16, bf16, tf32, fp32 (cuda; default fp16 there)")
 	algos := fs.String("algo", "auto", "algorithms, comma-separated, or all: auto, explicit_gemm, implicit_gemm, implicit_gemm_splitk, masked_implicit_gemm, masked_implicit_gemm_splitk")
 	batch := fs.Int("batch", 1, "batch copies of the sphere shell")
 	coords := fs.String("coords", "", "run on the voxels of this int32 [N,4] .npy file instead of the sphere (RES of the configs is then ignored)")
@@ -124,7 +119,7 @@ func parseRunFlags(args []string, stderr io.Writer) (*runOptions, error) {
 	tileRows := fs.Int("tilerows", 0, "rows per tile of the implicit algorithms (0: engine default)")
 	warmups := fs.Int("warmup", 2, "untimed warm-up steps")
 	repeats := fs.Int("repeats", 3, "timed repeats; the median is reported")
-	iters := fs.Int("iters", 0, "steps per repeat (0: enough for -mintime, at most -maxiters)")
+	iters := fs.Int("iters", 0, "steps per repeat (0: enough for -mintime, at most -maxiters; with -device cuda the default is 20, the anchor's)")
 	maxIters := fs.Int("maxiters", 20, "upper bound of the automatic steps per repeat")
 	minTime := fs.Duration("mintime", 300*time.Millisecond, "target duration of one repeat when -iters is 0")
 	memSample := fs.Bool("memsample", true, "sample the Go heap for peak_mem_gb (else null)")
@@ -137,7 +132,28 @@ func parseRunFlags(args []string, stderr io.Writer) (*runOptions, error) {
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	devTypes, ok := deviceDTypes[*device]
+	if !ok {
+		return nil, fmt.Errorf("unknown -device %q (want %s or %s)", *device, deviceCPU, deviceCUDA)
+	}
+	if *device == deviceCUDA {
+		// The anchor's fixed protocol: 20 steps per repeat, fp16.
+		if !set["iters"] {
+			*iters = 20
+		}
+		if !set["dtypes"] {
+			*dts = "fp16"
+		}
+	}
+	switch *kmapKind {
+	case kmapAuto, kmapCPU, kmapGPU:
+	default:
+		return nil, fmt.Errorf("unknown -kmap %q (want %s, %s or %s)", *kmapKind, kmapAuto, kmapCPU, kmapGPU)
+	}
 	o := &runOptions{batch: *batch, coordsFile: *coords, seed: *seed, out: *out, commit: *commit, impl: *impl,
+		device: *device, gpu: *gpu, kmap: *kmapKind, peakTFLOPS: *peakTFLOPS,
 		conv:    sparse.ConvOptions{SplitK: *splitK, TileRows: *tileRows},
 		measure: measureOpts{warmups: *warmups, repeats: *repeats, iters: *iters, maxIters: *maxIters, minRepeat: *minTime, memSample: *memSample}}
 	var err error
@@ -157,9 +173,9 @@ func parseRunFlags(args []string, stderr io.Writer) (*runOptions, error) {
 		o.modes = append(o.modes, m)
 	}
 	for _, d := range parseList(*dts) {
-		info, ok := dtypes[d]
+		info, ok := devTypes[d]
 		if !ok {
-			return nil, fmt.Errorf("dtype %q is not available in this build (have %v; fp16, bf16 and tf32 need the GPU engine)", d, keys(dtypes))
+			return nil, fmt.Errorf("dtype %q is not available on -device %s (have %v)", d, *device, keys(devTypes))
 		}
 		o.dtypes = append(o.dtypes, info)
 	}
@@ -175,6 +191,14 @@ func parseRunFlags(args []string, stderr io.Writer) (*runOptions, error) {
 		return nil, errors.New("-warmup ≥ 0, -repeats ≥ 1, -iters ≥ 0 and -maxiters ≥ 1 please")
 	case o.conv.SplitK < 0 || o.conv.TileRows < 0:
 		return nil, errors.New("-splitk and -tilerows must not be negative")
+	case o.gpu < 0:
+		return nil, fmt.Errorf("-gpu %d must not be negative", o.gpu)
+	case o.peakTFLOPS < 0:
+		return nil, fmt.Errorf("-peaktflops %v must not be negative", o.peakTFLOPS)
+	case o.device == deviceCPU && o.kmap == kmapGPU:
+		return nil, errors.New("-kmap gpu needs -device cuda")
+	case o.device != deviceCPU && contains(o.ops, opSample):
+		return nil, fmt.Errorf("-op %s runs on the CPU only (its plan is built on the host)", opSample)
 	}
 	return o, nil
 }
@@ -197,8 +221,24 @@ func keys(m map[string]dtypeInfo) []string {
 }
 
 // runBench measures every combination and writes JSON lines to stdout (and
-// the -o file), then the summary table. It returns the records.
+// the -o file), then the summary table. It returns the records. A
+// combination that fails (out of device memory, say) gets a record with
+// Error set instead of a time, and the run goes on; the returned error
+// then counts the failures.
 func runBench(o *runOptions, stdout, stderr io.Writer) ([]Record, error) {
+	var fileSc *scene
+	if o.coordsFile != "" {
+		sc, err := fileScene(o.coordsFile)
+		if err != nil {
+			return nil, err
+		}
+		fileSc = &sc
+	}
+	be, err := openBackend(o)
+	if err != nil {
+		return nil, err
+	}
+	defer be.close()
 	outs := []io.Writer{stdout}
 	if o.out != "" {
 		f, err := os.OpenFile(o.out, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
@@ -208,18 +248,38 @@ func runBench(o *runOptions, stdout, stderr io.Writer) ([]Record, error) {
 		defer f.Close()
 		outs = append(outs, f)
 	}
-	device, commit := cpuDevice(), commitID(o.commit)
-	fmt.Fprintf(stderr, "bench: %s, GOMAXPROCS=%d, %s, commit %s\n", device, runtime.GOMAXPROCS(0), runtime.Version(), commit)
+	commit := commitID(o.commit)
+	peak := o.peakTFLOPS
+	if peak == 0 {
+		peak = be.peakTFLOPS
+	}
+	fmt.Fprintf(stderr, "bench: %s, kernel maps: %s, GOMAXPROCS=%d, %s, commit %s\n", be.device, kmapNote(be.kmapLabel), runtime.GOMAXPROCS(0), runtime.Version(), commit)
 	var recs []Record
-	var fileSc *scene
-	if o.coordsFile != "" {
-		sc, err := fileScene(o.coordsFile)
-		if err != nil {
-			return nil, err
+	emit := func(rec Record) error {
+		rec.Device, rec.Commit, rec.Kmap = be.device, commit, be.kmapLabel
+		if rec.Error == "" && peak > 0 {
+			pct := round(100*rec.TFLOPS/peak, 2)
+			rec.PctPeak = &pct
 		}
-		fileSc = &sc
+		recs = append(recs, rec)
+		for _, out := range outs {
+			if err := writeRecord(out, rec); err != nil {
+				return err
+			}
+		}
+		return nil
 	}
 	failed, total := 0, 0
+	// fail reports one failed measurement as a record and tries to leave
+	// the device usable for the next one.
+	fail := func(rec Record, what string, err error) error {
+		fmt.Fprintf(stderr, "bench: failed %s %s %s RES=%d C=%d L=%d %s %s: %v\n", what, rec.Op, rec.Mode, rec.RES, rec.C, rec.L, rec.DType, rec.Algo, err)
+		failed++
+		rec.Error = err.Error()
+		rec.Time = time.Now().UTC().Format(time.RFC3339)
+		be.afterFailure()
+		return emit(rec)
+	}
 	for _, op := range o.ops {
 		done := map[config]bool{}
 		for _, cfg := range o.cfgs {
@@ -238,53 +298,84 @@ func runBench(o *runOptions, stdout, stderr io.Writer) ([]Record, error) {
 				coords, ext := synth.SphereShell(cfg.RES, o.batch)
 				sc = &scene{coords: coords, ext: ext, res: cfg.RES, source: "sphere"}
 			}
+			src, srcErr := be.maps(*sc, o.kmap)
 			for _, dt := range o.dtypes {
+				be.begin(dt)
 				algos := o.algos
 				if op == opSample {
 					algos = algos[:1] // the convolution algorithm does not apply
 				}
 				for _, algo := range algos {
-					p := params{op: op, C: cfg.C, L: cfg.L, dtype: dt, conv: o.conv, seed: o.seed}
-					p.conv.Algorithm = algo
 					algoName := algo.String()
 					if op == opSample {
 						algoName = sparse.Trilinear.String()
 					}
-					w, err := newWorkload(*sc, p)
-					if err != nil {
-						fmt.Fprintf(stderr, "bench: skipped %s RES=%d C=%d L=%d %s %s: %v\n", op, sc.res, cfg.C, cfg.L, dt.name, algoName, err)
-						failed += len(o.modes)
-						total += len(o.modes)
-						continue
+					base := Record{Impl: o.impl, Algo: algoName, DType: dt.name, RES: sc.res, C: cfg.C, L: cfg.L, Op: op,
+						Batch: sc.ext.Batch, Source: sc.source, Procs: runtime.GOMAXPROCS(0), GoVersion: runtime.Version()}
+					var w *workload
+					err := srcErr
+					if err == nil {
+						p := params{op: op, C: cfg.C, L: cfg.L, dtype: dt, conv: o.conv, seed: o.seed, be: be, maps: src}
+						p.conv.Algorithm = algo
+						w, err = newWorkload(*sc, p)
 					}
-					for _, mode := range o.modes {
-						fmt.Fprintf(stderr, "bench: %s %s %s %s RES=%d C=%d L=%d N=%d …\n", op, mode, dt.name, algoName, sc.res, cfg.C, cfg.L, w.n)
-						total++
-						t, err := measure(w.steps[mode], o.measure)
-						if err != nil {
-							fmt.Fprintf(stderr, "bench: failed %s %s RES=%d C=%d L=%d %s %s: %v\n", op, mode, sc.res, cfg.C, cfg.L, dt.name, algoName, err)
-							failed++
-							continue
-						}
-						rec := makeRecord(o, op, mode, dt.name, algoName, *sc, cfg, w, t)
-						rec.Device, rec.Commit = device, commit
-						for _, out := range outs {
-							if err := writeRecord(out, rec); err != nil {
+					if err != nil {
+						for _, mode := range o.modes {
+							total++
+							rec := base
+							rec.Mode = mode
+							if err := fail(rec, "setting up", err); err != nil {
 								return recs, err
 							}
 						}
-						recs = append(recs, rec)
+						continue
 					}
+					base.N, base.Pairs, base.L = w.n, w.pairs, w.l
+					for _, mode := range o.modes {
+						fmt.Fprintf(stderr, "bench: %s %s %s %s RES=%d C=%d L=%d N=%d …\n", op, mode, dt.name, algoName, sc.res, cfg.C, cfg.L, w.n)
+						total++
+						t, err := measure(w.steps[mode], o.measure, be)
+						if err != nil {
+							rec := base
+							rec.Mode = mode
+							if err := fail(rec, "measuring", err); err != nil {
+								w.close()
+								return recs, err
+							}
+							continue
+						}
+						if err := emit(makeRecord(o, op, mode, dt.name, algoName, *sc, cfg, w, t)); err != nil {
+							w.close()
+							return recs, err
+						}
+					}
+					w.close()
 				}
+			}
+			if srcErr == nil {
+				src.close()
 			}
 		}
 	}
 	fmt.Fprintln(stdout)
 	writeSummary(stdout, recs)
 	if failed > 0 {
-		return recs, fmt.Errorf("%d of %d measurements failed (see the messages above)", failed, total)
+		return recs, fmt.Errorf("%d of %d measurements failed (see the messages above and the records' error fields)", failed, total)
 	}
 	return recs, nil
+}
+
+// kmapNote says what a Record.Kmap value means, for the log.
+func kmapNote(kind string) string {
+	switch kind {
+	case kmapCPU:
+		return "built on the host (package kmap) in every step"
+	case kmapGPU:
+		return "built on the GPU in every step (SubmanifoldMap/StridedMap, host copy of Nbr downloaded, derived tables by DeriveTables; the weight gradient still builds host pair lists for its split heuristic)"
+	case kmapUpload:
+		return "built on the host in every step; the engine uploads Nbr and computes Rev, pairs and masks on the host"
+	}
+	return kind
 }
 
 func makeRecord(o *runOptions, op, mode, dtype, algo string, sc scene, cfg config, w *workload, t timing) Record {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 
 	"github.com/flexgemm-go/flexgemm/sparse"
 	"github.com/flexgemm-go/flexgemm/sparse/grid"
@@ -34,6 +35,8 @@ type params struct {
 	dtype dtypeInfo
 	conv  sparse.ConvOptions
 	seed  uint64
+	be    *backend   // where it runs
+	maps  *mapSource // how its kernel maps are built (nil: on the host)
 }
 
 // workload is a ready-to-time instance: one step function per mode.
@@ -43,36 +46,64 @@ type workload struct {
 	l     int // L as reported
 	flops map[string]float64
 	steps map[string]func() error
+	// close frees the workload's inputs (features, weights, gradients).
+	close func()
 }
 
-// The GPU build replaces place (upload a host matrix to the device) and
-// syncDevice (wait for queued work, called before reading a clock).
-var (
-	place      = func(m sparse.Matrix) (sparse.Matrix, error) { return m, nil }
-	syncDevice = func() error { return nil }
-)
-
-// matrix returns a [rows, cols] matrix of dtype dt filled by f, placed on
-// the benchmark's device.
-func matrix(dt dtypeInfo, rows, cols int, f func() float64) (sparse.Matrix, error) {
-	var m sparse.Matrix
+// hostMatrix returns a host [rows, cols] matrix of dt.host data filled by
+// f.
+func hostMatrix(dt dtypeInfo, rows, cols int, f func() float64) (sparse.Matrix, error) {
 	switch dt.host {
 	case sparse.Float32:
 		d := make([]float32, rows*cols)
 		for i := range d {
 			d[i] = float32(f())
 		}
-		m = sparse.Matrix{Rows: rows, Cols: cols, Data: d}
+		return sparse.Matrix{Rows: rows, Cols: cols, Data: d}, nil
 	case sparse.Float64:
 		d := make([]float64, rows*cols)
 		for i := range d {
 			d[i] = f()
 		}
-		m = sparse.Matrix{Rows: rows, Cols: cols, Data: d}
-	default:
-		return sparse.Matrix{}, fmt.Errorf("dtype %s has no host storage", dt.name)
+		return sparse.Matrix{Rows: rows, Cols: cols, Data: d}, nil
 	}
-	return place(m)
+	return sparse.Matrix{}, fmt.Errorf("dtype %s has no host storage", dt.name)
+}
+
+// holder collects the matrices a workload or a step makes, to free them
+// together.
+type holder struct {
+	be   *backend
+	made []sparse.Matrix
+}
+
+// keep records m (if err is nil) and passes both on.
+func (h *holder) keep(m sparse.Matrix, err error) (sparse.Matrix, error) {
+	if err == nil {
+		h.made = append(h.made, m)
+	}
+	return m, err
+}
+
+// random returns a [rows, cols] matrix of dtype dt filled by f, placed on
+// the backend's device.
+func (h *holder) random(dt dtypeInfo, rows, cols int, f func() float64) (sparse.Matrix, error) {
+	m, err := hostMatrix(dt, rows, cols, f)
+	if err != nil {
+		return m, err
+	}
+	return h.keep(h.be.place(m, dt))
+}
+
+// filled returns a [rows, cols] matrix of dtype dt with every element v.
+func (h *holder) filled(dt dtypeInfo, rows, cols int, v float64) (sparse.Matrix, error) {
+	return h.keep(h.be.fill(dt, rows, cols, v))
+}
+
+// release frees everything recorded.
+func (h *holder) release() {
+	h.be.free(h.made...)
+	h.made = nil
 }
 
 func normal(rng *rand.Rand, scale float64) func() float64 {
@@ -83,13 +114,13 @@ func constant(v float64) func() float64 { return func() float64 { return v } }
 
 // layerParams returns L weights [C, V·C] scaled by 1/√(V·C) and L biases
 // [1, C], like the anchor script.
-func layerParams(p params, V int, rng *rand.Rand) (ws, bs []sparse.Matrix, err error) {
+func layerParams(h *holder, p params, V int, rng *rand.Rand) (ws, bs []sparse.Matrix, err error) {
 	for range p.L {
-		w, err := matrix(p.dtype, p.C, V*p.C, normal(rng, 1/math.Sqrt(float64(V*p.C))))
+		w, err := h.random(p.dtype, p.C, V*p.C, normal(rng, 1/math.Sqrt(float64(V*p.C))))
 		if err != nil {
 			return nil, nil, err
 		}
-		b, err := matrix(p.dtype, 1, p.C, normal(rng, 1))
+		b, err := h.random(p.dtype, 1, p.C, normal(rng, 1))
 		if err != nil {
 			return nil, nil, err
 		}
@@ -102,12 +133,21 @@ func newWorkload(sc scene, p params) (*workload, error) {
 	if p.C < 1 || p.L < 1 {
 		return nil, fmt.Errorf("C=%d and L=%d must be positive", p.C, p.L)
 	}
+	if p.be == nil {
+		p.be = cpuBackend()
+	}
+	if p.maps == nil {
+		p.maps = hostMaps(sc, kmapCPU, func(*kmap.Map) {})
+	}
 	switch p.op {
 	case opSubm:
 		return submWorkload(sc, p)
 	case opDown:
 		return downWorkload(sc, p)
 	case opSample:
+		if p.be.name != deviceCPU {
+			return nil, fmt.Errorf("%s runs on the CPU only (its plan is built on the host)", opSample)
+		}
 		return sampleWorkload(sc, p)
 	}
 	return nil, fmt.Errorf("unknown op %q (want one of %v)", p.op, allOps)
@@ -115,15 +155,17 @@ func newWorkload(sc scene, p params) (*workload, error) {
 
 // convStack runs L convolutions over maps (one per layer) forward and, if
 // train, backward with an all-ones gradient; layer 0 gets no input
-// gradient.
-func convStack(maps []*kmap.Map, x sparse.Matrix, ws, bs []sparse.Matrix, ones sparse.Matrix, opt sparse.ConvOptions, train bool) error {
+// gradient. Every matrix it makes goes to h (the caller frees them at the
+// end of the step; weight and bias gradients live that long in the anchor
+// too, as .grad).
+func convStack(h *holder, maps []*kmap.Map, x sparse.Matrix, ws, bs []sparse.Matrix, ones sparse.Matrix, opt sparse.ConvOptions, train bool) error {
 	L := len(ws)
 	acts := make([]sparse.Matrix, L)
-	h := x
+	y := x
 	var err error
 	for l := range L {
-		acts[l] = h
-		if h, err = sparse.Conv(maps[l], h, ws[l], bs[l], opt); err != nil {
+		acts[l] = y
+		if y, err = h.keep(sparse.Conv(maps[l], y, ws[l], bs[l], opt)); err != nil {
 			return fmt.Errorf("layer %d forward: %w", l, err)
 		}
 	}
@@ -132,14 +174,14 @@ func convStack(maps []*kmap.Map, x sparse.Matrix, ws, bs []sparse.Matrix, ones s
 	}
 	dy := ones
 	for l := L - 1; l >= 0; l-- {
-		if _, err := sparse.ConvWeightGrad(maps[l], acts[l], dy, opt); err != nil {
+		if _, err := h.keep(sparse.ConvWeightGrad(maps[l], acts[l], dy, opt)); err != nil {
 			return fmt.Errorf("layer %d weight gradient: %w", l, err)
 		}
-		if _, err := sparse.BiasGrad(dy); err != nil {
+		if _, err := h.keep(sparse.BiasGrad(dy)); err != nil {
 			return fmt.Errorf("layer %d bias gradient: %w", l, err)
 		}
 		if l > 0 {
-			if dy, err = sparse.ConvInputGrad(maps[l], dy, ws[l], opt); err != nil {
+			if dy, err = h.keep(sparse.ConvInputGrad(maps[l], dy, ws[l], opt)); err != nil {
 				return fmt.Errorf("layer %d input gradient: %w", l, err)
 			}
 		}
@@ -152,100 +194,174 @@ var (
 	dilation1 = [3]int{1, 1, 1}
 )
 
-func submWorkload(sc scene, p params) (*workload, error) {
-	m, err := kmap.NewSubmanifold(sc.coords, sc.ext, kernel3, dilation1)
+// countPairs returns the active (output, input) pairs of m: its
+// non-negative Nbr entries (m.Pairs().Count() without building the lists).
+func countPairs(m *kmap.Map) int64 {
+	var n int64
+	for _, v := range m.Nbr {
+		if v >= 0 {
+			n++
+		}
+	}
+	return n
+}
+
+// stepFunc returns a step: build the maps of every layer, run body on them,
+// then free what the step made and drop the maps' device tables, also on
+// failure.
+func stepFunc(p params, build func() ([]*kmap.Map, error), body func(h *holder, maps []*kmap.Map) error) func() error {
+	return func() error {
+		maps, err := build()
+		defer func() {
+			var seen []*kmap.Map
+			for _, m := range maps {
+				if m != nil && !slices.Contains(seen, m) {
+					seen = append(seen, m)
+					p.maps.release(m)
+				}
+			}
+		}()
+		if err != nil {
+			return err
+		}
+		h := &holder{be: p.be}
+		defer h.release()
+		return body(h, maps)
+	}
+}
+
+// useFor returns the derived tables a layer reads: the input-gradient
+// tables only where dgrad (layers above 0) runs.
+func useFor(p params, train, dgrad bool) tableUse {
+	return tablesFor(p.be.resolve(p.conv.Algorithm), train, dgrad)
+}
+
+func submWorkload(sc scene, p params) (_ *workload, err error) {
+	m, err := p.maps.submanifold()
 	if err != nil {
 		return nil, err
 	}
-	n := m.NIn
-	pairs := m.Pairs().Count()
+	n, pairs, V := m.NIn, countPairs(m), m.V()
+	p.maps.release(m)
+	inputs := &holder{be: p.be}
+	defer func() {
+		if err != nil {
+			inputs.release()
+		}
+	}()
 	rng := rand.New(rand.NewPCG(p.seed, 1))
-	x, err := matrix(p.dtype, n, p.C, normal(rng, 1))
+	x, err := inputs.random(p.dtype, n, p.C, normal(rng, 1))
 	if err != nil {
 		return nil, err
 	}
-	ws, bs, err := layerParams(p, m.V(), rng)
+	ws, bs, err := layerParams(inputs, p, V, rng)
 	if err != nil {
 		return nil, err
 	}
-	ones, err := matrix(p.dtype, n, p.C, constant(1))
+	ones, err := inputs.filled(p.dtype, n, p.C, 1)
 	if err != nil {
 		return nil, err
 	}
 	step := func(train bool) func() error {
-		return func() error {
-			m, err := kmap.NewSubmanifold(sc.coords, sc.ext, kernel3, dilation1)
+		// One map serves every layer, so it needs the input-gradient
+		// tables when a layer above 0 exists.
+		use := useFor(p, train, p.L > 1)
+		build := func() ([]*kmap.Map, error) {
+			m, err := p.maps.submanifold()
 			if err != nil {
-				return err
+				return nil, err
 			}
 			maps := make([]*kmap.Map, p.L)
 			for l := range maps {
 				maps[l] = m
 			}
-			return convStack(maps, x, ws, bs, ones, p.conv, train)
+			return maps, p.maps.prepare(m, use)
 		}
+		return stepFunc(p, build, func(h *holder, maps []*kmap.Map) error {
+			return convStack(h, maps, x, ws, bs, ones, p.conv, train)
+		})
 	}
 	useful := 2 * float64(pairs) * float64(p.C) * float64(p.C) * float64(p.L)
 	return &workload{
 		n: n, pairs: pairs, l: p.L,
 		flops: map[string]float64{"train": 3 * useful, "infer": useful},
 		steps: map[string]func() error{"train": step(true), "infer": step(false)},
+		close: inputs.release,
 	}, nil
 }
 
 var down2 = grid.Cube(2, 2, 0, 1)
 
-// downMaps builds the L strided maps, each over the previous one's output.
-func downMaps(sc scene, L int) ([]*kmap.Map, error) {
-	maps := make([]*kmap.Map, L)
-	c, e := sc.coords, sc.ext
-	for l := range maps {
-		m, err := kmap.NewStrided(c, e, down2, nil)
+// downMaps builds the L strided maps, each over the previous one's output,
+// preparing layer l's tables for use(l). On failure it returns the maps
+// built so far (to be released) and the error.
+func downMaps(src *mapSource, sc scene, L int, use func(l int) tableUse) ([]*kmap.Map, error) {
+	maps := make([]*kmap.Map, 0, L)
+	var prev *kmap.Map
+	for l := range L {
+		m, err := src.strided(prev, down2)
 		if err != nil {
-			return nil, fmt.Errorf("layer %d of %d (grid %v): %w", l, L, e, err)
+			e := sc.ext
+			if prev != nil {
+				e = prev.Out
+			}
+			return maps, fmt.Errorf("layer %d of %d (grid %v): %w", l, L, e, err)
 		}
-		maps[l] = m
-		c, e = m.OutCoords, m.Out
+		maps = append(maps, m)
+		if err := src.prepare(m, use(l)); err != nil {
+			return maps, err
+		}
+		prev = m
 	}
 	return maps, nil
 }
 
-func downWorkload(sc scene, p params) (*workload, error) {
-	maps, err := downMaps(sc, p.L)
+func downWorkload(sc scene, p params) (_ *workload, err error) {
+	maps, err := downMaps(p.maps, sc, p.L, func(int) tableUse { return tableUse{} })
+	for _, m := range maps {
+		p.maps.release(m)
+	}
 	if err != nil {
 		return nil, err
 	}
 	var pairs int64
 	for _, m := range maps {
-		pairs += m.Pairs().Count()
+		pairs += countPairs(m)
 	}
+	nIn, nOut, V := maps[0].NIn, maps[p.L-1].NOut, maps[0].V()
+	inputs := &holder{be: p.be}
+	defer func() {
+		if err != nil {
+			inputs.release()
+		}
+	}()
 	rng := rand.New(rand.NewPCG(p.seed, 2))
-	x, err := matrix(p.dtype, maps[0].NIn, p.C, normal(rng, 1))
+	x, err := inputs.random(p.dtype, nIn, p.C, normal(rng, 1))
 	if err != nil {
 		return nil, err
 	}
-	ws, bs, err := layerParams(p, maps[0].V(), rng)
+	ws, bs, err := layerParams(inputs, p, V, rng)
 	if err != nil {
 		return nil, err
 	}
-	ones, err := matrix(p.dtype, maps[p.L-1].NOut, p.C, constant(1))
+	ones, err := inputs.filled(p.dtype, nOut, p.C, 1)
 	if err != nil {
 		return nil, err
 	}
 	step := func(train bool) func() error {
-		return func() error {
-			maps, err := downMaps(sc, p.L)
-			if err != nil {
-				return err
-			}
-			return convStack(maps, x, ws, bs, ones, p.conv, train)
+		build := func() ([]*kmap.Map, error) {
+			return downMaps(p.maps, sc, p.L, func(l int) tableUse { return useFor(p, train, l > 0) })
 		}
+		return stepFunc(p, build, func(h *holder, maps []*kmap.Map) error {
+			return convStack(h, maps, x, ws, bs, ones, p.conv, train)
+		})
 	}
 	useful := 2 * float64(pairs) * float64(p.C) * float64(p.C)
 	return &workload{
-		n: maps[0].NIn, pairs: pairs, l: p.L,
+		n: nIn, pairs: pairs, l: p.L,
 		flops: map[string]float64{"train": 3 * useful, "infer": useful},
 		steps: map[string]func() error{"train": step(true), "infer": step(false)},
+		close: inputs.release,
 	}, nil
 }
 
@@ -282,10 +398,7 @@ func sampleWorkload(sc scene, p params) (*workload, error) {
 	res := max(sc.ext.X, sc.ext.Y, sc.ext.Z)
 	per := res * res
 	pts := spherePoints(res, sc.ext.Batch)
-	points, err := place(sparse.Matrix{Rows: len(pts) / 3, Cols: 3, Data: pts})
-	if err != nil {
-		return nil, err
-	}
+	points := sparse.Matrix{Rows: len(pts) / 3, Cols: 3, Data: pts}
 	plan, err := sparse.NewSamplePlan(sc.coords, sc.ext, points, per, sparse.Trilinear)
 	if err != nil {
 		return nil, err
@@ -298,11 +411,12 @@ func sampleWorkload(sc scene, p params) (*workload, error) {
 	}
 	n := len(sc.coords) / 4
 	rng := rand.New(rand.NewPCG(p.seed, 3))
-	feats, err := matrix(p.dtype, n, p.C, normal(rng, 1))
+	inputs := &holder{be: p.be}
+	feats, err := inputs.random(p.dtype, n, p.C, normal(rng, 1))
 	if err != nil {
 		return nil, err
 	}
-	ones, err := matrix(p.dtype, plan.Queries(), p.C, constant(1))
+	ones, err := inputs.filled(p.dtype, plan.Queries(), p.C, 1)
 	if err != nil {
 		return nil, err
 	}
@@ -329,5 +443,6 @@ func sampleWorkload(sc scene, p params) (*workload, error) {
 		n: n, pairs: pairs, l: 1,
 		flops: map[string]float64{"train": 2 * useful, "infer": useful},
 		steps: map[string]func() error{"train": step(true), "infer": step(false)},
+		close: inputs.release,
 	}, nil
 }
