@@ -6,6 +6,9 @@
 //	go run ./bench [flags]                     # measure; JSON lines on stdout
 //	go run ./bench -o bench/results/x.jsonl    # … and append them to a file
 //	go run ./bench compare [-png r.png] ours.jsonl flexgemm.jsonl
+//	go build -tags cudaext -o .gpu/bench ./bench && .gpu/bench -device cuda
+//	bash bench/gpu_run.sh build   # here; then on the GPU machine:
+//	bash bench/gpu_run.sh         # ours and FlexGEMM side by side, ratio table last
 //
 // The default workload is FlexGEMM's submanifold training benchmark
 // (tests/submconv/train_benchmark.py, and the anchor script
@@ -21,13 +24,37 @@
 // Each (workload, config, dtype, algorithm, mode) runs 2 warm-up steps and
 // 3 repeats of K steps; the median repeat is reported as ms per step.
 // -op adds the strided (kernel 2, stride 2) convolution stack and
-// FlexGEMM's grid-sample benchmark.
+// FlexGEMM's grid-sample benchmark (CPU only).
+//
+// # On the GPU
+//
+// A bench built with the build tag cudaext has -device cuda: the same
+// workloads on the CUDA engine (cudaext), following the anchor's protocol.
+// Features, weights, biases and the all-ones gradient live on the device
+// (fp16 and bf16 are generated as float32 and rounded on upload; tf32 is
+// float32 with the engine's tf32 tensor cores; fp32 is IEEE float32;
+// -dtypes defaults to fp16 there). The kernel map is rebuilt inside every
+// timed step: with -kmap gpu (the default) by the engine's device builders
+// (SubmanifoldMap, StridedMap) from coordinates uploaded once, with the
+// derived tables the step reads (masks with Gray order, pair lists)
+// derived on the device (DeriveTables); with -kmap cpu on the host, the
+// engine uploading what it needs. Record.Kmap says which ("gpu" or
+// "cpu+upload"). Every repeat is timed with CUDA events on the engine's
+// stream (2 warm-ups, 3 repeats of 20 steps unless -iters says otherwise,
+// median); peak_mem_gb is the engine allocator's peak of live buffers
+// after a reset that follows the warm-ups (like torch's
+// max_memory_allocated after reset_peak_memory_stats); pct_of_peak is
+// tflops as a percentage of 790 TFLOP/s on an H200 (-peaktflops for
+// others). A measurement that fails, out of device memory say, is written
+// as a record with an error field and the run goes on (exit status 1 at
+// the end). bench/gpu_run.sh runs ours and the anchor script in one call
+// on the GPU machine and prints the ratio table last.
 //
 // # Output
 //
 // One JSON object per line with the anchor's field names (impl, algo, mode,
 // dtype, RES, C, L, N, pairs, ms, ms_all, tflops, peak_mem_gb, warmup_s)
-// plus op, flops, iters, device, commit and a few more (see Record). tflops
+// plus op, flops, iters, device, kmap, commit and a few more (see Record). tflops
 // counts useful FLOPs: 2·pairs·Ci·Co per layer and pass (train = 3 passes,
 // as in the anchor, although layer 0 skips its input gradient). On the CPU
 // peak_mem_gb is the largest Go heap (live and not yet swept objects)

@@ -1,0 +1,154 @@
+//go:build cudaext
+
+package main
+
+import (
+	"fmt"
+	"runtime"
+	"strings"
+
+	"github.com/flexgemm-go/flexgemm/cudaext"
+	"github.com/flexgemm-go/flexgemm/sparse"
+	"github.com/flexgemm-go/flexgemm/sparse/grid"
+	"github.com/flexgemm-go/flexgemm/sparse/kmap"
+)
+
+// This file is the GPU half of the bench (build tag cudaext): -device cuda
+// runs the workloads on the CUDA engine. Features, weights and the upstream
+// gradient live on the device (fp16 and bf16 are rounded on upload), the
+// kernel map is rebuilt inside every timed step (on the GPU by default),
+// repeats are timed with CUDA events and the memory peak is the engine
+// allocator's.
+
+func init() { openers[deviceCUDA] = openCUDA }
+
+// h200TFLOPS is the H200's measured dense bf16 tensor-core rate
+// (reference/GPU.md), the denominator of Record.PctPeak.
+const h200TFLOPS = 790
+
+// openCUDA opens GPU o.gpu with the CUDA engine (which registers itself
+// with package sparse, so sparse.Conv routes device matrices to it).
+func openCUDA(o *runOptions) (*backend, error) {
+	e, err := cudaext.Open(o.gpu)
+	if err != nil {
+		return nil, err
+	}
+	info := e.Info()
+	be := &backend{
+		name:   deviceCUDA,
+		device: cudaDevice(info),
+		place: func(m sparse.Matrix, dt dtypeInfo) (sparse.Matrix, error) {
+			return e.ToDeviceAs(m, dt.device)
+		},
+		fill: func(dt dtypeInfo, rows, cols int, v float64) (sparse.Matrix, error) {
+			m, err := e.Alloc(dt.device, rows, cols)
+			if err != nil {
+				return m, err
+			}
+			if err := e.Fill(m, float32(v)); err != nil {
+				e.Free(m)
+				return sparse.Matrix{}, err
+			}
+			return m, nil
+		},
+		free:  e.Free,
+		begin: func(dt dtypeInfo) { e.SetTF32(dt.tf32) },
+		resolve: func(a sparse.Algorithm) sparse.Algorithm {
+			// The engine's default (cudaext, conv.go: resolve).
+			if a == sparse.Auto {
+				return sparse.MaskedImplicitSplitK
+			}
+			return a
+		},
+		sync: e.Synchronize,
+		newTimer: func() (repeatTimer, error) {
+			t, err := e.NewTimer()
+			if err != nil {
+				return nil, err
+			}
+			return eventTimer{t}, nil
+		},
+		resetPeak: e.ResetPeak,
+		peakGB:    func() float64 { return float64(e.MemStats().PeakInUse) / (1 << 30) },
+		maps: func(sc scene, kind string) (*mapSource, error) {
+			if kind == kmapGPU {
+				return gpuMaps(e, sc)
+			}
+			return hostMaps(sc, kmapUpload, e.ForgetMap), nil
+		},
+		afterFailure: func() {
+			// Free what the failed step left to the GC, then give the
+			// cache back, so the next configuration starts clean.
+			runtime.GC()
+			_ = e.ReleaseCache()
+		},
+		close:     func() { _ = e.Close() },
+		kmapKinds: []string{kmapGPU, kmapCPU},
+	}
+	if strings.Contains(info.Name, "H200") {
+		be.peakTFLOPS = h200TFLOPS
+	}
+	return be, nil
+}
+
+// cudaDevice describes a GPU for Record.Device.
+func cudaDevice(info cudaext.DeviceInfo) string {
+	return fmt.Sprintf("cuda: %s, sm_%d%d, %d SMs, %.0f GiB, driver %d",
+		info.Name, info.Major, info.Minor, info.SMs, float64(info.TotalMem)/(1<<30), info.DriverVersion)
+}
+
+// eventTimer times a repeat with two CUDA events on the engine's stream.
+type eventTimer struct{ t *cudaext.Timer }
+
+func (t eventTimer) start() error { return t.t.Start() }
+
+func (t eventTimer) stop() (float64, error) {
+	ms, err := t.t.Stop()
+	return float64(ms), err
+}
+
+func (t eventTimer) destroy() { t.t.Destroy() }
+
+// gpuMaps builds the kernel maps of sc on the GPU: the coordinates are
+// uploaded once; every map is built by the engine's device builders, and
+// the derived tables a step reads (masks with Gray order, pair lists) are
+// derived on the device from the device table, so nothing of the map is
+// computed on the host. The builders still download the host copy of Nbr
+// (and output coordinates), which the kmap.Map returned must carry.
+func gpuMaps(e *cudaext.Engine, sc scene) (*mapSource, error) {
+	dc, err := e.ToDevice(sparse.Matrix{Rows: len(sc.coords) / 4, Cols: 4, Data: sc.coords})
+	if err != nil {
+		return nil, fmt.Errorf("uploading the coordinates: %w", err)
+	}
+	return &mapSource{
+		kind: kmapGPU,
+		submanifold: func() (*kmap.Map, error) {
+			return e.SubmanifoldMap(dc, sc.ext, kernel3, dilation1)
+		},
+		strided: func(prev *kmap.Map, conv grid.Conv) (*kmap.Map, error) {
+			if prev == nil {
+				return e.StridedMap(dc, sc.ext, conv, sparse.Matrix{})
+			}
+			c := sparse.Matrix{Rows: prev.NOut, Cols: 4, Data: prev.OutCoords}
+			return e.StridedMap(c, prev.Out, conv, sparse.Matrix{})
+		},
+		prepare: func(m *kmap.Map, use tableUse) error {
+			var t cudaext.Tables
+			if use.pairs {
+				t |= cudaext.TablePairs
+			}
+			if use.masked {
+				t |= cudaext.TableMasked
+			}
+			if use.reverseMasked {
+				t |= cudaext.TableReverseMasked
+			}
+			if t == 0 {
+				return nil
+			}
+			return e.DeriveTables(m, t)
+		},
+		release: e.ForgetMap,
+		close:   func() { e.Free(dc) },
+	}, nil
+}
