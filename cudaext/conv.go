@@ -358,6 +358,9 @@ func (e *Engine) Forward(m *kmap.Map, x, w, bias sparse.Matrix, o Options) (spar
 	if err != nil {
 		return sparse.Matrix{}, err
 	}
+	if o, err = e.tuned(tuneFwd, m, math, ci, co, o, func(c Options) (sparse.Matrix, error) { return e.Forward(m, x, w, bias, c) }); err != nil {
+		return sparse.Matrix{}, err
+	}
 	M := int64(m.NOut)
 	alg := resolve(o.Algorithm)
 	tile, err := e.chooseTile(o, M, co)
@@ -460,6 +463,9 @@ func (e *Engine) InputGrad(m *kmap.Map, dy, w sparse.Matrix, o Options) (sparse.
 	if err != nil {
 		return sparse.Matrix{}, err
 	}
+	if o, err = e.tuned(tuneDGrad, m, math, ci, co, o, func(c Options) (sparse.Matrix, error) { return e.InputGrad(m, dy, w, c) }); err != nil {
+		return sparse.Matrix{}, err
+	}
 	M := int64(m.NIn)
 	alg := resolve(o.Algorithm)
 	tile, err := e.chooseTile(o, M, ci)
@@ -532,6 +538,9 @@ func (e *Engine) WeightGrad(m *kmap.Map, x, dy sparse.Matrix, o Options) (sparse
 	}
 	V := int64(m.V())
 	ci, co := int64(x.Cols), int64(dy.Cols)
+	if o, err = e.tuned(tuneWGrad, m, math, ci, co, o, func(c Options) (sparse.Matrix, error) { return e.WeightGrad(m, x, dy, c) }); err != nil {
+		return sparse.Matrix{}, err
+	}
 	alg := resolve(o.Algorithm)
 	var out *Buffer
 	err = e.d.do(func() error {
