@@ -252,3 +252,9 @@ func TestOpenBackend(t *testing.T) {
 	_, err = openBackend(&runOptions{device: "tpu", kmap: kmapAuto})
 	require.ErrorContains(t, err, `unknown -device "tpu"`)
 }
+
+func TestSafely(t *testing.T) {
+	require.NoError(t, safely(func() error { return nil }))
+	require.EqualError(t, safely(func() error { return errOOM }), errOOM.Error())
+	require.EqualError(t, safely(func() error { panic("index out of range") }), "panic: index out of range")
+}

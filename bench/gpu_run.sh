@@ -86,7 +86,6 @@ if [[ -x $BENCH ]]; then
   done
   step "ours tf32,bf16 $PAIR" "${OURS_EXTRA_TIMEOUT:-40}" "$OUT/ours.log" \
     $BENCH -device cuda -cfgs "$PAIR" -dtypes tf32,bf16 -algo $ALGO -o "$OUT/ours.jsonl"
-  grep -m1 "kernel maps:" "$OUT/ours.log"
   grep -E "^bench: failed|panic" "$OUT/ours.log" | head -20
 else
   echo "== ours: $BENCH is missing (build it on the dev machine: bash bench/gpu_run.sh build, and carry .gpu)"
@@ -117,6 +116,7 @@ fi
 # 4. The ratio table last.
 count() { local n; n=$(grep -c '^{' "$1" 2>/dev/null); echo "${n:-0}"; }
 echo "== ours: $(count "$OUT/ours.jsonl") records, flexgemm: $(count "$OUT/flexgemm.jsonl") records; total ${SECONDS}s"
+grep -m1 "kernel maps:" "$OUT/ours.log" 2>/dev/null
 if [[ -x $BENCH && -s "$OUT/ours.jsonl" && -s "$OUT/flexgemm.jsonl" ]]; then
   $BENCH compare -png "$OUT/ratios.png" "$OUT/ours.jsonl" "$OUT/flexgemm.jsonl" 2>&1 | tee "$OUT/compare.md"
 else

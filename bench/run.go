@@ -317,7 +317,7 @@ func runBench(o *runOptions, stdout, stderr io.Writer) ([]Record, error) {
 					if err == nil {
 						p := params{op: op, C: cfg.C, L: cfg.L, dtype: dt, conv: o.conv, seed: o.seed, be: be, maps: src}
 						p.conv.Algorithm = algo
-						w, err = newWorkload(*sc, p)
+						err = safely(func() (err error) { w, err = newWorkload(*sc, p); return err })
 					}
 					if err != nil {
 						for _, mode := range o.modes {
@@ -334,7 +334,8 @@ func runBench(o *runOptions, stdout, stderr io.Writer) ([]Record, error) {
 					for _, mode := range o.modes {
 						fmt.Fprintf(stderr, "bench: %s %s %s %s RES=%d C=%d L=%d N=%d …\n", op, mode, dt.name, algoName, sc.res, cfg.C, cfg.L, w.n)
 						total++
-						t, err := measure(w.steps[mode], o.measure, be)
+						var t timing
+						err := safely(func() (err error) { t, err = measure(w.steps[mode], o.measure, be); return err })
 						if err != nil {
 							rec := base
 							rec.Mode = mode
@@ -363,6 +364,17 @@ func runBench(o *runOptions, stdout, stderr io.Writer) ([]Record, error) {
 		return recs, fmt.Errorf("%d of %d measurements failed (see the messages above and the records' error fields)", failed, total)
 	}
 	return recs, nil
+}
+
+// safely runs f, turning a panic into an error, so one broken
+// configuration becomes an error record rather than ending the run.
+func safely(f func() error) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("panic: %v", r)
+		}
+	}()
+	return f()
 }
 
 // kmapNote says what a Record.Kmap value means, for the log.
