@@ -1,0 +1,836 @@
+//go:build cudaext
+
+package cudaext
+
+// GPU tests of the autotuner wiring (tune.go). Like every test of this
+// package they need a GPU (see conv_gpu_test.go); run them there with
+//
+//	.gpu/cudaext.test -test.v -test.run 'Autotune|TuneGrid'
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/flexgemm-go/flexgemm/autotune"
+	"github.com/flexgemm-go/flexgemm/cudaext/kernels"
+	"github.com/flexgemm-go/flexgemm/sparse"
+	"github.com/flexgemm-go/flexgemm/sparse/grid"
+	"github.com/flexgemm-go/flexgemm/sparse/kmap"
+	"github.com/flexgemm-go/flexgemm/sparse/synth"
+)
+
+// The tests of this binary never touch the user's autotune cache: the
+// default cache of every engine (opened by the first Auto convolution of
+// any test) lives in a fresh temporary directory, and the tests below
+// give the engine caches of their own in t.TempDir.
+func init() {
+	dir, err := os.MkdirTemp("", "flexgemm-cudaext-test-")
+	if err != nil {
+		dir = filepath.Join(os.TempDir(), fmt.Sprintf("flexgemm-cudaext-test-%d", os.Getpid()))
+	}
+	os.Setenv(autotune.EnvCache, filepath.Join(dir, "autotune.json"))
+}
+
+// maxColdTune is the wall-time bound of a first Auto call on a cold shape:
+// the 2 s budget, plus the launch that may be under way when it runs out
+// and the final run.
+const maxColdTune = 2500 * time.Millisecond
+
+// useTuner gives gpu a fresh autotuner for one test: a cache file in
+// t.TempDir without pre-tuned table, in the given mode. Cache warnings
+// fail the test. The default tuner comes back after the test.
+func useTuner(t *testing.T, mode autotune.Mode, opts ...autotune.TunerOption) *autotune.Cache {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "autotune.json")
+	c, err := autotune.Open(autotune.WithPath(path), autotune.WithPretuned(nil),
+		autotune.WithWarn(func(err error) { t.Errorf("autotune warning: %v", err) }))
+	require.NoError(t, err)
+	require.NoError(t, gpu.SetAutotune(c, append([]autotune.TunerOption{autotune.WithMode(mode)}, opts...)...))
+	t.Cleanup(gpu.resetAutotune)
+	return c
+}
+
+// convData is one convolution's device inputs.
+type convData struct {
+	m           *kmap.Map
+	ci, co      int
+	mth         kernels.Math
+	x, w, b, dy sparse.Matrix
+}
+
+func newConvData(t testing.TB, rng *rand.Rand, m *kmap.Map, ci, co int, mth kernels.Math) *convData {
+	t.Helper()
+	dt := dtypeOf(mth)
+	V := m.V()
+	d := &convData{m: m, ci: ci, co: co, mth: mth,
+		x:  dev(t, m.NIn, ci, synth.Uniform[float32](rng, m.NIn*ci), dt),
+		w:  dev(t, co, V*ci, synth.Weights[float32](rng, co, V, ci), dt),
+		b:  dev(t, 1, co, synth.Uniform[float32](rng, co), dt),
+		dy: dev(t, m.NOut, co, synth.Uniform[float32](rng, m.NOut*co), dt),
+	}
+	return d
+}
+
+func (d *convData) free() { gpu.Free(d.x, d.w, d.b, d.dy) }
+
+// run computes one direction with options o and returns it on the host.
+func (d *convData) run(t testing.TB, dir autotune.Direction, o Options) []float32 {
+	t.Helper()
+	gpu.SetTF32(d.mth == kernels.TF32)
+	var out sparse.Matrix
+	var err error
+	switch dir {
+	case autotune.Fwd:
+		out, err = gpu.Forward(d.m, d.x, d.w, d.b, o)
+	case autotune.DGrad:
+		out, err = gpu.InputGrad(d.m, d.dy, d.w, o)
+	default:
+		out, err = gpu.WeightGrad(d.m, d.x, d.dy, o)
+	}
+	require.NoError(t, err, "%v %+v", dir, o)
+	h := host(t, out)
+	gpu.Free(out)
+	return h
+}
+
+func (d *convData) key(t testing.TB, dir autotune.Direction) autotune.Key {
+	t.Helper()
+	k, ok := gpu.convKey(dir, d.m, d.mth, int64(d.ci), int64(d.co))
+	require.True(t, ok)
+	return k
+}
+
+func requireSameBits(t testing.TB, want, got []float32, what string) {
+	t.Helper()
+	require.Equal(t, len(want), len(got), what)
+	for i := range want {
+		if math.Float32bits(want[i]) != math.Float32bits(got[i]) {
+			require.Failf(t, "different bits", "%s: element %d is %v, want %v", what, i, got[i], want[i])
+		}
+	}
+}
+
+func shellMap(t testing.TB, res int) *kmap.Map {
+	t.Helper()
+	coords, ext := synth.SphereShell(res, 1)
+	return mapOK(t)(kmap.NewSubmanifold(coords, ext, [3]int{3, 3, 3}, [3]int{1, 1, 1}))
+}
+
+var allDirs = []autotune.Direction{autotune.Fwd, autotune.DGrad, autotune.WGrad}
+
+// legacy is the fixed heuristic of conv.go (what Auto ran before the
+// tuner, and still runs in modes off and cache-only on a miss).
+var legacy = Options{ConvOptions: sparse.ConvOptions{Algorithm: sparse.MaskedImplicitSplitK}}
+
+// TestAutotuneKeys checks the key of each map kind and direction.
+func TestAutotuneKeys(t *testing.T) {
+	ok := mapOK(t)
+	rng := rand.New(rand.NewPCG(1, 2))
+	ext := grid.Extent{Batch: 1, X: 12, Y: 11, Z: 10}
+	coords := synth.RandomScene(rng, ext, 0.2)
+	subm := ok(kmap.NewSubmanifold(coords, ext, [3]int{3, 3, 3}, [3]int{1, 1, 1}))
+	strided := ok(kmap.NewStrided(coords, ext, grid.Cube(3, 2, 1, 1), nil))
+	aniso := ok(kmap.NewStrided(coords, ext, grid.Conv{Kernel: [3]int{1, 2, 2}, Stride: [3]int{1, 2, 2}, Dilation: [3]int{1, 1, 1}}, nil))
+	inverse := ok(kmap.NewInverse(strided))
+	transposed := ok(kmap.NewTransposed(coords, ext, grid.Cube(2, 2, 0, 1)))
+	info := gpu.Info()
+	dev := autotune.Device{Name: info.Name, SMs: info.SMs, Major: info.Major, Minor: info.Minor}
+	require.Equal(t, dev, gpu.AutotuneDevice())
+	for _, tc := range []struct {
+		m  *kmap.Map
+		op string
+	}{
+		{subm, "conv_submanifold"},
+		{strided, "conv_strided_s2"},
+		{aniso, "conv_strided_s1_2_2"},
+		{inverse, "conv_inverse_s2"},
+		{transposed, "conv_transposed_s2"},
+	} {
+		require.Equal(t, tc.op, convOpName(tc.m))
+		for _, mth := range kernels.Maths {
+			for _, dir := range allDirs {
+				k, ok := gpu.convKey(dir, tc.m, mth, 13, 96)
+				require.True(t, ok)
+				require.NoError(t, k.Validate())
+				rows := tc.m.NOut
+				if dir == autotune.DGrad {
+					rows = tc.m.NIn
+				}
+				dt, tf32 := map[kernels.Math]string{kernels.F32: "fp32", kernels.TF32: "fp32", kernels.F16: "fp16", kernels.BF16: "bf16"}[mth], mth == kernels.TF32
+				require.Equal(t, autotune.Key{Device: dev, Op: tc.op, Dir: dir, DType: dt, TF32: tf32, V: tc.m.V(), Ci: 13, Co: 96,
+					LogN: autotune.Bucket(rows)}, k)
+				back, ok := keyMath(k)
+				require.True(t, ok)
+				require.Equal(t, mth, back)
+			}
+		}
+	}
+	// Nothing to tune: no rows or no channels.
+	empty := ok(kmap.NewSubmanifold(nil, ext, [3]int{3, 3, 3}, [3]int{1, 1, 1}))
+	_, found := gpu.convKey(autotune.Fwd, empty, kernels.F32, 4, 4)
+	require.False(t, found)
+	_, found = gpu.convKey(autotune.Fwd, subm, kernels.F32, 0, 4)
+	require.False(t, found)
+	_, found = gpu.convKey(autotune.WGrad, subm, kernels.F32, 4, 0)
+	require.False(t, found)
+}
+
+// TestAutotuneCandidates checks the candidate lists over a grid of keys:
+// non-empty, distinct, runnable (known algorithm, compiled tile that fits
+// the device, split factor exactly for split-K algorithms), stable, with
+// the heuristic's pick among them.
+func TestAutotuneCandidates(t *testing.T) {
+	dev := gpu.AutotuneDevice()
+	lim := gpu.tuneLimits()
+	n := 0
+	for _, dir := range allDirs {
+		for _, mth := range kernels.Maths {
+			dt, tf32 := keyDType(mth)
+			for _, V := range []int{1, 8, 27, 125} {
+				for _, ch := range [][2]int{{1, 1}, {3, 16}, {13, 96}, {64, 64}, {256, 256}} {
+					for _, lg := range []int{0, 5, 10, 14, 17, 20, 24} {
+						k := autotune.Key{Device: dev, Op: "conv_submanifold", Dir: dir, DType: dt, TF32: tf32, V: V, Ci: ch[0], Co: ch[1], LogN: lg}
+						name := k.String()
+						cands := convCandidates(k, lim)
+						require.NotEmpty(t, cands, name)
+						require.LessOrEqual(t, len(cands), len(kernels.Tiles)*(3+2*len(tuneSplits)), name)
+						require.Equal(t, cands, convCandidates(k, lim), "%s: not a pure function of the key", name)
+						seen := map[autotune.Candidate]bool{}
+						for _, c := range cands {
+							require.False(t, seen[c], "%s: duplicate %v", name, c)
+							seen[c] = true
+							alg, err := sparse.ParseAlgorithm(c.Algorithm)
+							require.NoError(t, err, name)
+							require.Contains(t, algorithmsFor(dir), alg, name)
+							tile, err := kernels.ParseTile(c.Tile)
+							require.NoError(t, err, name)
+							require.NoError(t, tile.Validate(mth), name)
+							fam := kernels.Gather
+							if dir == autotune.WGrad {
+								fam = kernels.Pairs
+							}
+							require.LessOrEqual(t, kernels.SmemBytes(fam, mth, tile), lim.maxSmem, name)
+							if isSplit(alg) {
+								require.Contains(t, tuneSplits, c.SplitK, "%s: %v", name, c)
+							} else {
+								require.Zero(t, c.SplitK, "%s: %v", name, c)
+							}
+							o, err := candidateOptions(Options{}, c)
+							require.NoError(t, err)
+							require.Equal(t, alg, o.Algorithm)
+							require.Equal(t, c.Tile, o.Tile)
+							require.Equal(t, max(c.SplitK, 0), o.SplitK)
+						}
+						require.Contains(t, cands, convHeuristic(k, cands), name)
+						n++
+					}
+				}
+			}
+		}
+	}
+	t.Logf("%d keys checked", n)
+
+	// The weight gradient offers no masked algorithm (same kernels).
+	k := autotune.Key{Device: dev, Op: "conv_submanifold", Dir: autotune.WGrad, DType: "fp16", V: 27, Ci: 64, Co: 64, LogN: 14}
+	for _, c := range convCandidates(k, lim) {
+		require.NotContains(t, c.Algorithm, "masked", c)
+	}
+	// An im2col matrix over an eighth of the device is not offered.
+	k = autotune.Key{Device: dev, Op: "conv_submanifold", Dir: autotune.Fwd, DType: "fp32", V: 125, Ci: 256, Co: 256, LogN: 26}
+	for _, c := range convCandidates(k, lim) {
+		require.NotEqual(t, sparse.Explicit.String(), c.Algorithm, c)
+	}
+	// Small problems offer every algorithm.
+	k = autotune.Key{Device: dev, Op: "conv_submanifold", Dir: autotune.Fwd, DType: "fp16", V: 27, Ci: 64, Co: 64, LogN: 10}
+	algs := map[string]bool{}
+	for _, c := range convCandidates(k, lim) {
+		algs[c.Algorithm] = true
+	}
+	require.Len(t, algs, len(sparse.Algorithms))
+	// The empty bucket has no candidates (nothing is tuned for N = 0).
+	k.LogN = -1
+	require.Empty(t, convCandidates(k, lim))
+}
+
+// TestAutotuneHeuristicMirrorsConv checks that the tuner's copy of the
+// fixed heuristic (measured first) is chooseTile and chooseSplits.
+func TestAutotuneHeuristicMirrorsConv(t *testing.T) {
+	sms := int64(gpu.Info().SMs)
+	for _, rows := range []int64{1, 63, 64, 100, 5000, 33792, 33793, 70000, 1 << 20} {
+		for _, cols := range []int64{1, 3, 32, 33, 64, 65, 128, 300} {
+			want, err := gpu.chooseTile(Options{}, rows, cols)
+			require.NoError(t, err)
+			require.Equal(t, want, heuristicTile(rows, cols, sms), "rows %d cols %d", rows, cols)
+		}
+	}
+	for _, blocks := range []int64{0, 1, 7, 100, 264, 265, 10000} {
+		for _, kIters := range []int64{0, 1, 2, 5, 27, 1000} {
+			require.Equal(t, gpu.chooseSplits(0, blocks, kIters), heuristicSplits(blocks, kIters, sms), "blocks %d kIters %d", blocks, kIters)
+		}
+	}
+	for s, want := range map[int]int{0: 1, 1: 1, 2: 2, 3: 2, 7: 4, 8: 8, 15: 8, 16: 16, 40: 16} {
+		require.Equal(t, want, pow2Floor(s), "pow2Floor(%d)", s)
+	}
+}
+
+// TestAutotuneColdBudget tunes cold shapes with the default 2 s budget:
+// the first Auto call returns within maxColdTune of wall time, measures
+// and stores (in memory and in the cache file) a choice whose result
+// matches a fixed algorithm; the second call hits the cache, launches
+// nothing and gives the same bits, as does running the chosen candidate
+// explicitly.
+func TestAutotuneColdBudget(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		res, c int
+		mth    kernels.Math
+		long   bool
+	}{
+		{"shell64-c32-f32", 64, 32, kernels.F32, false},
+		{"shell128-c64-f16", 128, 64, kernels.F16, false},
+		{"shell128-c64-tf32", 128, 64, kernels.TF32, true},
+		{"shell256-c128-f32", 256, 128, kernels.F32, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.long && testing.Short() {
+				t.Skip("large shape")
+			}
+			defer gpu.SetTF32(false)
+			defer gpu.ReleaseCache() // the large shapes leave GBs of im2col and split-K scratch cached
+			cache := useTuner(t, autotune.On)
+			rng := rand.New(rand.NewPCG(uint64(tc.res), uint64(tc.c)))
+			d := newConvData(t, rng, shellMap(t, tc.res), tc.c, tc.c, tc.mth)
+			defer d.free()
+			defer gpu.ForgetMap(d.m)
+			// The fixed-algorithm reference; these runs also upload the
+			// map's tables (masked ones for both tile heights), so the
+			// timed call measures tuning, not table building.
+			ref := d.run(t, autotune.Fwd, Options{ConvOptions: sparse.ConvOptions{Algorithm: sparse.Implicit}, Tile: "m64n64k32w2x2s4"})
+			for _, tile := range []string{"m128n64k32w2x2s4", "m64n64k32w2x2s4"} {
+				d.run(t, autotune.Fwd, Options{ConvOptions: sparse.ConvOptions{Algorithm: sparse.MaskedImplicit}, Tile: tile})
+			}
+			key := d.key(t, autotune.Fwd)
+			before := gpu.AutotuneStats()
+			require.Zero(t, before.Decisions)
+
+			gpu.SetTF32(tc.mth == kernels.TF32)
+			t0 := time.Now()
+			y, err := gpu.Forward(d.m, d.x, d.w, d.b, Options{})
+			require.NoError(t, err)
+			require.NoError(t, gpu.Synchronize())
+			wall := time.Since(t0)
+			first := host(t, y)
+			gpu.Free(y)
+
+			st := gpu.AutotuneStats()
+			rec := gpu.autotuneState().lastRecord()
+			r := rec.result
+			t.Logf("%v: tuned in %v (measuring %v): %v at %v, %d of %d candidates, over budget %v",
+				key, wall, st.TuneTime, r.Choice.Candidate, r.Choice.Time, r.Choice.Tried, r.Choice.Total, r.OverBudget)
+			require.LessOrEqual(t, wall, maxColdTune, "first call on a cold shape")
+			require.LessOrEqual(t, st.TuneTime, maxColdTune)
+			require.Equal(t, key, rec.key)
+			require.Equal(t, autotune.FromMeasurement, r.Source)
+			require.Equal(t, int64(1), st.Decisions)
+			require.Equal(t, int64(1), st.Tuned)
+			require.Zero(t, st.Failures, "%v", r.Failures)
+			require.Empty(t, r.Failures)
+			require.Equal(t, len(convCandidates(key, gpu.tuneLimits())), r.Choice.Total)
+			require.Equal(t, len(r.Timings), r.Choice.Tried)
+			require.GreaterOrEqual(t, r.Choice.Tried, 1)
+			if !r.OverBudget {
+				require.Equal(t, r.Choice.Total, r.Choice.Tried, "within budget every candidate is measured")
+			}
+			require.GreaterOrEqual(t, st.Launches, int64(2*r.Choice.Tried), "a warm-up and at least one timed launch per candidate")
+			require.Positive(t, r.Choice.Time)
+			require.Equal(t, convHeuristic(key, convCandidates(key, gpu.tuneLimits())), r.Timings[0].Candidate, "the heuristic's pick is measured first")
+			for _, tm := range r.Timings {
+				require.GreaterOrEqual(t, tm.Median, r.Choice.Time, "%v is faster than the choice", tm.Candidate)
+			}
+			e := relL2(first, f64(ref))
+			require.LessOrEqual(t, e, bound(tc.mth), "tuned %v vs implicit GEMM", r.Choice.Candidate)
+
+			// Stored in memory and in the file.
+			ch, src, ok := cache.Lookup(key)
+			require.True(t, ok)
+			require.Equal(t, autotune.FromCache, src)
+			require.Equal(t, r.Choice.Candidate, ch.Candidate)
+			onDisk, err := autotune.Open(autotune.WithPath(cache.Path()), autotune.WithPretuned(nil))
+			require.NoError(t, err)
+			ch, src, ok = onDisk.Lookup(key)
+			require.True(t, ok, "choice not written to %s", cache.Path())
+			require.Equal(t, autotune.FromCache, src)
+			require.Equal(t, r.Choice.Candidate, ch.Candidate)
+
+			// The second call hits the cache and measures nothing.
+			t0 = time.Now()
+			y, err = gpu.Forward(d.m, d.x, d.w, d.b, Options{})
+			require.NoError(t, err)
+			require.NoError(t, gpu.Synchronize())
+			t.Logf("second call %v", time.Since(t0))
+			second := host(t, y)
+			gpu.Free(y)
+			st2 := gpu.AutotuneStats()
+			require.Equal(t, st.Launches, st2.Launches, "the second call launched candidates")
+			require.Equal(t, int64(1), st2.Tuned)
+			require.Equal(t, int64(1), st2.CacheHits)
+			require.Equal(t, autotune.FromCache, gpu.autotuneState().lastRecord().result.Source)
+			requireSameBits(t, first, second, "second Auto call")
+
+			// Auto ran exactly the chosen candidate.
+			o, err := candidateOptions(Options{}, r.Choice.Candidate)
+			require.NoError(t, err)
+			requireSameBits(t, first, d.run(t, autotune.Fwd, o), "explicit run of the choice")
+		})
+	}
+}
+
+// TestAutotuneDirections tunes every direction and arithmetic on small
+// scenes through the package API (sparse.Conv and its gradients with
+// ConvOptions{}) and compares with the CPU engine in float64; the second
+// pass hits the cache for every key and measures nothing.
+func TestAutotuneDirections(t *testing.T) {
+	useTuner(t, autotune.On)
+	defer gpu.SetTF32(false)
+	rng := rand.New(rand.NewPCG(21, 22))
+	scenes := testScenes(t, rng, true)
+	const ci, co = 13, 96
+	refs := make([]*reference, len(scenes))
+	for i, sc := range scenes {
+		refs[i] = cpuReference(t, rng, sc.m, ci, co)
+	}
+	keys := map[autotune.Key]bool{}
+	pass := func(t *testing.T) {
+		for i, sc := range scenes {
+			ref := refs[i]
+			for _, mth := range kernels.Maths {
+				gpu.SetTF32(mth == kernels.TF32)
+				dt := dtypeOf(mth)
+				V := sc.m.V()
+				x := dev(t, sc.m.NIn, ci, ref.x, dt)
+				w := dev(t, co, V*ci, ref.w, dt)
+				b := dev(t, 1, co, ref.b, dt)
+				dy := dev(t, sc.m.NOut, co, ref.dy, dt)
+				opt := sparse.ConvOptions{}
+				y, err := sparse.Conv(sc.m, x, w, b, opt)
+				require.NoError(t, err)
+				dx, err := sparse.ConvInputGrad(sc.m, dy, w, opt)
+				require.NoError(t, err)
+				dw, err := sparse.ConvWeightGrad(sc.m, x, dy, opt)
+				require.NoError(t, err)
+				for _, r := range []struct {
+					dir  autotune.Direction
+					got  sparse.Matrix
+					want []float64
+				}{{autotune.Fwd, y, ref.y}, {autotune.DGrad, dx, ref.dx}, {autotune.WGrad, dw, ref.dw}} {
+					e := relL2(host(t, r.got), r.want)
+					require.LessOrEqual(t, e, bound(mth), "%s %v %v", sc.name, mth, r.dir)
+					if k, ok := gpu.convKey(r.dir, sc.m, mth, ci, co); ok {
+						keys[k] = true
+					}
+				}
+				gpu.Free(x, w, b, dy, y, dx, dw)
+			}
+		}
+	}
+	pass(t)
+	st := gpu.AutotuneStats()
+	require.Len(t, keys, 3*len(kernels.Maths)*(len(scenes)-1), "one key per non-empty scene × arithmetic × direction")
+	require.Equal(t, int64(len(keys)), st.Decisions, "the empty scene is not tuned")
+	require.Equal(t, int64(len(keys)), st.Tuned)
+	require.Zero(t, st.Heuristic)
+	require.Zero(t, st.Failures)
+	t.Logf("%d keys tuned in %v, %d launches", st.Tuned, st.TuneTime, st.Launches)
+
+	pass(t)
+	st2 := gpu.AutotuneStats()
+	require.Equal(t, 2*st.Decisions, st2.Decisions)
+	require.Equal(t, st.Tuned, st2.Tuned)
+	require.Equal(t, st.Decisions, st2.CacheHits)
+	require.Equal(t, st.Launches, st2.Launches)
+}
+
+// TestAutotuneOff checks that mode off runs the fixed heuristic without
+// measuring or touching any cache, set by option and by
+// FLEXGEMM_AUTOTUNE, and that an unknown mode is a clear error.
+func TestAutotuneOff(t *testing.T) {
+	defer gpu.SetTF32(false)
+	rng := rand.New(rand.NewPCG(31, 32))
+	d := newConvData(t, rng, shellMap(t, 16), 24, 40, kernels.F16)
+	defer d.free()
+	want := map[autotune.Direction][]float32{}
+	for _, dir := range allDirs {
+		want[dir] = d.run(t, dir, legacy)
+	}
+	check := func(t *testing.T, cache *autotune.Cache) {
+		for _, dir := range allDirs {
+			requireSameBits(t, want[dir], d.run(t, dir, Options{}), fmt.Sprintf("%v in mode off", dir))
+			rec := gpu.autotuneState().lastRecord()
+			require.Equal(t, d.key(t, dir), rec.key)
+			require.Equal(t, autotune.FromHeuristic, rec.result.Source)
+			_, _, found := cache.Lookup(rec.key)
+			require.False(t, found, "mode off stored a choice")
+		}
+		st := gpu.AutotuneStats()
+		require.Equal(t, int64(3), st.Decisions)
+		require.Equal(t, int64(3), st.Heuristic)
+		require.Zero(t, st.Launches)
+		require.Zero(t, st.Tuned)
+		require.Zero(t, st.TuneTime)
+	}
+	t.Run("option", func(t *testing.T) {
+		cache := useTuner(t, autotune.Off)
+		check(t, cache)
+		_, err := os.Stat(cache.Path())
+		require.ErrorIs(t, err, fs.ErrNotExist, "mode off wrote the cache file")
+	})
+	t.Run("env", func(t *testing.T) {
+		path := filepath.Join(t.TempDir(), "autotune.json")
+		t.Setenv(autotune.EnvMode, "off")
+		t.Setenv(autotune.EnvCache, path)
+		gpu.resetAutotune()
+		t.Cleanup(gpu.resetAutotune)
+		cache, err := gpu.AutotuneCache()
+		require.NoError(t, err)
+		require.Empty(t, cache.Path(), "mode off keeps the cache in memory")
+		require.Equal(t, autotune.Off, gpu.autotuneState().tuner.Mode())
+		check(t, cache)
+		_, err = os.Stat(path)
+		require.ErrorIs(t, err, fs.ErrNotExist, "mode off wrote the cache file")
+	})
+	t.Run("unknown", func(t *testing.T) {
+		t.Setenv(autotune.EnvMode, "sometimes")
+		gpu.resetAutotune()
+		t.Cleanup(gpu.resetAutotune)
+		_, err := gpu.Forward(d.m, d.x, d.w, d.b, Options{})
+		require.ErrorIs(t, err, autotune.ErrMode)
+		require.Contains(t, err.Error(), "sometimes")
+		// A fixed algorithm needs no tuner.
+		requireSameBits(t, want[autotune.Fwd], d.run(t, autotune.Fwd, legacy), "fixed algorithm with a bad mode")
+	})
+}
+
+// TestAutotuneCacheOnly checks mode cache-only: the heuristic on a miss,
+// the stored choice on a hit, never a measurement.
+func TestAutotuneCacheOnly(t *testing.T) {
+	cache := useTuner(t, autotune.CacheOnly)
+	rng := rand.New(rand.NewPCG(41, 42))
+	d := newConvData(t, rng, shellMap(t, 16), 32, 32, kernels.F32)
+	defer d.free()
+	for _, dir := range allDirs {
+		requireSameBits(t, d.run(t, dir, legacy), d.run(t, dir, Options{}), fmt.Sprintf("%v cache-only miss", dir))
+		require.Equal(t, autotune.FromHeuristic, gpu.autotuneState().lastRecord().result.Source)
+		// Store the last candidate (not the heuristic's) by hand.
+		k := d.key(t, dir)
+		cands := convCandidates(k, gpu.tuneLimits())
+		pick := cands[len(cands)-1]
+		require.NotEqual(t, convHeuristic(k, cands), pick)
+		require.NoError(t, cache.Store(k, autotune.Choice{Candidate: pick, Heuristic: true}))
+		o, err := candidateOptions(Options{}, pick)
+		require.NoError(t, err)
+		requireSameBits(t, d.run(t, dir, o), d.run(t, dir, Options{}), fmt.Sprintf("%v cache-only hit", dir))
+		rec := gpu.autotuneState().lastRecord()
+		require.Equal(t, autotune.FromCache, rec.result.Source)
+		require.Equal(t, pick, rec.result.Choice.Candidate)
+	}
+	st := gpu.AutotuneStats()
+	require.Equal(t, int64(6), st.Decisions)
+	require.Equal(t, int64(3), st.Heuristic)
+	require.Equal(t, int64(3), st.CacheHits)
+	require.Zero(t, st.Launches)
+}
+
+// TestAutotuneBypass checks that Auto with a forced tile, tile height or
+// split factor runs the fixed heuristic with that option, untuned.
+func TestAutotuneBypass(t *testing.T) {
+	useTuner(t, autotune.On)
+	rng := rand.New(rand.NewPCG(51, 52))
+	d := newConvData(t, rng, shellMap(t, 16), 32, 64, kernels.F16)
+	defer d.free()
+	for _, o := range []Options{
+		{Tile: "m64n32k32w2x1s4"},
+		{ConvOptions: sparse.ConvOptions{TileRows: 128}},
+		{ConvOptions: sparse.ConvOptions{SplitK: 3}},
+	} {
+		fixed := o
+		fixed.Algorithm = sparse.MaskedImplicitSplitK
+		for _, dir := range allDirs {
+			requireSameBits(t, d.run(t, dir, fixed), d.run(t, dir, o), fmt.Sprintf("%v %+v", dir, o))
+		}
+	}
+	require.Zero(t, gpu.AutotuneStats().Decisions)
+}
+
+// TestAutotuneConcurrent runs one cold key from several goroutines: it is
+// measured once and every caller gets the same bits.
+func TestAutotuneConcurrent(t *testing.T) {
+	useTuner(t, autotune.On)
+	rng := rand.New(rand.NewPCG(61, 62))
+	d := newConvData(t, rng, shellMap(t, 32), 32, 32, kernels.BF16)
+	defer d.free()
+	const n = 4
+	outs := make([][]float32, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			y, err := gpu.Forward(d.m, d.x, d.w, d.b, Options{})
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			h, err := gpu.ToHost(y)
+			gpu.Free(y)
+			errs[i], outs[i] = err, h.F32()
+		})
+	}
+	wg.Wait()
+	require.NoError(t, errors.Join(errs...))
+	for i := 1; i < n; i++ {
+		requireSameBits(t, outs[0], outs[i], fmt.Sprintf("goroutine %d", i))
+	}
+	st := gpu.AutotuneStats()
+	require.Equal(t, int64(n), st.Decisions)
+	require.Equal(t, int64(1), st.Tuned)
+	require.Equal(t, int64(n-1), st.CacheHits)
+}
+
+// TestTuneGrid runs an offline grid into a fresh cache (every candidate
+// measured), again (cache hits, nothing measured), with Retune (measured
+// and stored again), and checks its argument errors.
+func TestTuneGrid(t *testing.T) {
+	useTuner(t, autotune.On)
+	probs, err := ShellGrid([]int{16}, []int{16}, []kernels.Math{kernels.F16, kernels.TF32})
+	require.NoError(t, err)
+	require.Len(t, probs, 4)
+	require.Equal(t, "shell16-subm3-c16-f16", probs[0].Name)
+	require.Equal(t, kmap.Submanifold, probs[0].Map.Kind)
+	require.Equal(t, kmap.Strided, probs[2].Map.Kind)
+	cache, err := autotune.Open(autotune.InMemory(), autotune.WithPretuned(nil))
+	require.NoError(t, err)
+	gpu.SetTF32(false)
+	var progress []TuneResult
+	res, err := gpu.TuneGrid(probs, GridOptions{Cache: cache, Budget: 20 * time.Second, Repeats: 3, Progress: func(r TuneResult) { progress = append(progress, r) }})
+	require.NoError(t, err)
+	require.False(t, gpu.TF32(), "TuneGrid left TF32 on")
+	require.Len(t, res, 3*len(probs))
+	require.Equal(t, res, progress)
+	keys := map[autotune.Key]bool{}
+	for i, r := range res {
+		p := probs[i/3]
+		require.NoError(t, r.Err, "%s", p.Name)
+		require.Equal(t, p.Name, r.Problem)
+		require.Equal(t, allDirs[i%3], r.Key.Dir)
+		require.Equal(t, p.Math == kernels.TF32, r.Key.TF32)
+		require.Equal(t, autotune.FromMeasurement, r.Result.Source, "%v", r.Key)
+		require.False(t, r.Result.OverBudget, "%v", r.Key)
+		require.Equal(t, len(convCandidates(r.Key, gpu.tuneLimits())), r.Result.Choice.Total)
+		require.Equal(t, r.Result.Choice.Total, r.Result.Choice.Tried, "%v: every candidate is measured", r.Key)
+		require.Empty(t, r.Result.Failures)
+		require.Positive(t, r.Wall)
+		ch, src, ok := cache.Lookup(r.Key)
+		require.True(t, ok)
+		require.Equal(t, autotune.FromCache, src)
+		require.Equal(t, r.Result.Choice, ch)
+		keys[r.Key] = true
+		t.Logf("%v: %v at %v (%d candidates, %v)", r.Key, r.Result.Choice.Candidate, r.Result.Choice.Time, r.Result.Choice.Total, r.Wall)
+	}
+	require.Len(t, keys, len(res))
+	require.Len(t, cache.Entries(gpu.AutotuneDevice()), len(res))
+
+	launches := gpu.AutotuneStats().Launches
+	res2, err := gpu.TuneGrid(probs, GridOptions{Cache: cache})
+	require.NoError(t, err)
+	for i, r := range res2 {
+		require.NoError(t, r.Err)
+		require.Equal(t, autotune.FromCache, r.Result.Source)
+		require.Equal(t, res[i].Result.Choice, r.Result.Choice)
+	}
+	require.Equal(t, launches, gpu.AutotuneStats().Launches, "a tuned grid measured again")
+
+	before := cache.Entries(gpu.AutotuneDevice())
+	res3, err := gpu.TuneGrid(probs[:1], GridOptions{Cache: cache, Retune: true, Budget: 20 * time.Second})
+	require.NoError(t, err)
+	require.Len(t, res3, 3)
+	after := cache.Entries(gpu.AutotuneDevice())
+	for _, r := range res3 {
+		require.NoError(t, r.Err)
+		require.Equal(t, autotune.FromMeasurement, r.Result.Source)
+		ch, _, _ := cache.Lookup(r.Key)
+		require.Equal(t, r.Result.Choice, ch, "retuned choice not stored")
+		i := slices.IndexFunc(before, func(e autotune.Entry) bool { return e.Key == r.Key })
+		j := slices.IndexFunc(after, func(e autotune.Entry) bool { return e.Key == r.Key })
+		require.True(t, after[j].Updated.After(before[i].Updated), "%v not updated", r.Key)
+	}
+
+	// Bad problems are rejected before anything runs.
+	good := probs[0]
+	for _, tc := range []struct {
+		mut  func(*TuneProblem)
+		want error
+	}{
+		{func(p *TuneProblem) { p.Map = nil }, sparse.ErrShape},
+		{func(p *TuneProblem) { p.Ci = 0 }, sparse.ErrShape},
+		{func(p *TuneProblem) { p.Co = -1 }, sparse.ErrShape},
+		{func(p *TuneProblem) { p.Math = kernels.Math(9) }, sparse.ErrDType},
+		{func(p *TuneProblem) { p.Dirs = []autotune.Direction{"sideways"} }, sparse.ErrShape},
+	} {
+		p := good
+		tc.mut(&p)
+		launches := gpu.AutotuneStats().Launches
+		_, err := gpu.TuneGrid([]TuneProblem{good, p}, GridOptions{Cache: cache, Retune: true})
+		require.ErrorIs(t, err, tc.want)
+		require.Contains(t, err.Error(), "problem 1")
+		require.Equal(t, launches, gpu.AutotuneStats().Launches)
+	}
+	_, err = gpu.TuneGrid(probs, GridOptions{Budget: -time.Second})
+	require.ErrorIs(t, err, sparse.ErrShape)
+	_, err = ShellGrid([]int{1}, []int{16}, kernels.Maths)
+	require.ErrorIs(t, err, sparse.ErrShape)
+	// An empty map has nothing to tune: an error in its results only.
+	empty := mapOK(t)(kmap.NewSubmanifold(nil, grid.Extent{Batch: 1, X: 4, Y: 4, Z: 4}, [3]int{3, 3, 3}, [3]int{1, 1, 1}))
+	res4, err := gpu.TuneGrid([]TuneProblem{{Name: "empty", Map: empty, Ci: 4, Co: 4, Math: kernels.F32, Dirs: []autotune.Direction{autotune.Fwd}}}, GridOptions{Cache: cache})
+	require.NoError(t, err)
+	require.Len(t, res4, 1)
+	require.ErrorIs(t, res4[0].Err, sparse.ErrShape)
+}
+
+// TestAutotunePretuned writes a pre-tuned table from a grid run, loads it
+// as the embedded table would be, and checks that Auto uses it without
+// measuring and that a user entry wins over it.
+func TestAutotunePretuned(t *testing.T) {
+	defer gpu.SetTF32(false)
+	m := shellMap(t, 16)
+	const ci, co = 16, 32
+	fresh, err := autotune.Open(autotune.InMemory(), autotune.WithPretuned(nil))
+	require.NoError(t, err)
+	res, err := gpu.TuneGrid([]TuneProblem{{Name: "p", Map: m, Ci: ci, Co: co, Math: kernels.F16}}, GridOptions{Cache: fresh, Budget: 10 * time.Second})
+	require.NoError(t, err)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "h200.json")
+	require.NoError(t, gpu.WritePretuned(fresh, path, "test table"))
+	raw, err := os.ReadFile(path)
+	require.NoError(t, err)
+	var head struct {
+		Format  string `json:"format"`
+		Schema  int    `json:"schema"`
+		Note    string `json:"note"`
+		Devices []struct {
+			Device  autotune.Device   `json:"device"`
+			Entries []json.RawMessage `json:"entries"`
+		} `json:"devices"`
+	}
+	require.NoError(t, json.Unmarshal(raw, &head))
+	require.Equal(t, autotune.Format, head.Format)
+	require.Equal(t, autotune.Schema, head.Schema)
+	require.Equal(t, "test table", head.Note)
+	require.Len(t, head.Devices, 1)
+	require.Equal(t, gpu.AutotuneDevice(), head.Devices[0].Device)
+	require.Len(t, head.Devices[0].Entries, 3)
+	matches, err := filepath.Glob(filepath.Join(dir, "*"))
+	require.NoError(t, err)
+	require.Equal(t, []string{path}, matches, "temporary files left behind")
+
+	pre, err := autotune.Open(autotune.WithPath(filepath.Join(t.TempDir(), "user.json")), autotune.WithPretuned(os.DirFS(dir)))
+	require.NoError(t, err)
+	require.NoError(t, gpu.SetAutotune(pre, autotune.WithMode(autotune.On)))
+	t.Cleanup(gpu.resetAutotune)
+	rng := rand.New(rand.NewPCG(71, 72))
+	d := newConvData(t, rng, m, ci, co, kernels.F16)
+	defer d.free()
+	for i, dir := range allDirs {
+		require.Equal(t, res[i].Key, d.key(t, dir))
+		got := d.run(t, dir, Options{})
+		rec := gpu.autotuneState().lastRecord()
+		require.Equal(t, autotune.FromPretuned, rec.result.Source, "%v", dir)
+		require.Equal(t, res[i].Result.Choice.Candidate, rec.result.Choice.Candidate)
+		o, err := candidateOptions(Options{}, rec.result.Choice.Candidate)
+		require.NoError(t, err)
+		requireSameBits(t, d.run(t, dir, o), got, fmt.Sprintf("%v pretuned", dir))
+	}
+	require.Zero(t, gpu.AutotuneStats().Launches)
+	require.Equal(t, int64(3), gpu.AutotuneStats().PretunedHits)
+
+	// A user entry wins over the table.
+	k := d.key(t, autotune.Fwd)
+	cands := convCandidates(k, gpu.tuneLimits())
+	other := cands[len(cands)-1]
+	if other == res[0].Result.Choice.Candidate {
+		other = cands[0]
+	}
+	require.NoError(t, pre.Store(k, autotune.Choice{Candidate: other, Time: time.Microsecond}))
+	got := d.run(t, autotune.Fwd, Options{})
+	rec := gpu.autotuneState().lastRecord()
+	require.Equal(t, autotune.FromCache, rec.result.Source)
+	require.Equal(t, other, rec.result.Choice.Candidate)
+	o, err := candidateOptions(Options{}, other)
+	require.NoError(t, err)
+	requireSameBits(t, d.run(t, autotune.Fwd, o), got, "user entry")
+	require.Zero(t, gpu.AutotuneStats().Launches)
+}
+
+// BenchmarkAutotuneDecision measures the host cost that the tuner adds to
+// an Auto convolution whose key is cached (key, candidates, lookup).
+func BenchmarkAutotuneDecision(b *testing.B) {
+	c, err := autotune.Open(autotune.InMemory(), autotune.WithPretuned(nil))
+	require.NoError(b, err)
+	require.NoError(b, gpu.SetAutotune(c, autotune.WithMode(autotune.On)))
+	b.Cleanup(gpu.resetAutotune)
+	m := shellMap(b, 64)
+	k, ok := gpu.convKey(autotune.Fwd, m, kernels.F16, 64, 64)
+	require.True(b, ok)
+	cands := convCandidates(k, gpu.tuneLimits())
+	require.NoError(b, c.Store(k, autotune.Choice{Candidate: cands[0], Time: time.Microsecond}))
+	launch := func(Options) (sparse.Matrix, error) { return sparse.Matrix{}, errors.New("measured a cached key") }
+	for b.Loop() {
+		o, err := gpu.tuned(tuneFwd, m, kernels.F16, 64, 64, Options{}, launch)
+		if err != nil || o.Tile != cands[0].Tile {
+			b.Fatalf("tuned: %+v, %v", o, err)
+		}
+	}
+}
+
+// ExampleEngine_TuneGrid shows the offline workflow that fills
+// autotune/pretuned/<device>.json: tune a grid into a fresh cache, then
+// write the measured entries as a table (needs a GPU; not run as a test).
+func ExampleEngine_TuneGrid() {
+	e, err := Open(0)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	problems, err := ShellGrid(DefaultTuneResolutions, DefaultTuneChannels, kernels.Maths)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	cache, err := autotune.Open(autotune.InMemory(), autotune.WithPretuned(nil))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	results, err := e.TuneGrid(problems, GridOptions{Cache: cache, Progress: func(r TuneResult) {
+		fmt.Printf("%-36s %-5s %v\n", r.Problem, r.Key.Dir, r.Result.Choice.Candidate)
+	}})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println(len(results), "keys tuned")
+	note := fmt.Sprintf("Measured on %v by TuneGrid over ShellGrid.", e.AutotuneDevice())
+	if err := e.WritePretuned(cache, "autotune/pretuned/h200.json", note); err != nil {
+		fmt.Println(err)
+	}
+}
