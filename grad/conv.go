@@ -6,6 +6,7 @@ import (
 
 	"github.com/chewxy/hm"
 	"github.com/flexgemm-go/flexgemm/internal/opkit"
+	"github.com/flexgemm-go/flexgemm/ops/device"
 	"github.com/flexgemm-go/flexgemm/sparse"
 	"github.com/flexgemm-go/flexgemm/sparse/kmap"
 	"gorgonia.org/gorgonia"
@@ -149,6 +150,11 @@ func (b convBase) convForward(xv, wv gorgonia.Value) (sparse.Matrix, error) {
 	if err != nil {
 		return sparse.Matrix{}, err
 	}
+	release, err := opkit.Harmonize(x, &w)
+	if err != nil {
+		return sparse.Matrix{}, err
+	}
+	defer release()
 	return sparse.Conv(b.m, x, w, sparse.Matrix{}, b.opt)
 }
 
@@ -165,6 +171,11 @@ func (b convBase) convInputGrad(dyv, wv gorgonia.Value) (sparse.Matrix, error) {
 	if err != nil {
 		return sparse.Matrix{}, err
 	}
+	release, err := opkit.Harmonize(dy, &w)
+	if err != nil {
+		return sparse.Matrix{}, err
+	}
+	defer release()
 	return sparse.ConvInputGrad(b.m, dy, w, b.opt)
 }
 
@@ -181,11 +192,22 @@ func (b convBase) convWeightGrad(xv, dyv gorgonia.Value) (sparse.Matrix, error) 
 	if err != nil {
 		return sparse.Matrix{}, err
 	}
+	release, err := opkit.Harmonize(x, &dy)
+	if err != nil {
+		return sparse.Matrix{}, err
+	}
+	defer release()
 	return sparse.ConvWeightGrad(b.m, x, dy, b.opt)
 }
 
-// weightDense wraps a [Co, V·Ci] result as [Co, Kx, Ky, Kz, Ci].
+// weightDense wraps a [Co, V·Ci] result as [Co, Kx, Ky, Kz, Ci]; a
+// weight-shaped result is a parameter gradient, kept in float32 on a
+// device that computes in a narrower dtype.
 func (b convBase) weightDense(dw sparse.Matrix) (*tensor.Dense, error) {
+	dw, err := opkit.Master(dw)
+	if err != nil {
+		return nil, err
+	}
 	k := b.m.Conv.Kernel
 	return opkit.NewDense(dw, dw.Rows, k[0], k[1], k[2], dw.Cols/b.m.V())
 }
@@ -449,6 +471,9 @@ func (op biasGradOp) Do(vs ...gorgonia.Value) (gorgonia.Value, error) {
 		return nil, err
 	}
 	db, err := sparse.BiasGrad(dy)
+	if err == nil {
+		db, err = opkit.Master(db) // a parameter gradient: float32
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -520,6 +545,8 @@ func (op rowBroadcastOp) broadcast(v gorgonia.Value) (sparse.Matrix, error) {
 		return sparse.Matrix{}, err
 	}
 	switch d := b.Data.(type) {
+	case sparse.Storage:
+		return sparse.Matrix{}, fmt.Errorf("%w: grad.RowBroadcast (second-order bias gradients) on a device tensor", device.ErrUnsupported)
 	case []float32:
 		return sparse.Matrix{Rows: op.rows, Cols: s[0], Data: repeatRows(d, op.rows)}, nil
 	default:

@@ -237,7 +237,12 @@ func (op convOp) Do(vs ...gorgonia.Value) (gorgonia.Value, error) {
 	if err != nil {
 		return nil, err
 	}
+	release, err := opkit.Harmonize(x, &w, &bias)
+	if err != nil {
+		return nil, err
+	}
 	y, err := sparse.Conv(op.m, x, w, bias, op.opt)
+	release()
 	if err != nil {
 		return nil, err
 	}
@@ -314,7 +319,12 @@ func (op convOp) DoDiff(ctx gorgonia.ExecutionContext, inputs gorgonia.Nodes, ou
 		return err
 	}
 	if !op.noInput {
+		release, err := opkit.Harmonize(dy, &w)
+		if err != nil {
+			return err
+		}
 		dx, err := sparse.ConvInputGrad(op.m, dy, w, op.opt)
+		release()
 		if err != nil {
 			return err
 		}
@@ -322,7 +332,15 @@ func (op convOp) DoDiff(ctx gorgonia.ExecutionContext, inputs gorgonia.Nodes, ou
 			return err
 		}
 	}
+	release, err := opkit.Harmonize(x, &dy)
+	if err != nil {
+		return err
+	}
 	dw, err := sparse.ConvWeightGrad(op.m, x, dy, op.opt)
+	release()
+	if err == nil {
+		dw, err = opkit.Master(dw)
+	}
 	if err != nil {
 		return err
 	}
@@ -331,6 +349,9 @@ func (op convOp) DoDiff(ctx gorgonia.ExecutionContext, inputs gorgonia.Nodes, ou
 	}
 	if op.bias {
 		db, err := sparse.BiasGrad(dy)
+		if err == nil {
+			db, err = opkit.Master(db)
+		}
 		if err != nil {
 			return err
 		}

@@ -23,6 +23,7 @@ type LossOption func(*lossConfig) error
 
 type lossConfig struct {
 	weights []float64
+	scale   float64 // gradient scale (loss scaling); 0 means 1
 }
 
 // WithClassWeights weighs the loss of a row by weights[label]; the result is
@@ -77,6 +78,8 @@ func SoftmaxCrossEntropy(logits *gorgonia.Node, labels []int32, opts ...LossOpti
 	if err != nil {
 		return nil, err
 	}
+	op.scale = cfg.scale
+	op.dev = &xentDeviceCache{}
 	return gorgonia.ApplyOp(op, logits)
 }
 
@@ -86,7 +89,9 @@ type xentOp struct {
 	labels  []int32
 	weights []float64 // nil = all ones
 	k       int
-	hash    uint64 // FNV-64a of labels and weights, so that gorgonia never merges two losses with different labels
+	hash    uint64           // FNV-64a of labels and weights, so that gorgonia never merges two losses with different labels
+	scale   float64          // gradient scale (WithLossScale); 0 means 1
+	dev     *xentDeviceCache // labels uploaded to a device, shared by the loss and its gradient op
 }
 
 func newXentOp(n, k int, labels []int32, weights []float64) (xentOp, error) {
@@ -157,6 +162,9 @@ func (op xentOp) Do(in ...gorgonia.Value) (gorgonia.Value, error) {
 	if err := op.checkShape(in[0].Shape()); err != nil {
 		return nil, err
 	}
+	if onDevice(in[0]) {
+		return op.forwardDevice(in[0])
+	}
 	var loss float64
 	if in[0].Shape().TotalSize() > 0 {
 		switch z := in[0].Data().(type) {
@@ -182,7 +190,7 @@ func (op xentOp) WriteHash(h hash.Hash) {
 }
 func (op xentOp) Hashcode() uint32 { return hashOp(op) }
 func (op xentOp) String() string {
-	return fmt.Sprintf("SoftmaxCrossEntropy{n=%d, k=%d, weighted=%t, labels=%016x}", len(op.labels), op.k, op.weights != nil, op.hash)
+	return fmt.Sprintf("SoftmaxCrossEntropy{n=%d, k=%d, weighted=%t, labels=%016x, gradscale=%g}", len(op.labels), op.k, op.weights != nil, op.hash, op.gradScale())
 }
 
 func (xentOp) DiffWRT(n int) []bool { return allTrue(n) }
@@ -251,6 +259,10 @@ func (op xentGradOp) Do(in ...gorgonia.Value) (gorgonia.Value, error) {
 	g, err := scalarOf(in[1])
 	if err != nil {
 		return nil, err
+	}
+	g *= op.gradScale()
+	if onDevice(in[0]) {
+		return op.backwardDevice(in[0], g)
 	}
 	if s.TotalSize() == 0 {
 		return tensor.New(tensor.Of(in[0].Dtype()), tensor.WithShape(s.Clone()...)), nil
@@ -378,6 +390,9 @@ func ArgmaxRows(v gorgonia.Value) ([]int32, error) {
 	}
 	if k == 0 {
 		return nil, &sparse.ShapeError{Op: "ArgmaxRows", Arg: "v", Want: fmt.Sprintf("[%d, K>0]", n), Got: fmt.Sprint(s)}
+	}
+	if onDevice(v) {
+		return argmaxRowsDevice(v, n, k)
 	}
 	switch z := v.Data().(type) {
 	case []float64:

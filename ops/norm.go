@@ -96,6 +96,9 @@ func (op voxelNormOp) Do(in ...gorgonia.Value) (gorgonia.Value, error) {
 	if err != nil {
 		return nil, err
 	}
+	if onDevice(in...) {
+		return voxelNormDevice(op.eps, in[0], in[1], in[2], n, c)
+	}
 	if n*c == 0 {
 		// Empty tensors have no backing slice (Data would panic).
 		return tensor.New(tensor.Of(in[0].Dtype()), tensor.WithShape(n, c)), nil
@@ -215,6 +218,9 @@ func (op voxelNormGradOp) Do(in ...gorgonia.Value) (gorgonia.Value, error) {
 	}
 	if op.wrt < 0 || op.wrt > 2 {
 		return nil, fmt.Errorf("%w: VoxelNorm gradient: input %d", sparse.ErrShape, op.wrt)
+	}
+	if onDevice(in...) {
+		return voxelNormGradDevice(op.eps, op.wrt, in[0], in[1], in[2])
 	}
 	var want [3]bool
 	want[op.wrt] = true

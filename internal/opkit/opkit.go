@@ -3,6 +3,11 @@
 // process-unique kernel-map identifiers for op hashes, in-place gradient
 // accumulation, and the hash and signature helpers every op uses.
 //
+// Device tensors (package ops/device) pass through the same functions:
+// Matrix views one as a device sparse.Matrix, NewDense wraps a device
+// result as a device tensor of the result's device, and Harmonize and
+// Master apply the mixed-precision rules of the convolution ops.
+//
 // It is internal because its functions assume the checks done by the op
 // constructors; users build graphs through packages ops and grad.
 package opkit
@@ -17,6 +22,7 @@ import (
 	"sync/atomic"
 	"weak"
 
+	"github.com/flexgemm-go/flexgemm/ops/device"
 	"github.com/flexgemm-go/flexgemm/sparse"
 	"github.com/flexgemm-go/flexgemm/sparse/kmap"
 	"gorgonia.org/gorgonia"
@@ -87,11 +93,18 @@ func IsFloat(dt tensor.Dtype) bool { return dt == tensor.Float32 || dt == tensor
 
 // Dense returns v as a *tensor.Dense whose Data() is contiguous and exactly
 // as long as its shape says. A view is materialised (copied); anything else
-// is returned as is.
+// is returned as is. Device tensors are returned as they are (a view of
+// one is an error).
 func Dense(v gorgonia.Value, arg string) (*tensor.Dense, error) {
 	d, ok := v.(*tensor.Dense)
 	if !ok {
 		return nil, fmt.Errorf("%w: %s is %T, want *tensor.Dense", ErrValue, arg, v)
+	}
+	if device.IsDevice(d) {
+		if _, err := device.Of(d); err != nil {
+			return nil, fmt.Errorf("%s: %w", arg, err)
+		}
+		return d, nil
 	}
 	if d.IsView() || d.RequiresIterator() {
 		m, ok := d.Materialize().(*tensor.Dense)
@@ -105,8 +118,12 @@ func Dense(v gorgonia.Value, arg string) (*tensor.Dense, error) {
 
 // Data returns the contiguous backing slice of d: a []float32, []float64,
 // []int32 or []int64 of length d.Shape().TotalSize(). It works for tensors
-// with no elements (tensor.Dense.Data panics on those).
+// with no elements (tensor.Dense.Data panics on those). Device tensors
+// have no host data: they give an error wrapping device.ErrUnsupported.
 func Data(d *tensor.Dense, arg string) (any, error) {
+	if device.IsDevice(d) {
+		return nil, fmt.Errorf("%w: %s is a device tensor; this operation needs host data", device.ErrUnsupported, arg)
+	}
 	n := d.Shape().TotalSize()
 	if d.Shape().IsScalar() {
 		return nil, fmt.Errorf("%w: %s is a scalar, want a tensor", ErrValue, arg)
@@ -155,8 +172,16 @@ func Data(d *tensor.Dense, arg string) (any, error) {
 
 // Matrix views v as a [rows, cols] sparse.Matrix without copying (unless v
 // is a non-contiguous view). The value must hold exactly rows·cols
-// floating-point elements.
+// floating-point elements. A device tensor gives a device matrix (its
+// storage may be float16 or bfloat16).
 func Matrix(v gorgonia.Value, arg string, rows, cols int) (sparse.Matrix, error) {
+	if device.IsDevice(v) {
+		m, _, err := device.MatrixOf(v, rows, cols)
+		if err != nil {
+			return sparse.Matrix{}, fmt.Errorf("%w: %s: %w", ErrValue, arg, err)
+		}
+		return m, nil
+	}
 	d, err := Dense(v, arg)
 	if err != nil {
 		return sparse.Matrix{}, err
@@ -174,11 +199,20 @@ func Matrix(v gorgonia.Value, arg string, rows, cols int) (sparse.Matrix, error)
 	return sparse.Matrix{Rows: rows, Cols: cols, Data: data}, nil
 }
 
-// NewDense wraps the host data of m as a *tensor.Dense of the given shape
-// without copying. The shape's total size must equal m.Rows·m.Cols.
+// NewDense wraps the data of m as a *tensor.Dense of the given shape
+// without copying: host data as an ordinary tensor, device data as a
+// device tensor of the device that owns it. The shape's total size must
+// equal m.Rows·m.Cols.
 func NewDense(m sparse.Matrix, shape ...int) (*tensor.Dense, error) {
 	if tensor.Shape(shape).TotalSize() != m.Rows*m.Cols || len(shape) == 0 {
 		return nil, fmt.Errorf("%w: a [%d, %d] result cannot have shape %v", ErrValue, m.Rows, m.Cols, shape)
+	}
+	if _, ok := m.Data.(sparse.Storage); ok {
+		d := device.Owner(m)
+		if d == nil {
+			return nil, fmt.Errorf("%w: result data %T belongs to no open device", ErrValue, m.Data)
+		}
+		return d.Wrap(m, shape...)
 	}
 	return FromSlice(m.Data, shape...)
 }
@@ -216,6 +250,9 @@ func AddInto(dst gorgonia.Value, arg string, src sparse.Matrix) error {
 	d, ok := dst.(*tensor.Dense)
 	if !ok {
 		return fmt.Errorf("%w: gradient of %s is %T, want *tensor.Dense", ErrValue, arg, dst)
+	}
+	if device.IsDevice(d) {
+		return device.AddInto(d, src)
 	}
 	if d.IsView() || d.RequiresIterator() {
 		return fmt.Errorf("%w: gradient of %s is a non-contiguous view", ErrValue, arg)
@@ -376,3 +413,18 @@ func AllTrue(n int) []bool {
 	}
 	return d
 }
+
+// Harmonize applies the mixed-precision rule of the convolution ops: when
+// act is a device matrix, every other device operand whose storage dtype
+// differs from act's (a float32 master weight next to float16 or bfloat16
+// activations) is replaced by a copy in act's dtype. release frees those
+// copies; call it once the operands are no longer needed. Host operands
+// are left alone.
+func Harmonize(act sparse.Matrix, others ...*sparse.Matrix) (release func(), err error) {
+	return device.Harmonize(act, others...)
+}
+
+// Master returns a parameter gradient in float32: a device matrix with
+// float16 or bfloat16 storage is converted (and the narrow one released);
+// anything else is returned as it is.
+func Master(m sparse.Matrix) (sparse.Matrix, error) { return device.Master(m) }
