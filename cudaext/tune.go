@@ -246,6 +246,35 @@ func (e *Engine) AutotuneStats() AutotuneStats {
 	}
 }
 
+// AutotuneChoice reports, without measuring anything, the kernel an Auto
+// convolution of this problem runs now: the cached or pre-tuned candidate
+// and its source. ok is false when the fixed heuristic applies (not tuned
+// yet in mode on or cache-only, mode off, or nothing to compute). dt is
+// the features' dtype; float32 problems use the engine's TF32 setting.
+// Benchmarks use it to record which algorithm Auto ran.
+func (e *Engine) AutotuneChoice(dir autotune.Direction, m *kmap.Map, dt sparse.DType, ci, co int) (c autotune.Candidate, src autotune.Source, ok bool) {
+	if m == nil {
+		return c, src, false
+	}
+	mth, err := e.mathFor(dt)
+	if err != nil {
+		return c, src, false
+	}
+	k, ok := e.convKey(dir, m, mth, int64(ci), int64(co))
+	if !ok {
+		return c, src, false
+	}
+	tuner, cache, err := e.autotuneState().get()
+	if err != nil || tuner.Mode() == autotune.Off {
+		return c, src, false
+	}
+	ch, src, ok := cache.Lookup(k)
+	if !ok || !slices.Contains(convCandidates(k, e.tuneLimits()), ch.Candidate) {
+		return c, src, false
+	}
+	return ch.Candidate, src, true
+}
+
 // AutotuneDevice returns the device identity under which the engine's
 // choices are cached.
 func (e *Engine) AutotuneDevice() autotune.Device {
