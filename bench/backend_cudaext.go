@@ -53,14 +53,10 @@ func openCUDA(o *runOptions) (*backend, error) {
 		},
 		free:  e.Free,
 		begin: func(dt dtypeInfo) { e.SetTF32(dt.tf32) },
-		resolve: func(a sparse.Algorithm) sparse.Algorithm {
-			// The engine's default (cudaext, conv.go: resolve).
-			if a == sparse.Auto {
-				return sparse.MaskedImplicitSplitK
-			}
-			return a
-		},
-		sync: e.Synchronize,
+		// Auto stays Auto: the engine's autotuner picks the kernel per layer
+		// and direction, and derives on the device whatever tables it needs.
+		resolve: func(a sparse.Algorithm) sparse.Algorithm { return a },
+		sync:    e.Synchronize,
 		newTimer: func() (repeatTimer, error) {
 			t, err := e.NewTimer()
 			if err != nil {

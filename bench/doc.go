@@ -9,6 +9,8 @@
 //	go build -tags cudaext -o .gpu/bench ./bench && .gpu/bench -device cuda
 //	bash bench/gpu_run.sh build   # here; then on the GPU machine:
 //	bash bench/gpu_run.sh         # ours and FlexGEMM side by side, ratio table last
+//	.gpu/bench tune [-res 64,128,256] [-c 16,…] [-o autotune/pretuned/h200.json]
+//	                              # offline autotuning of a shell grid (GPU build)
 //
 // The default workload is FlexGEMM's submanifold training benchmark
 // (tests/submconv/train_benchmark.py, and the anchor script
