@@ -1,0 +1,318 @@
+// Non-convolution kernels of a sparse network (host side: cudaext/nn.go):
+// dtype conversion and column copies (channel concatenation), addition,
+// ReLU, VoxelNorm statistics/forward/backward, softmax cross-entropy,
+// Adam, a non-finite check and a row argmax. The semantics are those of
+// the device.NN contract in ops/device/kernels.go (and its CPU emulation,
+// ops/device/fake.go).
+//
+// Storage dtypes are passed at run time as codes (0 float32, 1 float16,
+// 2 bfloat16); the switch is uniform across a launch, and these kernels
+// are bound by memory traffic, so one kernel per operation serves every
+// combination. Arithmetic is float32; reductions accumulate in float64
+// over a fixed partition (chunks of rows, then the chunks in order), so
+// every result is deterministic without atomics. Scalar arguments are
+// long long, int, float, or double passed as its 64-bit pattern.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+namespace fgnn {
+
+typedef long long i64;
+
+__device__ __forceinline__ i64 gtid() { return (i64)blockIdx.x * blockDim.x + threadIdx.x; }
+__device__ __forceinline__ i64 gstride() { return (i64)gridDim.x * blockDim.x; }
+
+// ld returns element i of a float buffer of dtype code dt as float32.
+__device__ __forceinline__ float ld(const void* p, int dt, i64 i) {
+  switch (dt) {
+    case 1:
+      return __half2float(static_cast<const __half*>(p)[i]);
+    case 2:
+      return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
+    default:
+      return static_cast<const float*>(p)[i];
+  }
+}
+
+// st stores v at element i, rounded to nearest even for the narrow types.
+__device__ __forceinline__ void st(void* p, int dt, i64 i, float v) {
+  switch (dt) {
+    case 1:
+      static_cast<__half*>(p)[i] = __float2half_rn(v);
+      break;
+    case 2:
+      static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16_rn(v);
+      break;
+    default:
+      static_cast<float*>(p)[i] = v;
+  }
+}
+
+// Block shape of the column reductions: 32 columns × 8 row lanes.
+constexpr int kCols = 32;
+constexpr int kLanes = 8;
+
+// Sums (over the rows of one chunk) of up to two per-element quantities
+// into part0/part1 [chunks, cols]; the 8 lanes are added in lane order.
+template <class F>
+__device__ void column_partials(i64 rows, i64 cols, i64 chunk_rows, double* part0, double* part1, F f) {
+  __shared__ double red0[kLanes][kCols + 1];
+  __shared__ double red1[kLanes][kCols + 1];
+  const i64 c = (i64)blockIdx.x * kCols + threadIdx.x;
+  const i64 chunk = blockIdx.y;
+  const i64 r0 = chunk * chunk_rows;
+  const i64 r1 = min(rows, r0 + chunk_rows);
+  double s0 = 0, s1 = 0;
+  if (c < cols)
+    for (i64 r = r0 + threadIdx.y; r < r1; r += kLanes) f(r, c, s0, s1);
+  red0[threadIdx.y][threadIdx.x] = s0;
+  red1[threadIdx.y][threadIdx.x] = s1;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < cols) {
+    double t0 = 0, t1 = 0;
+    for (int j = 0; j < kLanes; ++j) {
+      t0 += red0[j][threadIdx.x];
+      t1 += red1[j][threadIdx.x];
+    }
+    part0[chunk * cols + c] = t0;
+    part1[chunk * cols + c] = t1;
+  }
+}
+
+}  // namespace fgnn
+
+using namespace fgnn;
+
+extern "C" {
+
+// dst[i] = src[i] for i < n, converting between float dtypes.
+__global__ void nn_copy(const void* src, int sdt, void* dst, int ddt, i64 n) {
+  for (i64 i = gtid(); i < n; i += gstride()) st(dst, ddt, i, ld(src, sdt, i));
+}
+
+// dst[r, dcol + j] = src[r, scol + j] for r < rows, j < cols.
+__global__ void nn_copy_cols(const void* src, int sdt, i64 scols, i64 scol, void* dst, int ddt, i64 dcols, i64 dcol,
+                             i64 rows, i64 cols) {
+  const i64 n = rows * cols;
+  for (i64 e = gtid(); e < n; e += gstride()) {
+    const i64 r = e / cols, j = e - r * cols;
+    st(dst, ddt, r * dcols + dcol + j, ld(src, sdt, r * scols + scol + j));
+  }
+}
+
+// dst = a + b (dst may alias a or b).
+__global__ void nn_add(const void* a, int adt, const void* b, int bdt, void* dst, int ddt, i64 n) {
+  for (i64 i = gtid(); i < n; i += gstride()) st(dst, ddt, i, ld(a, adt, i) + ld(b, bdt, i));
+}
+
+// dst = x > 0 ? x : 0 (NaN gives 0).
+__global__ void nn_relu(const void* x, int xdt, void* dst, int ddt, i64 n) {
+  for (i64 i = gtid(); i < n; i += gstride()) {
+    const float v = ld(x, xdt, i);
+    st(dst, ddt, i, v > 0.f ? v : 0.f);
+  }
+}
+
+// dx = x > 0 ? dy : 0.
+__global__ void nn_relu_grad(const void* x, int xdt, const void* dy, int gdt, void* dx, int ddt, i64 n) {
+  for (i64 i = gtid(); i < n; i += gstride()) {
+    const float v = ld(x, xdt, i);
+    st(dx, ddt, i, v > 0.f ? ld(dy, gdt, i) : 0.f);
+  }
+}
+
+// VoxelNorm statistics, stage 1: per chunk of rows, Σx and Σx² per column
+// (float64). Block (32, 8), grid (ceil(cols/32), chunks).
+__global__ void nn_norm_partial(const void* x, int xdt, i64 rows, i64 cols, i64 chunk_rows, double* psum, double* psq) {
+  column_partials(rows, cols, chunk_rows, psum, psq, [&](i64 r, i64 c, double& s0, double& s1) {
+    const double v = ld(x, xdt, r * cols + c);
+    s0 += v;
+    s1 += v * v;
+  });
+}
+
+// Stage 2: mean[c] = Σx/N and inv[c] = 1/√(max(Σx²/N − mean², 0) + eps),
+// adding the chunks in order (N = 0: mean 0, inv 1/√eps).
+__global__ void nn_norm_stats(const double* psum, const double* psq, i64 chunks, i64 rows, i64 cols, double eps,
+                              float* mean, float* inv) {
+  for (i64 c = gtid(); c < cols; c += gstride()) {
+    double s = 0, q = 0;
+    for (i64 k = 0; k < chunks; ++k) {
+      s += psum[k * cols + c];
+      q += psq[k * cols + c];
+    }
+    double mu = 0, var = 0;
+    if (rows > 0) {
+      mu = s / (double)rows;
+      var = fmax(q / (double)rows - mu * mu, 0.0);
+    }
+    mean[c] = (float)mu;
+    inv[c] = (float)(1.0 / sqrt(var + eps));
+  }
+}
+
+// y = (x − mean)·inv·gamma + beta, as y = x·sc + sh with sc = gamma·inv,
+// sh = beta − mean·sc (float32).
+__global__ void nn_norm_forward(const void* x, int xdt, const void* gamma, int gdt, const void* beta, int bdt,
+                                const float* mean, const float* inv, void* y, int ydt, i64 rows, i64 cols) {
+  const i64 n = rows * cols;
+  for (i64 e = gtid(); e < n; e += gstride()) {
+    const i64 c = e % cols;
+    const float sc = __fmul_rn(ld(gamma, gdt, c), inv[c]);
+    const float sh = __fsub_rn(ld(beta, bdt, c), __fmul_rn(mean[c], sc));
+    st(y, ydt, e, __fadd_rn(__fmul_rn(ld(x, xdt, e), sc), sh));
+  }
+}
+
+// VoxelNorm backward, stage 1: per chunk, Σdy and Σdy·x̂ per column with
+// x̂ = (x − mean)·inv (float64).
+__global__ void nn_norm_bwd_partial(const void* x, int xdt, const void* dy, int gdt, const float* mean, const float* inv,
+                                    i64 rows, i64 cols, i64 chunk_rows, double* pb, double* pg) {
+  column_partials(rows, cols, chunk_rows, pb, pg, [&](i64 r, i64 c, double& s0, double& s1) {
+    const double d = ld(dy, gdt, r * cols + c);
+    const double xh = ((double)ld(x, xdt, r * cols + c) - (double)mean[c]) * (double)inv[c];
+    s0 += d;
+    s1 += d * xh;
+  });
+}
+
+// Stage 2: dbeta[c] = Σdy and dgamma[c] = Σdy·x̂, the chunks added in order.
+__global__ void nn_norm_bwd_sums(const double* pb, const double* pg, i64 chunks, i64 cols, float* dgamma, float* dbeta) {
+  for (i64 c = gtid(); c < cols; c += gstride()) {
+    double b = 0, g = 0;
+    for (i64 k = 0; k < chunks; ++k) {
+      b += pb[k * cols + c];
+      g += pg[k * cols + c];
+    }
+    dgamma[c] = (float)g;
+    dbeta[c] = (float)b;
+  }
+}
+
+// Stage 3: dx = gamma·inv·(dy − (dbeta + x̂·dgamma)/N) (float32).
+__global__ void nn_norm_bwd_dx(const void* x, int xdt, const void* dy, int gdt, const void* gamma, int gmdt,
+                               const float* mean, const float* inv, const float* dgamma, const float* dbeta, void* dx,
+                               int ddt, i64 rows, i64 cols) {
+  const i64 n = rows * cols;
+  const float fn = (float)rows;
+  for (i64 e = gtid(); e < n; e += gstride()) {
+    const i64 c = e % cols;
+    const float iv = inv[c];
+    const float xh = __fmul_rn(__fsub_rn(ld(x, xdt, e), mean[c]), iv);
+    const float corr = __fdiv_rn(__fadd_rn(dbeta[c], __fmul_rn(xh, dgamma[c])), fn);
+    st(dx, ddt, e, __fmul_rn(__fmul_rn(ld(gamma, gmdt, c), iv), __fsub_rn(ld(dy, gdt, e), corr)));
+  }
+}
+
+// Row weight of the cross-entropy: 0 for label −1, w[label] or 1.
+__device__ __forceinline__ double xent_weight(const float* w, int l) {
+  if (l < 0) return 0;
+  return w ? (double)w[l] : 1.0;
+}
+
+// Row maximum and log Σ exp(z − max) of row i (float64).
+__device__ __forceinline__ void xent_row(const void* z, int zdt, i64 i, i64 k, double& m, double& lse) {
+  m = -INFINITY;
+  for (i64 j = 0; j < k; ++j) m = fmax(m, (double)ld(z, zdt, i * k + j));
+  double s = 0;
+  for (i64 j = 0; j < k; ++j) s += exp((double)ld(z, zdt, i * k + j) - m);
+  lse = log(s);
+}
+
+// Cross-entropy, stage 1: part[chunk] = Σ over the rows of the chunk of
+// w[l]·(max + lse − z[l]); 256 threads per block, one chunk per block,
+// a fixed-order tree reduction. Rows whose label is outside [0, k) do not
+// count (the caller validates labels).
+__global__ void nn_xent_partial(const void* z, int zdt, const int* labels, const float* w, i64 rows, i64 k,
+                                i64 chunk_rows, double* part) {
+  __shared__ double red[256];
+  const i64 r0 = (i64)blockIdx.x * chunk_rows;
+  const i64 r1 = min(rows, r0 + chunk_rows);
+  double s = 0;
+  for (i64 i = r0 + threadIdx.x; i < r1; i += blockDim.x) {
+    const int l = labels[i];
+    const double wt = l < k ? xent_weight(w, l) : 0.0;
+    if (wt == 0) continue;
+    double m, lse;
+    xent_row(z, zdt, i, k, m, lse);
+    s += wt * (m + lse - (double)ld(z, zdt, i * k + l));
+  }
+  red[threadIdx.x] = s;
+  __syncthreads();
+  for (int h = blockDim.x / 2; h > 0; h /= 2) {
+    if (threadIdx.x < h) red[threadIdx.x] += red[threadIdx.x + h];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) part[blockIdx.x] = red[0];
+}
+
+// Stage 2 (one thread): loss = scale·Σ part, the chunks in order.
+__global__ void nn_xent_final(const double* part, i64 chunks, float scale, float* loss) {
+  if (gtid() != 0) return;
+  double s = 0;
+  for (i64 k = 0; k < chunks; ++k) s += part[k];
+  loss[0] = (float)(s * (double)scale);
+}
+
+// dz[i, j] = scale·w[l]·(softmax(z[i])[j] − [j = l]); 0 for rows with
+// weight 0 or a label outside [0, k). One thread per row.
+__global__ void nn_xent_backward(const void* z, int zdt, const int* labels, const float* w, i64 rows, i64 k, float scale,
+                                 void* dz, int ddt) {
+  for (i64 i = gtid(); i < rows; i += gstride()) {
+    const int l = labels[i];
+    const double wt = l < k ? xent_weight(w, l) : 0.0;
+    if (wt == 0) {
+      for (i64 j = 0; j < k; ++j) st(dz, ddt, i * k + j, 0.f);
+      continue;
+    }
+    double m, lse;
+    xent_row(z, zdt, i, k, m, lse);
+    const double s = (double)scale * wt;
+    for (i64 j = 0; j < k; ++j) {
+      double p = exp((double)ld(z, zdt, i * k + j) - m - lse);
+      if (j == l) p -= 1;
+      st(dz, ddt, i * k + j, (float)(s * p));
+    }
+  }
+}
+
+// One Adam update per element (see device.NN.AdamStep); w, m, v float32.
+__global__ void nn_adam(float* w, const void* g, int gdt, float* m, float* v, i64 n, float lr, float beta1, float beta2,
+                        float eps, float corr1, float corr2, float gscale, float l2) {
+  for (i64 i = gtid(); i < n; i += gstride()) {
+    const float wi = w[i];
+    const float gi = __fadd_rn(__fmul_rn(ld(g, gdt, i), gscale), __fmul_rn(l2, wi));
+    const float mi = __fadd_rn(__fmul_rn(beta1, m[i]), __fmul_rn(__fsub_rn(1.f, beta1), gi));
+    const float vi = __fadd_rn(__fmul_rn(beta2, v[i]), __fmul_rn(__fsub_rn(1.f, beta2), __fmul_rn(gi, gi)));
+    m[i] = mi;
+    v[i] = vi;
+    const float num = __fmul_rn(-lr, __fmul_rn(mi, corr1));
+    const float den = __fadd_rn(__fsqrt_rn(__fmul_rn(vi, corr2)), eps);
+    w[i] = __fadd_rn(wi, __fdiv_rn(num, den));
+  }
+}
+
+// flag[0] = 1 if any element is infinite or NaN (every writer writes 1).
+__global__ void nn_nonfinite(const void* x, int xdt, i64 n, float* flag) {
+  for (i64 i = gtid(); i < n; i += gstride()) {
+    if (!isfinite(ld(x, xdt, i))) flag[0] = 1.f;
+  }
+}
+
+// dst[i] = the column of the largest element of row i (first on ties).
+__global__ void nn_argmax_rows(const void* x, int xdt, i64 rows, i64 k, int* dst) {
+  for (i64 i = gtid(); i < rows; i += gstride()) {
+    int best = 0;
+    float bv = k > 0 ? ld(x, xdt, i * k) : 0.f;
+    for (i64 j = 1; j < k; ++j) {
+      const float v = ld(x, xdt, i * k + j);
+      if (v > bv) {
+        bv = v;
+        best = (int)j;
+      }
+    }
+    dst[i] = best;
+  }
+}
+
+}  // extern "C"
