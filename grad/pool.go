@@ -143,6 +143,8 @@ func (b poolBase) argmaxGather(xv, gv gorgonia.Value) (sparse.Matrix, error) {
 	switch g := ms[1].Data.(type) {
 	case []float32:
 		return sparse.Matrix{Rows: b.m.NOut, Cols: c, Data: gatherArgmax(g, argmax.I32(), c)}, nil
+	case sparse.Storage:
+		return sparse.Matrix{}, fmt.Errorf("%w: second-order max-pool gradients of device tensors", ErrNotDifferentiable)
 	default:
 		return sparse.Matrix{Rows: b.m.NOut, Cols: c, Data: gatherArgmax(g.([]float64), argmax.I32(), c)}, nil
 	}

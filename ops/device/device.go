@@ -446,9 +446,9 @@ type convProxy struct{ d *Device }
 func (p convProxy) Name() string              { return p.d.name }
 func (p convProxy) Owns(m sparse.Matrix) bool { return p.d.Owns(m) }
 
-func (p convProxy) result(f func() (sparse.Matrix, error)) (sparse.Matrix, error) {
+func (p convProxy) result(cat string, f func() (sparse.Matrix, error)) (sparse.Matrix, error) {
 	var out sparse.Matrix
-	err := p.d.timed("conv", func() error {
+	err := p.d.timed(cat, func() error {
 		var err error
 		out, err = f()
 		return err
@@ -456,22 +456,92 @@ func (p convProxy) result(f func() (sparse.Matrix, error)) (sparse.Matrix, error
 	if err != nil {
 		return sparse.Matrix{}, err
 	}
-	p.d.track(out)
+	if !out.IsZero() {
+		p.d.track(out)
+	}
 	return out, nil
 }
 
 func (p convProxy) ConvForward(m *kmap.Map, x, w, bias sparse.Matrix, opt sparse.ConvOptions) (sparse.Matrix, error) {
-	return p.result(func() (sparse.Matrix, error) { return p.d.mem.ConvForward(m, x, w, bias, opt) })
+	return p.result("conv", func() (sparse.Matrix, error) { return p.d.mem.ConvForward(m, x, w, bias, opt) })
 }
 
 func (p convProxy) ConvInputGrad(m *kmap.Map, dy, w sparse.Matrix, opt sparse.ConvOptions) (sparse.Matrix, error) {
-	return p.result(func() (sparse.Matrix, error) { return p.d.mem.ConvInputGrad(m, dy, w, opt) })
+	return p.result("conv", func() (sparse.Matrix, error) { return p.d.mem.ConvInputGrad(m, dy, w, opt) })
 }
 
 func (p convProxy) ConvWeightGrad(m *kmap.Map, x, dy sparse.Matrix, opt sparse.ConvOptions) (sparse.Matrix, error) {
-	return p.result(func() (sparse.Matrix, error) { return p.d.mem.ConvWeightGrad(m, x, dy, opt) })
+	return p.result("conv", func() (sparse.Matrix, error) { return p.d.mem.ConvWeightGrad(m, x, dy, opt) })
 }
 
 func (p convProxy) BiasGrad(dy sparse.Matrix) (sparse.Matrix, error) {
-	return p.result(func() (sparse.Matrix, error) { return p.d.mem.BiasGrad(dy) })
+	return p.result("conv", func() (sparse.Matrix, error) { return p.d.mem.BiasGrad(dy) })
 }
+
+// PoolForward implements sparse.PoolEngine when the backend does (timed
+// under "pool").
+func (p convProxy) PoolForward(m *kmap.Map, x sparse.Matrix, mode sparse.PoolMode) (y, argmax sparse.Matrix, err error) {
+	pe, ok := p.d.mem.(sparse.PoolEngine)
+	if !ok {
+		return sparse.Matrix{}, sparse.Matrix{}, fmt.Errorf("%w: %s cannot pool", sparse.ErrNoEngine, p.d.name)
+	}
+	err = p.d.timed("pool", func() error {
+		var err error
+		y, argmax, err = pe.PoolForward(m, x, mode)
+		return err
+	})
+	if err != nil {
+		return sparse.Matrix{}, sparse.Matrix{}, err
+	}
+	p.d.track(y)
+	if !argmax.IsZero() {
+		p.d.track(argmax)
+	}
+	return y, argmax, nil
+}
+
+// PoolGrad implements sparse.PoolEngine when the backend does.
+func (p convProxy) PoolGrad(m *kmap.Map, dy, argmax sparse.Matrix, mode sparse.PoolMode) (sparse.Matrix, error) {
+	pe, ok := p.d.mem.(sparse.PoolEngine)
+	if !ok {
+		return sparse.Matrix{}, fmt.Errorf("%w: %s cannot pool", sparse.ErrNoEngine, p.d.name)
+	}
+	return p.result("pool", func() (sparse.Matrix, error) { return pe.PoolGrad(m, dy, argmax, mode) })
+}
+
+// GridSampleForward implements sparse.SampleEngine when the backend does
+// (timed under "sample").
+func (p convProxy) GridSampleForward(pl *sparse.SamplePlan, feats sparse.Matrix) (sparse.Matrix, error) {
+	se, ok := p.d.mem.(sparse.SampleEngine)
+	if !ok {
+		return sparse.Matrix{}, fmt.Errorf("%w: %s cannot grid-sample", sparse.ErrNoEngine, p.d.name)
+	}
+	return p.result("sample", func() (sparse.Matrix, error) { return se.GridSampleForward(pl, feats) })
+}
+
+// GridSampleGrad implements sparse.SampleEngine when the backend does.
+func (p convProxy) GridSampleGrad(pl *sparse.SamplePlan, feats, dy sparse.Matrix) (dFeats, dPoints sparse.Matrix, err error) {
+	se, ok := p.d.mem.(sparse.SampleEngine)
+	if !ok {
+		return sparse.Matrix{}, sparse.Matrix{}, fmt.Errorf("%w: %s cannot grid-sample", sparse.ErrNoEngine, p.d.name)
+	}
+	err = p.d.timed("sample", func() error {
+		var err error
+		dFeats, dPoints, err = se.GridSampleGrad(pl, feats, dy)
+		return err
+	})
+	if err != nil {
+		return sparse.Matrix{}, sparse.Matrix{}, err
+	}
+	for _, m := range []sparse.Matrix{dFeats, dPoints} {
+		if !m.IsZero() {
+			p.d.track(m)
+		}
+	}
+	return dFeats, dPoints, nil
+}
+
+var (
+	_ sparse.PoolEngine   = convProxy{}
+	_ sparse.SampleEngine = convProxy{}
+)

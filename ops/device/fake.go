@@ -629,8 +629,10 @@ func (f *Fake) xentArgs(logits, labels, weights sparse.Matrix) (z, l, w *fakeBuf
 	return z, l, w, nil
 }
 
-func xentWeightOf(w *fakeBuf, l int32) float64 {
-	if l < 0 {
+// xentWeightOf is the weight of a row with label l: 0 outside [0, k)
+// (−1 marks an ignored row; callers validate labels), else w[l] or 1.
+func xentWeightOf(w *fakeBuf, l int32, k int) float64 {
+	if l < 0 || int(l) >= k {
 		return 0
 	}
 	if w == nil {
@@ -653,10 +655,7 @@ func (f *Fake) XentForward(loss, logits, labels, weights sparse.Matrix, scale fl
 	sum := 0.0
 	for i := range logits.Rows {
 		li := l.i32[i]
-		if li >= int32(k) || li < -1 {
-			return fmt.Errorf("%w: %s: label %d of row %d outside [0, %d)", sparse.ErrOutOfRange, f.name, li, i, k)
-		}
-		wt := xentWeightOf(w, li)
+		wt := xentWeightOf(w, li, k)
 		if wt == 0 {
 			continue
 		}
@@ -697,10 +696,7 @@ func (f *Fake) XentBackward(dz, logits, labels, weights sparse.Matrix, scale flo
 	k := logits.Cols
 	for i := range logits.Rows {
 		li := l.i32[i]
-		if li >= int32(k) || li < -1 {
-			return fmt.Errorf("%w: %s: label %d of row %d outside [0, %d)", sparse.ErrOutOfRange, f.name, li, i, k)
-		}
-		wt := xentWeightOf(w, li)
+		wt := xentWeightOf(w, li, k)
 		row := z.f32[i*k : i*k+k]
 		if wt == 0 {
 			for j := range row {
@@ -794,4 +790,103 @@ func (f *Fake) ArgmaxRows(dst, x sparse.Matrix) error {
 var (
 	_ Memory = (*Fake)(nil)
 	_ NN     = (*Fake)(nil)
+)
+
+// host copies a float buffer to a float32 host matrix of the same shape.
+func (f *Fake) host(m sparse.Matrix, arg string) (sparse.Matrix, *fakeBuf, error) {
+	b, err := f.floatBuf(m, arg)
+	if err != nil {
+		return sparse.Matrix{}, nil, err
+	}
+	return b.hostF32(m.Rows, m.Cols), b, nil
+}
+
+// PoolForward implements sparse.PoolEngine with the CPU primitives.
+func (f *Fake) PoolForward(m *kmap.Map, x sparse.Matrix, mode sparse.PoolMode) (y, argmax sparse.Matrix, err error) {
+	hx, xb, err := f.host(x, "x")
+	if err != nil {
+		return sparse.Matrix{}, sparse.Matrix{}, err
+	}
+	hy, ha, err := sparse.Pool(m, hx, mode)
+	if err != nil {
+		return sparse.Matrix{}, sparse.Matrix{}, err
+	}
+	if y, err = f.result(hy, xb.dt); err != nil {
+		return sparse.Matrix{}, sparse.Matrix{}, err
+	}
+	if !ha.IsZero() {
+		if argmax, err = f.ToDeviceAs(ha, sparse.Int32); err != nil {
+			f.Free(y)
+			return sparse.Matrix{}, sparse.Matrix{}, err
+		}
+	}
+	return y, argmax, nil
+}
+
+// PoolGrad implements sparse.PoolEngine with the CPU primitives.
+func (f *Fake) PoolGrad(m *kmap.Map, dy, argmax sparse.Matrix, mode sparse.PoolMode) (sparse.Matrix, error) {
+	hd, db, err := f.host(dy, "dy")
+	if err != nil {
+		return sparse.Matrix{}, err
+	}
+	var ha sparse.Matrix
+	if !argmax.IsZero() {
+		ab, err := f.buf(argmax, "argmax")
+		if err != nil {
+			return sparse.Matrix{}, err
+		}
+		ha = sparse.Matrix{Rows: argmax.Rows, Cols: argmax.Cols, Data: append([]int32(nil), ab.i32...)}
+	}
+	dx, err := sparse.PoolGrad(m, hd, ha, mode)
+	if err != nil {
+		return sparse.Matrix{}, err
+	}
+	return f.result(dx, db.dt)
+}
+
+// GridSampleForward implements sparse.SampleEngine with the CPU
+// primitives.
+func (f *Fake) GridSampleForward(p *sparse.SamplePlan, feats sparse.Matrix) (sparse.Matrix, error) {
+	hf, fb, err := f.host(feats, "feats")
+	if err != nil {
+		return sparse.Matrix{}, err
+	}
+	out, err := sparse.GridSample(p, hf)
+	if err != nil {
+		return sparse.Matrix{}, err
+	}
+	return f.result(out, fb.dt)
+}
+
+// GridSampleGrad implements sparse.SampleEngine with the CPU primitives.
+func (f *Fake) GridSampleGrad(p *sparse.SamplePlan, feats, dy sparse.Matrix) (dFeats, dPoints sparse.Matrix, err error) {
+	hd, db, err := f.host(dy, "dy")
+	if err != nil {
+		return sparse.Matrix{}, sparse.Matrix{}, err
+	}
+	var hf sparse.Matrix
+	if !feats.IsZero() {
+		if hf, _, err = f.host(feats, "feats"); err != nil {
+			return sparse.Matrix{}, sparse.Matrix{}, err
+		}
+	}
+	hdf, hdp, err := sparse.GridSampleGrad(p, hf, hd)
+	if err != nil {
+		return sparse.Matrix{}, sparse.Matrix{}, err
+	}
+	if dFeats, err = f.result(hdf, db.dt); err != nil {
+		return sparse.Matrix{}, sparse.Matrix{}, err
+	}
+	if !hdp.IsZero() {
+		if dPoints, err = f.result(hdp, sparse.Float32); err != nil {
+			f.Free(dFeats)
+			return sparse.Matrix{}, sparse.Matrix{}, err
+		}
+	}
+	return dFeats, dPoints, nil
+}
+
+var (
+	_ sparse.PoolEngine   = (*Fake)(nil)
+	_ sparse.SampleEngine = (*Fake)(nil)
 )

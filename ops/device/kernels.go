@@ -64,12 +64,14 @@ type NN interface {
 	NormBackward(dx, dgamma, dbeta, x, gamma, dy, mean, inv sparse.Matrix) error
 	// XentForward sets the Float32 [1, 1] loss to
 	// scale · Σ_i w[l_i]·(log Σ_k exp(z[i, k]) − z[i, l_i]) over the rows i
-	// of logits z [N, K] whose label l_i (Int32 [N, 1]) is not −1; w is
-	// the Float32 [1, K] class weights, or 1 when weights is the zero
-	// Matrix. The sum is taken in float64 in a fixed order.
+	// of logits z [N, K] whose label l_i (Int32 [N, 1]) is in [0, K) (−1
+	// marks an ignored row; callers validate labels, other values are
+	// ignored too); w is the Float32 [1, K] class weights, or 1 when
+	// weights is the zero Matrix. The sum is taken in float64 in a fixed
+	// order.
 	XentForward(loss, logits, labels, weights sparse.Matrix, scale float32) error
 	// XentBackward sets dz[i, k] = scale·w[l_i]·(softmax(z[i])[k] − [k =
-	// l_i]) for counted rows and 0 for rows labelled −1.
+	// l_i]) for counted rows and 0 for the others.
 	XentBackward(dz, logits, labels, weights sparse.Matrix, scale float32) error
 	// AdamStep updates one parameter in place, element-wise:
 	//
