@@ -55,6 +55,14 @@ func makeBatch(t testing.TB, cfg netConfig, n, g int, seed uint64) *batch {
 		seen[c] = true
 		coords = append(coords, c[:]...)
 	}
+	return newBatch(t, cfg, coords, ext, seed)
+}
+
+// newBatch builds the maps of the given voxels and draws features and
+// labels.
+func newBatch(t testing.TB, cfg netConfig, coords []int32, ext grid.Extent, seed uint64) *batch {
+	rng := rand.New(rand.NewPCG(seed, 8))
+	n := len(coords) / 4
 	mp := &netMaps{sub: make([]*kmap.Map, cfg.levels), down: make([]*kmap.Map, cfg.levels), up: make([]*kmap.Map, cfg.levels)}
 	var err error
 	mp.head, err = kmap.NewSubmanifold(coords, ext, [3]int{1, 1, 1}, [3]int{1, 1, 1})
