@@ -66,6 +66,9 @@ func allHost(ms []Matrix) bool {
 
 // PoolForward implements PoolEngine on host memory.
 func (hostPrimitives) PoolForward(m *kmap.Map, x Matrix, mode PoolMode) (y, argmax Matrix, err error) {
+	if err := loadMap("Pool", m); err != nil {
+		return Matrix{}, Matrix{}, err
+	}
 	switch d := x.Data.(type) {
 	case []float32:
 		y, argmax = poolHost(m, d, x.Cols, mode)
@@ -75,6 +78,15 @@ func (hostPrimitives) PoolForward(m *kmap.Map, x Matrix, mode PoolMode) (y, argm
 		return Matrix{}, Matrix{}, fmt.Errorf("%w: cpu: Pool of %T", ErrDType, x.Data)
 	}
 	return y, argmax, nil
+}
+
+// loadMap brings the host tables of a map built on a device to the host
+// (kmap.Map.Load) and checks the table's length.
+func loadMap(op string, m *kmap.Map) error {
+	if err := m.Load(); err != nil {
+		return fmt.Errorf("%w: %s: %w", ErrShape, op, err)
+	}
+	return checkMap(op, m)
 }
 
 func poolHost[T float32 | float64](m *kmap.Map, x []T, c int, mode PoolMode) (Matrix, Matrix) {
@@ -90,6 +102,9 @@ func poolHost[T float32 | float64](m *kmap.Map, x []T, c int, mode PoolMode) (Ma
 
 // PoolGrad implements PoolEngine on host memory.
 func (hostPrimitives) PoolGrad(m *kmap.Map, dy, argmax Matrix, mode PoolMode) (Matrix, error) {
+	if err := loadMap("PoolGrad", m); err != nil {
+		return Matrix{}, err
+	}
 	switch d := dy.Data.(type) {
 	case []float32:
 		return poolGradHost(m, d, argmax, dy.Cols, mode)

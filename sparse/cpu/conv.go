@@ -6,12 +6,16 @@ import (
 	"github.com/flexgemm-go/flexgemm/sparse/kmap"
 )
 
-// checkMap validates the kernel map's table against its row counts. Every
-// entry must be −1 or a valid input row, so the kernels never index out of
-// range.
+// checkMap loads the kernel map's host tables (kmap.Map.Load: maps built
+// on a device keep them there until asked) and validates the table against
+// its row counts. Every entry must be −1 or a valid input row, so the
+// kernels never index out of range.
 func checkMap(op string, m *kmap.Map) error {
 	if m == nil {
 		return fmt.Errorf("%w: %s: nil kernel map", ErrMap, op)
+	}
+	if err := m.Load(); err != nil {
+		return fmt.Errorf("%w: %s: %w", ErrMap, op, err)
 	}
 	V := m.V()
 	if V <= 0 || m.NIn < 0 || m.NOut < 0 {

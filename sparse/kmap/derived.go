@@ -4,10 +4,14 @@ import (
 	"fmt"
 	"math/bits"
 	"sync"
+	"sync/atomic"
 )
 
-// derivedCache holds the lazily built structures of a Map.
+// derivedCache holds the lazily built structures of a Map and the state of
+// its host tables (Load); the two mutexes are never held together.
 type derivedCache struct {
+	loadMu  sync.Mutex
+	loaded  atomic.Bool // the Source's tables are on the host
 	mu      sync.Mutex
 	rev     []int32
 	haveRev bool
@@ -19,9 +23,13 @@ type derivedCache struct {
 // Validate reports whether m's fields agree: coordinate and table lengths
 // match NIn, NOut and V, and every table entry is −1 or an input row. Maps
 // from the builders always pass; the derived structures assume a valid map.
+// A map with a Source is loaded first (see Load).
 func (m *Map) Validate() error {
 	if m == nil {
 		return fmt.Errorf("%w: nil map", ErrMap)
+	}
+	if err := m.Load(); err != nil {
+		return err
 	}
 	if err := m.Conv.Validate(); err != nil {
 		return fmt.Errorf("%w: %w", ErrMap, err)
@@ -53,6 +61,7 @@ func (m *Map) Validate() error {
 // Nbr[o·V+v] = i, or −1. Each (i, v) feeds at most one output, so it is well
 // defined. It is computed once and cached.
 func (m *Map) Reverse() []int32 {
+	m.mustLoad("Reverse")
 	m.derived.mu.Lock()
 	defer m.derived.mu.Unlock()
 	if !m.derived.haveRev {
@@ -106,6 +115,7 @@ func (p *Pairs) Count() int64 { return p.Seg[len(p.Seg)-1] }
 
 // Pairs returns the per-tap pair lists, computed once and cached.
 func (m *Map) Pairs() *Pairs {
+	m.mustLoad("Pairs")
 	m.derived.mu.Lock()
 	defer m.derived.mu.Unlock()
 	if m.derived.pairs == nil {
@@ -174,6 +184,7 @@ type Masked struct {
 
 // Masked returns the masks and Gray-code order of the forward table Nbr.
 func (m *Map) Masked() *Masked {
+	m.mustLoad("Masked")
 	m.derived.mu.Lock()
 	defer m.derived.mu.Unlock()
 	if m.derived.masked == nil {
@@ -335,6 +346,7 @@ type Stats struct {
 // the padding of the masked algorithms at that tile size (which builds and
 // caches Masked and its Tiles).
 func (m *Map) Stats(tileRows int) Stats {
+	m.mustLoad("Stats")
 	st := Stats{NIn: m.NIn, NOut: m.NOut, V: m.V(), Pairs: m.countPairs()}
 	if m.NOut > 0 {
 		st.Density = float64(st.Pairs) / (float64(m.NOut) * float64(st.V))

@@ -26,6 +26,14 @@
 // computed on first use and cached, so a map shared by several layers pays
 // for them once.
 //
+// # Tables held elsewhere
+//
+// An engine that builds maps on its device (package cudaext) keeps their
+// tables there and sets Map.Source: the host slices it has no copy of are
+// nil until Map.Load downloads them, once, on the first host use. Every
+// method of Map and every CPU consumer loads on its own; code reading
+// Nbr, InCoords or OutCoords directly calls Load first.
+//
 // # Kinds
 //
 //   - Submanifold: the outputs are the inputs; Nbr[o, v] is the row at

@@ -42,6 +42,12 @@ func (k Kind) String() string {
 // documented per builder) and each other (a submanifold map's InCoords and
 // OutCoords are one array; an inverse map's Nbr is its strided map's
 // reverse table).
+//
+// A map built by an engine on its device may keep its tables there: its
+// Source is set and the host slices it has no copy of yet are nil until
+// Load fills them. Read InCoords, OutCoords or Nbr directly only after
+// Load returned nil (or Loaded reports true); the methods of Map load on
+// their own.
 type Map struct {
 	// Kind is the convolution the map was built for.
 	Kind Kind
@@ -61,6 +67,10 @@ type Map struct {
 	// Nbr is the [NOut, V] neighbour table: Nbr[o·V+v] is the input row
 	// that reaches output row o through tap v, or −1.
 	Nbr []int32
+	// Source, when not nil, holds the tables of a map built elsewhere (an
+	// engine's device) and copies them to the host on first host use (see
+	// Load). The builders of this package leave it nil.
+	Source TableSource
 
 	derived derivedCache
 }
