@@ -303,3 +303,44 @@ func wider(a, b sparse.DType) sparse.DType {
 // ptrOf turns the address of host memory that tensor.Memory reports back
 // into a pointer (the memory is kept alive by its tensor).
 func ptrOf(addr uintptr) unsafe.Pointer { return *(*unsafe.Pointer)(unsafe.Pointer(&addr)) }
+
+// Concat refuses device tensors with an error that names the replacement:
+// gorgonia.Concat's gradient slices tensor views on the host, which device
+// tensors do not allow. Host tensors are concatenated by the standard
+// engine.
+func (e *Engine) Concat(t tensor.Tensor, axis int, others ...tensor.Tensor) (tensor.Tensor, error) {
+	for _, x := range append([]tensor.Tensor{t}, others...) {
+		if IsDevice(x) {
+			return nil, fmt.Errorf("%w: gorgonia.Concat of device tensors (its gradient slices tensor views on the host); use ops.ConcatChannels", ErrUnsupported)
+		}
+	}
+	return e.StandardEngine.Concat(t, axis, others...)
+}
+
+// refuse returns an error naming the replacement when any of ts is a
+// device tensor, and nil otherwise.
+func refuse(what, instead string, ts ...tensor.Tensor) error {
+	for _, x := range ts {
+		if IsDevice(x) {
+			return fmt.Errorf("%w: %s of device tensors; use %s", ErrUnsupported, what, instead)
+		}
+	}
+	return nil
+}
+
+// Gte refuses device tensors (gorgonia.Rectify compares with Gte; use
+// ops.ReLU) and compares host tensors.
+func (e *Engine) Gte(a, b tensor.Tensor, opts ...tensor.FuncOpt) (tensor.Tensor, error) {
+	if err := refuse("a comparison (gorgonia.Rectify)", "ops.ReLU", a, b); err != nil {
+		return nil, err
+	}
+	return e.StandardEngine.Gte(a, b, opts...)
+}
+
+// GteScalar refuses device tensors (see Gte).
+func (e *Engine) GteScalar(a tensor.Tensor, b interface{}, leftTensor bool, opts ...tensor.FuncOpt) (tensor.Tensor, error) {
+	if err := refuse("a comparison (gorgonia.Rectify)", "ops.ReLU", a); err != nil {
+		return nil, err
+	}
+	return e.StandardEngine.GteScalar(a, b, leftTensor, opts...)
+}
