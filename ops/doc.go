@@ -18,6 +18,19 @@
 //	                                    for feats and points
 //	Serialize(coords, ext, mode)        [N, 4] Int32 → [N] Int64 codes
 //	Deserialize(codes, ext, mode)       and back (not differentiable)
+//	VoxelNorm(x, gamma, beta, eps)      per-channel normalisation over voxels
+//	ReLU(x), ConcatChannels(xs...)      activation and skip concatenation
+//	SoftmaxCrossEntropy(logits, labels) mean loss (WithClassWeights,
+//	                                    WithLossScale for float16 training)
+//
+// # Device tensors
+//
+// Every op also runs on device tensors (package ops/device): when its
+// inputs live on a GPU (or the CPU emulation used in tests) it launches the
+// device's kernels and its result stays on the device, so a whole training
+// step runs without host copies. Use ReLU and ConcatChannels rather than
+// gorgonia.Rectify and gorgonia.Concat in such graphs: the built-ins read
+// tensor data on the host.
 //
 // Shapes follow package sparse: features x [m.NIn, Ci], weights
 // w [Co, Kx, Ky, Kz, Ci] with (Kx, Ky, Kz) = m.Conv.Kernel, optional bias

@@ -106,3 +106,28 @@ func TestReLUGradientsAreIllConditioned(t *testing.T) {
 	require.Greater(t, worst, 0.05)
 	t.Logf("2^-9 weight perturbation: loss moved %.1e, a gradient moved %.1e", math.Abs(got.loss-host.loss)/host.loss, worst)
 }
+
+// BenchmarkTrainStep measures one training step of the small UNet on the
+// host and on the fake device (float32): the cost of the device layer
+// (handles, registry, steps) on top of the same CPU kernels.
+func BenchmarkTrainStep(b *testing.B) {
+	cfg := smallNet
+	bt := makeBatch(b, cfg, 2000, 20, 1)
+	ps := newParams(cfg, 2)
+	for _, name := range []string{"host", "fake"} {
+		b.Run(name, func(b *testing.B) {
+			d := device.Host()
+			if name == "fake" {
+				var err error
+				d, err = device.OpenFake()
+				require.NoError(b, err)
+				defer d.Close()
+			}
+			params := toDevice(b, d, ps)
+			opt := device.NewAdam(1e-3)
+			for b.Loop() {
+				runStep(b, d, cfg, params, bt, 1, opt, nil)
+			}
+		})
+	}
+}
