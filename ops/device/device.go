@@ -227,13 +227,10 @@ func (d *Device) Transfers() Transfers {
 	return t
 }
 
-func hostBytes(m sparse.Matrix) int64 {
-	switch m.Data.(type) {
-	case []float64:
-		return int64(m.Rows*m.Cols) * 8
-	}
-	return int64(m.Rows*m.Cols) * 4
-}
+// hostBytes is the size of a host↔device copy of m: 4 bytes per element
+// (float64 host data is converted to float32 before it is copied, narrow
+// dtypes are converted on the device).
+func hostBytes(m sparse.Matrix) int64 { return int64(m.Rows*m.Cols) * 4 }
 
 // Upload copies a host matrix to the device as dtype dt, counting its
 // bytes under purpose p. The result belongs to the open step, if any.
