@@ -2,6 +2,7 @@ package ops
 
 import (
 	"fmt"
+	"sync"
 
 	"github.com/flexgemm-go/flexgemm/ops/device"
 	"github.com/flexgemm-go/flexgemm/sparse"
@@ -63,8 +64,77 @@ func voxelNormDevice(eps float64, xv, gv, bv gorgonia.Value, n, c int) (gorgonia
 	return out, nil
 }
 
+// normGradKey identifies the inputs of VoxelNorm's gradient ops: the
+// three ops of one VoxelNorm node (dx, dgamma, dbeta) read the same device
+// buffers, which stay unchanged between them (they are live inputs).
+type normGradKey struct {
+	x, gamma, dy sparse.Storage
+	eps          float64
+	step         uint64
+}
+
+// normGradSums holds what the three gradient ops share: the statistics
+// and the column sums dgamma, dbeta (Float32 [1, C], owned by the step).
+type normGradSums struct {
+	mean, inv, dg, db sparse.Matrix
+}
+
+// normGradCache keeps the shared results of the open steps; entries of
+// other steps are dropped when a new one is stored.
+var normGradCache = struct {
+	sync.Mutex
+	m map[normGradKey]*normGradSums
+}{m: map[normGradKey]*normGradSums{}}
+
+// normGradShared returns the statistics and column sums for the inputs,
+// computing them on first use inside a step (and each time outside one).
+// release frees them when they are not cached.
+func normGradShared(d *device.Device, eps float64, x, g, dy sparse.Matrix) (*normGradSums, func(), error) {
+	key := normGradKey{x: x.Data.(sparse.Storage), gamma: g.Data.(sparse.Storage), dy: dy.Data.(sparse.Storage), eps: eps, step: d.StepID()}
+	if key.step != 0 {
+		normGradCache.Lock()
+		s := normGradCache.m[key]
+		normGradCache.Unlock()
+		if s != nil {
+			return s, func() {}, nil
+		}
+	}
+	c := x.Cols
+	mean, inv, err := normStatsDevice(d, x, eps)
+	if err != nil {
+		return nil, nil, err
+	}
+	s := &normGradSums{mean: mean, inv: inv}
+	free := func() { d.Release(s.mean, s.inv, s.dg, s.db) }
+	if s.dg, err = d.Alloc(sparse.Float32, 1, c); err == nil {
+		s.db, err = d.Alloc(sparse.Float32, 1, c)
+	}
+	if err == nil {
+		err = d.Run("norm", func(nn device.NN) error {
+			return nn.NormBackward(sparse.Matrix{}, s.dg, s.db, x, g, dy, s.mean, s.inv)
+		})
+	}
+	if err != nil {
+		free()
+		return nil, nil, err
+	}
+	if key.step == 0 {
+		return s, free, nil
+	}
+	normGradCache.Lock()
+	for k := range normGradCache.m {
+		if k.step != key.step {
+			delete(normGradCache.m, k) // their memory went with their step
+		}
+	}
+	normGradCache.m[key] = s
+	normGradCache.Unlock()
+	return s, func() {}, nil
+}
+
 // voxelNormGradDevice returns gradient wrt of VoxelNorm on device tensors:
-// dx in x's storage dtype, dgamma or dbeta in float32.
+// dx in x's storage dtype, dgamma or dbeta in float32. Within a step the
+// three gradient ops of one VoxelNorm share the statistics and column sums.
 func voxelNormGradDevice(eps float64, wrt int, xv, gv, dyv gorgonia.Value) (gorgonia.Value, error) {
 	d, err := deviceOf("VoxelNormGrad", xv, gv, dyv)
 	if err != nil {
@@ -89,45 +159,42 @@ func voxelNormGradDevice(eps float64, wrt int, xv, gv, dyv gorgonia.Value) (gorg
 	if err != nil {
 		return nil, err
 	}
-	mean, inv, err := normStatsDevice(d, x, eps)
+	s, release, err := normGradShared(d, eps, x, g, dy)
 	if err != nil {
 		return nil, err
 	}
-	defer d.Release(mean, inv)
-	// dgamma and dbeta are computed by every call (dx needs both).
-	var out *tensor.Dense
-	var dx, dg, db sparse.Matrix
-	var tmp []sparse.Matrix
-	for i := range 3 {
-		var m sparse.Matrix
-		if i == wrt {
-			shape := tensor.Shape{c}
-			rows, cols, dt := 1, c, sparse.Float32
-			if i == 0 {
-				shape, rows, cols, dt = xv.Shape(), n, c, storageDType(xv)
-			}
-			if out, m, err = devEmpty(d, dt, rows, cols, shape); err != nil {
-				d.Release(tmp...)
-				return nil, err
-			}
-		} else if i > 0 {
-			if m, err = d.Alloc(sparse.Float32, 1, c); err != nil {
-				d.Release(tmp...)
-				return nil, err
-			}
-			tmp = append(tmp, m)
+	defer release()
+	if wrt > 0 {
+		src := s.dg
+		if wrt == 2 {
+			src = s.db
 		}
-		switch i {
-		case 0:
-			dx = m
-		case 1:
-			dg = m
-		default:
-			db = m
+		out, m, err := devEmpty(d, sparse.Float32, 1, c, tensor.Shape{c})
+		if err != nil {
+			return nil, err
 		}
+		if err := d.Run("norm", func(nn device.NN) error { return nn.Copy(m, src) }); err != nil {
+			return nil, err
+		}
+		return out, nil
 	}
-	defer d.Release(tmp...)
-	if err := d.Run("norm", func(nn device.NN) error { return nn.NormBackward(dx, dg, db, x, g, dy, mean, inv) }); err != nil {
+	out, dx, err := devEmpty(d, storageDType(xv), n, c, xv.Shape())
+	if err != nil {
+		return nil, err
+	}
+	// The column sums are recomputed with dx (one pass over x and dy);
+	// the shared ones stay untouched for the other two ops.
+	dg, err := d.Alloc(sparse.Float32, 1, c)
+	if err != nil {
+		return nil, err
+	}
+	db, err := d.Alloc(sparse.Float32, 1, c)
+	if err != nil {
+		d.Release(dg)
+		return nil, err
+	}
+	defer d.Release(dg, db)
+	if err := d.Run("norm", func(nn device.NN) error { return nn.NormBackward(dx, dg, db, x, g, dy, s.mean, s.inv) }); err != nil {
 		return nil, err
 	}
 	return out, nil
