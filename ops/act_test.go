@@ -214,3 +214,60 @@ func TestDeviceHostMixErrors(t *testing.T) {
 	require.Contains(t, err.Error(), device.ErrMixed.Error())
 	require.False(t, errors.Is(err, nil))
 }
+
+// TestVoxelNormOnDeviceMatchesHost compares VoxelNorm and its three
+// gradients on a fake device with the host, inside a step (where the
+// gradient ops share their statistics) and outside one.
+func TestVoxelNormOnDeviceMatchesHost(t *testing.T) {
+	rng := rand.New(rand.NewPCG(10, 10))
+	const n, c = 50, 6
+	mk := func(k int, off float64) *tensor.Dense {
+		v := make([]float32, k)
+		for i := range v {
+			v[i] = float32(off + rng.NormFloat64())
+		}
+		return tensor.New(tensor.WithShape(k), tensor.WithBacking(v))
+	}
+	x, gamma, beta, w := mk(n*c, 3), mk(c, 1), mk(c, 0), mk(n*c, 0)
+	require.NoError(t, x.Reshape(n, c))
+	require.NoError(t, w.Reshape(n, c))
+	run := func(d *device.Device, inStep bool) [][]float32 {
+		if inStep {
+			st, err := d.BeginStep()
+			require.NoError(t, err)
+			defer st.End()
+		}
+		g := gorgonia.NewGraph()
+		node := func(v *tensor.Dense, name string) *gorgonia.Node {
+			dv, err := d.ToDeviceAs(v, sparse.Float32, device.Inputs)
+			require.NoError(t, err)
+			return gorgonia.NewTensor(g, tensor.Float32, v.Dims(), gorgonia.WithShape(v.Shape()...), gorgonia.WithValue(dv), gorgonia.WithName(name))
+		}
+		xn, gn, bn, wn := node(x, "x"), node(gamma, "g"), node(beta, "b"), node(w, "w")
+		y := gorgonia.Must(ops.VoxelNorm(xn, gn, bn, 1e-5))
+		cost := gorgonia.Must(gorgonia.Add(y, wn)) // via the device engine's Add
+		loss := gorgonia.Must(ops.SoftmaxCrossEntropy(cost, make([]int32, n)))
+		gs, err := gorgonia.Grad(loss, xn, gn, bn)
+		require.NoError(t, err)
+		vm := gorgonia.NewTapeMachine(g, d.VMOpt())
+		defer vm.Close()
+		require.NoError(t, vm.RunAll())
+		out := make([][]float32, 0, 4)
+		for _, v := range []gorgonia.Value{y.Value(), gs[0].Value(), gs[1].Value(), gs[2].Value()} {
+			h, err := d.ToHost(v, device.Other)
+			require.NoError(t, err)
+			out = append(out, append([]float32(nil), h.Data().([]float32)...))
+		}
+		return out
+	}
+	want := run(device.Host(), false)
+	for _, inStep := range []bool{true, false} {
+		d, err := device.OpenFake()
+		require.NoError(t, err)
+		got := run(d, inStep)
+		for i := range want {
+			require.InDeltaSlice(t, want[i], got[i], 2e-5, "output %d (in step: %v)", i, inStep)
+		}
+		require.NoError(t, d.Close())
+	}
+}
