@@ -522,3 +522,49 @@ func TestEmptyTensorsOnDevice(t *testing.T) {
 	require.Equal(t, tensor.Shape{0, 6}, c.Value().Shape())
 	require.True(t, device.IsDevice(c.Value()))
 }
+
+// TestHarmonizeAndMaster checks the mixed-precision helpers of the
+// convolution ops: operands are cast to the activation dtype, parameter
+// gradients come back in float32, host matrices are left alone.
+func TestHarmonizeAndMaster(t *testing.T) {
+	d := openFake(t)
+	st, err := d.BeginStep()
+	require.NoError(t, err)
+	defer st.End()
+	act, err := d.Upload(sparse.Matrix{Rows: 2, Cols: 2, Data: []float32{1, 2, 3, 4}}, sparse.BFloat16, device.Other)
+	require.NoError(t, err)
+	w, err := d.Upload(sparse.Matrix{Rows: 1, Cols: 3, Data: []float32{1.00390625, 2, 3}}, sparse.Float32, device.Other)
+	require.NoError(t, err)
+	zero := sparse.Matrix{}
+	orig := w
+	release, err := device.Harmonize(act, &w, &zero)
+	require.NoError(t, err)
+	dt, _ := w.DType()
+	require.Equal(t, sparse.BFloat16, dt)
+	require.True(t, zero.IsZero())
+	h, err := d.Download(w, device.Other)
+	require.NoError(t, err)
+	require.Equal(t, []float32{1, 2, 3}, h.F32(), "rounded to bfloat16")
+	release()
+	_, err = d.Download(w, device.Other)
+	require.ErrorIs(t, err, device.ErrReleased, "the cast copy is released")
+	_, err = d.Download(orig, device.Other)
+	require.NoError(t, err, "the original stays")
+
+	m, err := device.Master(act)
+	require.NoError(t, err)
+	dt, _ = m.DType()
+	require.Equal(t, sparse.Float32, dt)
+	h, err = d.Download(m, device.Other)
+	require.NoError(t, err)
+	require.Equal(t, []float32{1, 2, 3, 4}, h.F32())
+	host := sparse.Matrix{Rows: 1, Cols: 1, Data: []float32{5}}
+	same, err := device.Master(host)
+	require.NoError(t, err)
+	require.Equal(t, host, same)
+	release, err = device.Harmonize(host, &act)
+	require.NoError(t, err)
+	release()
+	dt, _ = act.DType()
+	require.Equal(t, sparse.BFloat16, dt, "a host activation changes nothing")
+}
