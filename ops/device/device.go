@@ -62,7 +62,8 @@ func WithActivations(dt sparse.DType) Option {
 
 // New makes a Device of a backend. The backend's convolution engine is
 // registered with package sparse behind a proxy that times it when
-// profiling (and so is asked before the backend itself).
+// profiling (and so is asked before the backend itself). A backend has at
+// most one open Device: close it before making another (ErrMixed).
 func New(mem Memory, nn NN, opts ...Option) (*Device, error) {
 	if mem == nil || nn == nil {
 		return nil, fmt.Errorf("%w: device.New needs a Memory and an NN backend", ErrNotDevice)
@@ -76,10 +77,23 @@ func New(mem Memory, nn NN, opts ...Option) (*Device, error) {
 			return nil, err
 		}
 	}
+	openMu.Lock()
+	defer openMu.Unlock()
+	if prev := openDevices[mem]; prev != nil && !prev.closed.Load() {
+		return nil, fmt.Errorf("%w: %s already has an open Device; close it first (a backend's tensors must belong to one Device)", ErrMixed, d.name)
+	}
+	openDevices[mem] = d
 	d.eng = &Engine{d: d}
 	sparse.Register(convProxy{d})
 	return d, nil
 }
+
+// openDevices maps each backend to its Device: one Device per backend, so
+// that every result a backend returns has one owner.
+var (
+	openMu      sync.Mutex
+	openDevices = map[Memory]*Device{}
+)
 
 // OpenFake returns a Device over a new Fake backend.
 func OpenFake(opts ...Option) (*Device, error) { return OpenFakeWith(NewFake(), opts...) }
@@ -116,6 +130,11 @@ func (d *Device) Close() error {
 	if d.host || d.closed.Swap(true) {
 		return nil
 	}
+	openMu.Lock()
+	if openDevices[d.mem] == d {
+		delete(openDevices, d.mem)
+	}
+	openMu.Unlock()
 	d.mu.Lock()
 	st := d.step
 	d.step = nil

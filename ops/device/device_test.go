@@ -568,3 +568,16 @@ func TestHarmonizeAndMaster(t *testing.T) {
 	dt, _ = act.DType()
 	require.Equal(t, sparse.BFloat16, dt, "a host activation changes nothing")
 }
+
+func TestOneDevicePerBackend(t *testing.T) {
+	f := device.NewFake()
+	d, err := device.OpenFakeWith(f)
+	require.NoError(t, err)
+	_, err = device.OpenFakeWith(f, device.WithActivations(sparse.BFloat16))
+	require.ErrorIs(t, err, device.ErrMixed)
+	require.NoError(t, d.Close())
+	d2, err := device.OpenFakeWith(f, device.WithActivations(sparse.BFloat16))
+	require.NoError(t, err)
+	require.Equal(t, sparse.BFloat16, d2.Activations())
+	require.NoError(t, d2.Close())
+}
