@@ -25,10 +25,11 @@
 //
 // # Device tensors
 //
-// Every op also runs on device tensors (package ops/device): when its
-// inputs live on a GPU (or the CPU emulation used in tests) it launches the
-// device's kernels and its result stays on the device, so a whole training
-// step runs without host copies. Use ReLU and ConcatChannels rather than
+// The float ops also run on device tensors (package ops/device): when
+// their inputs live on a GPU (or the CPU emulation used in tests) they
+// launch the device's kernels and their results stay on the device, so a
+// whole training step runs without host copies (serialisation works on
+// host coordinates only). Use ReLU and ConcatChannels rather than
 // gorgonia.Rectify and gorgonia.Concat in such graphs: the built-ins read
 // tensor data on the host.
 //
