@@ -109,7 +109,7 @@ func (d *Device) freeRaw(p devPtr, size int64) {
 // flushCache gives every cached block back to the driver.
 func (d *Device) flushCache() {
 	if d.stream != nil {
-		_ = streamSync(d.stream)
+		_ = d.sync()
 	}
 	a := &d.mem
 	sizes := make([]int64, 0, len(a.free))

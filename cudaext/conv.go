@@ -64,16 +64,6 @@ func checkOptions(op string, o Options) error {
 	return nil
 }
 
-func checkMap(op string, m *kmap.Map) error {
-	if m == nil {
-		return fmt.Errorf("%w: %s: nil kernel map", sparse.ErrShape, op)
-	}
-	if len(m.Nbr) != m.NOut*m.V() {
-		return fmt.Errorf("%w: %s: kernel map table has %d entries, want %d·%d", sparse.ErrShape, op, len(m.Nbr), m.NOut, m.V())
-	}
-	return nil
-}
-
 // chooseTile picks the tile configuration for an output of rows × cols.
 func (e *Engine) chooseTile(o Options, rows, cols int64) (kernels.Tile, error) {
 	if o.Tile != "" {
@@ -317,7 +307,7 @@ func isMasked(a sparse.Algorithm) bool {
 // (see sparse.ConvEngine.ConvForward) with the CUDA-specific options o.
 func (e *Engine) Forward(m *kmap.Map, x, w, bias sparse.Matrix, o Options) (sparse.Matrix, error) {
 	const op = "cudaext: Forward"
-	if err := checkMap(op, m); err != nil {
+	if err := e.checkMap(op, m); err != nil {
 		return sparse.Matrix{}, err
 	}
 	if err := checkOptions(op, o); err != nil {
@@ -423,7 +413,7 @@ func (e *Engine) gatherInput(j *gatherJob, m *kmap.Map, reverse bool, alg sparse
 		if err != nil {
 			return err
 		}
-		j.order, j.tileSeg, j.tileTp = mt.order.ptr, mt.seg.ptr, mt.taps.ptr
+		j.order, j.tileSeg, j.tileTp = mt.order, mt.seg, mt.taps
 	}
 	return nil
 }
@@ -433,7 +423,7 @@ func (e *Engine) gatherInput(j *gatherJob, m *kmap.Map, reverse bool, alg sparse
 // with the weight transposed to [Ci, V, Co]; output-stationary, no atomics.
 func (e *Engine) InputGrad(m *kmap.Map, dy, w sparse.Matrix, o Options) (sparse.Matrix, error) {
 	const op = "cudaext: InputGrad"
-	if err := checkMap(op, m); err != nil {
+	if err := e.checkMap(op, m); err != nil {
 		return sparse.Matrix{}, err
 	}
 	if err := checkOptions(op, o); err != nil {
@@ -509,7 +499,7 @@ func (e *Engine) InputGrad(m *kmap.Map, dy, w sparse.Matrix, o Options) (sparse.
 // are reduced in split order, so results are deterministic.
 func (e *Engine) WeightGrad(m *kmap.Map, x, dy sparse.Matrix, o Options) (sparse.Matrix, error) {
 	const op = "cudaext: WeightGrad"
-	if err := checkMap(op, m); err != nil {
+	if err := e.checkMap(op, m); err != nil {
 		return sparse.Matrix{}, err
 	}
 	if err := checkOptions(op, o); err != nil {
@@ -568,18 +558,13 @@ func (e *Engine) WeightGrad(m *kmap.Map, x, dy sparse.Matrix, o Options) (sparse
 			}
 			return e.runPairs(pairsJob{math: math, tile: tile, a: db.ptr, b: col.ptr, M: co, N: V * ci, V: 1, K: M, maxPairs: M, out: out})
 		}
-		in, outIdx, seg, err := e.pairTables(m)
+		in, outIdx, seg, maxPairs, err := e.pairTables(m)
 		if err != nil {
 			return err
 		}
 		tile, err := e.chooseTile(o, co, ci)
 		if err != nil {
 			return err
-		}
-		var maxPairs int64
-		ps := m.Pairs()
-		for v := range m.V() {
-			maxPairs = max(maxPairs, ps.Seg[v+1]-ps.Seg[v])
 		}
 		return e.runPairs(pairsJob{math: math, tile: tile, a: db.ptr, b: xb.ptr, ia: outIdx, ib: in, seg: seg,
 			M: co, N: ci, V: V, maxPairs: maxPairs, splitAlg: isSplit(alg), userSplits: o.SplitK, out: out})

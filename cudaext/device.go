@@ -43,6 +43,9 @@ type Device struct {
 	pendingMu sync.Mutex
 	pending   []func() // releases queued from other goroutines (Free, cleanups)
 
+	// Host waits (HostWaits): written on the worker, read anywhere.
+	waits, downloads, downloadBytes atomic.Int64
+
 	// Worker-only state.
 	cdev     cuDevice
 	ctx      cuContext
@@ -333,15 +336,32 @@ func (d *Device) launch(name string, grid, block dim3, smem int, args ...any) er
 		return fmt.Errorf("%w: %s grid %v block %v smem %d: %v", ErrLaunch, name, grid, block, smem, err)
 	}
 	if d.syncEach {
-		if err := streamSync(d.stream); err != nil {
+		if err := d.sync(); err != nil {
 			return fmt.Errorf("%w: %s grid %v block %v: %v", ErrLaunch, name, grid, block, err)
 		}
 	}
 	return nil
 }
 
-// sync waits for all work queued on the device stream. Worker only.
-func (d *Device) sync() error { return streamSync(d.stream) }
+// sync waits for all work queued on the device stream (a counted host
+// wait, see HostWaits). Worker only.
+func (d *Device) sync() error {
+	d.waits.Add(1)
+	return streamSync(d.stream)
+}
+
+// copyToHost copies bytes from device memory at src to host memory at dst
+// and waits for the copy: a counted host wait and download (HostWaits).
+// Every device → host copy of the engine goes through here. Worker only.
+func (d *Device) copyToHost(dst unsafe.Pointer, src devPtr, bytes int64) error {
+	if bytes == 0 {
+		return nil
+	}
+	d.waits.Add(1)
+	d.downloads.Add(1)
+	d.downloadBytes.Add(bytes)
+	return memcpyDtoH(dst, src, bytes, d.stream)
+}
 
 // structArg is a kernel parameter passed by value as raw bytes.
 type structArg interface{ argBytes() []byte }

@@ -31,7 +31,13 @@
 // powers of two up to 1 MiB and to 2 MiB above; out-of-memory releases the
 // cache and runs the GC before failing with ErrOutOfMemory naming the
 // request). Kernel maps are uploaded once per *kmap.Map and released when
-// the map is garbage collected.
+// the map is garbage collected (or by ForgetMap / ReleaseMap). Maps built
+// on the GPU (SubmanifoldMap, StridedMap, …) keep their tables on the
+// device: their host tables are downloaded only when host code asks
+// (kmap.Map.Load), and every derived table (reverse, pair lists, Gray
+// orders, tile unions) is computed on the device. A convolution on such a
+// map with its derived tables prepared (DeriveTables) neither downloads
+// nor waits for the device; HostWaits counts what does.
 //
 // Kernel images come from package kernels (embedded fatbins; see its
 // documentation for the build and the FLEXGEMM_KERNEL_IMAGE override).
@@ -73,7 +79,10 @@
 //
 // launch takes devPtr, *Buffer, int/int64/uint64 (8 bytes), int32/uint32/
 // float32 (4 bytes) and structArg values (structs by value). Never call
-// do from inside do. Host copies: memcpyHtoD / memcpyDtoH (on e.d.stream),
-// uploadSlice; kernel-map tables: e.nbrTable, e.revTable, e.pairTables,
-// e.maskedTablesFor.
+// do from inside do, and never call kmap.Map.Load (or a kmap accessor that
+// loads) from the worker. Host copies: memcpyHtoD (on e.d.stream),
+// uploadSlice, and d.copyToHost / download / d.sync for anything that
+// makes the host wait (counted by HostWaits; never use memcpyDtoH or
+// streamSync directly); kernel-map tables: e.nbrTable, e.revTable,
+// e.pairTables, e.maskedTablesFor.
 package cudaext

@@ -10,7 +10,6 @@ import (
 	"unsafe"
 
 	"github.com/flexgemm-go/flexgemm/sparse"
-	"github.com/flexgemm-go/flexgemm/sparse/kmap"
 )
 
 // Engine is the CUDA implementation of sparse.Engine for one GPU. It
@@ -22,7 +21,8 @@ type Engine struct {
 	d      *Device
 	tf32   atomic.Bool
 	poison atomic.Bool
-	maps   mapCache // worker only
+	maps   mapCache     // worker only
+	src    *tableSource // Source of the maps built here
 }
 
 var (
@@ -45,6 +45,7 @@ func Open(ordinal int) (*Engine, error) {
 		return nil, err
 	}
 	e := &Engine{d: d}
+	e.src = &tableSource{e: e}
 	e.maps.entries = map[mapKey]*mapEntry{}
 	opened[ordinal] = e
 	sparse.Register(e)
@@ -91,6 +92,23 @@ func (e *Engine) SetPoisonOutputs(on bool) { e.poison.Store(on) }
 // Synchronize waits for all queued device work and reports asynchronous
 // kernel faults.
 func (e *Engine) Synchronize() error { return e.d.do(e.d.sync) }
+
+// HostWaits counts, since Open, what made the host wait for the device:
+// every wait for the stream or a timer event, and among them the device →
+// host copies and their bytes. Convolutions on maps built on this device
+// with their derived tables prepared (DeriveTables) wait for nothing, so
+// their counts stay unchanged.
+type HostWaits struct {
+	Waits         int64 // stream or event synchronisations, downloads included
+	Downloads     int64 // device → host copies
+	DownloadBytes int64 // bytes copied device → host
+}
+
+// HostWaits returns the engine's host-wait counters.
+func (e *Engine) HostWaits() HostWaits {
+	d := e.d
+	return HostWaits{Waits: d.waits.Load(), Downloads: d.downloads.Load(), DownloadBytes: d.downloadBytes.Load()}
+}
 
 // MemStats returns the allocator statistics.
 func (e *Engine) MemStats() MemStats {
@@ -305,7 +323,7 @@ func (e *Engine) ToHost(m sparse.Matrix) (sparse.Matrix, error) {
 			if n == 0 {
 				return d.sync()
 			}
-			return memcpyDtoH(unsafe.Pointer(&h[0]), b.ptr, int64(n)*4, d.stream)
+			return d.copyToHost(unsafe.Pointer(&h[0]), b.ptr, int64(n)*4)
 		}
 		h := make([]float32, n)
 		out.Data = h
@@ -324,7 +342,7 @@ func (e *Engine) ToHost(m sparse.Matrix) (sparse.Matrix, error) {
 			}
 			src = tmp.ptr
 		}
-		return memcpyDtoH(unsafe.Pointer(&h[0]), src, int64(n)*4, d.stream)
+		return d.copyToHost(unsafe.Pointer(&h[0]), src, int64(n)*4)
 	})
 	if err != nil {
 		return sparse.Matrix{}, err
@@ -371,12 +389,6 @@ func (e *Engine) newOutput(dt sparse.DType, n int) (*Buffer, error) {
 	return b, nil
 }
 
-// ForgetMap releases the device copies of m's tables now rather than when
-// m is garbage collected.
-func (e *Engine) ForgetMap(m *kmap.Map) {
-	_ = e.d.do(func() error { e.dropMap(keyOf(m)); return nil })
-}
-
 // Timer measures device time with CUDA events around work issued between
 // Start and Stop.
 type Timer struct {
@@ -410,6 +422,7 @@ func (t *Timer) Stop() (float32, error) {
 		if err := eventRecord(t.end, t.e.d.stream); err != nil {
 			return err
 		}
+		t.e.d.waits.Add(1)
 		if err := eventSync(t.end); err != nil {
 			return err
 		}

@@ -23,6 +23,10 @@ var (
 	ErrFreed = errors.New("cudaext: buffer already freed")
 	// ErrLaunch reports a kernel that could not be found or launched.
 	ErrLaunch = errors.New("cudaext: kernel launch failed")
+	// ErrReleased reports use of a kernel map built on the device whose
+	// tables ReleaseMap (or Close) dropped before they were ever loaded to
+	// the host.
+	ErrReleased = errors.New("cudaext: kernel map tables released")
 )
 
 // DriverError is a failed CUDA driver call.

@@ -80,7 +80,7 @@ func (s statusBuf) ptr() devPtr { return s.raw.ptr }
 // read waits for the device and returns the status words.
 func (s statusBuf) read(d *Device) (deviceStatus, error) {
 	var out deviceStatus
-	err := memcpyDtoH(unsafe.Pointer(&out[0]), s.raw.ptr, stWords*4, d.stream)
+	err := d.copyToHost(unsafe.Pointer(&out[0]), s.raw.ptr, stWords*4)
 	return out, err
 }
 

@@ -10,24 +10,25 @@ package cudaext
 // take device coordinates, hash them on the device, generate output
 // coordinates where needed (candidate keys → radix sort → unique), and
 // fill the neighbour table Nbr and the reverse table Rev on the device.
-// Both tables are registered in the engine's map cache under the returned
-// *kmap.Map, so convolutions and pooling on this engine never upload them.
+// Both tables and the input and output coordinates are registered in the
+// engine's map cache under the returned *kmap.Map, so convolutions and
+// pooling on this engine never upload them.
 //
-// The returned Map is a complete kmap.Map: its host slices (InCoords,
-// OutCoords, Nbr) are downloaded, because the package API (sparse.Conv and
-// friends check len(m.Nbr)), the CPU engine and every consumer of
-// kmap.Map read them. The download costs about NOut·V·4 bytes over PCIe;
-// the device-only part of a build is what the benchmarks time. The host
-// map's derived structures (m.Reverse(), m.Pairs(), m.Masked()) are
-// computed lazily on the CPU only if host code asks for them; the device
-// has its own copies.
+// Nothing is downloaded: the returned Map has its header (Kind, Conv,
+// extents, row counts), the caller's host coordinate slices where the
+// coordinates were given on the host, and nil for every other host table.
+// Its Source is the engine, which downloads the missing tables once when
+// host code first asks (kmap.Map.Load, called by the CPU engine, by
+// kmap's derived accessors and by sparse's host paths). Code that reads
+// m.Nbr, m.InCoords or m.OutCoords directly must call m.Load first; to
+// chain builds on the device use OutCoords. The device tables live until
+// the map is garbage collected, ForgetMap (which loads the host tables
+// first) or ReleaseMap (which makes an unloaded map unusable).
 //
 // Derived device tables (pair lists, masks with Gray order and tile tap
 // unions, for the forward and the reverse table) are computed on the
-// device from the device Nbr by DeriveTables, or one at a time by the
-// worker-only deriveRev/derivePairs/deriveMasked, which have the
-// signatures of the map cache's revTable/pairTables/maskedTablesFor and
-// can replace their CPU-and-upload paths.
+// device from the device Nbr by DeriveTables, or on first use by the map
+// cache (maps.go).
 //
 // Every table equals the CPU builders' (package kmap) entry for entry; the
 // errors name the same rows.
@@ -318,44 +319,56 @@ func (d *Device) transposed(op string, c deviceCoords, ext grid.Extent, conv gri
 	return dm, nil
 }
 
-// hostCoords returns the host copy of the coordinates m (the caller's slice
-// for host data).
-func hostCoords(d *Device, m sparse.Matrix, c deviceCoords) ([]int32, error) {
-	if h, ok := m.Data.([]int32); ok {
-		return h, nil
-	}
-	return download[int32](d, c.ptr, 4*c.n)
+// hostSlice returns the caller's host slice of coordinates m, or nil for
+// device coordinates (left to the map's Source).
+func hostSlice(m sparse.Matrix) []int32 {
+	h, _ := m.Data.([]int32)
+	return h
 }
 
-// finish downloads the host tables of dm into m and registers the device
-// tables in the map cache (ownership of nbr and rev moves to the cache).
-func (e *Engine) finish(m *kmap.Map, dm *devMap) error {
-	d := e.d
-	var err error
-	if m.Nbr, err = download[int32](d, dm.nbr.ptr, dm.nOut*dm.V); err != nil {
-		return err
+// copyCoords returns a copy of the coordinates c in a new block (the zero
+// page when empty), owned by the map cache.
+func (d *Device) copyCoords(c deviceCoords) (rawBuf, error) {
+	if c.n == 0 {
+		return rawBuf{ptr: d.zeroPage}, nil
 	}
-	if dm.out.ptr != 0 {
-		if m.OutCoords, err = download[int32](d, dm.out.ptr, 4*dm.nOut); err != nil {
-			return err
-		}
-		d.freeTemp(dm.out)
-		dm.out = rawBuf{}
+	r, err := d.allocTemp(int64(c.n) * 16)
+	if err != nil {
+		return rawBuf{}, err
 	}
+	if err := memcpyDtoD(r.ptr, c.ptr, int64(c.n)*16, d.stream); err != nil {
+		d.freeTemp(r)
+		return rawBuf{}, err
+	}
+	return r, nil
+}
+
+// finish registers the device tables of dm and the coordinate blocks in
+// and out (out == in for submanifold maps; out may be dm.out) in the map
+// cache under m, which owns them from then on, and makes the engine m's
+// Source. Nothing is downloaded.
+func (e *Engine) finish(m *kmap.Map, dm *devMap, in, out rawBuf) {
 	me := e.entry(m)
 	me.nbr, me.haveNbr = dm.nbr, true
 	me.rev, me.haveRev = dm.rev, true
+	me.inC, me.outC, me.haveIn, me.haveOut = in, out, true, true
+	me.sameCoords = in.ptr == out.ptr
+	if dm.out.ptr == out.ptr {
+		dm.out = rawBuf{}
+	}
 	dm.nbr, dm.rev = rawBuf{}, rawBuf{}
-	return nil
+	m.Source = e.src
 }
 
 // SubmanifoldMap builds on the GPU the map of a submanifold convolution
 // over coords ([N, 4] Int32 on this engine's device, or host []int32), as
 // kmap.NewSubmanifold does: the outputs are the inputs and
 // Nbr[o, v] is the row at coords[o] + (k(v) − ⌊K/2⌋)·dilation, or −1.
-// The device Nbr and Rev tables are kept in the engine's map cache; the
-// returned map's host slices are downloaded (see the package notes in
-// kmapgpu.go). Kernel sizes must be odd.
+// The device tables and coordinates are kept in the engine's map cache and
+// nothing is downloaded: the returned map's InCoords and OutCoords are the
+// caller's slice for host coordinates and nil otherwise, and its Nbr is
+// nil until m.Load (see the package notes in kmapgpu.go). Kernel sizes
+// must be odd.
 func (e *Engine) SubmanifoldMap(coords sparse.Matrix, ext grid.Extent, kernel, dilation [3]int) (*kmap.Map, error) {
 	const op = "SubmanifoldMap"
 	conv := grid.Submanifold(kernel, dilation)
@@ -377,12 +390,14 @@ func (e *Engine) SubmanifoldMap(coords sparse.Matrix, ext grid.Extent, kernel, d
 			return err
 		}
 		defer e.d.freeDevMap(dm)
-		hc, err := hostCoords(e.d, coords, c)
+		in, err := e.d.copyCoords(c)
 		if err != nil {
 			return err
 		}
+		hc := hostSlice(coords)
 		m = &kmap.Map{Kind: kmap.Submanifold, Conv: conv, In: ext, Out: ext, NIn: c.n, NOut: c.n, InCoords: hc, OutCoords: hc}
-		return e.finish(m, dm)
+		e.finish(m, dm, in, in)
+		return nil
 	})
 	if err != nil {
 		return nil, err
@@ -432,17 +447,25 @@ func (e *Engine) StridedMap(coords sparse.Matrix, ext grid.Extent, conv grid.Con
 			return err
 		}
 		defer e.d.freeDevMap(dm)
-		hc, err := hostCoords(e.d, coords, c)
-		if err != nil {
-			return err
-		}
-		m = &kmap.Map{Kind: kmap.Strided, Conv: conv, In: ext, Out: out, NIn: c.n, NOut: dm.nOut, InCoords: hc}
+		oc := dm.out
 		if outs != nil {
-			if m.OutCoords, err = hostCoords(e.d, outCoords, *outs); err != nil {
+			if oc, err = e.d.copyCoords(*outs); err != nil {
 				return err
 			}
 		}
-		return e.finish(m, dm)
+		in, err := e.d.copyCoords(c)
+		if err != nil {
+			if outs != nil {
+				e.d.freeTemp(oc)
+			}
+			return err
+		}
+		m = &kmap.Map{Kind: kmap.Strided, Conv: conv, In: ext, Out: out, NIn: c.n, NOut: dm.nOut, InCoords: hostSlice(coords)}
+		if outs != nil {
+			m.OutCoords = hostSlice(outCoords)
+		}
+		e.finish(m, dm, in, oc)
+		return nil
 	})
 	if err != nil {
 		return nil, err
@@ -483,12 +506,13 @@ func (e *Engine) TransposedMap(coords sparse.Matrix, ext grid.Extent, conv grid.
 			return err
 		}
 		defer e.d.freeDevMap(dm)
-		hc, err := hostCoords(e.d, coords, c)
+		in, err := e.d.copyCoords(c)
 		if err != nil {
 			return err
 		}
-		m = &kmap.Map{Kind: kmap.Transposed, Conv: conv, In: ext, Out: out, NIn: c.n, NOut: dm.nOut, InCoords: hc}
-		return e.finish(m, dm)
+		m = &kmap.Map{Kind: kmap.Transposed, Conv: conv, In: ext, Out: out, NIn: c.n, NOut: dm.nOut, InCoords: hostSlice(coords)}
+		e.finish(m, dm, in, dm.out)
+		return nil
 	})
 	if err != nil {
 		return nil, err
@@ -498,9 +522,12 @@ func (e *Engine) TransposedMap(coords sparse.Matrix, ext grid.Extent, conv grid.
 
 // InverseMap returns the map from the outputs of the strided map s back to
 // exactly its inputs, as kmap.NewInverse does: Nbr is s's reverse table
-// and Rev is s.Nbr. The tables are copied on the device from s's device
-// tables (built by this engine or uploaded once), so no search runs and
-// nothing is computed on the host; the host Nbr is downloaded.
+// and Rev is s.Nbr. The tables and coordinates are copied on the device
+// from s's device tables (built by this engine, or uploaded once and the
+// reverse derived on the device), so no search runs and nothing is
+// computed on or downloaded to the host. The host coordinates alias s's
+// when s's host tables are loaded; the rest is left to m.Load, as for the
+// other builders.
 func (e *Engine) InverseMap(s *kmap.Map) (*kmap.Map, error) {
 	const op = "InverseMap"
 	if s == nil {
@@ -509,11 +536,20 @@ func (e *Engine) InverseMap(s *kmap.Map) (*kmap.Map, error) {
 	if s.Kind != kmap.Strided {
 		return nil, fmt.Errorf("%w: cudaext: %s needs a strided map, got a %v map", kmap.ErrMap, op, s.Kind)
 	}
-	if err := s.Validate(); err != nil {
-		return nil, fmt.Errorf("cudaext: %s: %w", op, err)
+	if err := e.checkMap("cudaext: "+op, s); err != nil {
+		return nil, err
 	}
-	m := &kmap.Map{Kind: kmap.Inverse, Conv: s.Conv, In: s.Out, Out: s.In, NIn: s.NOut, NOut: s.NIn,
-		InCoords: s.OutCoords, OutCoords: s.InCoords}
+	if s.Loaded() {
+		// Host maps are checked entry by entry, as kmap.NewInverse does;
+		// maps built here are valid by construction and stay on the device.
+		if err := s.Validate(); err != nil {
+			return nil, fmt.Errorf("cudaext: %s: %w", op, err)
+		}
+	}
+	m := &kmap.Map{Kind: kmap.Inverse, Conv: s.Conv, In: s.Out, Out: s.In, NIn: s.NOut, NOut: s.NIn}
+	if s.Loaded() {
+		m.InCoords, m.OutCoords = s.OutCoords, s.InCoords
+	}
 	err := e.d.do(func() error {
 		d := e.d
 		V := s.V()
@@ -521,30 +557,71 @@ func (e *Engine) InverseMap(s *kmap.Map) (*kmap.Map, error) {
 		if err != nil {
 			return err
 		}
-		sr, err := e.deriveRev(s)
+		sr, err := e.revTable(s)
+		if err != nil {
+			return err
+		}
+		in, out, err := e.swappedCoords(s)
 		if err != nil {
 			return err
 		}
 		dm := &devMap{nIn: m.NIn, nOut: m.NOut, V: V}
-		defer d.freeDevMap(dm)
-		if dm.nbr, err = d.allocTable(m.NOut, V); err != nil {
+		fail := func(err error) error {
+			d.freeDevMap(dm)
+			d.freeTemp(in)
+			d.freeTemp(out)
 			return err
+		}
+		if dm.nbr, err = d.allocTable(m.NOut, V); err != nil {
+			return fail(err)
 		}
 		if dm.rev, err = d.allocTable(m.NIn, V); err != nil {
-			return err
+			return fail(err)
 		}
 		if err := memcpyDtoD(dm.nbr.ptr, sr, int64(m.NOut)*int64(V)*4, d.stream); err != nil {
-			return err
+			return fail(err)
 		}
 		if err := memcpyDtoD(dm.rev.ptr, sn, int64(m.NIn)*int64(V)*4, d.stream); err != nil {
-			return err
+			return fail(err)
 		}
-		return e.finish(m, dm)
+		e.finish(m, dm, in, out)
+		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
 	return m, nil
+}
+
+// swappedCoords returns new device copies of s's output and input
+// coordinates (an inverse map's input and output coordinates): copied on
+// the device from s's cache entry, or uploaded from s's host tables.
+// Worker only.
+func (e *Engine) swappedCoords(s *kmap.Map) (in, out rawBuf, err error) {
+	d := e.d
+	me := e.entry(s)
+	get := func(have bool, blk rawBuf, host []int32, n int) (rawBuf, error) {
+		if have {
+			return d.copyCoords(deviceCoords{ptr: blk.ptr, n: n})
+		}
+		if !s.Loaded() {
+			return rawBuf{}, fmt.Errorf("%w: cudaext: InverseMap of a strided map whose tables were released", ErrReleased)
+		}
+		return uploadSlice(d, host)
+	}
+	// Only read s's host slices once s is known to be loaded.
+	var hostIn, hostOut []int32
+	if s.Loaded() {
+		hostIn, hostOut = s.InCoords, s.OutCoords
+	}
+	if in, err = get(me.haveOut, me.outC, hostOut, s.NOut); err != nil {
+		return rawBuf{}, rawBuf{}, err
+	}
+	if out, err = get(me.haveIn, me.inC, hostIn, s.NIn); err != nil {
+		d.freeTemp(in)
+		return rawBuf{}, rawBuf{}, err
+	}
+	return in, out, nil
 }
 
 // Tables selects the device tables derived from a kernel map.
@@ -555,9 +632,9 @@ const (
 	// TablePairs is the per-tap pair lists (kmap.Pairs) of the weight
 	// gradient.
 	TablePairs Tables = 1 << iota
-	// TableMasked is the Gray-code order and the tile tap unions of Nbr
-	// (kmap.Masked, Tiles) of the masked forward algorithms, for the tile
-	// height of every GEMM tile configuration.
+	// TableMasked is the bitmasks and Gray-code order of Nbr (kmap.Masked)
+	// of the masked forward algorithms, and the tile tap unions
+	// (kmap.Masked.Tiles) for the tile heights asked for.
 	TableMasked
 	// TableReverseMasked is TableMasked for the reverse table (masked input
 	// gradient).
@@ -569,29 +646,41 @@ const (
 // DeriveTables computes the selected derived tables of m on the device
 // from its device Nbr (uploaded once if m was built on the host) and keeps
 // them in the engine's map cache, so the convolutions that need them find
-// them there. The reverse table is always derived. Tables already cached
-// are kept.
-func (e *Engine) DeriveTables(m *kmap.Map, which Tables) error {
-	if err := checkMap("cudaext: DeriveTables", m); err != nil {
+// them there. The reverse table is always derived. For TableMasked and
+// TableReverseMasked it derives the masks and Gray order, plus the tile
+// tap unions for each height in tileRows (tile rows, kernels.Tile.BM);
+// the unions of any other height are derived by the first masked
+// convolution that uses it, cheaply and without a host wait. Tables
+// already cached are kept. Deriving the pair lists waits for the device
+// once (to size them); nothing else does.
+func (e *Engine) DeriveTables(m *kmap.Map, which Tables, tileRows ...int) error {
+	const op = "cudaext: DeriveTables"
+	if err := e.checkMap(op, m); err != nil {
 		return err
 	}
+	for _, r := range tileRows {
+		if r <= 0 {
+			return fmt.Errorf("%w: %s: tile rows %d (want > 0)", sparse.ErrShape, op, r)
+		}
+	}
 	return e.d.do(func() error {
-		if _, err := e.deriveRev(m); err != nil {
+		if _, err := e.revTable(m); err != nil {
 			return err
 		}
 		if which&TablePairs != 0 {
-			if _, _, _, err := e.derivePairs(m); err != nil {
+			if _, _, _, _, err := e.pairTables(m); err != nil {
 				return err
 			}
 		}
-		for _, rows := range tileHeights() {
-			if which&TableMasked != 0 {
-				if _, err := e.deriveMasked(m, false, rows); err != nil {
-					return err
-				}
+		for _, reverse := range []bool{false, true} {
+			if which&TableMasked == 0 && !reverse || which&TableReverseMasked == 0 && reverse {
+				continue
 			}
-			if which&TableReverseMasked != 0 {
-				if _, err := e.deriveMasked(m, true, rows); err != nil {
+			if _, err := e.grayTablesFor(m, reverse); err != nil {
+				return err
+			}
+			for _, rows := range tileRows {
+				if _, err := e.maskedTablesFor(m, reverse, rows); err != nil {
 					return err
 				}
 			}
@@ -612,63 +701,21 @@ func tileHeights() []int {
 	return hs
 }
 
-// deriveRev returns the device reverse table of m, computing it on the
-// device from the device Nbr if it is not cached. Worker only.
-func (e *Engine) deriveRev(m *kmap.Map) (devPtr, error) {
-	me := e.entry(m)
-	if me.haveRev {
-		return me.rev.ptr, nil
-	}
-	nbr, err := e.nbrTable(m)
-	if err != nil {
-		return 0, err
-	}
-	V := m.V()
-	rev, err := e.d.allocTable(m.NIn, V)
-	if err != nil {
-		return 0, err
-	}
-	if err := e.d.reverse(nbr, rev.ptr, m.NIn, m.NOut, V, m.Kind == kmap.Submanifold); err != nil {
-		e.d.freeTemp(rev)
-		return 0, err
-	}
-	me.rev, me.haveRev = rev, true
-	return rev.ptr, nil
-}
-
 // pairsChunk is the number of output rows per block of the pair kernels
 // (kernels/kmap.cu kChunk).
 const pairsChunk = 256
 
-// derivePairs returns the device pair lists of m (kmap.Pairs: in, out
-// [P] int32, seg [V+1] int64), computing them on the device if they are
-// not cached. Worker only.
-func (e *Engine) derivePairs(m *kmap.Map) (in, out, seg devPtr, err error) {
-	me := e.entry(m)
-	if me.havePairs {
-		return me.pairIn.ptr, me.pairOut.ptr, me.pairSg.ptr, nil
-	}
-	nbr, err := e.nbrTable(m)
-	if err != nil {
-		return 0, 0, 0, err
-	}
-	pin, pout, psg, err := e.d.pairs(nbr, m.NOut, m.V())
-	if err != nil {
-		return 0, 0, 0, err
-	}
-	me.pairIn, me.pairOut, me.pairSg, me.havePairs = pin, pout, psg, true
-	return pin.ptr, pout.ptr, psg.ptr, nil
-}
-
-// pairs builds the pair lists of the table nbr [nOut, V].
-func (d *Device) pairs(nbr devPtr, nOut, V int) (pin, pout, psg rawBuf, err error) {
-	fail := func(e error) (rawBuf, rawBuf, rawBuf, error) {
+// pairs builds the pair lists of the table nbr [nOut, V] and returns the
+// longest tap segment. It waits for the device once, downloading the
+// segment table (V+1 int64) to size the lists.
+func (d *Device) pairs(nbr devPtr, nOut, V int) (pin, pout, psg rawBuf, maxPairs int64, err error) {
+	fail := func(e error) (rawBuf, rawBuf, rawBuf, int64, error) {
 		for _, r := range []rawBuf{pin, pout, psg} {
 			if r.ptr != 0 {
 				d.freeTemp(r)
 			}
 		}
-		return rawBuf{}, rawBuf{}, rawBuf{}, e
+		return rawBuf{}, rawBuf{}, rawBuf{}, 0, e
 	}
 	if psg, err = d.allocTemp(int64(V+1) * 8); err != nil {
 		return fail(err)
@@ -678,7 +725,7 @@ func (d *Device) pairs(nbr devPtr, nOut, V int) (pin, pout, psg rawBuf, err erro
 		if err := memsetD8(psg.ptr, 0, int64(V+1)*8, d.stream); err != nil {
 			return fail(err)
 		}
-		return rawBuf{ptr: d.zeroPage}, rawBuf{ptr: d.zeroPage}, psg, nil
+		return rawBuf{ptr: d.zeroPage}, rawBuf{ptr: d.zeroPage}, psg, 0, nil
 	}
 	cnt, err := d.allocTemp(int64(V) * nc * 4)
 	if err != nil {
@@ -701,98 +748,77 @@ func (d *Device) pairs(nbr devPtr, nOut, V int) (pin, pout, psg rawBuf, err erro
 	if err := d.launch("kmap_pairs_seg", g, b, 0, off.ptr, nc, int32(V), psg.ptr); err != nil {
 		return fail(err)
 	}
-	tot, err := download[int64](d, psg.ptr+devPtr(8*V), 1)
+	seg, err := download[int64](d, psg.ptr, V+1)
 	if err != nil {
 		return fail(err)
 	}
-	if tot[0] == 0 {
-		return rawBuf{ptr: d.zeroPage}, rawBuf{ptr: d.zeroPage}, psg, nil
+	for v := range V {
+		maxPairs = max(maxPairs, seg[v+1]-seg[v])
 	}
-	if pin, err = d.allocTemp(tot[0] * 4); err != nil {
+	total := seg[V]
+	if total == 0 {
+		return rawBuf{ptr: d.zeroPage}, rawBuf{ptr: d.zeroPage}, psg, 0, nil
+	}
+	if pin, err = d.allocTemp(total * 4); err != nil {
 		return fail(err)
 	}
-	if pout, err = d.allocTemp(tot[0] * 4); err != nil {
+	if pout, err = d.allocTemp(total * 4); err != nil {
 		return fail(err)
 	}
 	if err := d.launch("kmap_pairs_write", dim3{X: int(nc)}, blk, 0, nbr, int64(nOut), int32(V), off.ptr, nc, pin.ptr, pout.ptr); err != nil {
 		return fail(err)
 	}
-	return pin, pout, psg, nil
+	return pin, pout, psg, maxPairs, nil
 }
 
-// deriveMasked returns the device Gray order and tile tap unions of m's
-// forward (reverse = false) or reverse table for tiles of rows rows,
-// computing them on the device if they are not cached; an order cached
-// for another tile height is reused. Worker only.
-func (e *Engine) deriveMasked(m *kmap.Map, reverse bool, rows int) (*maskedTables, error) {
-	me := e.entry(m)
-	k := maskKey{reverse, rows}
-	if t, ok := me.masked[k]; ok {
-		return t, nil
+// grayMasks computes the bitmasks [n, W] of the rows of table [n, V] and
+// the rows sorted stably by the Gray rank of their masks (kmap.Masked).
+func (d *Device) grayMasks(table devPtr, n, V int) (*grayTables, error) {
+	if n == 0 {
+		return &grayTables{mask: rawBuf{ptr: d.zeroPage}, order: rawBuf{ptr: d.zeroPage}}, nil
 	}
-	var table devPtr
-	var err error
-	n := m.NOut
-	if reverse {
-		table, err = e.deriveRev(m)
-		n = m.NIn
-	} else {
-		table, err = e.nbrTable(m)
-	}
+	W := (V + 63) / 64
+	mask, err := d.allocTemp(int64(n) * int64(W) * 8)
 	if err != nil {
 		return nil, err
 	}
-	var order devPtr
-	for key, t := range me.masked {
-		if key.reverse == reverse {
-			order = t.order.ptr
-			break
-		}
-	}
-	t, err := e.d.masked(table, n, m.V(), rows, order)
+	order, err := d.allocTemp(int64(n) * 4)
 	if err != nil {
+		d.freeTemp(mask)
 		return nil, err
 	}
-	me.masked[k] = t
-	return t, nil
+	if err := d.grayOrder(table, n, V, mask.ptr, order.ptr); err != nil {
+		d.freeTemp(mask)
+		d.freeTemp(order)
+		return nil, err
+	}
+	return &grayTables{mask: mask, order: order}, nil
 }
 
-// masked computes the Gray order of the rows of table [n, V] (or copies
-// order when it is not 0) and the tap unions of tiles of `rows` rows.
-func (d *Device) masked(table devPtr, n, V, rows int, order devPtr) (*maskedTables, error) {
+// tileUnions computes the tap unions of tiles of `rows` consecutive
+// entries of order over the masks mask [n, W] (kmap.Masked.Tiles). The
+// taps block is sized for the worst case (every tile has all V taps), so
+// no host wait reads the total.
+func (d *Device) tileUnions(mask, order devPtr, n, V, rows int) (t tileTables, err error) {
 	rows = max(rows, 1)
 	W := (V + 63) / 64
-	t := &maskedTables{}
-	fail := func(err error) (*maskedTables, error) {
-		for _, r := range []rawBuf{t.order, t.seg, t.taps} {
-			if r.ptr != 0 {
-				d.freeTemp(r)
-			}
-		}
-		return nil, err
-	}
 	nt := int64((n + rows - 1) / rows)
-	var err error
 	if t.seg, err = d.allocTemp((nt + 1) * 4); err != nil {
-		return fail(err)
+		return tileTables{}, err
+	}
+	fail := func(err error) (tileTables, error) {
+		d.freeTemp(t.seg)
+		if t.taps.ptr != 0 {
+			d.freeTemp(t.taps)
+		}
+		return tileTables{}, err
 	}
 	if n == 0 {
-		t.order, t.taps = rawBuf{ptr: d.zeroPage}, rawBuf{ptr: d.zeroPage}
+		t.taps = rawBuf{ptr: d.zeroPage}
 		if err := d.fillI32(t.seg.ptr, 0, 1); err != nil {
 			return fail(err)
 		}
 		return t, nil
-	}
-	if t.order, err = d.allocTemp(int64(n) * 4); err != nil {
-		return fail(err)
-	}
-	mask, err := d.allocTemp(int64(n) * int64(W) * 8)
-	if err != nil {
-		return fail(err)
-	}
-	defer d.freeTemp(mask)
-	if err := d.grayOrder(table, n, V, mask.ptr, t.order.ptr, order); err != nil {
-		return fail(err)
 	}
 	unions, err := d.allocTemp(nt * int64(W) * 8)
 	if err != nil {
@@ -808,22 +834,13 @@ func (d *Device) masked(table devPtr, n, V, rows int, order devPtr) (*maskedTabl
 		return fail(err)
 	}
 	g, b := d.elementwise(nt * int64(W))
-	if err := d.launch("masks_union", g, b, 0, mask.ptr, t.order.ptr, int64(n), int32(W), int32(rows), nt, unions.ptr, cnt.ptr); err != nil {
+	if err := d.launch("masks_union", g, b, 0, mask, order, int64(n), int32(W), int32(rows), nt, unions.ptr, cnt.ptr); err != nil {
 		return fail(err)
 	}
-	total := t.seg.ptr + devPtr(4*nt)
-	if err := d.scan(scanI32, cnt.ptr, t.seg.ptr, nt, total); err != nil {
+	if err := d.scan(scanI32, cnt.ptr, t.seg.ptr, nt, t.seg.ptr+devPtr(4*nt)); err != nil {
 		return fail(err)
 	}
-	ntaps, err := download[int32](d, total, 1)
-	if err != nil {
-		return fail(err)
-	}
-	if ntaps[0] == 0 {
-		t.taps = rawBuf{ptr: d.zeroPage}
-		return t, nil
-	}
-	if t.taps, err = d.allocTemp(int64(ntaps[0]) * 4); err != nil {
+	if t.taps, err = d.allocTemp(nt * int64(V) * 4); err != nil {
 		return fail(err)
 	}
 	g, b = d.elementwise(nt)
@@ -834,18 +851,11 @@ func (d *Device) masked(table devPtr, n, V, rows int, order devPtr) (*maskedTabl
 }
 
 // grayOrder writes the masks [n, W] of table [n, V] to mask and the rows
-// sorted stably by the Gray rank of their masks to order (copied from
-// known when it is not 0).
-func (d *Device) grayOrder(table devPtr, n, V int, mask, order, known devPtr) error {
+// sorted stably by the Gray rank of their masks to order.
+func (d *Device) grayOrder(table devPtr, n, V int, mask, order devPtr) error {
 	W := (V + 63) / 64
 	N := int64(n)
 	g, b := d.elementwise(N)
-	if known != 0 {
-		if err := d.launch("masks_build", g, b, 0, table, N, int32(V), int32(W), mask, devPtr(0), devPtr(0)); err != nil {
-			return err
-		}
-		return memcpyDtoD(order, known, N*4, d.stream)
-	}
 	if W == 1 && V <= 32 {
 		rank, err := d.allocTemp(N * 4)
 		if err != nil {

@@ -35,9 +35,59 @@ func gxDeviceTables(t testing.TB, e *Engine, m *kmap.Map) (nbr, rev []int32) {
 	return nbr, rev
 }
 
+// gxBuild runs a GPU map build and checks that it downloaded none of the
+// map's tables: at most a few status words and counts (hash status,
+// unique count) come back.
+func gxBuild(t testing.TB, e *Engine, build func() (*kmap.Map, error)) *kmap.Map {
+	t.Helper()
+	before := e.HostWaits()
+	m, err := build()
+	require.NoError(t, err)
+	after := e.HostWaits()
+	require.LessOrEqual(t, after.DownloadBytes-before.DownloadBytes, int64(256), "a map build downloads only status words")
+	require.LessOrEqual(t, after.Downloads-before.Downloads, int64(8))
+	require.Equal(t, kmap.TableSource(e.src), m.Source)
+	require.Nil(t, m.Nbr, "the host table is not downloaded by the build")
+	return m
+}
+
+// gxLoad loads the host tables of a GPU-built map and checks that exactly
+// the missing tables were downloaded, once.
+func gxLoad(t testing.TB, e *Engine, m *kmap.Map) {
+	t.Helper()
+	if m.Loaded() {
+		return
+	}
+	var want int64
+	if m.InCoords == nil {
+		want += int64(m.NIn) * 16
+	}
+	if m.OutCoords == nil && !(m.Kind == kmap.Submanifold && m.InCoords == nil) {
+		want += int64(m.NOut) * 16
+	}
+	if m.Nbr == nil {
+		want += int64(m.NOut) * int64(m.V()) * 4
+	}
+	before := e.HostWaits()
+	require.NoError(t, m.Load())
+	require.True(t, m.Loaded())
+	require.NoError(t, m.Load())
+	after := e.HostWaits()
+	require.Equal(t, want, after.DownloadBytes-before.DownloadBytes, "Load downloads the missing tables once")
+	if m.Kind == kmap.Submanifold && m.NIn > 0 {
+		require.Same(t, &m.InCoords[0], &m.OutCoords[0], "a submanifold map's coordinates are one array")
+	}
+}
+
+// gxWaitsSince returns the host waits between two readings.
+func gxWaitsSince(before, after HostWaits) HostWaits {
+	return HostWaits{Waits: after.Waits - before.Waits, Downloads: after.Downloads - before.Downloads,
+		DownloadBytes: after.DownloadBytes - before.DownloadBytes}
+}
+
 // gxSameMap checks a GPU-built map against the CPU one: every field, the
-// host and device tables, and the device reverse table against
-// cpu.Reverse().
+// host tables (loaded here: the build leaves them on the device) and
+// device tables, and the device reverse table against cpu.Reverse().
 func gxSameMap(t *testing.T, e *Engine, gpu, cpu *kmap.Map) {
 	t.Helper()
 	require.Equal(t, cpu.Kind, gpu.Kind)
@@ -46,6 +96,12 @@ func gxSameMap(t *testing.T, e *Engine, gpu, cpu *kmap.Map) {
 	require.Equal(t, cpu.Out, gpu.Out)
 	require.Equal(t, cpu.NIn, gpu.NIn)
 	require.Equal(t, cpu.NOut, gpu.NOut)
+	// The device coordinates (what OutCoords copies) equal the CPU's too.
+	oc, err := e.OutCoords(gpu)
+	require.NoError(t, err)
+	require.True(t, slices.Equal(cpu.OutCoords, gxI32(t, e, oc)), "device OutCoords differ")
+	e.Free(oc)
+	gxLoad(t, e, gpu)
 	require.Equal(t, len(cpu.InCoords), len(gpu.InCoords))
 	require.True(t, slices.Equal(cpu.InCoords, gpu.InCoords), "InCoords differ")
 	require.True(t, slices.Equal(cpu.OutCoords, gpu.OutCoords), "OutCoords differ")
@@ -72,12 +128,30 @@ func firstDiff(a, b []int32) int {
 
 // gxSameDerived derives every device table of gpu and compares them with
 // the CPU's pair lists, Gray orders and tile unions of cpu. (Downloads run
-// on the worker; require only runs on the test goroutine.)
+// on the worker; require only runs on the test goroutine.) Deriving waits
+// for the device once (the pair counts) and touches no host table of gpu.
 func gxSameDerived(t *testing.T, e *Engine, gpu, cpu *kmap.Map) {
 	t.Helper()
-	require.NoError(t, e.DeriveTables(gpu, TablesAll))
+	loaded := gpu.Loaded()
 	p := cpu.Pairs()
 	V := cpu.V()
+	var hadPairs bool
+	require.NoError(t, e.d.do(func() error { hadPairs = e.entry(gpu).havePairs; return nil }))
+	before := e.HostWaits()
+	require.NoError(t, e.DeriveTables(gpu, TablesAll, tileHeights()...))
+	after := e.HostWaits()
+	require.Equal(t, loaded, gpu.Loaded(), "DeriveTables loads no host table")
+	var want HostWaits
+	if !hadPairs && gpu.NOut > 0 {
+		want = HostWaits{Waits: 1, Downloads: 1, DownloadBytes: int64(V+1) * 8}
+	}
+	require.Equal(t, want, gxWaitsSince(before, after), "deriving waits only once, for the pair segments")
+	require.NoError(t, e.DeriveTables(gpu, TablesAll, tileHeights()...))
+	require.Equal(t, after, e.HostWaits(), "cached tables are not derived again")
+	var maxPairs int64
+	for v := range V {
+		maxPairs = max(maxPairs, p.Seg[v+1]-p.Seg[v])
+	}
 	type maskedHost struct{ order, seg, taps []int32 }
 	var seg []int64
 	var in, out []int32
@@ -86,6 +160,9 @@ func gxSameDerived(t *testing.T, e *Engine, gpu, cpu *kmap.Map) {
 		me := e.entry(gpu)
 		if !me.havePairs {
 			return fmt.Errorf("pairs not cached")
+		}
+		if me.maxPairs != maxPairs {
+			return fmt.Errorf("longest pair segment %d, want %d", me.maxPairs, maxPairs)
 		}
 		var err error
 		if seg, err = download[int64](e.d, me.pairSg.ptr, V+1); err != nil {
@@ -103,19 +180,22 @@ func gxSameDerived(t *testing.T, e *Engine, gpu, cpu *kmap.Map) {
 				rows = cpu.NIn
 			}
 			for _, th := range tileHeights() {
-				mt, ok := me.masked[maskKey{reverse, th}]
-				if !ok {
-					return fmt.Errorf("masked tables (reverse %v, rows %d) not cached", reverse, th)
+				if _, ok := me.tiles[maskKey{reverse, th}]; !ok {
+					return fmt.Errorf("tile tables (reverse %v, rows %d) not cached", reverse, th)
+				}
+				mt, err := e.maskedTablesFor(gpu, reverse, th)
+				if err != nil {
+					return err
 				}
 				var h maskedHost
 				nt := (rows + th - 1) / th
-				if h.order, err = download[int32](e.d, mt.order.ptr, rows); err != nil {
+				if h.order, err = download[int32](e.d, mt.order, rows); err != nil {
 					return err
 				}
-				if h.seg, err = download[int32](e.d, mt.seg.ptr, nt+1); err != nil {
+				if h.seg, err = download[int32](e.d, mt.seg, nt+1); err != nil {
 					return err
 				}
-				if h.taps, err = download[int32](e.d, mt.taps.ptr, int(h.seg[nt])); err != nil {
+				if h.taps, err = download[int32](e.d, mt.taps, int(h.seg[nt])); err != nil {
 					return err
 				}
 				got[maskKey{reverse, th}] = h
@@ -163,13 +243,17 @@ func TestGPUSubmanifoldMap(t *testing.T) {
 			t.Run(fmt.Sprintf("%s/k%v/d%v", sc.name, g.k, g.d), func(t *testing.T) {
 				cpu, err := kmap.NewSubmanifold(sc.coords, sc.ext, g.k, g.d)
 				require.NoError(t, err)
-				gpu, err := e.SubmanifoldMap(gxCoords(t, e, sc.coords), sc.ext, g.k, g.d)
-				require.NoError(t, err)
-				gxSameMap(t, e, gpu, cpu)
+				gpu := gxBuild(t, e, func() (*kmap.Map, error) {
+					return e.SubmanifoldMap(gxCoords(t, e, sc.coords), sc.ext, g.k, g.d)
+				})
+				// Derive first (from the device tables alone), then load.
 				gxSameDerived(t, e, gpu, cpu)
+				gxSameMap(t, e, gpu, cpu)
 				// Host coordinates work too and alias the caller's slice.
-				h, err := e.SubmanifoldMap(sparse.Matrix{Rows: len(sc.coords) / 4, Cols: 4, Data: sc.coords}, sc.ext, g.k, g.d)
-				require.NoError(t, err)
+				h := gxBuild(t, e, func() (*kmap.Map, error) {
+					return e.SubmanifoldMap(sparse.Matrix{Rows: len(sc.coords) / 4, Cols: 4, Data: sc.coords}, sc.ext, g.k, g.d)
+				})
+				gxLoad(t, e, h)
 				require.True(t, slices.Equal(cpu.Nbr, h.Nbr))
 				if len(sc.coords) > 0 {
 					require.Same(t, &sc.coords[0], &h.InCoords[0])
@@ -200,17 +284,25 @@ func TestGPUStridedMap(t *testing.T) {
 			t.Run(fmt.Sprintf("%s/%v", sc.name, conv), func(t *testing.T) {
 				cpu, err := kmap.NewStrided(sc.coords, sc.ext, conv, nil)
 				require.NoError(t, err)
-				gpu, err := e.StridedMap(gxCoords(t, e, sc.coords), sc.ext, conv, sparse.Matrix{})
-				require.NoError(t, err)
-				gxSameMap(t, e, gpu, cpu)
-				gxSameDerived(t, e, gpu, cpu)
-
+				gpu := gxBuild(t, e, func() (*kmap.Map, error) {
+					return e.StridedMap(gxCoords(t, e, sc.coords), sc.ext, conv, sparse.Matrix{})
+				})
+				// The inverse of a map still on the device is built there.
 				ci, err := kmap.NewInverse(cpu)
 				require.NoError(t, err)
-				gi, err := e.InverseMap(gpu)
-				require.NoError(t, err)
-				gxSameMap(t, e, gi, ci)
+				gi := gxBuild(t, e, func() (*kmap.Map, error) { return e.InverseMap(gpu) })
+				require.False(t, gpu.Loaded())
+				gxSameDerived(t, e, gpu, cpu)
+				gxSameMap(t, e, gpu, cpu)
 				gxSameDerived(t, e, gi, ci)
+				gxSameMap(t, e, gi, ci)
+				// And the inverse of a loaded map aliases its host coordinates.
+				gl := gxBuild(t, e, func() (*kmap.Map, error) { return e.InverseMap(gpu) })
+				if gpu.NIn > 0 && gpu.NOut > 0 {
+					require.Same(t, &gpu.InCoords[0], &gl.OutCoords[0])
+					require.Same(t, &gpu.OutCoords[0], &gl.InCoords[0])
+				}
+				gxSameMap(t, e, gl, ci)
 
 				// Given outputs: a shuffled subset of the reached sites plus
 				// unreached ones.
@@ -230,9 +322,18 @@ func TestGPUStridedMap(t *testing.T) {
 				}
 				cg, err := kmap.NewStrided(sc.coords, sc.ext, conv, outs)
 				require.NoError(t, err)
-				gg, err := e.StridedMap(gxCoords(t, e, sc.coords), sc.ext, conv, gxCoords(t, e, outs))
-				require.NoError(t, err)
+				gg := gxBuild(t, e, func() (*kmap.Map, error) {
+					return e.StridedMap(gxCoords(t, e, sc.coords), sc.ext, conv, gxCoords(t, e, outs))
+				})
 				gxSameMap(t, e, gg, cg)
+				// Host output coordinates stay the caller's slice.
+				gh := gxBuild(t, e, func() (*kmap.Map, error) {
+					return e.StridedMap(gxCoords(t, e, sc.coords), sc.ext, conv, sparse.Matrix{Rows: len(outs) / 4, Cols: 4, Data: outs})
+				})
+				if len(outs) > 0 {
+					require.Same(t, &outs[0], &gh.OutCoords[0])
+				}
+				gxSameMap(t, e, gh, cg)
 			})
 		}
 	}
@@ -249,10 +350,9 @@ func TestGPUTransposedMap(t *testing.T) {
 			t.Run(fmt.Sprintf("%s/%v", sc.name, conv), func(t *testing.T) {
 				cpu, err := kmap.NewTransposed(sc.coords, sc.ext, conv)
 				require.NoError(t, err)
-				gpu, err := e.TransposedMap(gxCoords(t, e, sc.coords), sc.ext, conv)
-				require.NoError(t, err)
-				gxSameMap(t, e, gpu, cpu)
+				gpu := gxBuild(t, e, func() (*kmap.Map, error) { return e.TransposedMap(gxCoords(t, e, sc.coords), sc.ext, conv) })
 				gxSameDerived(t, e, gpu, cpu)
+				gxSameMap(t, e, gpu, cpu)
 			})
 		}
 	}
@@ -344,6 +444,7 @@ func TestGPUMapEmpty(t *testing.T) {
 	// given outputs reach nothing.
 	st2, err := e.StridedMap(gxCoords(t, e, []int32{0, 0, 0, 0}), ext, grid.Cube(2, 2, 0, 1), gxCoords(t, e, []int32{1, 1, 1, 1}))
 	require.NoError(t, err)
+	gxLoad(t, e, st2)
 	require.Equal(t, []int32{-1, -1, -1, -1, -1, -1, -1, -1}, st2.Nbr)
 	gxSameDerived(t, e, st2, st2)
 }
@@ -393,7 +494,7 @@ func BenchmarkGPUSubmanifoldMap(b *testing.B) {
 			defer e.Free(dc)
 			conv := grid.Submanifold([3]int{3, 3, 3}, [3]int{1, 1, 1})
 			rows := tileHeights()[0]
-			phases := []string{"hash", "nbr", "rev", "masked"}
+			phases := []string{"hash", "nbr", "rev", "gray", "tiles"}
 			sum := make([]float64, len(phases))
 			for b.Loop() {
 				var g gxEvents
@@ -425,14 +526,24 @@ func BenchmarkGPUSubmanifoldMap(b *testing.B) {
 					if err := g.mark(d); err != nil {
 						return err
 					}
-					mt, err := d.masked(dm.nbr.ptr, n, dm.V, rows, 0)
+					gt, err := d.grayMasks(dm.nbr.ptr, n, dm.V)
 					if err != nil {
 						return err
 					}
 					defer func() {
-						d.freeTemp(mt.order)
-						d.freeTemp(mt.seg)
-						d.freeTemp(mt.taps)
+						d.freeTemp(gt.mask)
+						d.freeTemp(gt.order)
+					}()
+					if err := g.mark(d); err != nil {
+						return err
+					}
+					tt, err := d.tileUnions(gt.mask.ptr, gt.order.ptr, n, dm.V, rows)
+					if err != nil {
+						return err
+					}
+					defer func() {
+						d.freeTemp(tt.seg)
+						d.freeTemp(tt.taps)
 					}()
 					if err := g.mark(d); err != nil {
 						return err
@@ -456,8 +567,8 @@ func BenchmarkGPUSubmanifoldMap(b *testing.B) {
 	}
 }
 
-// BenchmarkGPUSubmanifoldMapPublic times SubmanifoldMap end to end,
-// including the download of the host table, for comparison.
+// BenchmarkGPUSubmanifoldMapPublic times SubmanifoldMap end to end (no
+// host table is downloaded; ReleaseMap drops the device tables).
 func BenchmarkGPUSubmanifoldMapPublic(b *testing.B) {
 	e := gxEngine(b)
 	for _, res := range []int{256, 1024} {
@@ -468,7 +579,7 @@ func BenchmarkGPUSubmanifoldMapPublic(b *testing.B) {
 			for b.Loop() {
 				m, err := e.SubmanifoldMap(dc, ext, [3]int{3, 3, 3}, [3]int{1, 1, 1})
 				require.NoError(b, err)
-				e.ForgetMap(m)
+				e.ReleaseMap(m)
 			}
 			b.ReportMetric(float64(len(coords)/4), "voxels")
 		})
@@ -476,7 +587,7 @@ func BenchmarkGPUSubmanifoldMapPublic(b *testing.B) {
 }
 
 // BenchmarkGPUStridedMap times StridedMap (K2S2, generated outputs) end to
-// end on a sphere shell, including the host download.
+// end on a sphere shell (no host table is downloaded).
 func BenchmarkGPUStridedMap(b *testing.B) {
 	e := gxEngine(b)
 	for _, res := range []int{256, 1024} {
@@ -487,7 +598,7 @@ func BenchmarkGPUStridedMap(b *testing.B) {
 			for b.Loop() {
 				m, err := e.StridedMap(dc, ext, grid.Cube(2, 2, 0, 1), sparse.Matrix{})
 				require.NoError(b, err)
-				e.ForgetMap(m)
+				e.ReleaseMap(m)
 			}
 			b.ReportMetric(float64(len(coords)/4), "voxels")
 		})
@@ -495,8 +606,8 @@ func BenchmarkGPUStridedMap(b *testing.B) {
 }
 
 // BenchmarkGPUDeriveTables times DeriveTables(TablesAll) (pair lists, Gray
-// orders and tile unions of both tables for every tile height) of a
-// submanifold map on a sphere shell.
+// orders of both tables and their tile unions for one tile height, as a
+// training step uses) of a submanifold map on a sphere shell.
 func BenchmarkGPUDeriveTables(b *testing.B) {
 	e := gxEngine(b)
 	for _, res := range []int{256, 1024} {
@@ -516,15 +627,21 @@ func BenchmarkGPUDeriveTables(b *testing.B) {
 						}
 						me.havePairs = false
 					}
-					for k, t := range me.masked {
-						e.d.freeTemp(t.order)
+					for i, g := range me.gray {
+						if g != nil {
+							e.d.freeTemp(g.mask)
+							e.d.freeTemp(g.order)
+							me.gray[i] = nil
+						}
+					}
+					for k, t := range me.tiles {
 						e.d.freeTemp(t.seg)
 						e.d.freeTemp(t.taps)
-						delete(me.masked, k)
+						delete(me.tiles, k)
 					}
 					return nil
 				}))
-				require.NoError(b, e.DeriveTables(m, TablesAll))
+				require.NoError(b, e.DeriveTables(m, TablesAll, tileHeights()[0]))
 			}
 			b.ReportMetric(float64(len(coords)/4), "voxels")
 		})

@@ -3,30 +3,59 @@
 package cudaext
 
 import (
+	"fmt"
 	"runtime"
 	"unsafe"
 	"weak"
 
+	"github.com/flexgemm-go/flexgemm/sparse"
 	"github.com/flexgemm-go/flexgemm/sparse/kmap"
 )
 
-// Kernel maps are uploaded once per *kmap.Map and kept on the device until
-// the map is garbage collected (a cleanup queues the release) or
-// ForgetMap is called. Each table is uploaded on first use.
+// Kernel maps keep their device tables in the engine's map cache, one
+// entry per *kmap.Map, until the map is garbage collected (a cleanup
+// queues the release), ForgetMap or ReleaseMap is called, or the engine is
+// closed.
+//
+// A map built by this engine (kmapgpu.go) enters the cache with its Nbr,
+// Rev and coordinates, and its host tables stay on the device: its Source
+// is the engine's tableSource, which downloads them only when host code
+// calls m.Load (directly, or through the CPU engine or kmap's derived
+// accessors). A map built on the host has its Nbr uploaded on first use.
+// Every derived table (reverse table, pair lists, masks and Gray orders,
+// tile tap unions) is computed on the device from the device Nbr on first
+// use and cached; the host's derived structures are never consulted.
+//
+// The worker never calls m.Load (a map built here would wait for the
+// worker itself): checkMap loads maps of other origins on the caller's
+// goroutine before the work is handed to the worker.
 
 type mapKey = weak.Pointer[kmap.Map]
 
 func keyOf(m *kmap.Map) mapKey { return weak.Make(m) }
 
 type maskKey struct {
-	reverse bool // tables of Map.ReverseMasked
+	reverse bool // tables of the reverse table
 	rows    int  // tile rows (the kernel's BM)
 }
 
-// maskedTables are the device copies of a Masked order and its tile tap
-// unions for one tile height.
+// grayTables are the device bitmasks [n, W] uint64 and the Gray-code
+// order [n] int32 of the forward or the reverse table.
+type grayTables struct {
+	mask, order rawBuf
+}
+
+// tileTables are the tap unions of the tiles of one height over a Gray
+// order: seg [tiles + 1] int32 and taps (allocated for the worst case,
+// tiles · V, so that no host wait sizes them).
+type tileTables struct {
+	seg, taps rawBuf
+}
+
+// maskedTables is what a masked GEMM reads: a Gray order and the tile tap
+// unions of its tile height (views of cached blocks).
 type maskedTables struct {
-	order, seg, taps rawBuf
+	order, seg, taps devPtr
 }
 
 type mapEntry struct {
@@ -34,7 +63,14 @@ type mapEntry struct {
 	haveNbr, haveRev        bool
 	pairIn, pairOut, pairSg rawBuf // pair lists and [V+1] int64 segments
 	havePairs               bool
-	masked                  map[maskKey]*maskedTables
+	maxPairs                int64          // longest tap segment of the pair lists
+	gray                    [2]*grayTables // forward, reverse
+	tiles                   map[maskKey]tileTables
+	// Coordinates of a map built here ([NIn, 4], [NOut, 4] int32); one
+	// block when sameCoords (submanifold maps).
+	inC, outC       rawBuf
+	haveIn, haveOut bool
+	sameCoords      bool
 }
 
 type mapCache struct {
@@ -48,7 +84,7 @@ func (e *Engine) entry(m *kmap.Map) *mapEntry {
 	if me, ok := e.maps.entries[k]; ok {
 		return me
 	}
-	me := &mapEntry{masked: map[maskKey]*maskedTables{}}
+	me := &mapEntry{tiles: map[maskKey]tileTables{}}
 	e.maps.entries[k] = me
 	d := e.d
 	runtime.AddCleanup(m, func(k mapKey) {
@@ -65,14 +101,144 @@ func (e *Engine) dropMap(k mapKey) {
 	}
 	delete(e.maps.entries, k)
 	d := e.d
-	for _, r := range []rawBuf{me.nbr, me.rev, me.pairIn, me.pairOut, me.pairSg} {
+	bufs := []rawBuf{me.nbr, me.rev, me.pairIn, me.pairOut, me.pairSg, me.inC}
+	if !me.sameCoords {
+		bufs = append(bufs, me.outC)
+	}
+	for _, g := range me.gray {
+		if g != nil {
+			bufs = append(bufs, g.mask, g.order)
+		}
+	}
+	for _, t := range me.tiles {
+		bufs = append(bufs, t.seg, t.taps)
+	}
+	for _, r := range bufs {
 		d.freeTemp(r)
 	}
-	for _, t := range me.masked {
-		d.freeTemp(t.order)
-		d.freeTemp(t.seg)
-		d.freeTemp(t.taps)
+}
+
+// builtHere reports whether m was built by this engine (its tables live in
+// this engine's cache, not on the host).
+func (e *Engine) builtHere(m *kmap.Map) bool {
+	s, ok := m.Source.(*tableSource)
+	return ok && s.e == e
+}
+
+// checkMap checks m before a call hands it to the worker: a map not built
+// by this engine is loaded here (kmap.Map.Load; a no-op for host maps)
+// and its table length checked; a map built here is trusted as it is and
+// nothing is downloaded.
+func (e *Engine) checkMap(op string, m *kmap.Map) error {
+	if m == nil {
+		return fmt.Errorf("%w: %s: nil kernel map", sparse.ErrShape, op)
 	}
+	if !e.builtHere(m) {
+		if err := m.Load(); err != nil {
+			return fmt.Errorf("%s: %w", op, err)
+		}
+	}
+	if m.Loaded() && len(m.Nbr) != m.NOut*m.V() {
+		return fmt.Errorf("%w: %s: kernel map table has %d entries, want %d·%d", sparse.ErrShape, op, len(m.Nbr), m.NOut, m.V())
+	}
+	return nil
+}
+
+// ForgetMap releases the device copies of m's tables now rather than when
+// m is garbage collected. m stays usable: the host tables of a map built
+// on this device are loaded first if they never were (kmap.Map.Load: a
+// download), and later use on the device uploads them again. ReleaseMap
+// skips the download for a map that is done.
+func (e *Engine) ForgetMap(m *kmap.Map) {
+	if m != nil && e.builtHere(m) {
+		// On failure (a map already released) there is nothing to keep.
+		_ = m.Load()
+	}
+	_ = e.d.do(func() error { e.dropMap(keyOf(m)); return nil })
+}
+
+// ReleaseMap releases the device copies of m's tables now, like ForgetMap,
+// but never downloads: a map built on this device whose host tables were
+// not loaded becomes unusable, and every later use of it fails with
+// ErrReleased. Use it to end a map's life at a known point (the end of a
+// training step) without copying its tables back.
+func (e *Engine) ReleaseMap(m *kmap.Map) {
+	_ = e.d.do(func() error { e.dropMap(keyOf(m)); return nil })
+}
+
+// OutCoords returns m's output coordinates as a new device Int32 matrix
+// [m.NOut, 4] (release it with Free): copied on the device for a map built
+// here, uploaded from the host otherwise. Builds chain through it without
+// a host round trip, e.g. e.StridedMap(out, m.Out, conv, sparse.Matrix{}).
+func (e *Engine) OutCoords(m *kmap.Map) (sparse.Matrix, error) {
+	const op = "cudaext: OutCoords"
+	if err := e.checkMap(op, m); err != nil {
+		return sparse.Matrix{}, err
+	}
+	var b *Buffer
+	err := e.d.do(func() error {
+		d := e.d
+		var err error
+		if b, err = d.newBuffer(sparse.Int32, 4*m.NOut); err != nil || m.NOut == 0 {
+			return err
+		}
+		bytes := int64(m.NOut) * 16
+		if me, ok := e.maps.entries[keyOf(m)]; ok && me.haveOut {
+			return memcpyDtoD(b.ptr, me.outC.ptr, bytes, d.stream)
+		}
+		if !m.Loaded() {
+			return fmt.Errorf("%w: %s of a %v map", ErrReleased, op, m.Kind)
+		}
+		return memcpyHtoD(b.ptr, unsafe.Pointer(&m.OutCoords[0]), bytes, d.stream)
+	})
+	if err != nil {
+		if b != nil {
+			b.Free()
+		}
+		return sparse.Matrix{}, err
+	}
+	return sparse.Matrix{Rows: m.NOut, Cols: 4, Data: b}, nil
+}
+
+// tableSource is the kmap.TableSource of the maps an engine builds: it
+// downloads the tables the map's cache entry holds.
+type tableSource struct{ e *Engine }
+
+// HostTables implements kmap.TableSource.
+func (s *tableSource) HostTables(m *kmap.Map) (kmap.Tables, error) {
+	V := m.V()
+	wantIn := m.InCoords == nil && m.NIn > 0
+	wantOut := m.OutCoords == nil && m.NOut > 0
+	wantNbr := m.Nbr == nil && m.NOut*V > 0
+	var t kmap.Tables
+	e := s.e
+	err := e.d.do(func() error {
+		d := e.d
+		me, ok := e.maps.entries[keyOf(m)]
+		if !ok || (wantNbr && !me.haveNbr) || (wantIn && !me.haveIn) || (wantOut && !me.haveOut) {
+			return fmt.Errorf("%w: the %v map's host tables were never loaded", ErrReleased, m.Kind)
+		}
+		var err error
+		if wantNbr {
+			if t.Nbr, err = download[int32](d, me.nbr.ptr, m.NOut*V); err != nil {
+				return err
+			}
+		}
+		if wantIn {
+			if t.InCoords, err = download[int32](d, me.inC.ptr, 4*m.NIn); err != nil {
+				return err
+			}
+		}
+		if wantOut {
+			if me.sameCoords && wantIn {
+				t.OutCoords = t.InCoords
+			} else if t.OutCoords, err = download[int32](d, me.outC.ptr, 4*m.NOut); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	return t, err
 }
 
 // uploadSlice copies a host slice of 4- or 8-byte integers to a new
@@ -93,10 +259,15 @@ func uploadSlice[T int32 | int64](d *Device, s []T) (rawBuf, error) {
 	return r, nil
 }
 
-// nbrTable returns the device copy of m.Nbr. Worker only.
+// nbrTable returns the device Nbr of m, uploading the host table of a map
+// built on the host. Worker only.
 func (e *Engine) nbrTable(m *kmap.Map) (devPtr, error) {
 	me := e.entry(m)
 	if !me.haveNbr {
+		// Only a loaded map may be read here: the worker must not load.
+		if !m.Loaded() {
+			return 0, fmt.Errorf("%w: the %v map's tables were released before they were loaded to the host", ErrReleased, m.Kind)
+		}
 		r, err := uploadSlice(e.d, m.Nbr)
 		if err != nil {
 			return 0, err
@@ -106,71 +277,103 @@ func (e *Engine) nbrTable(m *kmap.Map) (devPtr, error) {
 	return me.nbr.ptr, nil
 }
 
-// revTable returns the device copy of m.Reverse(). Worker only.
+// revTable returns the device reverse table of m (kmap.Map.Reverse),
+// computing it on the device from the device Nbr if it is not cached.
+// Worker only.
 func (e *Engine) revTable(m *kmap.Map) (devPtr, error) {
 	me := e.entry(m)
-	if !me.haveRev {
-		r, err := uploadSlice(e.d, m.Reverse())
-		if err != nil {
-			return 0, err
-		}
-		me.rev, me.haveRev = r, true
+	if me.haveRev {
+		return me.rev.ptr, nil
 	}
-	return me.rev.ptr, nil
+	nbr, err := e.nbrTable(m)
+	if err != nil {
+		return 0, err
+	}
+	V := m.V()
+	rev, err := e.d.allocTable(m.NIn, V)
+	if err != nil {
+		return 0, err
+	}
+	if err := e.d.reverse(nbr, rev.ptr, m.NIn, m.NOut, V, m.Kind == kmap.Submanifold); err != nil {
+		e.d.freeTemp(rev)
+		return 0, err
+	}
+	me.rev, me.haveRev = rev, true
+	return rev.ptr, nil
 }
 
-// pairTables returns the device pair lists (in, out) and segments of
-// m.Pairs(). Worker only.
-func (e *Engine) pairTables(m *kmap.Map) (in, out, seg devPtr, err error) {
+// pairTables returns the device pair lists of m (kmap.Map.Pairs: in, out
+// [P] int32, seg [V+1] int64) and the longest tap segment, computing them
+// on the device if they are not cached (which waits once for the device,
+// to size the lists). Worker only.
+func (e *Engine) pairTables(m *kmap.Map) (in, out, seg devPtr, maxPairs int64, err error) {
 	me := e.entry(m)
 	if !me.havePairs {
-		p := m.Pairs()
-		var a, b, c rawBuf
-		if a, err = uploadSlice(e.d, p.In); err != nil {
-			return
+		nbr, err := e.nbrTable(m)
+		if err != nil {
+			return 0, 0, 0, 0, err
 		}
-		if b, err = uploadSlice(e.d, p.Out); err != nil {
-			e.d.freeTemp(a)
-			return
+		pin, pout, psg, mp, err := e.d.pairs(nbr, m.NOut, m.V())
+		if err != nil {
+			return 0, 0, 0, 0, err
 		}
-		if c, err = uploadSlice(e.d, p.Seg); err != nil {
-			e.d.freeTemp(a)
-			e.d.freeTemp(b)
-			return
-		}
-		me.pairIn, me.pairOut, me.pairSg, me.havePairs = a, b, c, true
+		me.pairIn, me.pairOut, me.pairSg, me.maxPairs, me.havePairs = pin, pout, psg, mp, true
 	}
-	return me.pairIn.ptr, me.pairOut.ptr, me.pairSg.ptr, nil
+	return me.pairIn.ptr, me.pairOut.ptr, me.pairSg.ptr, me.maxPairs, nil
 }
 
-// maskedTablesFor returns the device Gray order and tile tap unions of the
-// forward (reverse = false) or reverse table for tiles of rows rows.
-// Worker only.
-func (e *Engine) maskedTablesFor(m *kmap.Map, reverse bool, rows int) (*maskedTables, error) {
+// grayTablesFor returns the device masks and Gray order of m's forward
+// (reverse = false) or reverse table, computing them if they are not
+// cached. Worker only.
+func (e *Engine) grayTablesFor(m *kmap.Map, reverse bool) (*grayTables, error) {
 	me := e.entry(m)
-	k := maskKey{reverse, rows}
-	if t, ok := me.masked[k]; ok {
-		return t, nil
-	}
-	ms := m.Masked()
+	i, n := 0, m.NOut
 	if reverse {
-		ms = m.ReverseMasked()
+		i, n = 1, m.NIn
 	}
-	tiles := ms.Tiles(rows)
-	t := &maskedTables{}
+	if g := me.gray[i]; g != nil {
+		return g, nil
+	}
+	var table devPtr
 	var err error
-	if t.order, err = uploadSlice(e.d, ms.Order); err != nil {
+	if reverse {
+		table, err = e.revTable(m)
+	} else {
+		table, err = e.nbrTable(m)
+	}
+	if err != nil {
 		return nil, err
 	}
-	if t.seg, err = uploadSlice(e.d, tiles.Seg); err != nil {
-		e.d.freeTemp(t.order)
+	g, err := e.d.grayMasks(table, n, m.V())
+	if err != nil {
 		return nil, err
 	}
-	if t.taps, err = uploadSlice(e.d, tiles.Taps); err != nil {
-		e.d.freeTemp(t.order)
-		e.d.freeTemp(t.seg)
-		return nil, err
+	me.gray[i] = g
+	return g, nil
+}
+
+// maskedTablesFor returns the device Gray order and tile tap unions of m's
+// forward (reverse = false) or reverse table for tiles of rows rows
+// (kmap.Map.Masked().Tiles(rows)), computing what is not cached on the
+// device without a host wait. Worker only.
+func (e *Engine) maskedTablesFor(m *kmap.Map, reverse bool, rows int) (maskedTables, error) {
+	g, err := e.grayTablesFor(m, reverse)
+	if err != nil {
+		return maskedTables{}, err
 	}
-	me.masked[k] = t
-	return t, nil
+	me := e.entry(m)
+	rows = max(rows, 1)
+	k := maskKey{reverse, rows}
+	t, ok := me.tiles[k]
+	if !ok {
+		n := m.NOut
+		if reverse {
+			n = m.NIn
+		}
+		if t, err = e.d.tileUnions(g.mask.ptr, g.order.ptr, n, m.V(), rows); err != nil {
+			return maskedTables{}, err
+		}
+		me.tiles[k] = t
+	}
+	return maskedTables{order: g.order.ptr, seg: t.seg.ptr, taps: t.taps.ptr}, nil
 }

@@ -29,8 +29,8 @@ func poolSuffix(dt sparse.DType) (string, error) {
 	return "", fmt.Errorf("%w: cudaext: pooling of %v data", sparse.ErrDType, dt)
 }
 
-func checkPoolMap(op string, m *kmap.Map) error {
-	if err := checkMap(op, m); err != nil {
+func (e *Engine) checkPoolMap(op string, m *kmap.Map) error {
+	if err := e.checkMap(op, m); err != nil {
 		return err
 	}
 	if m.V() > 1<<30 {
@@ -46,7 +46,7 @@ func checkPoolMap(op string, m *kmap.Map) error {
 // tap, the first NaN wins, empty outputs are 0).
 func (e *Engine) PoolForward(m *kmap.Map, x sparse.Matrix, mode sparse.PoolMode) (y, argmax sparse.Matrix, err error) {
 	const op = "cudaext: PoolForward"
-	if err := checkPoolMap(op, m); err != nil {
+	if err := e.checkPoolMap(op, m); err != nil {
 		return sparse.Matrix{}, sparse.Matrix{}, err
 	}
 	if err := mode.Valid(); err != nil {
@@ -107,7 +107,7 @@ func (e *Engine) PoolForward(m *kmap.Map, x sparse.Matrix, mode sparse.PoolMode)
 // returned), summed per input row in tap order through the reverse table.
 func (e *Engine) PoolGrad(m *kmap.Map, dy, argmax sparse.Matrix, mode sparse.PoolMode) (sparse.Matrix, error) {
 	const op = "cudaext: PoolGrad"
-	if err := checkPoolMap(op, m); err != nil {
+	if err := e.checkPoolMap(op, m); err != nil {
 		return sparse.Matrix{}, err
 	}
 	if err := mode.Valid(); err != nil {
@@ -145,7 +145,7 @@ func (e *Engine) PoolGrad(m *kmap.Map, dy, argmax sparse.Matrix, mode sparse.Poo
 		if total == 0 {
 			return nil
 		}
-		rev, err := e.deriveRev(m)
+		rev, err := e.revTable(m)
 		if err != nil {
 			return err
 		}

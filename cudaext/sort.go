@@ -204,7 +204,7 @@ func download[T any](d *Device, p devPtr, n int) ([]T, error) {
 		return out, nil
 	}
 	var z T
-	err := memcpyDtoH(unsafe.Pointer(&out[0]), p, int64(n)*int64(unsafe.Sizeof(z)), d.stream)
+	err := d.copyToHost(unsafe.Pointer(&out[0]), p, int64(n)*int64(unsafe.Sizeof(z)))
 	return out, err
 }
 

@@ -812,7 +812,7 @@ func validateProblem(p TuneProblem) error {
 	switch {
 	case p.Map == nil:
 		return fmt.Errorf("%w: nil kernel map", sparse.ErrShape)
-	case len(p.Map.Nbr) != p.Map.NOut*p.Map.V():
+	case p.Map.Loaded() && len(p.Map.Nbr) != p.Map.NOut*p.Map.V(): // device-held tables are checked where loaded
 		return fmt.Errorf("%w: kernel map table has %d entries, want %d·%d", sparse.ErrShape, len(p.Map.Nbr), p.Map.NOut, p.Map.V())
 	case p.Ci < 1 || p.Co < 1:
 		return fmt.Errorf("%w: Ci = %d and Co = %d must be at least 1", sparse.ErrShape, p.Ci, p.Co)
