@@ -85,8 +85,8 @@ type mapSource struct {
 }
 
 // hostMaps builds maps with package kmap on the host; kind is kmapCPU for
-// the CPU engine and kmapUpload for a device engine that uploads (and, for
-// derived tables, computes on the host) what it needs; forget drops the
+// the CPU engine and kmapUpload for a device engine that uploads the table
+// (and derives the other tables on the device) as it needs; forget drops the
 // device copies.
 func hostMaps(sc scene, kind string, forget func(*kmap.Map)) *mapSource {
 	return &mapSource{

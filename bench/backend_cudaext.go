@@ -106,11 +106,13 @@ func (t eventTimer) stop() (float64, error) {
 func (t eventTimer) destroy() { t.t.Destroy() }
 
 // gpuMaps builds the kernel maps of sc on the GPU: the coordinates are
-// uploaded once; every map is built by the engine's device builders, and
-// the derived tables a step reads (masks with Gray order, pair lists) are
+// uploaded once; every map is built by the engine's device builders (each
+// level from the previous level's device output coordinates), and the
+// derived tables a step reads (masks with Gray order, pair lists) are
 // derived on the device from the device table, so nothing of the map is
-// computed on the host. The builders still download the host copy of Nbr
-// (and output coordinates), which the kmap.Map returned must carry.
+// computed on or downloaded to the host (the maps' host tables stay on the
+// device, see kmap.Map.Load). A step ends with ReleaseMap, which drops the
+// device tables without copying them back.
 func gpuMaps(e *cudaext.Engine, sc scene) (*mapSource, error) {
 	dc, err := e.ToDevice(sparse.Matrix{Rows: len(sc.coords) / 4, Cols: 4, Data: sc.coords})
 	if err != nil {
@@ -125,7 +127,11 @@ func gpuMaps(e *cudaext.Engine, sc scene) (*mapSource, error) {
 			if prev == nil {
 				return e.StridedMap(dc, sc.ext, conv, sparse.Matrix{})
 			}
-			c := sparse.Matrix{Rows: prev.NOut, Cols: 4, Data: prev.OutCoords}
+			c, err := e.OutCoords(prev)
+			if err != nil {
+				return nil, err
+			}
+			defer e.Free(c)
 			return e.StridedMap(c, prev.Out, conv, sparse.Matrix{})
 		},
 		prepare: func(m *kmap.Map, use tableUse) error {
@@ -144,7 +150,7 @@ func gpuMaps(e *cudaext.Engine, sc scene) (*mapSource, error) {
 			}
 			return e.DeriveTables(m, t)
 		},
-		release: e.ForgetMap,
+		release: e.ReleaseMap,
 		close:   func() { e.Free(dc) },
 	}, nil
 }

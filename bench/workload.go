@@ -196,14 +196,19 @@ var (
 
 // countPairs returns the active (output, input) pairs of m: its
 // non-negative Nbr entries (m.Pairs().Count() without building the lists).
-func countPairs(m *kmap.Map) int64 {
+// A map built on a device is loaded first (kmap.Map.Load: its table is
+// downloaded once, when the workload is set up, never in a timed step).
+func countPairs(m *kmap.Map) (int64, error) {
+	if err := m.Load(); err != nil {
+		return 0, fmt.Errorf("counting the kernel map's pairs: %w", err)
+	}
 	var n int64
 	for _, v := range m.Nbr {
 		if v >= 0 {
 			n++
 		}
 	}
-	return n
+	return n, nil
 }
 
 // stepFunc returns a step: build the maps of every layer, run body on them,
@@ -241,8 +246,12 @@ func submWorkload(sc scene, p params) (_ *workload, err error) {
 	if err != nil {
 		return nil, err
 	}
-	n, pairs, V := m.NIn, countPairs(m), m.V()
+	pairs, err := countPairs(m)
 	p.maps.release(m)
+	if err != nil {
+		return nil, err
+	}
+	n, V := m.NIn, m.V()
 	inputs := &holder{be: p.be}
 	defer func() {
 		if err != nil {
@@ -318,15 +327,19 @@ func downMaps(src *mapSource, sc scene, L int, use func(l int) tableUse) ([]*kma
 
 func downWorkload(sc scene, p params) (_ *workload, err error) {
 	maps, err := downMaps(p.maps, sc, p.L, func(int) tableUse { return tableUse{} })
+	var pairs int64
 	for _, m := range maps {
+		// Count before the release: a map built on a device is loaded from
+		// its device tables.
+		if err == nil {
+			var n int64
+			n, err = countPairs(m)
+			pairs += n
+		}
 		p.maps.release(m)
 	}
 	if err != nil {
 		return nil, err
-	}
-	var pairs int64
-	for _, m := range maps {
-		pairs += countPairs(m)
 	}
 	nIn, nOut, V := maps[0].NIn, maps[p.L-1].NOut, maps[0].V()
 	inputs := &holder{be: p.be}
