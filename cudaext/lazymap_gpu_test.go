@@ -208,6 +208,15 @@ func TestGPUMapHostUse(t *testing.T) {
 	c2 := mapOK(t)(kmap.NewStrided(c1.OutCoords, c1.Out, down, nil))
 	gxSameMap(t, gpu, l2, c2)
 	gxSameMap(t, gpu, l1, c1)
+	// OutCoords of a host map uploads its host coordinates, checked.
+	hc, err := gpu.OutCoords(c1)
+	require.NoError(t, err)
+	require.Equal(t, c1.OutCoords, gxI32(t, gpu, hc))
+	gpu.Free(hc)
+	_, err = gpu.OutCoords(&kmap.Map{Kind: kmap.Strided, Conv: down, NOut: 1, Nbr: make([]int32, down.Volume())})
+	require.ErrorIs(t, err, sparse.ErrShape)
+	_, err = gpu.OutCoords(nil)
+	require.ErrorIs(t, err, sparse.ErrShape)
 }
 
 // TestGPUMapRelease: ReleaseMap makes an unloaded GPU-built map unusable

@@ -189,6 +189,9 @@ func (e *Engine) OutCoords(m *kmap.Map) (sparse.Matrix, error) {
 		if !m.Loaded() {
 			return fmt.Errorf("%w: %s of a %v map", ErrReleased, op, m.Kind)
 		}
+		if len(m.OutCoords) != 4*m.NOut {
+			return fmt.Errorf("%w: %s: the map has %d output coordinates, want %d·4", sparse.ErrShape, op, len(m.OutCoords), m.NOut)
+		}
 		return memcpyHtoD(b.ptr, unsafe.Pointer(&m.OutCoords[0]), bytes, d.stream)
 	})
 	if err != nil {
@@ -211,6 +214,9 @@ func (s *tableSource) HostTables(m *kmap.Map) (kmap.Tables, error) {
 	wantOut := m.OutCoords == nil && m.NOut > 0
 	wantNbr := m.Nbr == nil && m.NOut*V > 0
 	var t kmap.Tables
+	if !wantIn && !wantOut && !wantNbr {
+		return t, nil
+	}
 	e := s.e
 	err := e.d.do(func() error {
 		d := e.d
