@@ -58,6 +58,9 @@ func TestGPUPool(t *testing.T) {
 		for _, C := range []int{1, 3, 32} {
 			t.Run(fmt.Sprintf("%s/C%d", c.name, C), func(t *testing.T) {
 				m := c.m
+				// The CPU kernels read the host tables, which maps built on
+				// the GPU download only when asked.
+				require.NoError(t, m.Load())
 				x := make([]float32, m.NIn*C)
 				for i := range x {
 					// Few distinct values: ties in max pooling.
