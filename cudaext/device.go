@@ -336,7 +336,9 @@ func (d *Device) launch(name string, grid, block dim3, smem int, args ...any) er
 		return fmt.Errorf("%w: %s grid %v block %v smem %d: %v", ErrLaunch, name, grid, block, smem, err)
 	}
 	if d.syncEach {
-		if err := d.sync(); err != nil {
+		// The debugging wait of FLEXGEMM_CUDA_SYNC is not one of the
+		// engine's host waits: HostWaits counts only what normal runs do.
+		if err := streamSync(d.stream); err != nil {
 			return fmt.Errorf("%w: %s grid %v block %v: %v", ErrLaunch, name, grid, block, err)
 		}
 	}

@@ -97,7 +97,8 @@ func (e *Engine) Synchronize() error { return e.d.do(e.d.sync) }
 // every wait for the stream or a timer event, and among them the device →
 // host copies and their bytes. Convolutions on maps built on this device
 // with their derived tables prepared (DeriveTables) wait for nothing, so
-// their counts stay unchanged.
+// their counts stay unchanged. The per-launch waits of the debugging mode
+// FLEXGEMM_CUDA_SYNC=1 are not counted.
 type HostWaits struct {
 	Waits         int64 // stream or event synchronisations, downloads included
 	Downloads     int64 // device → host copies
