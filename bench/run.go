@@ -383,9 +383,9 @@ func kmapNote(kind string) string {
 	case kmapCPU:
 		return "built on the host (package kmap) in every step"
 	case kmapGPU:
-		return "built on the GPU in every step (SubmanifoldMap/StridedMap, host copy of Nbr downloaded, derived tables by DeriveTables; the weight gradient still builds host pair lists for its split heuristic)"
+		return "built on the GPU in every step (SubmanifoldMap/StridedMap; the tables stay on the device, derived tables by DeriveTables, only the (V+1) pair-segment counts are read back)"
 	case kmapUpload:
-		return "built on the host in every step; the engine uploads Nbr and computes Rev, pairs and masks on the host"
+		return "built on the host in every step; the engine uploads Nbr and derives Rev, pairs and masks on the device"
 	}
 	return kind
 }
