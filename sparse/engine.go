@@ -66,6 +66,8 @@ type Engine interface {
 	// Owns reports whether the engine can compute on m's data.
 	Owns(m Matrix) bool
 	ConvEngine
+	PoolEngine
+	SampleEngine
 }
 
 var (

@@ -11,58 +11,11 @@ import (
 // with the kernels of package cpu.
 type hostPrimitives struct{}
 
-// poolEngineFor returns the engine that pools ms: the engine owning them if
-// it implements PoolEngine, else the host kernels for host data.
-//
-// Transitional: once the CPU engine implements PoolEngine and
-// SampleEngine and Engine embeds both, these two helpers reduce to
-// EngineFor.
-func poolEngineFor(ms ...Matrix) (PoolEngine, error) {
-	e, err := EngineFor(ms...)
-	if err == nil {
-		if pe, ok := e.(PoolEngine); ok {
-			return pe, nil
-		}
-	}
-	if allHost(ms) {
-		return hostPrimitives{}, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	return nil, fmt.Errorf("%w: engine %s cannot pool", ErrNoEngine, e.Name())
-}
+// poolEngineFor returns the engine that owns every matrix in ms.
+func poolEngineFor(ms ...Matrix) (PoolEngine, error) { return EngineFor(ms...) }
 
-// sampleEngineFor is poolEngineFor for SampleEngine.
-func sampleEngineFor(ms ...Matrix) (SampleEngine, error) {
-	e, err := EngineFor(ms...)
-	if err == nil {
-		if se, ok := e.(SampleEngine); ok {
-			return se, nil
-		}
-	}
-	if allHost(ms) {
-		return hostPrimitives{}, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	return nil, fmt.Errorf("%w: engine %s cannot grid-sample", ErrNoEngine, e.Name())
-}
-
-// allHost reports whether every non-zero matrix holds a host slice.
-func allHost(ms []Matrix) bool {
-	for _, m := range ms {
-		switch m.Data.(type) {
-		case []float32, []float64, []int32:
-		default:
-			if !m.IsZero() {
-				return false
-			}
-		}
-	}
-	return true
-}
+// sampleEngineFor returns the engine that owns every matrix in ms.
+func sampleEngineFor(ms ...Matrix) (SampleEngine, error) { return EngineFor(ms...) }
 
 // PoolForward implements PoolEngine on host memory.
 func (hostPrimitives) PoolForward(m *kmap.Map, x Matrix, mode PoolMode) (y, argmax Matrix, err error) {
