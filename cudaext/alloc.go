@@ -178,6 +178,7 @@ func (b *Buffer) Free() {
 	}
 }
 
+// String implements fmt.Stringer for Buffer.
 func (b *Buffer) String() string {
 	return fmt.Sprintf("cudaext.Buffer{%v × %d on %s}", b.dtype, b.n, b.dev.info.Name)
 }

@@ -37,6 +37,7 @@ type DriverError struct {
 	Msg  string // the driver's description
 }
 
+// Error implements the error interface for DriverError.
 func (e *DriverError) Error() string {
 	if e.Msg != "" {
 		return fmt.Sprintf("cudaext: %s: %s (%s)", e.Op, e.Name, e.Msg)

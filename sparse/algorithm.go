@@ -37,6 +37,7 @@ var algorithmNames = [...]string{
 // Algorithms lists every concrete algorithm (all but Auto).
 var Algorithms = []Algorithm{Explicit, Implicit, ImplicitSplitK, MaskedImplicit, MaskedImplicitSplitK}
 
+// String implements fmt.Stringer for Algorithm.
 func (a Algorithm) String() string {
 	if a >= 0 && int(a) < len(algorithmNames) {
 		return algorithmNames[a]

@@ -35,6 +35,7 @@ type ShapeError struct {
 	Got  string // actual shape
 }
 
+// Error implements the error interface for ShapeError.
 func (e *ShapeError) Error() string {
 	return fmt.Sprintf("sparse: %s: %s has shape %s, want %s", e.Op, e.Arg, e.Got, e.Want)
 }

@@ -25,6 +25,7 @@ const (
 	Nearest
 )
 
+// String implements fmt.Stringer for SampleMode.
 func (s SampleMode) String() string {
 	switch s {
 	case Trilinear:

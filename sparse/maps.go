@@ -91,6 +91,7 @@ type kindError struct {
 	kind, err error
 }
 
+// Error implements the error interface for kindError.
 func (e *kindError) Error() string { return "sparse: " + e.op + ": " + e.err.Error() }
 
 // Unwrap returns this package's sentinel and the original error.

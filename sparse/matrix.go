@@ -17,6 +17,7 @@ const (
 	BFloat16
 )
 
+// String implements fmt.Stringer for DType.
 func (d DType) String() string {
 	switch d {
 	case Float32:

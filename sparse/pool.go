@@ -22,6 +22,7 @@ const (
 	AvgPool
 )
 
+// String implements fmt.Stringer for PoolMode.
 func (p PoolMode) String() string {
 	switch p {
 	case MaxPool:

@@ -25,6 +25,7 @@ const (
 // Maths lists every arithmetic.
 var Maths = []Math{F32, TF32, F16, BF16}
 
+// String implements fmt.Stringer for Math.
 func (m Math) String() string {
 	switch m {
 	case F32:
@@ -82,6 +83,7 @@ const (
 // Families lists every kernel family.
 var Families = []Family{Gather, Pairs}
 
+// String implements fmt.Stringer for Family.
 func (f Family) String() string {
 	switch f {
 	case Gather:

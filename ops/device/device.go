@@ -177,6 +177,7 @@ const (
 	numPurposes
 )
 
+// String implements fmt.Stringer for Purpose.
 func (p Purpose) String() string {
 	switch p {
 	case Params:
@@ -219,6 +220,7 @@ func (t Transfers) Sub(u Transfers) Transfers {
 	return t
 }
 
+// String implements fmt.Stringer for Transfers.
 func (t Transfers) String() string {
 	var b strings.Builder
 	for p := Purpose(0); p < numPurposes; p++ {

@@ -67,6 +67,7 @@ func (b *fakeBuf) DType() sparse.DType { return b.dt }
 // Len implements sparse.Storage.
 func (b *fakeBuf) Len() int { return b.n }
 
+// String implements fmt.Stringer for fakeBuf.
 func (b *fakeBuf) String() string {
 	return fmt.Sprintf("fake buffer{%v × %d on %s}", b.dt, b.n, b.f.name)
 }

@@ -109,6 +109,7 @@ func (e Extent) Unkey(k uint64) (b, x, y, z int) {
 	return
 }
 
+// String implements fmt.Stringer for Extent.
 func (e Extent) String() string {
 	return fmt.Sprintf("Extent{Batch:%d X:%d Y:%d Z:%d}", e.Batch, e.X, e.Y, e.Z)
 }
@@ -250,6 +251,7 @@ func (c Conv) TransposedExtent(in Extent) (Extent, error) {
 	return Extent{Batch: in.Batch, X: o[0], Y: o[1], Z: o[2]}, nil
 }
 
+// String implements fmt.Stringer for Conv.
 func (c Conv) String() string {
 	return fmt.Sprintf("Conv{K:%v S:%v P:%v D:%v}", c.Kernel, c.Stride, c.Padding, c.Dilation)
 }

@@ -39,6 +39,7 @@ type DuplicateError struct {
 	Index int
 }
 
+// Error implements the error interface for DuplicateError.
 func (e *DuplicateError) Error() string {
 	if e.Index >= 0 {
 		return fmt.Sprintf("hash: duplicate key %d at batch index %d: values %d and %d", e.Key, e.Index, e.First, e.Second)

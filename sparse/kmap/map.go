@@ -22,6 +22,7 @@ const (
 	Transposed
 )
 
+// String implements fmt.Stringer for Kind.
 func (k Kind) String() string {
 	switch k {
 	case Submanifold:

@@ -30,6 +30,7 @@ const (
 // ClassNames lists the class names in label order.
 var ClassNames = [NumClasses]string{"sphere", "box", "cylinder", "torus"}
 
+// String implements fmt.Stringer for Class.
 func (c Class) String() string {
 	if c >= 0 && int(c) < NumClasses {
 		return ClassNames[c]
@@ -77,6 +78,7 @@ const (
 	HeldOut
 )
 
+// String implements fmt.Stringer for Split.
 func (s Split) String() string {
 	switch s {
 	case Train:
