@@ -578,6 +578,7 @@ func (op rowBroadcastOp) CallsExtern() bool     { return false }
 func (op rowBroadcastOp) OverwritesInput() int  { return -1 }
 func (op rowBroadcastOp) WriteHash(h hash.Hash) { fmt.Fprint(h, op.String()) }
 func (op rowBroadcastOp) Hashcode() uint32      { return opkit.Hash(op) }
+
 // String implements fmt.Stringer for rowBroadcastOp.
 func (op rowBroadcastOp) String() string {
 	return fmt.Sprintf("RowBroadcast{rows=%d %v}", op.rows, op.dt)

@@ -531,6 +531,7 @@ func (op colsOp) CallsExtern() bool     { return false }
 func (op colsOp) OverwritesInput() int  { return -1 }
 func (op colsOp) WriteHash(h hash.Hash) { fmt.Fprint(h, op.String()) }
 func (op colsOp) Hashcode() uint32      { return hashOp(op) }
+
 // String implements fmt.Stringer for colsOp.
 func (op colsOp) String() string {
 	return fmt.Sprintf("Columns{start=%d cols=%d total=%d pad=%t %v}", op.start, op.cols, op.total, op.pad, op.dt)

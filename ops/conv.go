@@ -258,6 +258,7 @@ func (op convOp) OverwritesInput() int { return -1 }
 // dtype.
 func (op convOp) WriteHash(h hash.Hash) { fmt.Fprint(h, op.String()) }
 func (op convOp) Hashcode() uint32      { return hashOp(op) }
+
 // String implements fmt.Stringer for convOp.
 func (op convOp) String() string {
 	return fmt.Sprintf("SparseConv3d{%s bias=%t dx=%t %v}", opkit.ConvSignature(op.m, op.opt), op.bias, !op.noInput, op.dt)

@@ -189,6 +189,7 @@ func (op xentOp) WriteHash(h hash.Hash) {
 	fmt.Fprint(h, op.String())
 }
 func (op xentOp) Hashcode() uint32 { return hashOp(op) }
+
 // String implements fmt.Stringer for xentOp.
 func (op xentOp) String() string {
 	return fmt.Sprintf("SoftmaxCrossEntropy{n=%d, k=%d, weighted=%t, labels=%016x, gradscale=%g}", len(op.labels), op.k, op.weights != nil, op.hash, op.gradScale())

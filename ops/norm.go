@@ -238,6 +238,7 @@ func (op voxelNormGradOp) WriteHash(h hash.Hash) {
 	fmt.Fprint(h, op.String())
 }
 func (op voxelNormGradOp) Hashcode() uint32 { return hashOp(op) }
+
 // String implements fmt.Stringer for voxelNormGradOp.
 func (op voxelNormGradOp) String() string {
 	return fmt.Sprintf("VoxelNormGrad{eps=%g, wrt=%d}", op.eps, op.wrt)

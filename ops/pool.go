@@ -122,6 +122,7 @@ func (op poolOp) CallsExtern() bool     { return false }
 func (op poolOp) OverwritesInput() int  { return -1 }
 func (op poolOp) WriteHash(h hash.Hash) { fmt.Fprint(h, op.String()) }
 func (op poolOp) Hashcode() uint32      { return hashOp(op) }
+
 // String implements fmt.Stringer for poolOp.
 func (op poolOp) String() string {
 	return fmt.Sprintf("%s{%s %v}", op.name(), opkit.MapSignature(op.m), op.dt)

@@ -173,6 +173,7 @@ func (op serializeOp) CallsExtern() bool     { return false }
 func (op serializeOp) OverwritesInput() int  { return -1 }
 func (op serializeOp) WriteHash(h hash.Hash) { fmt.Fprint(h, op.String()) }
 func (op serializeOp) Hashcode() uint32      { return hashOp(op) }
+
 // String implements fmt.Stringer for serializeOp.
 func (op serializeOp) String() string {
 	return fmt.Sprintf("%s{%v %v}", op.name(), op.mode, op.ext)
