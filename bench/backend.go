@@ -156,6 +156,9 @@ type backend struct {
 	kmapKinds []string
 	// kmapLabel is Record.Kmap of the chosen builder (set by openBackend).
 	kmapLabel string
+	// prof profiles the phases of a step (-phases); nil where the device
+	// has no profiler.
+	prof *stepProfiler
 }
 
 // openers open the devices of this build; the cudaext build adds

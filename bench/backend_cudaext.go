@@ -80,11 +80,36 @@ func openCUDA(o *runOptions) (*backend, error) {
 		},
 		close:     func() { _ = e.Close() },
 		kmapKinds: []string{kmapGPU, kmapCPU},
+		prof:      cudaProfiler(e),
 	}
 	if strings.Contains(info.Name, "H200") {
 		be.peakTFLOPS = h200TFLOPS
 	}
 	return be, nil
+}
+
+// cudaProfiler times the phases of a step with the engine's profiler
+// (cudaext.Engine.StartProfile).
+func cudaProfiler(e *cudaext.Engine) *stepProfiler {
+	return &stepProfiler{
+		start: e.StartProfile,
+		mark:  e.Phase,
+		stop: func() ([]phaseTime, error) {
+			p, err := e.StopProfile()
+			if err != nil {
+				return nil, err
+			}
+			out := make([]phaseTime, len(p.Phases))
+			for i, ph := range p.Phases {
+				ks := map[string]kernelTime{}
+				for _, k := range ph.Kernels {
+					ks[k.Name] = kernelTime{launches: k.Launches, ms: k.Ms}
+				}
+				out[i] = phaseTime{name: ph.Name, spanMs: ph.SpanMs, kernelMs: ph.KernelMs, hostMs: ph.HostMs, kernels: ks}
+			}
+			return out, nil
+		},
+	}
 }
 
 // cudaDevice describes a GPU for Record.Device.

@@ -61,6 +61,9 @@ type Record struct {
 	GoVersion string `json:"go,omitempty"`
 	// Time is when the measurement finished (RFC 3339).
 	Time string `json:"time,omitempty"`
+	// Phases is the per-phase device-time breakdown of a few extra,
+	// profiled steps (-phases; GPU only).
+	Phases *PhaseSummary `json:"phases,omitempty"`
 }
 
 // OpOrDefault returns r.Op, or "subm_conv" for records (such as

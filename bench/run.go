@@ -98,6 +98,7 @@ type runOptions struct {
 	gpu        int     // GPU ordinal
 	kmap       string  // kmapAuto until openBackend resolves it
 	peakTFLOPS float64 // -peaktflops (0: by device)
+	phases     int     // profiled steps per record (-phases, -phasesteps); 0: none
 }
 
 func parseRunFlags(args []string, stderr io.Writer) (*runOptions, error) {
@@ -126,6 +127,8 @@ func parseRunFlags(args []string, stderr io.Writer) (*runOptions, error) {
 	out := fs.String("o", "", "also append the JSON lines to this file")
 	commit := fs.String("commit", "", "commit id to record (default: vcs.revision or git describe)")
 	impl := fs.String("impl", "flexgemm-go", "impl name to record")
+	phases := fs.Bool("phases", false, "after timing each record, profile -phasesteps more steps (-device cuda): per-phase device time, kernel time and gaps, in the record's phases field and a table")
+	phaseSteps := fs.Int("phasesteps", 3, "profiled steps per record with -phases")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -156,6 +159,15 @@ func parseRunFlags(args []string, stderr io.Writer) (*runOptions, error) {
 		device: *device, gpu: *gpu, kmap: *kmapKind, peakTFLOPS: *peakTFLOPS,
 		conv:    sparse.ConvOptions{SplitK: *splitK, TileRows: *tileRows},
 		measure: measureOpts{warmups: *warmups, repeats: *repeats, iters: *iters, maxIters: *maxIters, minRepeat: *minTime, memSample: *memSample}}
+	if *phases {
+		if *phaseSteps < 1 {
+			return nil, fmt.Errorf("-phasesteps %d must be positive", *phaseSteps)
+		}
+		if *device != deviceCUDA {
+			return nil, fmt.Errorf("-phases needs -device %s (the CPU engine has no profiler)", deviceCUDA)
+		}
+		o.phases = *phaseSteps
+	}
 	var err error
 	if o.cfgs, err = parseConfigs(*cfgs); err != nil {
 		return nil, err
@@ -345,7 +357,17 @@ func runBench(o *runOptions, stdout, stderr io.Writer) ([]Record, error) {
 							}
 							continue
 						}
-						if err := emit(makeRecord(o, op, mode, dt.name, algoName, *sc, cfg, w, t)); err != nil {
+						rec := makeRecord(o, op, mode, dt.name, algoName, *sc, cfg, w, t)
+						if o.phases > 0 {
+							var ps *PhaseSummary
+							err := safely(func() (err error) { ps, err = profileSteps(w.steps[mode], be, o.phases); return err })
+							if err != nil {
+								// The timed record stands; the profile is extra.
+								fmt.Fprintf(stderr, "bench: profiling %s %s RES=%d C=%d L=%d: %v\n", op, mode, sc.res, cfg.C, cfg.L, err)
+							}
+							rec.Phases = ps
+						}
+						if err := emit(rec); err != nil {
 							w.close()
 							return recs, err
 						}
@@ -360,6 +382,7 @@ func runBench(o *runOptions, stdout, stderr io.Writer) ([]Record, error) {
 	}
 	fmt.Fprintln(stdout)
 	writeSummary(stdout, recs)
+	writePhaseSummary(stdout, recs)
 	if failed > 0 {
 		return recs, fmt.Errorf("%d of %d measurements failed (see the messages above and the records' error fields)", failed, total)
 	}

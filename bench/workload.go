@@ -165,6 +165,7 @@ func convStack(h *holder, maps []*kmap.Map, x sparse.Matrix, ws, bs []sparse.Mat
 	var err error
 	for l := range L {
 		acts[l] = y
+		h.be.phasef("fwd L%d", l)
 		if y, err = h.keep(sparse.Conv(maps[l], y, ws[l], bs[l], opt)); err != nil {
 			return fmt.Errorf("layer %d forward: %w", l, err)
 		}
@@ -174,13 +175,16 @@ func convStack(h *holder, maps []*kmap.Map, x sparse.Matrix, ws, bs []sparse.Mat
 	}
 	dy := ones
 	for l := L - 1; l >= 0; l-- {
+		h.be.phasef("wgrad L%d", l)
 		if _, err := h.keep(sparse.ConvWeightGrad(maps[l], acts[l], dy, opt)); err != nil {
 			return fmt.Errorf("layer %d weight gradient: %w", l, err)
 		}
+		h.be.phasef("bias L%d", l)
 		if _, err := h.keep(sparse.BiasGrad(dy)); err != nil {
 			return fmt.Errorf("layer %d bias gradient: %w", l, err)
 		}
 		if l > 0 {
+			h.be.phasef("dgrad L%d", l)
 			if dy, err = h.keep(sparse.ConvInputGrad(maps[l], dy, ws[l], opt)); err != nil {
 				return fmt.Errorf("layer %d input gradient: %w", l, err)
 			}
@@ -216,6 +220,7 @@ func countPairs(m *kmap.Map) (int64, error) {
 // failure.
 func stepFunc(p params, build func() ([]*kmap.Map, error), body func(h *holder, maps []*kmap.Map) error) func() error {
 	return func() error {
+		p.be.phase("map")
 		maps, err := build()
 		defer func() {
 			var seen []*kmap.Map
@@ -231,7 +236,9 @@ func stepFunc(p params, build func() ([]*kmap.Map, error), body func(h *holder, 
 		}
 		h := &holder{be: p.be}
 		defer h.release()
-		return body(h, maps)
+		err = body(h, maps)
+		p.be.phase("release")
+		return err
 	}
 }
 
@@ -284,6 +291,7 @@ func submWorkload(sc scene, p params) (_ *workload, err error) {
 			for l := range maps {
 				maps[l] = m
 			}
+			p.be.phase("derive")
 			return maps, p.maps.prepare(m, use)
 		}
 		return stepFunc(p, build, func(h *holder, maps []*kmap.Map) error {

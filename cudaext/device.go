@@ -54,7 +54,8 @@ type Device struct {
 	funcs    map[string]*kernelFunc
 	mem      allocator
 	args     argStage
-	zeroPage devPtr // 256 zero bytes: a valid address for empty operands
+	zeroPage devPtr    // 256 zero bytes: a valid address for empty operands
+	prof     *profiler // running profile (profile.go), or nil
 }
 
 type call struct {
@@ -332,8 +333,18 @@ func (d *Device) launch(name string, grid, block dim3, smem int, args ...any) er
 	if err != nil {
 		return fmt.Errorf("%w: %s: %v", ErrLaunch, name, err)
 	}
+	ev, err := d.profLaunchBegin()
+	if err != nil {
+		return fmt.Errorf("%w: %s: profiling: %v", ErrLaunch, name, err)
+	}
 	if err := launchKernel(k.fn, grid, block, smem, d.stream, params); err != nil {
+		if ev != nil {
+			d.prof.spare = append(d.prof.spare, *ev)
+		}
 		return fmt.Errorf("%w: %s grid %v block %v smem %d: %v", ErrLaunch, name, grid, block, smem, err)
+	}
+	if err := d.profLaunchEnd(ev, name); err != nil {
+		return fmt.Errorf("%w: %s: profiling: %v", ErrLaunch, name, err)
 	}
 	if d.syncEach {
 		// The debugging wait of FLEXGEMM_CUDA_SYNC is not one of the

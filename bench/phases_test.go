@@ -1,0 +1,123 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/flexgemm-go/flexgemm/sparse"
+	"github.com/flexgemm-go/flexgemm/sparse/synth"
+)
+
+// fakeProfiler records the phase marks of a step and reports each phase
+// with a span of 1 ms and one kernel per phase named after it.
+func fakeProfiler(kernel func(phase string) string) *stepProfiler {
+	var names []string
+	p := &stepProfiler{}
+	p.start = func(first string) error { names = []string{first}; return nil }
+	p.mark = func(name string) error { names = append(names, name); return nil }
+	p.stop = func() ([]phaseTime, error) {
+		out := make([]phaseTime, len(names))
+		for i, n := range names {
+			out[i] = phaseTime{name: n, spanMs: 1, kernelMs: 0.25, hostMs: 0.5,
+				kernels: map[string]kernelTime{kernel(n): {launches: 2, ms: 0.25}}}
+		}
+		return out, nil
+	}
+	return p
+}
+
+func TestProfileStepsPhases(t *testing.T) {
+	be := cpuBackend()
+	kernelOf := func(phase string) string {
+		switch {
+		case strings.HasPrefix(phase, "fwd"):
+			return "spconv_gather_f16_x"
+		case strings.HasPrefix(phase, "dgrad"):
+			return "spconv_gather_f16_x"
+		case strings.HasPrefix(phase, "wgrad"):
+			return "spconv_pairs_f16_x"
+		case strings.HasPrefix(phase, "bias"):
+			return "spconv_bias_grad1_f16"
+		case phase == "map":
+			return "kmap_nbr_fine"
+		}
+		return "spconv_reduce_f16"
+	}
+	be.prof = fakeProfiler(kernelOf)
+	coords, ext := synth.SphereShell(8, 1)
+	sc := scene{coords: coords, ext: ext, res: 8, source: "sphere"}
+	dt := deviceDTypes[deviceCPU]["fp32"]
+	w, err := newWorkload(sc, params{op: opSubm, C: 4, L: 2, dtype: dt, conv: sparse.ConvOptions{Algorithm: sparse.Implicit}, seed: 1, be: be})
+	require.NoError(t, err)
+	defer w.close()
+
+	s, err := profileSteps(w.steps["train"], be, 2)
+	require.NoError(t, err)
+	require.False(t, be.prof.on, "the profile ends with the steps")
+	require.Equal(t, []string{"step", "map", "derive", "fwd L0", "fwd L1", "wgrad L1", "bias L1", "dgrad L1", "wgrad L0", "bias L0", "release"}, s.phaseNames())
+	require.Equal(t, 2, s.Steps)
+	require.InDelta(t, 11.0, s.StepMs, 1e-9, "11 phases of 1 ms per step")
+	require.InDelta(t, 11*0.25, s.KernelMs, 1e-9)
+	require.InDelta(t, s.StepMs-s.KernelMs, s.GapMs, 1e-9)
+	for _, p := range s.Phases {
+		require.InDelta(t, 1.0, p.SpanMs, 1e-9, p.Phase)
+		require.InDelta(t, 0.75, p.GapMs, 1e-9, p.Phase)
+		require.InDelta(t, 0.5, p.HostMs, 1e-9, p.Phase)
+		require.Equal(t, 2, p.Launches, p.Phase)
+		require.Len(t, p.Top, 1)
+		require.True(t, strings.HasPrefix(p.Top[0], kernelOf(p.Phase)+" 0.25×2"), p.Top[0])
+	}
+	require.InDelta(t, 0.5, s.ByKind["gemm_fwd"], 1e-9)
+	require.InDelta(t, 0.25, s.ByKind["gemm_dgrad"], 1e-9)
+	require.InDelta(t, 0.5, s.ByKind["gemm_wgrad"], 1e-9)
+	require.InDelta(t, 0.5, s.ByKind["bias"], 1e-9)
+	require.InDelta(t, 0.25, s.ByKind["kmap"], 1e-9)
+	require.InDelta(t, 3*0.25, s.ByKind["reduce"], 1e-9, "step, derive, release")
+	require.InDelta(t, 2.0, s.phaseGroup("fwd"), 1e-9)
+	require.InDelta(t, 1.0, s.phaseGroup("dgrad"), 1e-9)
+
+	// Inference has no backward phases; timed steps (no profile) mark
+	// nothing.
+	s, err = profileSteps(w.steps["infer"], be, 1)
+	require.NoError(t, err)
+	require.Equal(t, []string{"step", "map", "derive", "fwd L0", "fwd L1", "release"}, s.phaseNames())
+	require.NoError(t, w.steps["train"]())
+
+	var buf bytes.Buffer
+	writePhaseSummary(&buf, []Record{{Mode: "infer", DType: "fp32", RES: 8, C: 4, L: 2, MS: 1.5, Phases: s}, {Mode: "train"}})
+	out := buf.String()
+	require.Contains(t, out, "phase breakdown")
+	require.Contains(t, out, "| infer | fp32 | 8,4,2 | 1.500 | 6.000 | 1.500 | 4.500 | 1.000 | 1.000 | 2.000 |")
+	require.Equal(t, 4, strings.Count(out, "\n")-1, "heading, header, rule and one row")
+	buf.Reset()
+	writePhaseSummary(&buf, []Record{{Mode: "train"}})
+	require.Empty(t, buf.String(), "no table without profiled records")
+}
+
+func TestProfileStepsErrors(t *testing.T) {
+	be := cpuBackend()
+	_, err := profileSteps(func() error { return nil }, be, 1)
+	require.ErrorContains(t, err, "has no profiler")
+
+	be.prof = fakeProfiler(func(string) string { return "k" })
+	boom := errors.New("boom")
+	_, err = profileSteps(func() error { return boom }, be, 1)
+	require.ErrorIs(t, err, boom)
+	require.False(t, be.prof.on)
+
+	be.prof.mark = func(string) error { return boom }
+	_, err = profileSteps(func() error { be.phase("x"); return nil }, be, 1)
+	require.ErrorIs(t, err, boom, "a failed mark fails the profile")
+
+	_, err = parseRunFlags([]string{"-phases"}, &bytes.Buffer{})
+	require.ErrorContains(t, err, "-phases needs -device cuda")
+	_, err = parseRunFlags([]string{"-phases", "-phasesteps", "0", "-device", "cuda"}, &bytes.Buffer{})
+	require.ErrorContains(t, err, "-phasesteps 0 must be positive")
+	o, err := parseRunFlags([]string{"-phases", "-device", "cuda"}, &bytes.Buffer{})
+	require.NoError(t, err)
+	require.Equal(t, 3, o.phases)
+}
