@@ -127,6 +127,40 @@ func (e *Engine) chooseSplits(user int, blocks, kIters int64) int {
 	return int(max(s, 1))
 }
 
+// Weight-gradient split heuristic. The pairs kernels run one deep
+// reduction per (tile, tap) over that tap's pair list (tens of thousands of
+// iterations on large scenes) and are bound by the latency of their row
+// gathers, not by arithmetic: throughput grows with the blocks resident per
+// SM. So the heuristic aims at pairsWaves blocks per SM (about two waves at
+// the 3–6 blocks per SM the pairs tiles fit), keeping at least
+// pairsMinIters iterations per split and the float32 partials within
+// pairsPartBytes.
+const (
+	pairsWaves     = 8
+	pairsMaxSplits = 64
+	pairsMinIters  = 8
+	pairsPartBytes = 512 << 20
+)
+
+// choosePairsSplits returns the split-K factor of a weight gradient with
+// blocks (tile, tap) blocks of kIters iterations each, whose output has
+// outElems elements: the user's, or the heuristic's above.
+func (e *Engine) choosePairsSplits(user int, blocks, kIters, outElems int64) int {
+	if user > 0 {
+		return user
+	}
+	if blocks <= 0 || kIters <= 1 {
+		return 1
+	}
+	target := pairsWaves * int64(e.d.info.SMs)
+	s := ceilDiv(target, blocks)
+	s = min(s, pairsMaxSplits, max(kIters/pairsMinIters, 1))
+	if outElems > 0 {
+		s = min(s, max(pairsPartBytes/(4*outElems), 1))
+	}
+	return int(max(s, 1))
+}
+
 func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
 
 // gatherJob is one launch of the gather family (see kernels/gemm.cuh).
@@ -214,7 +248,7 @@ func (e *Engine) runPairs(j pairsJob) error {
 	tiles := ceilDiv(j.M, int64(t.BM)) * ceilDiv(j.N, int64(t.BN))
 	splits := 1
 	if j.splitAlg {
-		splits = e.chooseSplits(j.userSplits, tiles*j.V, ceilDiv(j.maxPairs, int64(t.BK)))
+		splits = e.choosePairsSplits(j.userSplits, tiles*j.V, ceilDiv(j.maxPairs, int64(t.BK)), j.M*j.V*j.N)
 	}
 	esz := int64(j.math.ElemSize())
 	p := pairsParams{

@@ -85,7 +85,8 @@ template <Math M_, int BM_, int BN_, int BK_, int WM_, int WN_, int S_> struct T
   static constexpr int LdMA = BM + 8;        // MN-major pitches (pairs family)
   static constexpr int LdMB = BN + 8;
   static constexpr int kGatherSmem = S * (BM + BN) * LdK * kElem + 4 * BM;
-  static constexpr int kPairsSmem = S * BK * (LdMA + LdMB) * kElem;
+  static constexpr int kIdxRing = 2 * S;    // pairs family: index stages in flight
+  static constexpr int kPairsSmem = S * BK * (LdMA + LdMB) * kElem + 2 * kIdxRing * BK * 4;
 
   static_assert(kWarps >= 1 && kThreads <= 1024, "bad warp grid");
   static_assert(BM % (16 * WM) == 0, "BM must be a multiple of 16*WM");
@@ -140,6 +141,11 @@ __device__ __forceinline__ unsigned smem_addr(const void* p) {
 __device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
   int n = valid ? 16 : 0;
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(n));
+}
+// 4-byte asynchronous copy (pair indices); copies zeros when !valid.
+__device__ __forceinline__ void cp_async4(void* dst, const void* src, bool valid) {
+  int n = valid ? 4 : 0;
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(n));
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N> __device__ __forceinline__ void cp_async_wait() {
@@ -466,6 +472,14 @@ template <class C> __device__ __forceinline__ void pairs_gemm(const PairsParams&
   extern __shared__ __align__(16) unsigned char smem[];
   T* As = reinterpret_cast<T*>(smem);    // [S][BK][LdMA]
   T* Bs = As + C::S * C::BK * C::LdMA;   // [S][BK][LdMB]
+  // Pair indices of the iterations in flight: ring of kIdxRing slots of BK
+  // entries for ia and for ib. The indices of iteration j travel with the
+  // operands of iteration j − (S − 1) (one cp.async group), so when the
+  // operands of j are issued their rows are already in shared memory: no
+  // global index load stalls the pipeline.
+  constexpr int R = C::kIdxRing;
+  int* sIA = reinterpret_cast<int*>(Bs + C::S * C::BK * C::LdMB);  // [R][BK]
+  int* sIB = sIA + R * C::BK;                                         // [R][BK]
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int wm = warp / C::WN, wn = warp % C::WN;
@@ -482,10 +496,26 @@ template <class C> __device__ __forceinline__ void pairs_gemm(const PairsParams&
   const T* a = reinterpret_cast<const T*>(p.a);
   const T* b = reinterpret_cast<const T*>(p.b);
 
-  auto load = [&](long long t, int s) {
+  // Issues the copies of the pair indices of iteration j (= t − t0) into
+  // ring slot j % R.
+  auto load_idx = [&](long long t, int j) {
+    const long long pb = s0 + t * C::BK;
+    int* da = sIA + (j % R) * C::BK;
+    int* db = sIB + (j % R) * C::BK;
+    for (int k = tid; k < C::BK; k += C::kThreads) {
+      const long long pi = pb + k;
+      const bool ok = pi < s1;
+      if (p.ia) cp_async4(da + k, ok ? p.ia + pi : p.ia, ok);
+      if (p.ib) cp_async4(db + k, ok ? p.ib + pi : p.ib, ok);
+    }
+  };
+
+  auto load = [&](long long t, int s, int j) {
     const long long pb = s0 + t * C::BK;
     T* as = As + s * C::BK * C::LdMA;
     T* bs = Bs + s * C::BK * C::LdMB;
+    const int* ria = sIA + (j % R) * C::BK;
+    const int* rib = sIB + (j % R) * C::BK;
     constexpr int CPA = C::BM / C::kChunk, CPB = C::BN / C::kChunk;
     if (p.vec) {
 #pragma unroll
@@ -495,7 +525,7 @@ template <class C> __device__ __forceinline__ void pairs_gemm(const PairsParams&
           const int kk = c / CPA, mm = (c % CPA) * C::kChunk;
           const long long pi = pb + kk, m = m0 + mm;
           const bool ok = pi < s1 && m < p.M;
-          const long long row = ok ? (p.ia ? (long long)p.ia[pi] : pi) : 0;
+          const long long row = ok ? (p.ia ? (long long)ria[kk] : pi) : 0;
           cp_async16(as + kk * C::LdMA + mm, ok ? a + row * p.M + m : a, ok);
         }
       }
@@ -506,7 +536,7 @@ template <class C> __device__ __forceinline__ void pairs_gemm(const PairsParams&
           const int kk = c / CPB, nn = (c % CPB) * C::kChunk;
           const long long pi = pb + kk, n = n0 + nn;
           const bool ok = pi < s1 && n < p.N;
-          const long long row = ok ? (p.ib ? (long long)p.ib[pi] : pi) : 0;
+          const long long row = ok ? (p.ib ? (long long)rib[kk] : pi) : 0;
           cp_async16(bs + kk * C::LdMB + nn, ok ? b + row * p.N + n : b, ok);
         }
       }
@@ -519,14 +549,14 @@ template <class C> __device__ __forceinline__ void pairs_gemm(const PairsParams&
         const int kk = c / C::BM, mm = c % C::BM;
         const long long pi = pb + kk, m = m0 + mm;
         Raw val = Raw(0);
-        if (pi < s1 && m < p.M) val = ar[(p.ia ? (long long)p.ia[pi] : pi) * p.M + m];
+        if (pi < s1 && m < p.M) val = ar[(p.ia ? (long long)ria[kk] : pi) * p.M + m];
         asr[kk * C::LdMA + mm] = val;
       }
       for (int c = tid; c < C::BK * C::BN; c += C::kThreads) {
         const int kk = c / C::BN, nn = c % C::BN;
         const long long pi = pb + kk, n = n0 + nn;
         Raw val = Raw(0);
-        if (pi < s1 && n < p.N) val = br[(p.ib ? (long long)p.ib[pi] : pi) * p.N + n];
+        if (pi < s1 && n < p.N) val = br[(p.ib ? (long long)rib[kk] : pi) * p.N + n];
         bsr[kk * C::LdMB + nn] = val;
       }
     }
@@ -540,9 +570,18 @@ template <class C> __device__ __forceinline__ void pairs_gemm(const PairsParams&
 #pragma unroll
       for (int j = 0; j < 4; ++j) acc[mi][ni][j] = 0.f;
 
+  // Group g holds the operands of iteration g and the indices of
+  // iteration g + S − 1; the indices of iterations 0 … S − 2 come first,
+  // in a group of their own that is waited for.
+  for (int j = 0; j < C::S - 1; ++j)
+    if (j < nIter) load_idx(t0 + j, j);
+  cp_async_commit();
+  cp_async_wait<0>();
+  __syncthreads();
 #pragma unroll
   for (int s = 0; s < C::S - 1; ++s) {
-    if (s < nIter) load(t0 + s, s);
+    if (s < nIter) load(t0 + s, s, s);
+    if (s + C::S - 1 < nIter) load_idx(t0 + s + C::S - 1, s + C::S - 1);
     cp_async_commit();
   }
   for (int it = 0; it < nIter; ++it) {
@@ -552,7 +591,8 @@ template <class C> __device__ __forceinline__ void pairs_gemm(const PairsParams&
     warp_mma<C, false, false>(acc, As + s * C::BK * C::LdMA + wm * C::WTM,
                               Bs + s * C::BK * C::LdMB + wn * C::WTN, C::LdMA, C::LdMB, lane);
     const int nx = it + C::S - 1;
-    if (nx < nIter) load(t0 + nx, nx % C::S);
+    if (nx < nIter) load(t0 + nx, nx % C::S, nx);
+    if (nx + C::S - 1 < nIter) load_idx(t0 + nx + C::S - 1, nx + C::S - 1);
     cp_async_commit();
   }
   cp_async_wait<0>();

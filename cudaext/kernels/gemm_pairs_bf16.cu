@@ -2,7 +2,7 @@
 
 #include "gemm.cuh"
 
-FG_PAIRS_KERNEL(spconv_pairs_bf16_m128n128k32w2x4s3, fg::Math::BF16, 128, 128, 32, 2, 4, 3, 52224)
-FG_PAIRS_KERNEL(spconv_pairs_bf16_m128n64k32w2x2s4, fg::Math::BF16, 128, 64, 32, 2, 2, 4, 53248)
-FG_PAIRS_KERNEL(spconv_pairs_bf16_m64n64k32w2x2s4, fg::Math::BF16, 64, 64, 32, 2, 2, 4, 36864)
-FG_PAIRS_KERNEL(spconv_pairs_bf16_m64n32k32w2x1s4, fg::Math::BF16, 64, 32, 32, 2, 1, 4, 28672)
+FG_PAIRS_KERNEL(spconv_pairs_bf16_m128n128k32w2x4s3, fg::Math::BF16, 128, 128, 32, 2, 4, 3, 53760)
+FG_PAIRS_KERNEL(spconv_pairs_bf16_m128n64k32w2x2s4, fg::Math::BF16, 128, 64, 32, 2, 2, 4, 55296)
+FG_PAIRS_KERNEL(spconv_pairs_bf16_m64n64k32w2x2s4, fg::Math::BF16, 64, 64, 32, 2, 2, 4, 38912)
+FG_PAIRS_KERNEL(spconv_pairs_bf16_m64n32k32w2x1s4, fg::Math::BF16, 64, 32, 32, 2, 1, 4, 30720)

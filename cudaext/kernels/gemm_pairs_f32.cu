@@ -2,7 +2,7 @@
 
 #include "gemm.cuh"
 
-FG_PAIRS_KERNEL(spconv_pairs_f32_m128n128k32w2x4s3, fg::Math::F32, 128, 128, 32, 2, 4, 3, 104448)
-FG_PAIRS_KERNEL(spconv_pairs_f32_m128n64k32w2x2s4, fg::Math::F32, 128, 64, 32, 2, 2, 4, 106496)
-FG_PAIRS_KERNEL(spconv_pairs_f32_m64n64k32w2x2s4, fg::Math::F32, 64, 64, 32, 2, 2, 4, 73728)
-FG_PAIRS_KERNEL(spconv_pairs_f32_m64n32k32w2x1s4, fg::Math::F32, 64, 32, 32, 2, 1, 4, 57344)
+FG_PAIRS_KERNEL(spconv_pairs_f32_m128n128k32w2x4s3, fg::Math::F32, 128, 128, 32, 2, 4, 3, 105984)
+FG_PAIRS_KERNEL(spconv_pairs_f32_m128n64k32w2x2s4, fg::Math::F32, 128, 64, 32, 2, 2, 4, 108544)
+FG_PAIRS_KERNEL(spconv_pairs_f32_m64n64k32w2x2s4, fg::Math::F32, 64, 64, 32, 2, 2, 4, 75776)
+FG_PAIRS_KERNEL(spconv_pairs_f32_m64n32k32w2x1s4, fg::Math::F32, 64, 32, 32, 2, 1, 4, 59392)

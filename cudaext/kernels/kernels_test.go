@@ -106,7 +106,8 @@ func TestTileTableMirrorsCpp(t *testing.T) {
 	require.NoError(t, err)
 	for _, expr := range []string{
 		"kGatherSmem = S * (BM + BN) * LdK * kElem + 4 * BM;",
-		"kPairsSmem = S * BK * (LdMA + LdMB) * kElem;",
+		"kIdxRing = 2 * S;",
+		"kPairsSmem = S * BK * (LdMA + LdMB) * kElem + 2 * kIdxRing * BK * 4;",
 		"LdK = BK + kChunk;",
 		"LdMA = BM + 8;",
 		"LdMB = BN + 8;",

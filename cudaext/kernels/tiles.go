@@ -167,7 +167,9 @@ func SmemBytes(f Family, m Math, t Tile) int {
 		ldk := t.BK + chunk
 		return t.Stages*(t.BM+t.BN)*ldk*esz + 4*t.BM
 	}
-	return t.Stages * t.BK * ((t.BM + 8) + (t.BN + 8)) * esz
+	// Operand stages plus the ring of 2·Stages pair-index stages (ia and
+	// ib, BK int32 each).
+	return t.Stages*t.BK*((t.BM+8)+(t.BN+8))*esz + 2*2*t.Stages*t.BK*4
 }
 
 // KernelName returns the procedural symbol of a GEMM kernel, e.g.
