@@ -29,8 +29,8 @@ func TestBackwardOpsMatchSparse(t *testing.T) {
 	for mi, tm := range testMaps(t, 11) {
 		for _, dt := range []tensor.Dtype{tensor.Float32, tensor.Float64} {
 			algo := sparse.Algorithms[mi%len(sparse.Algorithms)]
-			t.Run(name(tm.name, "/", dt, "/", algo), func(t *testing.T) {
-				m := tm.m
+			t.Run(name(tm.Name, "/", dt, "/", algo), func(t *testing.T) {
+				m := tm.M
 				opt := sparse.ConvOptions{Algorithm: algo, SplitK: 2, TileRows: 4}
 				rng := rand.New(rand.NewPCG(uint64(mi), 2))
 				xv := randDense(rng, dt, m.NIn, ci)
@@ -71,7 +71,7 @@ func TestBackwardOpsMatchSparse(t *testing.T) {
 func TestAdjoint(t *testing.T) {
 	const ci, co = 2, 3
 	for mi, tm := range testMaps(t, 12) {
-		m := tm.m
+		m := tm.M
 		rng := rand.New(rand.NewPCG(uint64(mi), 9))
 		xv := randDense(rng, tensor.Float64, m.NIn, ci)
 		wv := randDense(rng, tensor.Float64, weightShape(m, co, ci)...)
@@ -90,8 +90,8 @@ func TestAdjoint(t *testing.T) {
 		vm.Close()
 
 		lhs := dot(y.F64(), dyv.Data().([]float64))
-		require.InDelta(t, lhs, dot(xv.Data().([]float64), dx.Value().Data().([]float64)), 1e-10, tm.name)
-		require.InDelta(t, lhs, dot(wv.Data().([]float64), dw.Value().Data().([]float64)), 1e-10, tm.name)
+		require.InDelta(t, lhs, dot(xv.Data().([]float64), dx.Value().Data().([]float64)), 1e-10, tm.Name)
+		require.InDelta(t, lhs, dot(wv.Data().([]float64), dw.Value().Data().([]float64)), 1e-10, tm.Name)
 	}
 }
 
@@ -108,13 +108,13 @@ func dot(a, b []float64) float64 {
 func TestDoubleBackward(t *testing.T) {
 	const ci, co = 2, 2
 	for mi, tm := range testMaps(t, 13) {
-		m := tm.m
+		m := tm.M
 		opt := sparse.ConvOptions{Algorithm: sparse.Algorithms[mi%len(sparse.Algorithms)]}
 		rng := rand.New(rand.NewPCG(uint64(mi), 4))
 		xv := randDense(rng, tensor.Float64, m.NIn, ci)
 		wv := randDense(rng, tensor.Float64, weightShape(m, co, ci)...)
 		dyv := randDense(rng, tensor.Float64, m.NOut, co)
-		t.Run(tm.name+"/input", func(t *testing.T) {
+		t.Run(tm.Name+"/input", func(t *testing.T) {
 			_, err := grad.Check(func(g *gorgonia.ExprGraph, in gorgonia.Nodes) (*gorgonia.Node, error) {
 				dx, err := grad.ConvInputGrad(in[0], in[1], m, opt)
 				if err != nil {
@@ -124,7 +124,7 @@ func TestDoubleBackward(t *testing.T) {
 			}, []*tensor.Dense{dyv, wv})
 			require.NoError(t, err)
 		})
-		t.Run(tm.name+"/weight", func(t *testing.T) {
+		t.Run(tm.Name+"/weight", func(t *testing.T) {
 			_, err := grad.Check(func(g *gorgonia.ExprGraph, in gorgonia.Nodes) (*gorgonia.Node, error) {
 				dw, err := grad.ConvWeightGrad(in[0], in[1], m, opt)
 				if err != nil {
@@ -134,7 +134,7 @@ func TestDoubleBackward(t *testing.T) {
 			}, []*tensor.Dense{xv, dyv})
 			require.NoError(t, err)
 		})
-		t.Run(tm.name+"/bias", func(t *testing.T) {
+		t.Run(tm.Name+"/bias", func(t *testing.T) {
 			_, err := grad.Check(func(g *gorgonia.ExprGraph, in gorgonia.Nodes) (*gorgonia.Node, error) {
 				db, err := grad.BiasGrad(in[0])
 				if err != nil {
@@ -149,7 +149,7 @@ func TestDoubleBackward(t *testing.T) {
 
 func TestBackwardOpErrors(t *testing.T) {
 	maps := testMaps(t, 14)
-	m := maps[0].m
+	m := maps[0].M
 	rng := rand.New(rand.NewPCG(3, 3))
 	g := gorgonia.NewGraph()
 	x := input(g, "x", randDense(rng, tensor.Float64, m.NIn, 2))

@@ -15,7 +15,7 @@ func TestPoolGradOpsMatchSparse(t *testing.T) {
 	const c = 3
 	for mi, tm := range testMaps(t, 31) {
 		for _, dt := range []tensor.Dtype{tensor.Float32, tensor.Float64} {
-			m := tm.m
+			m := tm.M
 			rng := rand.New(rand.NewPCG(uint64(mi), 31))
 			xv := randDense(rng, dt, m.NIn, c)
 			dyv := randDense(rng, dt, m.NOut, c)
@@ -37,8 +37,8 @@ func TestPoolGradOpsMatchSparse(t *testing.T) {
 			require.NoError(t, err)
 			wantAvg, err := sparse.PoolGrad(m, mat(dyv, m.NOut, c), sparse.Matrix{}, sparse.AvgPool)
 			require.NoError(t, err)
-			require.Equal(t, wantMax.Data, dmax.Value().Data(), tm.name)
-			require.Equal(t, wantAvg.Data, davg.Value().Data(), tm.name)
+			require.Equal(t, wantMax.Data, dmax.Value().Data(), tm.Name)
+			require.Equal(t, wantAvg.Data, davg.Value().Data(), tm.Name)
 		}
 	}
 }
@@ -48,11 +48,11 @@ func TestPoolGradOpsMatchSparse(t *testing.T) {
 func TestPoolDoubleBackward(t *testing.T) {
 	const c = 2
 	for mi, tm := range testMaps(t, 32) {
-		m := tm.m
+		m := tm.M
 		rng := rand.New(rand.NewPCG(uint64(mi), 32))
 		xv := randDense(rng, tensor.Float64, m.NIn, c)
 		dyv := randDense(rng, tensor.Float64, m.NOut, c)
-		t.Run(tm.name+"/max", func(t *testing.T) {
+		t.Run(tm.Name+"/max", func(t *testing.T) {
 			// x is a constant: the result is piecewise constant in x.
 			_, err := grad.Check(func(g *gorgonia.ExprGraph, in gorgonia.Nodes) (*gorgonia.Node, error) {
 				dx, err := grad.MaxPoolGrad(in[0], in[1], m)
@@ -65,7 +65,7 @@ func TestPoolDoubleBackward(t *testing.T) {
 			}, []*tensor.Dense{xv, dyv}, grad.WithConstants(0))
 			require.NoError(t, err)
 		})
-		t.Run(tm.name+"/avg", func(t *testing.T) {
+		t.Run(tm.Name+"/avg", func(t *testing.T) {
 			_, err := grad.Check(func(g *gorgonia.ExprGraph, in gorgonia.Nodes) (*gorgonia.Node, error) {
 				dx, err := grad.AvgPoolGrad(in[0], m)
 				if err != nil {
@@ -79,7 +79,7 @@ func TestPoolDoubleBackward(t *testing.T) {
 }
 
 func TestPoolGradErrors(t *testing.T) {
-	m := testMaps(t, 33)[1].m
+	m := testMaps(t, 33)[1].M
 	rng := rand.New(rand.NewPCG(3, 3))
 	g := gorgonia.NewGraph()
 	x := input(g, "x", randDense(rng, tensor.Float64, m.NIn, 2))

@@ -41,10 +41,10 @@ func TestConvForwardMatchesSparse(t *testing.T) {
 		for _, dt := range []tensor.Dtype{tensor.Float32, tensor.Float64} {
 			for ai, algo := range algos {
 				bias := ai%2 == 0
-				t.Run(name(tm.name, "/", dt, "/", algo, "/bias=", bias), func(t *testing.T) {
+				t.Run(name(tm.Name, "/", dt, "/", algo, "/bias=", bias), func(t *testing.T) {
 					rng := rand.New(rand.NewPCG(uint64(ai), 7))
-					xv := randDense(rng, dt, tm.m.NIn, ci)
-					wv := randDense(rng, dt, weightShape(tm.m, co, ci)...)
+					xv := randDense(rng, dt, tm.M.NIn, ci)
+					wv := randDense(rng, dt, weightShape(tm.M, co, ci)...)
 					bv := randDense(rng, dt, co)
 
 					g := gorgonia.NewGraph()
@@ -55,17 +55,17 @@ func TestConvForwardMatchesSparse(t *testing.T) {
 						opts = append(opts, ops.WithBias(input(g, "b", bv)))
 						want = sparse.Matrix{Rows: 1, Cols: co, Data: bv.Data()}
 					}
-					y, err := convFor(tm.m)(x, w, tm.m, opts...)
+					y, err := convFor(tm.M)(x, w, tm.M, opts...)
 					require.NoError(t, err)
-					require.Equal(t, tensor.Shape{tm.m.NOut, co}, y.Shape())
+					require.Equal(t, tensor.Shape{tm.M.NOut, co}, y.Shape())
 					require.Equal(t, dt, y.Dtype())
 					vm := gorgonia.NewTapeMachine(g)
 					defer vm.Close()
 					require.NoError(t, vm.RunAll())
 
-					ref, err := sparse.Conv(tm.m,
-						sparse.Matrix{Rows: tm.m.NIn, Cols: ci, Data: xv.Data()},
-						sparse.Matrix{Rows: co, Cols: tm.m.V() * ci, Data: wv.Data()},
+					ref, err := sparse.Conv(tm.M,
+						sparse.Matrix{Rows: tm.M.NIn, Cols: ci, Data: xv.Data()},
+						sparse.Matrix{Rows: co, Cols: tm.M.V() * ci, Data: wv.Data()},
 						want, sparse.ConvOptions{Algorithm: algo, SplitK: 2, TileRows: 8})
 					require.NoError(t, err)
 					require.Equal(t, ref.Data, y.Value().Data(), "graph result must equal sparse.Conv bit for bit")
@@ -76,7 +76,7 @@ func TestConvForwardMatchesSparse(t *testing.T) {
 					if bias {
 						opts2 = append(opts2, ops.WithBias(input(g2, "b", bv)))
 					}
-					y2, err := ops.Conv3d(input(g2, "x", xv), input(g2, "w", wv), tm.m, opts2...)
+					y2, err := ops.Conv3d(input(g2, "x", xv), input(g2, "w", wv), tm.M, opts2...)
 					require.NoError(t, err)
 					vm2 := gorgonia.NewTapeMachine(g2)
 					defer vm2.Close()
@@ -97,11 +97,11 @@ func TestConvGradients(t *testing.T) {
 		for _, bias := range []bool{false, true} {
 			algo := sparse.Algorithms[i%len(sparse.Algorithms)]
 			i++
-			t.Run(name(tm.name, "/", algo, "/bias=", bias), func(t *testing.T) {
+			t.Run(name(tm.Name, "/", algo, "/bias=", bias), func(t *testing.T) {
 				rng := rand.New(rand.NewPCG(uint64(i), 3))
 				inputs := []*tensor.Dense{
-					randDense(rng, tensor.Float64, tm.m.NIn, ci),
-					randDense(rng, tensor.Float64, weightShape(tm.m, co, ci)...),
+					randDense(rng, tensor.Float64, tm.M.NIn, ci),
+					randDense(rng, tensor.Float64, weightShape(tm.M, co, ci)...),
 				}
 				if bias {
 					inputs = append(inputs, randDense(rng, tensor.Float64, co))
@@ -111,7 +111,7 @@ func TestConvGradients(t *testing.T) {
 					if bias {
 						opts = append(opts, ops.WithBias(in[2]))
 					}
-					y, err := convFor(tm.m)(in[0], in[1], tm.m, opts...)
+					y, err := convFor(tm.M)(in[0], in[1], tm.M, opts...)
 					if err != nil {
 						return nil, err
 					}
@@ -134,7 +134,7 @@ func TestConvGradients(t *testing.T) {
 // its inverse map (an encoder/decoder pair) sharing one weight node.
 func TestConvChain(t *testing.T) {
 	maps := testMaps(t, 3)
-	strided, inverse := maps[1].m, maps[2].m
+	strided, inverse := maps[1].M, maps[2].M
 	rng := rand.New(rand.NewPCG(5, 5))
 	inputs := []*tensor.Dense{
 		randDense(rng, tensor.Float64, strided.NIn, 2),
@@ -156,7 +156,7 @@ func TestConvChain(t *testing.T) {
 
 func TestConvHashing(t *testing.T) {
 	maps := testMaps(t, 4)
-	m := maps[0].m
+	m := maps[0].M
 	rng := rand.New(rand.NewPCG(1, 1))
 	g := gorgonia.NewGraph()
 	x := input(g, "x", randDense(rng, tensor.Float64, m.NIn, 2))
@@ -203,7 +203,7 @@ func TestConvHashing(t *testing.T) {
 
 func TestConvErrors(t *testing.T) {
 	maps := testMaps(t, 6)
-	subm, strided := maps[0].m, maps[1].m
+	subm, strided := maps[0].M, maps[1].M
 	rng := rand.New(rand.NewPCG(2, 2))
 	g := gorgonia.NewGraph()
 	x := input(g, "x", randDense(rng, tensor.Float64, subm.NIn, 2))
@@ -263,7 +263,7 @@ func TestConvErrors(t *testing.T) {
 // TestConvAdam trains a submanifold convolution towards a target with the
 // graph-per-batch pattern: a fresh graph every step, the weight shared.
 func TestConvAdam(t *testing.T) {
-	m := testMaps(t, 8)[0].m
+	m := testMaps(t, 8)[0].M
 	rng := rand.New(rand.NewPCG(8, 8))
 	xv := randDense(rng, tensor.Float64, m.NIn, 2)
 	wTrue := randDense(rng, tensor.Float64, weightShape(m, 1, 2)...)
@@ -319,12 +319,12 @@ func TestConvGradientsFloat32(t *testing.T) {
 	tm := testMaps(t, 15)[1]
 	rng := rand.New(rand.NewPCG(15, 15))
 	inputs := []*tensor.Dense{
-		randDense(rng, tensor.Float32, tm.m.NIn, 2),
-		randDense(rng, tensor.Float32, weightShape(tm.m, 2, 2)...),
+		randDense(rng, tensor.Float32, tm.M.NIn, 2),
+		randDense(rng, tensor.Float32, weightShape(tm.M, 2, 2)...),
 		randDense(rng, tensor.Float32, 2),
 	}
 	rep, err := grad.Check(func(g *gorgonia.ExprGraph, in gorgonia.Nodes) (*gorgonia.Node, error) {
-		y, err := ops.SparseConv3d(in[0], in[1], tm.m, ops.WithBias(in[2]), ops.WithAlgorithm(sparse.MaskedImplicitSplitK))
+		y, err := ops.SparseConv3d(in[0], in[1], tm.M, ops.WithBias(in[2]), ops.WithAlgorithm(sparse.MaskedImplicitSplitK))
 		if err != nil {
 			return nil, err
 		}
@@ -359,7 +359,7 @@ func TestConvEmpty(t *testing.T) {
 // TestConvWithoutInputGrad: the weight gradient is unchanged, and no input
 // gradient node is built.
 func TestConvWithoutInputGrad(t *testing.T) {
-	m := testMaps(t, 16)[0].m
+	m := testMaps(t, 16)[0].M
 	rng := rand.New(rand.NewPCG(16, 16))
 	xv := randDense(rng, tensor.Float64, m.NIn, 2)
 	wv := randDense(rng, tensor.Float64, weightShape(m, 2, 2)...)

@@ -28,17 +28,17 @@ func TestPoolForwardMatchesSparse(t *testing.T) {
 	for mi, tm := range testMaps(t, 21) {
 		for _, pf := range poolFuncs {
 			for _, dt := range []tensor.Dtype{tensor.Float32, tensor.Float64} {
-				t.Run(name(tm.name, "/", pf.name, "/", dt), func(t *testing.T) {
+				t.Run(name(tm.Name, "/", pf.name, "/", dt), func(t *testing.T) {
 					rng := rand.New(rand.NewPCG(uint64(mi), 21))
-					xv := randDense(rng, dt, tm.m.NIn, c)
+					xv := randDense(rng, dt, tm.M.NIn, c)
 					g := gorgonia.NewGraph()
-					y, err := pf.f(input(g, "x", xv), tm.m)
+					y, err := pf.f(input(g, "x", xv), tm.M)
 					require.NoError(t, err)
-					require.Equal(t, tensor.Shape{tm.m.NOut, c}, y.Shape())
+					require.Equal(t, tensor.Shape{tm.M.NOut, c}, y.Shape())
 					vm := gorgonia.NewTapeMachine(g)
 					defer vm.Close()
 					require.NoError(t, vm.RunAll())
-					want, _, err := sparse.Pool(tm.m, sparse.Matrix{Rows: tm.m.NIn, Cols: c, Data: xv.Data()}, pf.mode)
+					want, _, err := sparse.Pool(tm.M, sparse.Matrix{Rows: tm.M.NIn, Cols: c, Data: xv.Data()}, pf.mode)
 					require.NoError(t, err)
 					require.Equal(t, want.Data, y.Value().Data())
 				})
@@ -51,11 +51,11 @@ func TestPoolGradients(t *testing.T) {
 	const c = 2
 	for mi, tm := range testMaps(t, 22) {
 		for _, pf := range poolFuncs {
-			t.Run(tm.name+"/"+pf.name, func(t *testing.T) {
+			t.Run(tm.Name+"/"+pf.name, func(t *testing.T) {
 				rng := rand.New(rand.NewPCG(uint64(mi), 22))
-				xv := randDense(rng, tensor.Float64, tm.m.NIn, c)
+				xv := randDense(rng, tensor.Float64, tm.M.NIn, c)
 				rep, err := grad.Check(func(g *gorgonia.ExprGraph, in gorgonia.Nodes) (*gorgonia.Node, error) {
-					y, err := pf.f(in[0], tm.m)
+					y, err := pf.f(in[0], tm.M)
 					if err != nil {
 						return nil, err
 					}
@@ -72,7 +72,7 @@ func TestPoolGradients(t *testing.T) {
 // and an average pool (a UNet encoder step).
 func TestPoolAfterConv(t *testing.T) {
 	maps := testMaps(t, 23)
-	subm, strided := maps[0].m, maps[1].m
+	subm, strided := maps[0].M, maps[1].M
 	rng := rand.New(rand.NewPCG(23, 23))
 	inputs := []*tensor.Dense{
 		randDense(rng, tensor.Float64, subm.NIn, 2),
@@ -101,7 +101,7 @@ func TestPoolAfterConv(t *testing.T) {
 }
 
 func TestPoolErrors(t *testing.T) {
-	strided := testMaps(t, 24)[1].m
+	strided := testMaps(t, 24)[1].M
 	g := gorgonia.NewGraph()
 	rng := rand.New(rand.NewPCG(24, 24))
 	xRows := input(g, "xrows", randDense(rng, tensor.Float64, strided.NIn+1, 2))

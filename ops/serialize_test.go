@@ -53,7 +53,7 @@ func TestSerializeMatchesPackage(t *testing.T) {
 // TestSerializeInDifferentiatedGraph: a chain of serialisation nodes next
 // to a convolution must not stop gorgonia.Grad, and both run.
 func TestSerializeInDifferentiatedGraph(t *testing.T) {
-	m := testMaps(t, 9)[0].m
+	m := testMaps(t, 9)[0].M
 	rng := rand.New(rand.NewPCG(9, 9))
 	g := gorgonia.NewGraph()
 	x := input(g, "x", randDense(rng, tensor.Float64, m.NIn, 2))
