@@ -14,6 +14,17 @@
 //	go run ./examples/unet -load unet-out/unet.safetensors -epochs 0   # evaluate a checkpoint
 //	go run ./examples/unet -load unet-out/unet.safetensors -epochs 2   # resume training
 //
+// On a GPU (build tag cudaext, see gpu_run.sh), with the same data set,
+// model and metrics:
+//
+//	go build -tags cudaext -o unet ./examples/unet
+//	./unet -device cuda                       # float32
+//	./unet -device cuda -precision bf16       # bfloat16 activations
+//	./unet -device cuda -precision fp16       # float16 with loss scaling
+//
+// -device fake runs the device code path on a CPU emulation of a device
+// (every stored value rounded to the -precision dtype).
+//
 // Run with -h for every flag.
 package main
 
@@ -38,6 +49,7 @@ import (
 	"github.com/flexgemm-go/flexgemm/examples/unet/internal/scenes"
 	"github.com/flexgemm-go/flexgemm/examples/unet/internal/unet"
 	"github.com/flexgemm-go/flexgemm/examples/unet/internal/viz"
+	"github.com/flexgemm-go/flexgemm/ops/device"
 	"github.com/flexgemm-go/flexgemm/sparse"
 )
 
@@ -63,6 +75,8 @@ type options struct {
 	out, save, load, png, cpuprof   string
 	solid, f64, quick, noBar        bool
 	views                           int
+	device, precision               string
+	gpu, logEvery, profileSteps     int
 }
 
 func parseFlags(args []string, stderr io.Writer) (*options, error) {
@@ -93,6 +107,11 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.BoolVar(&o.quick, "quick", false, "tiny run for smoke tests: 16³ grid, 2 levels, few steps")
 	fs.BoolVar(&o.noBar, "no-progress", false, "print one line per epoch instead of a progress bar")
 	fs.StringVar(&o.cpuprof, "cpuprofile", "", "write a CPU profile of the training loop to this file")
+	fs.StringVar(&o.device, "device", "cpu", "where to compute: cpu, cuda (GPU; needs a build with -tags cudaext) or fake (CPU emulation of a device)")
+	fs.IntVar(&o.gpu, "gpu", 0, "GPU ordinal for -device cuda")
+	fs.StringVar(&o.precision, "precision", "fp32", "activation precision on a device: fp32, bf16 or fp16 (fp16 with dynamic loss scaling); the CPU computes in fp32")
+	fs.IntVar(&o.logEvery, "log-every", 0, "print the loss of every n-th step (0 = none)")
+	fs.IntVar(&o.profileSteps, "profile-steps", 0, "time the device work of this many extra steps after training (conv vs everything else)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -126,6 +145,8 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		return nil, fmt.Errorf("-batch %d, -train-batches %d and -heldout-batches %d must be positive", o.batch, o.trainBatches, o.held)
 	case o.views < 0:
 		return nil, fmt.Errorf("-views %d must not be negative", o.views)
+	case o.logEvery < 0 || o.profileSteps < 0:
+		return nil, fmt.Errorf("-log-every %d and -profile-steps %d must not be negative", o.logEvery, o.profileSteps)
 	}
 	return o, nil
 }
@@ -163,6 +184,17 @@ func run(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("-grid %d must be divisible by 2^(levels−1) = %d", o.grid, 1<<(o.levels-1))
 	}
 
+	dev, err := openDevice(o)
+	if err != nil {
+		return err
+	}
+	if !dev.IsHost() {
+		defer dev.Close()
+		if o.f64 {
+			return fmt.Errorf("-f64 runs only with -device cpu (devices compute in float32 or narrower)")
+		}
+	}
+
 	if err := os.MkdirAll(o.out, 0o755); err != nil {
 		return err
 	}
@@ -194,10 +226,14 @@ func run(args []string, stdout, stderr io.Writer) error {
 		}
 		fmt.Fprintf(stdout, "loaded %s (trained %d steps before)\n", o.load, prevSteps)
 	}
+	if err := model.Place(dev); err != nil {
+		return err
+	}
 	fmt.Fprintf(stdout, "data: %d training scenes (generated as needed), %d held-out scenes (%d voxels), grid %d³, %d per batch\n",
 		o.trainBatches*o.batch, o.held*o.batch, nHeld, o.grid, o.batch)
 	fmt.Fprintf(stdout, "model: %d levels × %d convs, channels %d…%d, %d parameters, %v, algorithm %v, GOMAXPROCS %d\n",
 		mcfg.Levels, mcfg.Convs, mcfg.Channels, mcfg.Channels<<(mcfg.Levels-1), model.NumParams(), mcfg.DType, algo, runtime.GOMAXPROCS(0))
+	fmt.Fprintf(stdout, "device: %s, activations %v\n", dev.Name(), dev.Activations())
 	fmt.Fprintf(stdout, "setup %.1fs\n", time.Since(start).Seconds())
 
 	// Training.
@@ -227,7 +263,13 @@ func run(args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		d := time.Since(t0)
-		fmt.Fprintf(stdout, "trained %d steps in %.1fs (%.0f ms/step)\n", steps, d.Seconds(), 1000*d.Seconds()/float64(steps))
+		fmt.Fprintf(stdout, "trained %d steps in %.1fs (%.1f ms/step)\n", steps, d.Seconds(), 1000*d.Seconds()/float64(steps))
+		if !dev.IsHost() {
+			fmt.Fprintf(stdout, "copied per step: %s\n", perStep(last.xfer, steps))
+			if trainer.Scaler != nil {
+				fmt.Fprintf(stdout, "loss scale %g, %d steps skipped (overflow)\n", trainer.Scaler.Scale, trainer.Scaler.Skipped)
+			}
+		}
 	}
 
 	// Evaluation.
@@ -254,14 +296,131 @@ func run(args []string, stdout, stderr io.Writer) error {
 		}
 		fmt.Fprintf(stdout, "picture: %s\n", path)
 	}
+	// Profiled steps come last: they update the weights, after the
+	// checkpoint was written.
+	if o.profileSteps > 0 {
+		if err := profileSteps(trainer, trainSrc, o, stdout); err != nil {
+			return err
+		}
+	}
 	fmt.Fprintf(stdout, "wall time %.1fs\n", time.Since(start).Seconds())
 	return nil
 }
 
-// trainStats summarises the last epoch of training.
+// trainStats summarises the last epoch of training (and the bytes copied
+// between host and device over all steps).
 type trainStats struct {
 	loss, acc float64
+	xfer      device.Transfers
 }
+
+// openDevice opens the device named by -device with the -precision
+// activations.
+func openDevice(o *options) (*device.Device, error) {
+	var act sparse.DType
+	switch o.precision {
+	case "fp32", "float32":
+		act = sparse.Float32
+	case "bf16", "bfloat16":
+		act = sparse.BFloat16
+	case "fp16", "float16":
+		act = sparse.Float16
+	default:
+		return nil, fmt.Errorf("-precision %q: want fp32, bf16 or fp16", o.precision)
+	}
+	switch o.device {
+	case "cpu", "host":
+		if act != sparse.Float32 {
+			return nil, fmt.Errorf("-precision %s needs -device cuda or fake (the CPU computes in fp32)", o.precision)
+		}
+		return device.Host(), nil
+	case "fake":
+		return device.OpenFake(device.WithActivations(act))
+	case "cuda", "gpu":
+		d, err := device.OpenCUDA(o.gpu, device.WithActivations(act))
+		if err != nil {
+			return nil, fmt.Errorf("-device cuda: %w", err)
+		}
+		return d, nil
+	}
+	return nil, fmt.Errorf("-device %q: want cpu, cuda or fake", o.device)
+}
+
+// addTransfers returns a + b.
+func addTransfers(a, b device.Transfers) device.Transfers {
+	for i := range a.Up {
+		a.Up[i] += b.Up[i]
+	}
+	for i := range a.Down {
+		a.Down[i] += b.Down[i]
+	}
+	return a
+}
+
+// perStep formats transfers divided by the number of steps.
+func perStep(t device.Transfers, steps int) string {
+	var b strings.Builder
+	n := int64(max(1, steps))
+	fmt.Fprintf(&b, "%d bytes (", t.Total()/n)
+	sep := ""
+	for p := device.Params; p <= device.Other; p++ {
+		if up, down := t.Up[p]/n, t.Down[p]/n; up != 0 || down != 0 {
+			fmt.Fprintf(&b, "%s%v %d up %d down", sep, p, up, down)
+			sep = ", "
+		}
+	}
+	b.WriteString(")")
+	return b.String()
+}
+
+// profileSteps runs -profile-steps more training steps (on the first
+// training batches, after training) with per-operation timing on and
+// prints the average per step: convolutions versus everything else.
+// Profiled steps synchronise around every operation, so they are slower
+// than the training steps timed above.
+func profileSteps(t *unet.Trainer, train unet.Source, o *options, stdout io.Writer) error {
+	d := t.Model.Device()
+	if d.IsHost() {
+		fmt.Fprintln(stdout, "profile: the CPU has no device profile (use -cpuprofile)")
+		return nil
+	}
+	order := make([]int, o.profileSteps)
+	for i := range order {
+		order[i] = i % o.trainBatches
+	}
+	samples := t.Model.Prefetch(train, order, o.grid)
+	defer samples.Stop()
+	d.ResetProfile()
+	d.SetProfiling(true)
+	defer d.SetProfiling(false)
+	var wall time.Duration
+	for range order {
+		s, err := samples.Next()
+		if err != nil {
+			return err
+		}
+		t0 := time.Now()
+		if _, err := t.Step(s); err != nil {
+			return fmt.Errorf("profiled step: %w", err)
+		}
+		wall += time.Since(t0)
+	}
+	p := d.Profile()
+	n := time.Duration(o.profileSteps)
+	var conv, all time.Duration
+	for k, v := range p {
+		all += v.Total
+		if k == "conv" {
+			conv += v.Total
+		}
+	}
+	fmt.Fprintf(stdout, "profile (%d steps, per step): conv %.2f ms, everything else %.2f ms, device ops %.2f ms, wall %.2f ms\n",
+		o.profileSteps, ms(conv/n), ms((all-conv)/n), ms(all/n), ms(wall/n))
+	fmt.Fprint(stdout, device.FormatProfile(p))
+	return nil
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 func trainLoop(t *unet.Trainer, train unet.Source, steps int, o *options, stdout, stderr io.Writer) (trainStats, error) {
 	var bar *progressbar.ProgressBar
@@ -312,6 +471,10 @@ func trainLoop(t *unet.Trainer, train unet.Source, steps int, o *options, stdout
 				ok++
 			}
 		}
+		stats.xfer = addTransfers(stats.xfer, res.Transfers)
+		if o.logEvery > 0 && ((step+1)%o.logEvery == 0 || step == 0) {
+			fmt.Fprintf(stdout, "step %d loss %.6f\n", step+1, res.Loss)
+		}
 		epLoss += res.Loss
 		epOK += ok
 		epN += len(res.Pred)
@@ -321,7 +484,7 @@ func trainLoop(t *unet.Trainer, train unet.Source, steps int, o *options, stdout
 		} else {
 			smooth = 0.95*smooth + 0.05*res.Loss
 		}
-		stats = trainStats{loss: epLoss / float64(epStep), acc: float64(epOK) / float64(max(1, epN))}
+		stats.loss, stats.acc = epLoss/float64(epStep), float64(epOK)/float64(max(1, epN))
 		epoch := step/o.trainBatches + 1
 		if bar != nil {
 			bar.Describe(fmt.Sprintf("epoch %d/%d  loss %.3f  acc %5.1f%%", epoch, epochs, smooth, 100*stats.acc))

@@ -16,8 +16,12 @@ import (
 var ErrCheckpoint = errors.New("unet: checkpoint does not match the model")
 
 // Save writes the parameters, in model order, and the configuration (plus
-// extra, e.g. the number of steps trained) as a safetensors file.
+// extra, e.g. the number of steps trained) as a safetensors file. A model
+// placed on a device is copied back to Params first.
 func (m *Model) Save(path string, extra map[string]string) error {
+	if err := m.Sync(); err != nil {
+		return err
+	}
 	ts := make([]safetensors.Tensor, len(m.Params))
 	for i, p := range m.Params {
 		t, err := safetensors.NewTensor(p.Name, p.Value.Shape(), p.Value.Data())
@@ -41,6 +45,7 @@ func (m *Model) Save(path string, extra map[string]string) error {
 // metadata. The configuration recorded in the file, every name, shape and
 // dtype must match the model exactly; on any mismatch nothing is changed
 // and the error (wrapping ErrCheckpoint or safetensors.ErrFormat) names it.
+// On a device the loaded values are copied there.
 func (m *Model) Load(path string) (map[string]string, error) {
 	f, err := safetensors.Load(path)
 	if err != nil {
@@ -79,6 +84,12 @@ func (m *Model) Load(path string) (map[string]string, error) {
 			copy(dst, t.Data.([]float32))
 		case []float64:
 			copy(dst, t.Data.([]float64))
+		}
+	}
+	if m.dev != nil && !m.dev.IsHost() {
+		m.freeDevice()
+		if err := m.upload(); err != nil {
+			return nil, err
 		}
 	}
 	meta := maps.Clone(f.Metadata)

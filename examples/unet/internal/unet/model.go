@@ -7,8 +7,20 @@
 // Gorgonia graphs have static shapes, and every batch has its own number of
 // voxels, so a new gorgonia.ExprGraph is built per batch. The parameters
 // live outside the graphs, as *tensor.Dense values created once; each graph
-// binds them with gorgonia.WithValue, so the Adam solver (created once, fed
-// the learnables in the same order every step) updates them in place.
+// binds them with gorgonia.WithValue, so the optimiser (device.Adam,
+// created once, fed the gradient nodes of gorgonia.Grad in the same order
+// every step) updates them in place.
+//
+// # Devices
+//
+// The same graph code runs on the host (the default), on a fake device (a
+// CPU emulation used by tests) or on a GPU (build tag cudaext): Model.Place
+// copies the parameters to a device of package ops/device once, every
+// batch is one device.Step (features up, loss and predictions down), and
+// the graph uses only ops that run on device memory (ops.ReLU and
+// ops.ConcatChannels instead of gorgonia.Rectify and gorgonia.Concat).
+// Model.Params always holds the host copy; Save reads the device copy
+// back first.
 //
 // # Network
 //
@@ -30,6 +42,7 @@ import (
 	"gorgonia.org/tensor"
 
 	"github.com/flexgemm-go/flexgemm/ops"
+	"github.com/flexgemm-go/flexgemm/ops/device"
 	"github.com/flexgemm-go/flexgemm/sparse"
 	"github.com/flexgemm-go/flexgemm/sparse/grid"
 	"github.com/flexgemm-go/flexgemm/sparse/kmap"
@@ -97,7 +110,99 @@ type Param struct {
 // Model holds the parameters of a network, in a fixed order.
 type Model struct {
 	Config Config
+	// Params are the host copies of the parameters. While the model is
+	// placed on a device they may be stale; Sync refreshes them.
 	Params []Param
+
+	dev    *device.Device  // nil: the host
+	values []*tensor.Dense // the parameters where the model computes
+}
+
+// Device returns the device the model computes on (device.Host() unless
+// Place moved it).
+func (m *Model) Device() *device.Device {
+	if m.dev == nil {
+		return device.Host()
+	}
+	return m.dev
+}
+
+// Place moves the model to device d: the parameters are copied there once
+// (float32 storage: the master weights) and every later Step, Predict and
+// Evaluate runs there. Placing on device.Host() computes on Params
+// directly. A float64 model can only run on the host.
+func (m *Model) Place(d *device.Device) error {
+	if d == nil {
+		d = device.Host()
+	}
+	if !d.IsHost() && m.Config.DType != tensor.Float32 {
+		return fmt.Errorf("%w: %v parameters cannot run on %s (devices compute in float32 or narrower)", ErrConfig, m.Config.DType, d.Name())
+	}
+	if err := m.Sync(); err != nil {
+		return err
+	}
+	m.freeDevice()
+	m.dev = d
+	return m.upload()
+}
+
+// upload makes the computing copies of the parameters.
+func (m *Model) upload() error {
+	m.values = make([]*tensor.Dense, len(m.Params))
+	for i, p := range m.Params {
+		if m.dev == nil || m.dev.IsHost() {
+			m.values[i] = p.Value
+			continue
+		}
+		v, err := m.dev.ToDevice(p.Value)
+		if err != nil {
+			m.freeDevice()
+			return fmt.Errorf("unet: copying %s to %s: %w", p.Name, m.dev.Name(), err)
+		}
+		m.values[i] = v
+	}
+	return nil
+}
+
+// freeDevice releases the device copies of the parameters.
+func (m *Model) freeDevice() {
+	if m.dev != nil && !m.dev.IsHost() {
+		for _, v := range m.values {
+			if v != nil {
+				_ = m.dev.Free(v)
+			}
+		}
+	}
+	m.values = nil
+}
+
+// Sync copies the parameters from the device back into Params (a no-op on
+// the host).
+func (m *Model) Sync() error {
+	if m.dev == nil || m.dev.IsHost() || m.values == nil {
+		return nil
+	}
+	for i, p := range m.Params {
+		h, err := m.dev.ToHost(m.values[i], device.Params)
+		if err != nil {
+			return fmt.Errorf("unet: copying %s from %s: %w", p.Name, m.dev.Name(), err)
+		}
+		copy(p.Value.Data().([]float32), h.Data().([]float32))
+	}
+	return nil
+}
+
+// paramValues returns the tensors the graph binds (the host Params unless
+// placed on a device).
+func (m *Model) paramValues() []*tensor.Dense {
+	if m.values != nil {
+		return m.values
+	}
+	vs := make([]*tensor.Dense, len(m.Params))
+	for i, p := range m.Params {
+		vs[i] = p.Value
+	}
+	return vs
 }
 
 // New creates a network with He-initialised convolution weights (normal,
@@ -213,15 +318,17 @@ func BuildMaps(coords []int32, ext grid.Extent, levels int) (*Maps, error) {
 }
 
 // Net is the graph of one batch: the parameter nodes (learnables, in the
-// model's order) and the logits node [N, Classes].
+// model's order), their values and the logits node [N, Classes].
 type Net struct {
 	Graph      *gorgonia.ExprGraph
 	Learnables gorgonia.Nodes
+	Values     []*tensor.Dense
 	Logits     *gorgonia.Node
 }
 
 // Build adds the network applied to features x [N, InChannels] over the
-// batch's maps to a new graph.
+// batch's maps to a new graph. x lives where the model computes (see
+// Place; on a device: inside an open step, from Device.Input).
 func (m *Model) Build(x *tensor.Dense, maps *Maps) (*Net, error) {
 	cfg := m.Config
 	if maps == nil || len(maps.Sub) != cfg.Levels {
@@ -230,9 +337,11 @@ func (m *Model) Build(x *tensor.Dense, maps *Maps) (*Net, error) {
 	g := gorgonia.NewGraph()
 	net := &Net{Graph: g}
 	p := make(map[string]*gorgonia.Node, len(m.Params))
-	for _, prm := range m.Params {
-		s := prm.Value.Shape()
-		n := gorgonia.NewTensor(g, cfg.DType, s.Dims(), gorgonia.WithShape(s.Clone()...), gorgonia.WithName(prm.Name), gorgonia.WithValue(prm.Value))
+	net.Values = m.paramValues()
+	for i, prm := range m.Params {
+		v := net.Values[i]
+		s := v.Shape()
+		n := gorgonia.NewTensor(g, cfg.DType, s.Dims(), gorgonia.WithShape(s.Clone()...), gorgonia.WithName(prm.Name), gorgonia.WithValue(v))
 		p[prm.Name] = n
 		net.Learnables = append(net.Learnables, n)
 	}
@@ -255,7 +364,7 @@ func (m *Model) Build(x *tensor.Dense, maps *Maps) (*Net, error) {
 		if h, err = ops.VoxelNorm(h, p[name+"."+norm+".gamma"], p[name+"."+norm+".beta"], cfg.Eps); err != nil {
 			return nil
 		}
-		h, err = gorgonia.Rectify(h)
+		h, err = ops.ReLU(h)
 		return h
 	}
 	block := func(h *gorgonia.Node, name string, mp *kmap.Map) *gorgonia.Node {
@@ -276,7 +385,7 @@ func (m *Model) Build(x *tensor.Dense, maps *Maps) (*Net, error) {
 	for l := cfg.Levels - 2; l >= 0; l-- {
 		h = convNormRelu(ops.InverseConv3d, h, fmt.Sprintf("up%d", l), "conv", "norm", maps.Up[l])
 		if err == nil {
-			h, err = gorgonia.Concat(1, h, skips[l])
+			h, err = ops.ConcatChannels(h, skips[l])
 		}
 		h = block(h, fmt.Sprintf("dec%d", l), maps.Sub[l])
 	}

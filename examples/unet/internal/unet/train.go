@@ -10,6 +10,8 @@ import (
 
 	"github.com/flexgemm-go/flexgemm/examples/unet/internal/scenes"
 	"github.com/flexgemm-go/flexgemm/ops"
+	"github.com/flexgemm-go/flexgemm/ops/device"
+	"github.com/flexgemm-go/flexgemm/sparse"
 	"github.com/flexgemm-go/flexgemm/sparse/grid"
 )
 
@@ -36,22 +38,33 @@ func (m *Model) Prepare(b *scenes.Batch, gridSize int) (*Sample, error) {
 	return &Sample{Batch: b, Maps: maps, X: m.dense(ones, b.N(), m.Config.InChannels)}, nil
 }
 
-// Trainer runs Adam steps on a model. The solver keeps its moment
-// estimates per position in the model's parameter list, which never
-// changes.
+// Trainer runs Adam steps on a model, where the model computes (see
+// Model.Place). The optimiser keeps its moment estimates per position in
+// the model's parameter list, which never changes.
 type Trainer struct {
-	Model  *Model
-	Solver gorgonia.Solver
+	Model *Model
+	// Opt is the optimiser (Gorgonia's Adam update, state on the device).
+	Opt *device.Adam
+	// Scaler, if set, applies dynamic loss scaling (needed for float16
+	// activations): the loss gradient is multiplied by Scaler.Scale and
+	// steps whose gradients overflow are skipped.
+	Scaler *device.LossScaler
 	// LossOptions are passed to ops.SoftmaxCrossEntropy.
 	LossOptions []ops.LossOption
 }
 
-// NewTrainer returns a trainer with an Adam solver of learning rate lr.
+// NewTrainer returns a trainer with an Adam optimiser of learning rate lr.
+// For a model placed on a device with float16 activations it adds a loss
+// scaler starting at 2^12.
 func NewTrainer(m *Model, lr float64) (*Trainer, error) {
 	if !(lr > 0) || math.IsInf(lr, 0) {
 		return nil, fmt.Errorf("%w: learning rate %v", ErrConfig, lr)
 	}
-	return &Trainer{Model: m, Solver: gorgonia.NewAdamSolver(gorgonia.WithLearnRate(lr))}, nil
+	t := &Trainer{Model: m, Opt: device.NewAdam(lr)}
+	if m.Device().Activations() == sparse.Float16 {
+		t.Scaler = device.NewLossScaler(1 << 12)
+	}
+	return t, nil
 }
 
 // StepResult reports one training step.
@@ -59,51 +72,100 @@ type StepResult struct {
 	Loss float64
 	// Pred holds the predicted class of every voxel (before the update).
 	Pred []int32
+	// Skipped reports a step whose update the loss scaler skipped
+	// (gradient overflow in float16).
+	Skipped bool
+	// Transfers are the bytes copied between host and device in the step.
+	Transfers device.Transfers
 }
 
 // Step runs forward and backward on the sample and updates the
 // parameters in place.
-func (t *Trainer) Step(s *Sample) (StepResult, error) {
-	net, err := t.Model.Build(s.X, s.Maps)
+func (t *Trainer) Step(s *Sample) (res StepResult, err error) {
+	d := t.Model.Device()
+	st, err := d.BeginStep()
 	if err != nil {
-		return StepResult{}, err
+		return res, err
 	}
-	loss, err := ops.SoftmaxCrossEntropy(net.Logits, s.Batch.Labels, t.LossOptions...)
+	defer func() {
+		if e := st.End(); e != nil && err == nil {
+			err = e
+		}
+	}()
+	x, err := d.Input(s.X)
 	if err != nil {
-		return StepResult{}, err
+		return res, err
+	}
+	net, err := t.Model.Build(x, s.Maps)
+	if err != nil {
+		return res, err
+	}
+	lossOpts := t.LossOptions
+	if t.Scaler != nil {
+		lossOpts = append(append([]ops.LossOption(nil), lossOpts...), ops.WithLossScale(t.Scaler.Scale))
+	}
+	loss, err := ops.SoftmaxCrossEntropy(net.Logits, s.Batch.Labels, lossOpts...)
+	if err != nil {
+		return res, err
 	}
 	var logits gorgonia.Value
 	gorgonia.Read(net.Logits, &logits)
-	if _, err := gorgonia.Grad(loss, net.Learnables...); err != nil {
-		return StepResult{}, fmt.Errorf("unet: gradient graph: %w", err)
+	grads, err := gorgonia.Grad(loss, net.Learnables...)
+	if err != nil {
+		return res, fmt.Errorf("unet: gradient graph: %w", err)
 	}
-	vm := gorgonia.NewTapeMachine(net.Graph, gorgonia.BindDualValues(net.Learnables...))
+	vm := gorgonia.NewTapeMachine(net.Graph, d.VMOpt())
 	defer vm.Close()
 	if err := vm.RunAll(); err != nil {
-		return StepResult{}, fmt.Errorf("unet: training step: %w", err)
+		return res, fmt.Errorf("unet: training step on %s: %w", d.Name(), err)
 	}
 	lv, err := scalar(loss.Value())
 	if err != nil {
-		return StepResult{}, err
+		return res, err
 	}
 	if math.IsNaN(lv) || math.IsInf(lv, 0) {
-		return StepResult{}, fmt.Errorf("unet: training diverged (loss %v)", lv)
+		return res, fmt.Errorf("unet: training diverged (loss %v)", lv)
 	}
 	pred, err := ops.ArgmaxRows(logits)
 	if err != nil {
-		return StepResult{}, err
+		return res, err
 	}
-	if err := t.Solver.Step(gorgonia.NodesToValueGrads(net.Learnables)); err != nil {
-		return StepResult{}, fmt.Errorf("unet: solver: %w", err)
+	gv := make([]gorgonia.Value, len(grads))
+	for i, g := range grads {
+		gv[i] = g.Value()
 	}
-	return StepResult{Loss: lv, Pred: pred}, nil
+	if t.Scaler != nil {
+		applied, err := t.Scaler.Step(d, t.Opt, net.Values, gv)
+		if err != nil {
+			return res, fmt.Errorf("unet: optimiser: %w", err)
+		}
+		res.Skipped = !applied
+	} else if err := t.Opt.Step(net.Values, gv, 1); err != nil {
+		return res, fmt.Errorf("unet: optimiser: %w", err)
+	}
+	res.Loss, res.Pred, res.Transfers = lv, pred, st.Transfers()
+	return res, nil
 }
 
 // Predict runs the network forward on the sample and returns the loss and
 // the predicted class of every voxel. VoxelNorm uses the statistics of this
 // batch (see ops.VoxelNorm).
-func (m *Model) Predict(s *Sample) (float64, []int32, error) {
-	net, err := m.Build(s.X, s.Maps)
+func (m *Model) Predict(s *Sample) (lv float64, pred []int32, err error) {
+	d := m.Device()
+	st, err := d.BeginStep()
+	if err != nil {
+		return 0, nil, err
+	}
+	defer func() {
+		if e := st.End(); e != nil && err == nil {
+			err = e
+		}
+	}()
+	x, err := d.Input(s.X)
+	if err != nil {
+		return 0, nil, err
+	}
+	net, err := m.Build(x, s.Maps)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -114,16 +176,15 @@ func (m *Model) Predict(s *Sample) (float64, []int32, error) {
 	var logits, lossV gorgonia.Value
 	gorgonia.Read(net.Logits, &logits)
 	gorgonia.Read(loss, &lossV)
-	vm := gorgonia.NewTapeMachine(net.Graph)
+	vm := gorgonia.NewTapeMachine(net.Graph, d.VMOpt())
 	defer vm.Close()
 	if err := vm.RunAll(); err != nil {
-		return 0, nil, fmt.Errorf("unet: forward: %w", err)
+		return 0, nil, fmt.Errorf("unet: forward on %s: %w", d.Name(), err)
 	}
-	lv, err := scalar(lossV)
-	if err != nil {
+	if lv, err = scalar(lossV); err != nil {
 		return 0, nil, err
 	}
-	pred, err := ops.ArgmaxRows(logits)
+	pred, err = ops.ArgmaxRows(logits)
 	return lv, pred, err
 }
 
