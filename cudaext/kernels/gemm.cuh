@@ -84,8 +84,8 @@ template <Math M_, int BM_, int BN_, int BK_, int WM_, int WN_, int S_> struct T
   static constexpr int LdK = BK + kChunk;    // K-major row pitch (16-byte pad)
   static constexpr int LdMA = BM + 8;        // MN-major pitches (pairs family)
   static constexpr int LdMB = BN + 8;
-  static constexpr int kGatherSmem = S * (BM + BN) * LdK * kElem + 4 * BM;
-  static constexpr int kIdxRing = 2 * S;    // pairs family: index stages in flight
+  static constexpr int kIdxRing = 2 * S;    // index stages in flight (both families)
+  static constexpr int kGatherSmem = S * (BM + BN) * LdK * kElem + 4 * BM + 4 * kIdxRing * (BM + 1);
   static constexpr int kPairsSmem = S * BK * (LdMA + LdMB) * kElem + 2 * kIdxRing * BK * 4;
 
   static_assert(kWarps >= 1 && kThreads <= 1024, "bad warp grid");
@@ -328,6 +328,15 @@ template <class C> __device__ __forceinline__ void gather_gemm(const GatherParam
   T* As = reinterpret_cast<T*>(smem);      // [S][BM][LdK]
   T* Bs = As + C::S * C::BM * C::LdK;      // [S][BN][LdK]
   int* rows = reinterpret_cast<int*>(Bs + C::S * C::BN * C::LdK);  // [BM] output row or -1
+  // Neighbour indices and tap of the taps in flight: a ring of kIdxRing
+  // slots keyed by the tap's position in this block's tap sequence. The
+  // indices tbl[rows[i], v] of a tap travel (4-byte cp.async) in the group
+  // of the operands issued S − 1 iterations before the tap's first
+  // iteration, so when its row gathers are issued the source rows are
+  // already in shared memory: no global index load stalls an iteration.
+  constexpr int R = C::kIdxRing;
+  int* sSrc = rows + C::BM;   // [R][BM] source row of each tile row (valid where rows[i] >= 0)
+  int* sTap = sSrc + R * C::BM;  // [R] tap v of each slot
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int wm = warp / C::WN, wn = warp % C::WN;
@@ -351,15 +360,42 @@ template <class C> __device__ __forceinline__ void gather_gemm(const GatherParam
   const long long t0 = (total * z + p.splits - 1) / p.splits;
   const long long t1 = (total * (z + 1) + p.splits - 1) / p.splits;
   const int nIter = (int)(t1 - t0);
+  const long long vi0 = t0 / nkc;  // first tap position of this split
   __syncthreads();
 
   const T* x = reinterpret_cast<const T*>(p.x);
   const T* w = reinterpret_cast<const T*>(p.w);
 
+  // Issues the copies of the tap and neighbour indices needed by iteration
+  // j (= t − t0) when j starts a tap (its first iteration in this split).
+  auto load_idx = [&](long long t, int j) {
+    const long long vi = t / nkc;
+    if (j != 0 && t - vi * nkc != 0) return;
+    const int slot = (int)(vi - vi0) % R;
+    const int v = p.tile_taps ? p.tile_taps[tapBase + vi] : (int)vi;
+    if (tid == 0) sTap[slot] = v;
+    if (p.tbl) {
+      int* d = sSrc + slot * C::BM;
+      for (int i = tid; i < C::BM; i += C::kThreads) {
+        const int orow = rows[i];
+        const bool ok = orow >= 0;
+        cp_async4(d + i, ok ? p.tbl + (long long)orow * p.V + v : p.tbl, ok);
+      }
+    }
+  };
+
   auto load = [&](long long t, int s) {
-    const int vi = (int)(t / nkc);
-    const int kc = (int)(t - (long long)vi * nkc);
-    const int v = p.tile_taps ? p.tile_taps[tapBase + vi] : vi;
+    const long long vi = t / nkc;
+    const int kc = (int)(t - vi * nkc);
+    const int slot = (int)(vi - vi0) % R;
+    const int v = sTap[slot];
+    const int* ss = sSrc + slot * C::BM;
+    // Source row of tile row i for this tap, or -1 (absent / past M).
+    auto srcOf = [&](int i) -> int {
+      const int orow = rows[i];
+      if (orow < 0) return -1;
+      return p.tbl ? ss[i] : orow;
+    };
     const long long col0 = (long long)kc * C::BK;
     T* as = As + s * C::BM * C::LdK;
     T* bs = Bs + s * C::BN * C::LdK;
@@ -370,9 +406,7 @@ template <class C> __device__ __forceinline__ void gather_gemm(const GatherParam
         const int c = c0 + tid;
         if (C::BM * CPR % C::kThreads == 0 || c < C::BM * CPR) {
           const int i = c / CPR, kk = (c % CPR) * C::kChunk;
-          const int orow = rows[i];
-          int src = -1;
-          if (orow >= 0) src = p.tbl ? p.tbl[(long long)orow * p.V + v] : orow;
+          const int src = srcOf(i);
           const long long col = col0 + kk;
           const bool ok = src >= 0 && col < p.Kc;
           cp_async16(as + i * C::LdK + kk, ok ? x + (long long)src * p.Kc + col : x, ok);
@@ -395,9 +429,7 @@ template <class C> __device__ __forceinline__ void gather_gemm(const GatherParam
       Raw* br = reinterpret_cast<Raw*>(bs);
       for (int c = tid; c < C::BM * C::BK; c += C::kThreads) {
         const int i = c / C::BK, kk = c % C::BK;
-        const int orow = rows[i];
-        int src = -1;
-        if (orow >= 0) src = p.tbl ? p.tbl[(long long)orow * p.V + v] : orow;
+        const int src = srcOf(i);
         const long long col = col0 + kk;
         ar[i * C::LdK + kk] = (src >= 0 && col < p.Kc) ? xr[(long long)src * p.Kc + col] : Raw(0);
       }
@@ -417,9 +449,20 @@ template <class C> __device__ __forceinline__ void gather_gemm(const GatherParam
 #pragma unroll
       for (int j = 0; j < 4; ++j) acc[mi][ni][j] = 0.f;
 
+  // Group g holds the operands of iteration g and the indices of
+  // iteration g + S − 1 (when it starts a tap); the indices of iterations
+  // 0 … S − 2 come first, in a group of their own that is waited for. A
+  // slot is rewritten at least one barrier after its last reader (the ring
+  // holds 2·S taps and every tap takes at least one iteration).
+  for (int j = 0; j < C::S - 1; ++j)
+    if (j < nIter) load_idx(t0 + j, j);
+  cp_async_commit();
+  cp_async_wait<0>();
+  __syncthreads();
 #pragma unroll
   for (int s = 0; s < C::S - 1; ++s) {
     if (s < nIter) load(t0 + s, s);
+    if (s + C::S - 1 < nIter) load_idx(t0 + s + C::S - 1, s + C::S - 1);
     cp_async_commit();
   }
   for (int it = 0; it < nIter; ++it) {
@@ -430,6 +473,7 @@ template <class C> __device__ __forceinline__ void gather_gemm(const GatherParam
                             Bs + s * C::BN * C::LdK + wn * C::WTN * C::LdK, C::LdK, C::LdK, lane);
     const int nx = it + C::S - 1;
     if (nx < nIter) load(t0 + nx, nx % C::S);
+    if (nx + C::S - 1 < nIter) load_idx(t0 + nx + C::S - 1, nx + C::S - 1);
     cp_async_commit();
   }
   cp_async_wait<0>();

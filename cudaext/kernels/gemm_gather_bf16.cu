@@ -2,7 +2,7 @@
 
 #include "gemm.cuh"
 
-FG_GATHER_KERNEL(spconv_gather_bf16_m128n128k32w2x4s3, fg::Math::BF16, 128, 128, 32, 2, 4, 3, 61952)
-FG_GATHER_KERNEL(spconv_gather_bf16_m128n64k32w2x2s4, fg::Math::BF16, 128, 64, 32, 2, 2, 4, 61952)
-FG_GATHER_KERNEL(spconv_gather_bf16_m64n64k32w2x2s4, fg::Math::BF16, 64, 64, 32, 2, 2, 4, 41216)
-FG_GATHER_KERNEL(spconv_gather_bf16_m64n32k32w2x1s4, fg::Math::BF16, 64, 32, 32, 2, 1, 4, 30976)
+FG_GATHER_KERNEL(spconv_gather_bf16_m128n128k32w2x4s3, fg::Math::BF16, 128, 128, 32, 2, 4, 3, 65048)
+FG_GATHER_KERNEL(spconv_gather_bf16_m128n64k32w2x2s4, fg::Math::BF16, 128, 64, 32, 2, 2, 4, 66080)
+FG_GATHER_KERNEL(spconv_gather_bf16_m64n64k32w2x2s4, fg::Math::BF16, 64, 64, 32, 2, 2, 4, 43296)
+FG_GATHER_KERNEL(spconv_gather_bf16_m64n32k32w2x1s4, fg::Math::BF16, 64, 32, 32, 2, 1, 4, 33056)

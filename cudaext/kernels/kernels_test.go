@@ -105,7 +105,7 @@ func TestTileTableMirrorsCpp(t *testing.T) {
 	src, err := os.ReadFile("gemm.cuh")
 	require.NoError(t, err)
 	for _, expr := range []string{
-		"kGatherSmem = S * (BM + BN) * LdK * kElem + 4 * BM;",
+		"kGatherSmem = S * (BM + BN) * LdK * kElem + 4 * BM + 4 * kIdxRing * (BM + 1);",
 		"kIdxRing = 2 * S;",
 		"kPairsSmem = S * BK * (LdMA + LdMB) * kElem + 2 * kIdxRing * BK * 4;",
 		"LdK = BK + kChunk;",

@@ -165,7 +165,9 @@ func SmemBytes(f Family, m Math, t Tile) int {
 	chunk := 16 / esz
 	if f == Gather {
 		ldk := t.BK + chunk
-		return t.Stages*(t.BM+t.BN)*ldk*esz + 4*t.BM
+		// Operand stages, the tile's output rows, and the ring of
+		// 2·Stages neighbour-index slots (BM int32 rows plus the tap).
+		return t.Stages*(t.BM+t.BN)*ldk*esz + 4*t.BM + 4*2*t.Stages*(t.BM+1)
 	}
 	// Operand stages plus the ring of 2·Stages pair-index stages (ia and
 	// ib, BK int32 each).
