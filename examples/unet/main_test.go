@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flexgemm-go/flexgemm/examples/unet/internal/safetensors"
+	"github.com/flexgemm-go/flexgemm/ops/device"
 )
 
 // heldOut extracts the held-out accuracy and mIoU from the report.
@@ -105,5 +106,64 @@ func TestFlagErrors(t *testing.T) {
 		{"-nosuchflag"},
 	} {
 		require.Error(t, run(append(args, "-out", t.TempDir()), &out, &errOut), "%v", args)
+	}
+}
+
+// TestDeviceFlags runs the -quick configuration on the fake device (the
+// device code path, emulated on the CPU): float32 gives the host's loss
+// curve and metrics; bf16 and fp16 train within mixed-precision noise of
+// it. -device cuda without a GPU build or GPU, and bad -device or
+// -precision values, are clear errors.
+func TestDeviceFlags(t *testing.T) {
+	dir := t.TempDir()
+	quick := func(args ...string) string {
+		t.Helper()
+		var out, errOut bytes.Buffer
+		args = append([]string{"-quick", "-no-progress", "-out", dir, "-png", "", "-save", "", "-log-every", "3"}, args...)
+		require.NoError(t, run(args, &out, &errOut), errOut.String())
+		return out.String()
+	}
+	stepLosses := func(out string) []float64 {
+		var ls []float64
+		for _, m := range regexp.MustCompile(`(?m)^step \d+ loss ([0-9.]+)$`).FindAllStringSubmatch(out, -1) {
+			v, err := strconv.ParseFloat(m[1], 64)
+			require.NoError(t, err)
+			ls = append(ls, v)
+		}
+		return ls
+	}
+	host := quick()
+	want := stepLosses(host)
+	require.Len(t, want, 5, host) // steps 1, 3, 6, 9, 12
+	acc, miou := heldOut(t, host)
+	for _, tc := range []struct {
+		precision string
+		tol       float64
+	}{{"fp32", 1e-5}, {"bf16", 5e-2}, {"fp16", 2e-2}} {
+		out := quick("-device", "fake", "-precision", tc.precision, "-profile-steps", "1")
+		got := stepLosses(out)
+		require.Len(t, got, len(want), out)
+		for i := range want {
+			require.InDelta(t, want[i], got[i], tc.tol*want[i], "%s, logged loss %d:\n%s", tc.precision, i, out)
+		}
+		require.Contains(t, out, "copied per step:")
+		require.Contains(t, out, "profile (1 steps, per step): conv")
+		if tc.precision == "fp32" {
+			acc2, miou2 := heldOut(t, out)
+			require.Equal(t, acc, acc2)
+			require.Equal(t, miou, miou2)
+		}
+	}
+	var out, errOut bytes.Buffer
+	err := run([]string{"-quick", "-out", dir, "-device", "cuda"}, &out, &errOut)
+	require.ErrorIs(t, err, device.ErrNoGPU)
+	for _, args := range [][]string{
+		{"-device", "tpu"},
+		{"-precision", "fp8"},
+		{"-precision", "bf16"}, // the CPU computes in fp32
+		{"-device", "fake", "-f64"},
+		{"-log-every", "-1"},
+	} {
+		require.Error(t, run(append([]string{"-quick", "-out", dir}, args...), &out, &errOut), "%v", args)
 	}
 }
