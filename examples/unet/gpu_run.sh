@@ -18,7 +18,7 @@ case $mode in
 build)
 	mkdir -p .gpu
 	go build -tags cudaext -ldflags='-s -w' -o .gpu/unet ./examples/unet || exit 1
-	gzip -9 -f .gpu/unet || exit 1
+	gzip -9 -f .gpu/unet || exit 1 # leaves only .gpu/unet.gz
 	ls -l .gpu/unet.gz
 	exit 0
 	;;
@@ -34,9 +34,9 @@ DEV=${DEV:-cuda} # DEV=fake tries the script on a CPU
 EVERY=${EVERY:-20}
 O=${OUT:-/tmp/unet-gpu}
 mkdir -p "$O"
-if [ ! -x .gpu/unet ] || [ .gpu/unet.gz -nt .gpu/unet ]; then
-	gzip -dc .gpu/unet.gz > .gpu/unet && chmod +x .gpu/unet || { echo "no .gpu/unet.gz: run '$0 build' first" >&2; exit 1; }
-fi
+# Unpacked outside .gpu (the carried folder stays small) and outside $OUT.
+BIN=${TMPDIR:-/tmp}/unet-gpu.bin
+gzip -dc .gpu/unet.gz > "$BIN" && chmod +x "$BIN" || { echo "no .gpu/unet.gz: run '$0 build' first" >&2; exit 1; }
 nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader 2>/dev/null
 t0=$SECONDS
 # EXTRA adds flags to every run (EXTRA=-quick DEV=fake tries the script here).
@@ -47,7 +47,7 @@ common=(-steps "$STEPS" -log-every "$EVERY" -no-progress -png "" -save "" -out "
 one() {
 	local name=$1 limit=$2
 	shift 2
-	timeout -k 5 "$limit" .gpu/unet "${common[@]}" "$@" > "$O/$name.log" 2>&1
+	timeout -k 5 "$limit" "$BIN" "${common[@]}" "$@" > "$O/$name.log" 2>&1
 	echo "$name: rc=$? ($((SECONDS - t0))s)"
 }
 one gpu-fp32 40 -device "$DEV" -precision fp32 -profile-steps 5
