@@ -169,6 +169,7 @@ type gatherJob struct {
 	tile                   kernels.Tile
 	in, w, bias            devPtr
 	tbl                    devPtr // 0: identity
+	wt                     bool   // w is stored [Kc, V, N]: read transposed (input gradient)
 	order, tileSeg, tileTp devPtr // masked, or 0
 	M, N, Kc, V            int64
 	splitAlg               bool // split-K algorithm (splits chosen here)
@@ -196,8 +197,11 @@ func (e *Engine) runGather(j gatherJob) error {
 		Tbl: uint64(j.tbl), Order: uint64(j.order), TileSeg: uint64(j.tileSeg), TileTap: uint64(j.tileTp),
 		M: j.M, N: j.N, Kc: j.Kc, V: j.V, Splits: int64(splits),
 	}
-	if (j.Kc*esz)%16 == 0 {
+	if (j.Kc*esz)%16 == 0 && (!j.wt || (j.N*esz)%16 == 0) {
 		p.Vec = 1
+	}
+	if j.wt {
+		p.WT = 1
 	}
 	var part rawBuf
 	if splits > 1 {
@@ -209,6 +213,9 @@ func (e *Engine) runGather(j gatherJob) error {
 		p.Part = uint64(part.ptr)
 	}
 	name := kernels.KernelName(kernels.Gather, j.math, t)
+	if j.wt {
+		name = kernels.TransposedName(j.math, t)
+	}
 	if err := d.launch(name, dim3{X: int(tiles), Y: splits}, dim3{X: t.Threads()}, kernels.SmemBytes(kernels.Gather, j.math, t), &p); err != nil {
 		return err
 	}
@@ -453,8 +460,10 @@ func (e *Engine) gatherInput(j *gatherJob, m *kmap.Map, reverse bool, alg sparse
 }
 
 // InputGrad computes dx [m.NIn, Ci] = Σ_v w[:, v, :]ᵀ · dy[Rev[i, v]] (see
-// sparse.ConvEngine.ConvInputGrad): the gather GEMM over the reverse table
-// with the weight transposed to [Ci, V, Co]; output-stationary, no atomics.
+// sparse.ConvEngine.ConvInputGrad): the gather GEMM over the reverse table,
+// reading the weight [Co, V, Ci] transposed in the kernel (the explicit
+// algorithm multiplies a materialised transpose); output-stationary, no
+// atomics.
 func (e *Engine) InputGrad(m *kmap.Map, dy, w sparse.Matrix, o Options) (sparse.Matrix, error) {
 	const op = "cudaext: InputGrad"
 	if err := e.checkMap(op, m); err != nil {
@@ -505,12 +514,18 @@ func (e *Engine) InputGrad(m *kmap.Map, dy, w sparse.Matrix, o Options) (sparse.
 		if M == 0 || ci == 0 {
 			return nil
 		}
-		wt, err := e.transposeW(wb, co, V, ci)
-		if err != nil {
-			return err
+		// The gather kernel reads the weight [Co, V, Ci] transposed (wt);
+		// only the explicit algorithm, whose im2col GEMM has one fused
+		// K axis of V·Co, multiplies a materialised transpose [Ci, V, Co].
+		j := gatherJob{math: math, tile: tile, w: wb.ptr, wt: true, M: M, N: ci, splitAlg: isSplit(alg), userSplits: o.SplitK, out: out}
+		if alg == sparse.Explicit {
+			wt, err := e.transposeW(wb, co, V, ci)
+			if err != nil {
+				return err
+			}
+			defer e.d.freeTemp(wt)
+			j.w, j.wt = wt.ptr, false
 		}
-		defer e.d.freeTemp(wt)
-		j := gatherJob{math: math, tile: tile, w: wt.ptr, M: M, N: ci, splitAlg: isSplit(alg), userSplits: o.SplitK, out: out}
 		err = e.gatherInput(&j, m, true, alg, db.ptr, db.dtype, co, V)
 		defer e.d.freeTemp(j.tmp)
 		if err != nil {

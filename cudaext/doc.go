@@ -50,8 +50,9 @@
 //
 //   - forward and input gradient use one "gather" GEMM kernel family
 //     (out[r] = Σ_v in[tbl[r, v]] · w[:, v, :]ᵀ); the input gradient uses
-//     the reverse table and the weight transposed to [Ci, V, Co], so it is
-//     output-stationary without atomics;
+//     the reverse table and reads the weight transposed inside the kernel
+//     (no transposed copy; Explicit alone materialises [Ci, V, Co]), so it
+//     is output-stationary without atomics;
 //   - Explicit materialises the im2col matrix and runs the same kernel with
 //     the identity table; Implicit gathers inside the kernel; the masked
 //     algorithms visit rows in Gray-code order and only the union of taps

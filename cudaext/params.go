@@ -11,6 +11,7 @@ type gatherParams struct {
 	M, N, Kc, V                  int64
 	Splits                       int64
 	Vec                          int64
+	WT                           int64
 }
 
 // pairsParams mirrors fg::PairsParams (kernels/gemm.cuh).

@@ -5,7 +5,10 @@
 //
 //   gather  out[r, n] = bias[n] + Σ_{v, c} in[tbl[r, v], c] · w[n, v, c]
 //           forward (in = x, w = weight [Co, V, Ci], tbl = Nbr) and input
-//           gradient (in = dy, w = transposed weight [Ci, V, Co], tbl = Rev).
+//           gradient (in = dy, tbl = Rev, w = the weight [Co, V, Ci] read
+//           transposed, wt = 1: w[n, v, c] is stored at [c, v, n], staged
+//           MN-major and multiplied through ldmatrix.trans; or, for the
+//           explicit algorithm, a materialised transpose [Ci, V, Co]).
 //           Optional: row order (masked algorithms store row order[r]),
 //           per-tile tap lists (masked tap unions), split-K partials.
 //           A null table is the identity (explicit GEMM on an im2col matrix).
@@ -85,7 +88,10 @@ template <Math M_, int BM_, int BN_, int BK_, int WM_, int WN_, int S_> struct T
   static constexpr int LdMA = BM + 8;        // MN-major pitches (pairs family)
   static constexpr int LdMB = BN + 8;
   static constexpr int kIdxRing = 2 * S;    // index stages in flight (both families)
-  static constexpr int kGatherSmem = S * (BM + BN) * LdK * kElem + 4 * BM + 4 * kIdxRing * (BM + 1);
+  // gather family: one B stage holds BN K-major rows, or BK MN-major rows
+  // when the weight is read transposed (wt), whichever is larger.
+  static constexpr int kGatherBStage = BN * LdK > BK * LdMB ? BN * LdK : BK * LdMB;
+  static constexpr int kGatherSmem = S * (BM * LdK + kGatherBStage) * kElem + 4 * BM + 4 * kIdxRing * (BM + 1);
   static constexpr int kPairsSmem = S * BK * (LdMA + LdMB) * kElem + 2 * kIdxRing * BK * 4;
 
   static_assert(kWarps >= 1 && kThreads <= 1024, "bad warp grid");
@@ -113,9 +119,10 @@ struct GatherParams {
   const int* tile_taps;   // taps of each tile, ascending
   long long M, N, Kc, V;  // rows, output cols, channels per tap, taps
   long long splits;       // split-K factor (>= 1)
-  long long vec;          // 1: Kc·elem is a multiple of 16 bytes (cp.async path)
+  long long vec;          // 1: Kc·elem (and N·elem when wt) is a multiple of 16 bytes (cp.async path)
+  long long wt;           // 1: w is stored [Kc, V, N] (read transposed)
 };
-static_assert(sizeof(GatherParams) == 15 * 8, "GatherParams layout");
+static_assert(sizeof(GatherParams) == 16 * 8, "GatherParams layout");
 
 struct PairsParams {
   const void* a;          // [*, M] operand gathered by ia (dy)
@@ -321,13 +328,16 @@ __device__ __forceinline__ void store2(T* dst, float v0, float v1, int n_valid, 
 
 // ---- gather family --------------------------------------------------------------
 
-template <class C> __device__ __forceinline__ void gather_gemm(const GatherParams& p) {
+// WT: the weight is stored [Kc, V, N] and read transposed (the _wt kernels,
+// launched with p.wt = 1).
+template <class C, bool WT> __device__ __forceinline__ void gather_gemm(const GatherParams& p) {
   using T = typename C::T;
   using Raw = typename C::Raw;
   extern __shared__ __align__(16) unsigned char smem[];
+  constexpr int BSt = C::kGatherBStage;
   T* As = reinterpret_cast<T*>(smem);      // [S][BM][LdK]
-  T* Bs = As + C::S * C::BM * C::LdK;      // [S][BN][LdK]
-  int* rows = reinterpret_cast<int*>(Bs + C::S * C::BN * C::LdK);  // [BM] output row or -1
+  T* Bs = As + C::S * C::BM * C::LdK;      // [S][BN][LdK], or [S][BK][LdMB] when wt
+  int* rows = reinterpret_cast<int*>(Bs + C::S * BSt);  // [BM] output row or -1
   // Neighbour indices and tap of the taps in flight: a ring of kIdxRing
   // slots keyed by the tap's position in this block's tap sequence. The
   // indices tbl[rows[i], v] of a tap travel (4-byte cp.async) in the group
@@ -398,8 +408,9 @@ template <class C> __device__ __forceinline__ void gather_gemm(const GatherParam
     };
     const long long col0 = (long long)kc * C::BK;
     T* as = As + s * C::BM * C::LdK;
-    T* bs = Bs + s * C::BN * C::LdK;
+    T* bs = Bs + s * BSt;
     constexpr int CPR = C::BK / C::kChunk;  // 16-byte chunks per tile row
+    constexpr int CPB = C::BN / C::kChunk;  // 16-byte chunks per MN-major B row (wt)
     if (p.vec) {
 #pragma unroll
       for (int c0 = 0; c0 < C::BM * CPR; c0 += C::kThreads) {
@@ -412,14 +423,27 @@ template <class C> __device__ __forceinline__ void gather_gemm(const GatherParam
           cp_async16(as + i * C::LdK + kk, ok ? x + (long long)src * p.Kc + col : x, ok);
         }
       }
+      if constexpr (WT) {
 #pragma unroll
-      for (int c0 = 0; c0 < C::BN * CPR; c0 += C::kThreads) {
-        const int c = c0 + tid;
-        if (C::BN * CPR % C::kThreads == 0 || c < C::BN * CPR) {
-          const int i = c / CPR, kk = (c % CPR) * C::kChunk;
-          const long long n = n0 + i, col = col0 + kk;
-          const bool ok = n < p.N && col < p.Kc;
-          cp_async16(bs + i * C::LdK + kk, ok ? w + (n * p.V + v) * p.Kc + col : w, ok);
+        for (int c0 = 0; c0 < C::BK * CPB; c0 += C::kThreads) {
+          const int c = c0 + tid;
+          if (C::BK * CPB % C::kThreads == 0 || c < C::BK * CPB) {
+            const int kk = c / CPB, nn = (c % CPB) * C::kChunk;
+            const long long n = n0 + nn, col = col0 + kk;
+            const bool ok = n < p.N && col < p.Kc;
+            cp_async16(bs + kk * C::LdMB + nn, ok ? w + (col * p.V + v) * p.N + n : w, ok);
+          }
+        }
+      } else {
+#pragma unroll
+        for (int c0 = 0; c0 < C::BN * CPR; c0 += C::kThreads) {
+          const int c = c0 + tid;
+          if (C::BN * CPR % C::kThreads == 0 || c < C::BN * CPR) {
+            const int i = c / CPR, kk = (c % CPR) * C::kChunk;
+            const long long n = n0 + i, col = col0 + kk;
+            const bool ok = n < p.N && col < p.Kc;
+            cp_async16(bs + i * C::LdK + kk, ok ? w + (n * p.V + v) * p.Kc + col : w, ok);
+          }
         }
       }
     } else {
@@ -433,10 +457,18 @@ template <class C> __device__ __forceinline__ void gather_gemm(const GatherParam
         const long long col = col0 + kk;
         ar[i * C::LdK + kk] = (src >= 0 && col < p.Kc) ? xr[(long long)src * p.Kc + col] : Raw(0);
       }
-      for (int c = tid; c < C::BN * C::BK; c += C::kThreads) {
-        const int i = c / C::BK, kk = c % C::BK;
-        const long long n = n0 + i, col = col0 + kk;
-        br[i * C::LdK + kk] = (n < p.N && col < p.Kc) ? wr[(n * p.V + v) * p.Kc + col] : Raw(0);
+      if constexpr (WT) {
+        for (int c = tid; c < C::BK * C::BN; c += C::kThreads) {
+          const int kk = c / C::BN, nn = c % C::BN;
+          const long long n = n0 + nn, col = col0 + kk;
+          br[kk * C::LdMB + nn] = (n < p.N && col < p.Kc) ? wr[(col * p.V + v) * p.N + n] : Raw(0);
+        }
+      } else {
+        for (int c = tid; c < C::BN * C::BK; c += C::kThreads) {
+          const int i = c / C::BK, kk = c % C::BK;
+          const long long n = n0 + i, col = col0 + kk;
+          br[i * C::LdK + kk] = (n < p.N && col < p.Kc) ? wr[(n * p.V + v) * p.Kc + col] : Raw(0);
+        }
       }
     }
   };
@@ -469,8 +501,12 @@ template <class C> __device__ __forceinline__ void gather_gemm(const GatherParam
     cp_async_wait<C::S - 2>();
     __syncthreads();
     const int s = it % C::S;
-    warp_mma<C, true, true>(acc, As + s * C::BM * C::LdK + wm * C::WTM * C::LdK,
-                            Bs + s * C::BN * C::LdK + wn * C::WTN * C::LdK, C::LdK, C::LdK, lane);
+    if constexpr (WT)
+      warp_mma<C, true, false>(acc, As + s * C::BM * C::LdK + wm * C::WTM * C::LdK, Bs + s * BSt + wn * C::WTN,
+                               C::LdK, C::LdMB, lane);
+    else
+      warp_mma<C, true, true>(acc, As + s * C::BM * C::LdK + wm * C::WTM * C::LdK,
+                              Bs + s * BSt + wn * C::WTN * C::LdK, C::LdK, C::LdK, lane);
     const int nx = it + C::S - 1;
     if (nx < nIter) load(t0 + nx, nx % C::S);
     if (nx + C::S - 1 < nIter) load_idx(t0 + nx + C::S - 1, nx + C::S - 1);
@@ -670,11 +706,22 @@ template <class C> __device__ __forceinline__ void pairs_gemm(const PairsParams&
 }  // namespace fg
 
 // Instantiation macros used by the generated gemm_*.cu files.
+// Each tile instantiates two gather kernels: NAME reads the weight as
+// stored ([N, V, Kc]), NAME_wt reads it transposed ([Kc, V, N], p.wt = 1).
+// They are separate symbols so each gets its own register allocation; the
+// transposed one is held to 128 registers at 8 warps in half precision
+// (two resident blocks per SM, no spills).
 #define FG_GATHER_KERNEL(NAME, MATH, BM, BN, BK, WM, WN, S, SMEM)                              \
   extern "C" __global__ void __launch_bounds__(32 * (WM) * (WN)) NAME(const fg::GatherParams p) { \
     using Cfg = fg::TileCfg<MATH, BM, BN, BK, WM, WN, S>;                                        \
     static_assert(Cfg::kGatherSmem == (SMEM), "shared memory differs from the Go tile table");   \
-    fg::gather_gemm<Cfg>(p);                                                                     \
+    fg::gather_gemm<Cfg, false>(p);                                                              \
+  }                                                                                              \
+  extern "C" __global__ void __launch_bounds__(                                                  \
+      32 * (WM) * (WN), ((WM) * (WN) >= 8 && sizeof(typename fg::MathTraits<MATH>::T) == 2) ? 2 : 1) \
+      NAME##_wt(const fg::GatherParams p) {                                                      \
+    using Cfg = fg::TileCfg<MATH, BM, BN, BK, WM, WN, S>;                                        \
+    fg::gather_gemm<Cfg, true>(p);                                                               \
   }
 #define FG_PAIRS_KERNEL(NAME, MATH, BM, BN, BK, WM, WN, S, SMEM)                               \
   extern "C" __global__ void __launch_bounds__(32 * (WM) * (WN)) NAME(const fg::PairsParams p) { \

@@ -5,4 +5,4 @@
 FG_GATHER_KERNEL(spconv_gather_f32_m128n128k32w2x4s3, fg::Math::F32, 128, 128, 32, 2, 4, 3, 114200)
 FG_GATHER_KERNEL(spconv_gather_f32_m128n64k32w2x2s4, fg::Math::F32, 128, 64, 32, 2, 2, 4, 115232)
 FG_GATHER_KERNEL(spconv_gather_f32_m64n64k32w2x2s4, fg::Math::F32, 64, 64, 32, 2, 2, 4, 76064)
-FG_GATHER_KERNEL(spconv_gather_f32_m64n32k32w2x1s4, fg::Math::F32, 64, 32, 32, 2, 1, 4, 57632)
+FG_GATHER_KERNEL(spconv_gather_f32_m64n32k32w2x1s4, fg::Math::F32, 64, 32, 32, 2, 1, 4, 59680)

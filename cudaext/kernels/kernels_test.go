@@ -53,6 +53,11 @@ func TestImagesUpToDate(t *testing.T) {
 				mod, ok := KernelModule(KernelName(f, m, tile))
 				require.Truef(t, ok, "%s missing from the manifest", KernelName(f, m, tile))
 				require.Equal(t, strings.TrimSuffix(InstanceFile(f, m), ".cu"), mod)
+				if f == Gather {
+					mod, ok := KernelModule(TransposedName(m, tile))
+					require.Truef(t, ok, "%s missing from the manifest", TransposedName(m, tile))
+					require.Equal(t, strings.TrimSuffix(InstanceFile(f, m), ".cu"), mod)
+				}
 			}
 		}
 	}
@@ -105,7 +110,8 @@ func TestTileTableMirrorsCpp(t *testing.T) {
 	src, err := os.ReadFile("gemm.cuh")
 	require.NoError(t, err)
 	for _, expr := range []string{
-		"kGatherSmem = S * (BM + BN) * LdK * kElem + 4 * BM + 4 * kIdxRing * (BM + 1);",
+		"kGatherBStage = BN * LdK > BK * LdMB ? BN * LdK : BK * LdMB;",
+		"kGatherSmem = S * (BM * LdK + kGatherBStage) * kElem + 4 * BM + 4 * kIdxRing * (BM + 1);",
 		"kIdxRing = 2 * S;",
 		"kPairsSmem = S * BK * (LdMA + LdMB) * kElem + 2 * kIdxRing * BK * 4;",
 		"LdK = BK + kChunk;",

@@ -70,8 +70,8 @@ type Family int
 // The GEMM kernel families.
 const (
 	// Gather computes out[r, n] = Σ_{v, c} in[tbl[r, v], c] · w[n, v, c]:
-	// the forward pass, and the input gradient with the transposed weight
-	// and the reverse table. A null table is the identity (explicit GEMM
+	// the forward pass, and the input gradient with the reverse table and
+	// the weight read transposed (the TransposedName kernels). A null table is the identity (explicit GEMM
 	// over an im2col matrix). Rows may be permuted (masked order), taps
 	// restricted per tile (masked tap unions), and the reduction split.
 	Gather Family = iota
@@ -165,9 +165,12 @@ func SmemBytes(f Family, m Math, t Tile) int {
 	chunk := 16 / esz
 	if f == Gather {
 		ldk := t.BK + chunk
-		// Operand stages, the tile's output rows, and the ring of
-		// 2·Stages neighbour-index slots (BM int32 rows plus the tap).
-		return t.Stages*(t.BM+t.BN)*ldk*esz + 4*t.BM + 4*2*t.Stages*(t.BM+1)
+		// Operand stages (a B stage is BN K-major rows or, for a weight
+		// read transposed, BK MN-major rows, whichever is larger), the
+		// tile's output rows, and the ring of 2·Stages neighbour-index
+		// slots (BM int32 rows plus the tap).
+		bStage := max(t.BN*ldk, t.BK*(t.BN+8))
+		return t.Stages*(t.BM*ldk+bStage)*esz + 4*t.BM + 4*2*t.Stages*(t.BM+1)
 	}
 	// Operand stages plus the ring of 2·Stages pair-index stages (ia and
 	// ib, BK int32 each).
@@ -178,6 +181,14 @@ func SmemBytes(f Family, m Math, t Tile) int {
 // "spconv_gather_f16_m128n64k32w2x2s4".
 func KernelName(f Family, m Math, t Tile) string {
 	return fmt.Sprintf("spconv_%v_%v_%s", f, m, t.Name())
+}
+
+// TransposedName returns the symbol of the gather kernel that reads its
+// weight transposed ([Kc, V, N], GatherParams.wt = 1; the input gradient
+// reads the forward weight this way): KernelName(Gather, m, t) + "_wt".
+// Every gather instantiation defines both kernels.
+func TransposedName(m Math, t Tile) string {
+	return KernelName(Gather, m, t) + "_wt"
 }
 
 // InstanceFile returns the name of the generated source file holding the
