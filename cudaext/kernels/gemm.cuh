@@ -370,7 +370,7 @@ template <class C, bool WT> __device__ __forceinline__ void gather_gemm(const Ga
   const long long t0 = (total * z + p.splits - 1) / p.splits;
   const long long t1 = (total * (z + 1) + p.splits - 1) / p.splits;
   const int nIter = (int)(t1 - t0);
-  const long long vi0 = t0 / nkc;  // first tap position of this split
+  const long long vi0 = nkc > 0 ? t0 / nkc : 0;  // first tap position of this split (Kc = 0: no iterations)
   __syncthreads();
 
   const T* x = reinterpret_cast<const T*>(p.x);
