@@ -4,8 +4,8 @@ package cudaext
 
 // The non-convolution kernels of a sparse network (kernels/nn.cu):
 // conversions, column copies, addition, ReLU, VoxelNorm, softmax
-// cross-entropy, Adam, a non-finite check and a row argmax. NN implements
-// the device.NN contract of package ops/device (without importing it), so
+// cross-entropy, Adam (per parameter or all in one launch), a
+// non-finite check and a row argmax. NN implements the device.NN contract of package ops/device (without importing it), so
 // a Gorgonia graph can train with every tensor on this engine's GPU.
 // Reductions are float64 over fixed row chunks added in order:
 // deterministic, no atomics.
@@ -13,6 +13,7 @@ package cudaext
 import (
 	"fmt"
 	"math"
+	"unsafe"
 
 	"github.com/flexgemm-go/flexgemm/sparse"
 )
@@ -414,6 +415,53 @@ func (n *NN) AdamStep(w, g, m, v sparse.Matrix, lr, beta1, beta2, eps, corr1, co
 	}
 	return n.elementwise("nn_adam", bs[0].n, bs[0].ptr, bs[1].ptr, cs[1], bs[2].ptr, bs[3].ptr, int64(bs[0].n),
 		lr, beta1, beta2, eps, corr1, corr2, gradScale, l2)
+}
+
+// AdamSteps updates several parameters (ws[i] with gradient gs[i] and
+// moments ms[i], vs[i], as for AdamStep) in one launch: the table of
+// their buffers is copied to the device (48 bytes per parameter) and one
+// grid-stride kernel covers the concatenation of all their elements, with
+// the arithmetic of AdamStep.
+func (n *NN) AdamSteps(ws, gs, ms, vs []sparse.Matrix, lr, beta1, beta2, eps, corr1, corr2, gradScale, l2 float32) error {
+	if len(gs) != len(ws) || len(ms) != len(ws) || len(vs) != len(ws) {
+		return fmt.Errorf("%w: cudaext: AdamSteps of %d parameters, %d gradients, %d and %d moments", sparse.ErrShape, len(ws), len(gs), len(ms), len(vs))
+	}
+	if len(ws) > math.MaxInt32 {
+		return fmt.Errorf("%w: cudaext: AdamSteps of %d parameters", sparse.ErrShape, len(ws))
+	}
+	// Six 8-byte fields per parameter: w, g, m, v, start, gradient dtype
+	// code (struct AdamTensor of kernels/nn.cu).
+	table := make([]uint64, 0, 6*len(ws))
+	var total int64
+	for i := range ws {
+		bs, cs, err := n.same("AdamSteps", []string{"w", "g", "m", "v"}, ws[i], gs[i], ms[i], vs[i])
+		if err != nil {
+			return fmt.Errorf("parameter %d: %w", i, err)
+		}
+		for k, j := range []int{0, 2, 3} {
+			if cs[j] != 0 {
+				return fmt.Errorf("%w: cudaext: AdamSteps: parameter %d: %s is %v, want float32", sparse.ErrDType, i, [...]string{"w", "m", "v"}[k], bs[j].dtype)
+			}
+		}
+		table = append(table, uint64(bs[0].ptr), uint64(bs[1].ptr), uint64(bs[2].ptr), uint64(bs[3].ptr), uint64(total), uint64(cs[1]))
+		total += int64(bs[0].n)
+	}
+	if total == 0 {
+		return nil
+	}
+	d := n.e.d
+	return d.do(func() error {
+		tb, err := d.allocTemp(int64(len(table)) * 8)
+		if err != nil {
+			return err
+		}
+		defer d.freeTemp(tb)
+		if err := memcpyHtoD(tb.ptr, unsafe.Pointer(&table[0]), int64(len(table))*8, d.stream); err != nil {
+			return err
+		}
+		g, b := d.elementwise(total)
+		return d.launch("nn_adam_multi", g, b, 0, tb.ptr, int32(len(ws)), total, lr, beta1, beta2, eps, corr1, corr2, gradScale, l2)
+	})
 }
 
 // NonFinite sets the Float32 [1, 1] flag to 1 if any element of ms is

@@ -1,7 +1,8 @@
 // Non-convolution kernels of a sparse network (host side: cudaext/nn.go):
 // dtype conversion and column copies (channel concatenation), addition,
 // ReLU, VoxelNorm statistics/forward/backward, softmax cross-entropy,
-// Adam, a non-finite check and a row argmax. The semantics are those of
+// Adam (per parameter, or every parameter in one launch), a non-finite
+// check and a row argmax. The semantics are those of
 // the device.NN contract in ops/device/kernels.go (and its CPU emulation,
 // ops/device/fake.go).
 //
@@ -276,19 +277,65 @@ __global__ void nn_xent_backward(const void* z, int zdt, const int* labels, cons
   }
 }
 
+}  // extern "C"
+
+namespace fgnn {
+
+// adam_elem applies one Adam update to element i (see device.NN.AdamStep).
+__device__ __forceinline__ void adam_elem(float* w, const void* g, int gdt, float* m, float* v, i64 i, float lr,
+                                          float beta1, float beta2, float eps, float corr1, float corr2, float gscale,
+                                          float l2) {
+  const float wi = w[i];
+  const float gi = __fadd_rn(__fmul_rn(ld(g, gdt, i), gscale), __fmul_rn(l2, wi));
+  const float mi = __fadd_rn(__fmul_rn(beta1, m[i]), __fmul_rn(__fsub_rn(1.f, beta1), gi));
+  const float vi = __fadd_rn(__fmul_rn(beta2, v[i]), __fmul_rn(__fsub_rn(1.f, beta2), __fmul_rn(gi, gi)));
+  m[i] = mi;
+  v[i] = vi;
+  const float num = __fmul_rn(-lr, __fmul_rn(mi, corr1));
+  const float den = __fadd_rn(__fsqrt_rn(__fmul_rn(vi, corr2)), eps);
+  w[i] = __fadd_rn(wi, __fdiv_rn(num, den));
+}
+
+// AdamTensor is one parameter of nn_adam_multi: its buffers, the index of
+// its first element in the concatenation of all parameters, and the dtype
+// code of its gradient. Layout: six 8-byte fields (cudaext/nn.go writes
+// the table as 6 uint64 per parameter).
+struct AdamTensor {
+  float* w;
+  const void* g;
+  float* m;
+  float* v;
+  i64 start;
+  i64 gdt;
+};
+
+}  // namespace fgnn
+
+extern "C" {
+
 // One Adam update per element (see device.NN.AdamStep); w, m, v float32.
 __global__ void nn_adam(float* w, const void* g, int gdt, float* m, float* v, i64 n, float lr, float beta1, float beta2,
                         float eps, float corr1, float corr2, float gscale, float l2) {
-  for (i64 i = gtid(); i < n; i += gstride()) {
-    const float wi = w[i];
-    const float gi = __fadd_rn(__fmul_rn(ld(g, gdt, i), gscale), __fmul_rn(l2, wi));
-    const float mi = __fadd_rn(__fmul_rn(beta1, m[i]), __fmul_rn(__fsub_rn(1.f, beta1), gi));
-    const float vi = __fadd_rn(__fmul_rn(beta2, v[i]), __fmul_rn(__fsub_rn(1.f, beta2), __fmul_rn(gi, gi)));
-    m[i] = mi;
-    v[i] = vi;
-    const float num = __fmul_rn(-lr, __fmul_rn(mi, corr1));
-    const float den = __fadd_rn(__fsqrt_rn(__fmul_rn(vi, corr2)), eps);
-    w[i] = __fadd_rn(wi, __fdiv_rn(num, den));
+  for (i64 i = gtid(); i < n; i += gstride()) adam_elem(w, g, gdt, m, v, i, lr, beta1, beta2, eps, corr1, corr2, gscale, l2);
+}
+
+// nn_adam_multi updates count parameters (table t, starts ascending, t[0]
+// starting at 0) over total elements in one grid-stride launch; element e
+// belongs to the last parameter whose start is ≤ e (a binary search, so
+// empty parameters are skipped). Same arithmetic as nn_adam.
+__global__ void nn_adam_multi(const AdamTensor* t, int count, i64 total, float lr, float beta1, float beta2, float eps,
+                              float corr1, float corr2, float gscale, float l2) {
+  for (i64 e = gtid(); e < total; e += gstride()) {
+    int lo = 0, hi = count - 1;
+    while (lo < hi) {
+      const int mid = (lo + hi + 1) / 2;
+      if (t[mid].start <= e)
+        lo = mid;
+      else
+        hi = mid - 1;
+    }
+    const AdamTensor p = t[lo];
+    adam_elem(p.w, p.g, (int)p.gdt, p.m, p.v, e - p.start, lr, beta1, beta2, eps, corr1, corr2, gscale, l2);
   }
 }
 

@@ -18,8 +18,9 @@ import (
 //	w -= LR·(m/(1 − beta1^t)) / (√(v/(1 − beta2^t)) + Eps)
 //
 // It updates parameters in place where they live: device tensors with one
-// kernel per parameter (moments kept on the device in float32, whatever
-// the gradients' storage), host tensors on the CPU. Like Gorgonia's
+// kernel launch per device for all of them (NN.AdamSteps; moments kept on
+// the device in float32, whatever the gradients' storage), host tensors
+// on the CPU. Like Gorgonia's
 // solvers it keys its state by position, so pass the parameters in the
 // same order every step. Unlike them it reads gradients from the values
 // of the nodes returned by gorgonia.Grad (no dual values needed), and
@@ -69,61 +70,92 @@ func (a *Adam) Step(params []*tensor.Dense, grads []gorgonia.Value, gradScale fl
 	t := float64(a.iter)
 	corr1 := 1 / (1 - math.Pow(a.Beta1, t))
 	corr2 := 1 / (1 - math.Pow(a.Beta2, t))
+	// Device parameters are gathered per device (in order of first
+	// appearance) and updated with one AdamSteps launch per device.
+	var groups []*adamGroup
 	for i, p := range params {
-		var err error
-		if IsDevice(p) {
-			err = a.stepDevice(i, p, grads[i], corr1, corr2, gradScale)
-		} else {
-			err = a.stepHost(i, p, grads[i], corr1, corr2, gradScale)
+		if !IsDevice(p) {
+			if err := a.stepHost(i, p, grads[i], corr1, corr2, gradScale); err != nil {
+				return fmt.Errorf("Adam.Step: parameter %d: %w", i, err)
+			}
+			continue
 		}
+		d, w, g, m, v, err := a.prepareDevice(i, p, grads[i])
 		if err != nil {
 			return fmt.Errorf("Adam.Step: parameter %d: %w", i, err)
+		}
+		var grp *adamGroup
+		for _, x := range groups {
+			if x.d == d {
+				grp = x
+			}
+		}
+		if grp == nil {
+			grp = &adamGroup{d: d}
+			groups = append(groups, grp)
+		}
+		grp.ws, grp.gs, grp.ms, grp.vs = append(grp.ws, w), append(grp.gs, g), append(grp.ms, m), append(grp.vs, v)
+	}
+	for _, grp := range groups {
+		if err := grp.d.Run("adam", func(nn NN) error {
+			return nn.AdamSteps(grp.ws, grp.gs, grp.ms, grp.vs, float32(a.LR), float32(a.Beta1), float32(a.Beta2), float32(a.Eps),
+				float32(corr1), float32(corr2), float32(gradScale), float32(a.L2))
+		}); err != nil {
+			return fmt.Errorf("Adam.Step: %w", err)
 		}
 	}
 	return nil
 }
 
-func (a *Adam) stepDevice(i int, p *tensor.Dense, g gorgonia.Value, corr1, corr2, gradScale float64) error {
+// adamGroup is the device parameters of one device: their matrices, the
+// gradients' and the moments'.
+type adamGroup struct {
+	d              *Device
+	ws, gs, ms, vs []sparse.Matrix
+}
+
+// prepareDevice checks device parameter i and its gradient, creates its
+// moments on first use (or when the parameter moved to another device)
+// and returns the device and the four matrices of its update.
+func (a *Adam) prepareDevice(i int, p *tensor.Dense, g gorgonia.Value) (*Device, sparse.Matrix, sparse.Matrix, sparse.Matrix, sparse.Matrix, error) {
+	var none sparse.Matrix
 	d, err := Of(p)
 	if err != nil {
-		return err
+		return nil, none, none, none, none, err
 	}
 	n := p.Shape().TotalSize()
 	w, _, err := MatrixOf(p, n, 1)
 	if err != nil {
-		return err
+		return nil, none, none, none, none, err
 	}
 	if dt, _ := StorageDType(p); dt != sparse.Float32 {
-		return fmt.Errorf("%w: parameters must have float32 storage (master weights), not %v", sparse.ErrDType, dt)
+		return nil, none, none, none, none, fmt.Errorf("%w: parameters must have float32 storage (master weights), not %v", sparse.ErrDType, dt)
 	}
 	gm, gd, err := MatrixOf(g, n, 1)
 	if err != nil {
-		return fmt.Errorf("gradient: %w", err)
+		return nil, none, none, none, none, fmt.Errorf("gradient: %w", err)
 	}
 	if gd != d {
-		return fmt.Errorf("%w: parameter on %s, gradient on %s", ErrMixed, d.name, gd.name)
+		return nil, none, none, none, none, fmt.Errorf("%w: parameter on %s, gradient on %s", ErrMixed, d.name, gd.name)
 	}
 	if a.m[i] == nil || a.dev[i] != d {
 		if a.m[i], err = d.persistentZeros(n); err != nil {
-			return err
+			return nil, none, none, none, none, err
 		}
 		if a.v[i], err = d.persistentZeros(n); err != nil {
-			return err
+			return nil, none, none, none, none, err
 		}
 		a.dev[i] = d
 	}
 	m, _, err := MatrixOf(a.m[i], n, 1)
 	if err != nil {
-		return err
+		return nil, none, none, none, none, err
 	}
 	v, _, err := MatrixOf(a.v[i], n, 1)
 	if err != nil {
-		return err
+		return nil, none, none, none, none, err
 	}
-	return d.Run("adam", func(nn NN) error {
-		return nn.AdamStep(w, gm, m, v, float32(a.LR), float32(a.Beta1), float32(a.Beta2), float32(a.Eps),
-			float32(corr1), float32(corr2), float32(gradScale), float32(a.L2))
-	})
+	return d, w, gm, m, v, nil
 }
 
 // persistentZeros returns a Float32 [n] tensor of zeros that outlives the

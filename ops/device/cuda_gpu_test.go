@@ -228,6 +228,45 @@ func kernelCases(seed uint64) []kernelCase {
 			})
 			return map[string][]float32{"w": s.down(wm), "m": s.down(mm), "v": s.down(vm)}
 		}},
+		{"adam-multi", func(s kside, dt sparse.DType) map[string][]float32 {
+			// Three parameters of different sizes updated in one launch
+			// must equal the per-parameter kernel bit for bit.
+			sizes := []int{n * c, 7, c}
+			var ws, gs, ms, vs, w1, m1, v1 []sparse.Matrix
+			for p, sz := range sizes {
+				ws = append(ws, s.up(w[:sz], sz, 1, sparse.Float32))
+				w1 = append(w1, s.up(w[:sz], sz, 1, sparse.Float32))
+				gs = append(gs, s.up(y[p:p+sz], sz, 1, dt))
+				ms = append(ms, s.up(m[:sz], sz, 1, sparse.Float32))
+				m1 = append(m1, s.up(m[:sz], sz, 1, sparse.Float32))
+				vs = append(vs, s.up(v[:sz], sz, 1, sparse.Float32))
+				v1 = append(v1, s.up(v[:sz], sz, 1, sparse.Float32))
+			}
+			s.run(func(nn device.NN) error {
+				for it := 1; it <= 3; it++ {
+					c1 := float32(1 / (1 - math.Pow(0.9, float64(it))))
+					c2 := float32(1 / (1 - math.Pow(0.999, float64(it))))
+					if err := nn.AdamSteps(ws, gs, ms, vs, 1e-3, 0.9, 0.999, 1e-8, c1, c2, 0.5, 1e-4); err != nil {
+						return err
+					}
+					for p := range sizes {
+						if err := nn.AdamStep(w1[p], gs[p], m1[p], v1[p], 1e-3, 0.9, 0.999, 1e-8, c1, c2, 0.5, 1e-4); err != nil {
+							return err
+						}
+					}
+				}
+				return nil
+			})
+			out := map[string][]float32{}
+			for p := range sizes {
+				for name, pair := range map[string][2]sparse.Matrix{"w": {ws[p], w1[p]}, "m": {ms[p], m1[p]}, "v": {vs[p], v1[p]}} {
+					multi := s.down(pair[0])
+					require.Equal(s.t, s.down(pair[1]), multi, "parameter %d: %s of AdamSteps differs from AdamStep", p, name)
+					out[fmt.Sprintf("%s%d", name, p)] = multi
+				}
+			}
+			return out
+		}},
 		{"nonfinite-argmax", func(s kside, dt sparse.DType) map[string][]float32 {
 			bad := append([]float32(nil), x...)
 			bad[777] = float32(math.Inf(-1))

@@ -581,3 +581,110 @@ func TestOneDevicePerBackend(t *testing.T) {
 	require.Equal(t, sparse.BFloat16, d2.Activations())
 	require.NoError(t, d2.Close())
 }
+
+// TestAdamStepsMatchesAdamStep updates several parameters (one empty, the
+// gradients in every float dtype) with one AdamSteps call and with one
+// AdamStep per parameter on a fake device: the results agree bit for bit.
+// It also runs Adam.Step on several device parameters against the host
+// path, and checks AdamSteps' argument errors.
+func TestAdamStepsMatchesAdamStep(t *testing.T) {
+	d := openFake(t)
+	rng := rand.New(rand.NewPCG(5, 1))
+	sizes := []int{300, 0, 17, 64}
+	gdts := []sparse.DType{sparse.Float32, sparse.Float32, sparse.Float16, sparse.BFloat16}
+	up := func(h []float32, dt sparse.DType) sparse.Matrix {
+		m, err := d.Upload(sparse.Matrix{Rows: len(h), Cols: 1, Data: h}, dt, device.Other)
+		require.NoError(t, err)
+		return m
+	}
+	rnd := func(n int, scale float64) []float32 {
+		v := make([]float32, n)
+		for i := range v {
+			v[i] = float32(scale * rng.NormFloat64())
+		}
+		return v
+	}
+	var ws, gs, ms, vs, w1, m1, v1 []sparse.Matrix
+	for p, n := range sizes {
+		w0, g0, m0 := rnd(n, 0.1), rnd(n, 1), rnd(n, 0.01)
+		v0 := make([]float32, n)
+		for i := range v0 {
+			v0[i] = m0[i] * m0[i]
+		}
+		ws, w1 = append(ws, up(w0, sparse.Float32)), append(w1, up(w0, sparse.Float32))
+		gs = append(gs, up(g0, gdts[p]))
+		ms, m1 = append(ms, up(m0, sparse.Float32)), append(m1, up(m0, sparse.Float32))
+		vs, v1 = append(vs, up(v0, sparse.Float32)), append(v1, up(v0, sparse.Float32))
+	}
+	require.NoError(t, d.Run("test", func(nn device.NN) error {
+		for it := 1; it <= 3; it++ {
+			c1 := float32(1 / (1 - math.Pow(0.9, float64(it))))
+			c2 := float32(1 / (1 - math.Pow(0.999, float64(it))))
+			if err := nn.AdamSteps(ws, gs, ms, vs, 1e-3, 0.9, 0.999, 1e-8, c1, c2, 0.5, 1e-4); err != nil {
+				return err
+			}
+			for p := range sizes {
+				if err := nn.AdamStep(w1[p], gs[p], m1[p], v1[p], 1e-3, 0.9, 0.999, 1e-8, c1, c2, 0.5, 1e-4); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	}))
+	down := func(m sparse.Matrix) []float32 {
+		h, err := d.Download(m, device.Other)
+		require.NoError(t, err)
+		return h.F32()
+	}
+	for p, n := range sizes {
+		for k, pair := range [][2]sparse.Matrix{{ws[p], w1[p]}, {ms[p], m1[p]}, {vs[p], v1[p]}} {
+			got, want := down(pair[0]), down(pair[1])
+			require.Len(t, got, n)
+			require.Equal(t, want, got, "parameter %d, operand %d", p, k)
+		}
+	}
+
+	// Argument errors: mismatched lists, a size mismatch, a float16 moment.
+	require.NoError(t, d.Run("test", func(nn device.NN) error {
+		require.ErrorIs(t, nn.AdamSteps(ws, gs[:1], ms, vs, 1, 0.9, 0.999, 1e-8, 1, 1, 1, 0), sparse.ErrShape)
+		require.ErrorIs(t, nn.AdamSteps(ws[:1], gs[2:3], ms[:1], vs[:1], 1, 0.9, 0.999, 1e-8, 1, 1, 1, 0), sparse.ErrShape)
+		require.ErrorIs(t, nn.AdamSteps(ws[2:3], gs[2:3], gs[2:3], vs[2:3], 1, 0.9, 0.999, 1e-8, 1, 1, 1, 0), sparse.ErrDType)
+		require.NoError(t, nn.AdamSteps(nil, nil, nil, nil, 1, 0.9, 0.999, 1e-8, 1, 1, 1, 0))
+		return nil
+	}))
+	before := down(ws[2])
+	require.NoError(t, d.Run("test", func(nn device.NN) error {
+		// A bad last parameter leaves the earlier ones untouched.
+		err := nn.AdamSteps(ws[2:4], gs[2:4], ms[2:4], []sparse.Matrix{vs[2], gs[3]}, 1, 0.9, 0.999, 1e-8, 1, 1, 1, 0)
+		require.Error(t, err)
+		return nil
+	}))
+	require.Equal(t, before, down(ws[2]))
+
+	// Adam.Step over several device parameters (one launch) against the
+	// host path, three steps.
+	var hp, dp []*tensor.Dense
+	var hg, dg []gorgonia.Value
+	for _, n := range []int{50, 3, 128} {
+		w0, g0 := rnd(n, 0.1), rnd(n, 1)
+		hw := hostF32(append([]float32(nil), w0...)...)
+		dw, err := d.ToDevice(hostF32(w0...))
+		require.NoError(t, err)
+		gd, err := d.ToDeviceAs(hostF32(g0...), sparse.Float32, device.Other)
+		require.NoError(t, err)
+		hp, dp = append(hp, hw), append(dp, dw)
+		hg, dg = append(hg, hostF32(g0...)), append(dg, gd)
+	}
+	ha, da := device.NewAdam(0.01), device.NewAdam(0.01)
+	d.SetProfiling(true)
+	for range 3 {
+		require.NoError(t, ha.Step(hp, hg, 1))
+		require.NoError(t, da.Step(dp, dg, 1))
+	}
+	prof := d.Profile()
+	d.SetProfiling(false)
+	require.Equal(t, 3, prof["adam"].Calls, "one device operation per Adam step for all parameters")
+	for p := range hp {
+		require.Equal(t, hp[p].Data().([]float32), download(t, d, dp[p]), "parameter %d", p)
+	}
+}

@@ -741,6 +741,31 @@ func (f *Fake) AdamStep(w, g, m, v sparse.Matrix, lr, beta1, beta2, eps, corr1, 
 	return nil
 }
 
+// AdamSteps implements NN: every operand is checked before any parameter
+// is updated, then each is updated as by AdamStep.
+func (f *Fake) AdamSteps(ws, gs, ms, vs []sparse.Matrix, lr, beta1, beta2, eps, corr1, corr2, gradScale, l2 float32) error {
+	if len(gs) != len(ws) || len(ms) != len(ws) || len(vs) != len(ws) {
+		return fmt.Errorf("%w: %s: AdamSteps of %d parameters, %d gradients, %d and %d moments", sparse.ErrShape, f.name, len(ws), len(gs), len(ms), len(vs))
+	}
+	for i := range ws {
+		bs, err := f.sameLen("AdamSteps", []string{"w", "g", "m", "v"}, ws[i], gs[i], ms[i], vs[i])
+		if err != nil {
+			return fmt.Errorf("parameter %d: %w", i, err)
+		}
+		for k, j := range []int{0, 2, 3} {
+			if bs[j].dt != sparse.Float32 {
+				return fmt.Errorf("%w: %s: AdamSteps: parameter %d: %s is %v, want float32", sparse.ErrDType, f.name, i, [...]string{"w", "m", "v"}[k], bs[j].dt)
+			}
+		}
+	}
+	for i := range ws {
+		if err := f.AdamStep(ws[i], gs[i], ms[i], vs[i], lr, beta1, beta2, eps, corr1, corr2, gradScale, l2); err != nil {
+			return fmt.Errorf("parameter %d: %w", i, err)
+		}
+	}
+	return nil
+}
+
 // NonFinite implements NN.
 func (f *Fake) NonFinite(flag sparse.Matrix, ms ...sparse.Matrix) error {
 	fb, err := f.vecBuf(flag, "flag", 1, true)

@@ -83,6 +83,12 @@ type NN interface {
 	// with corr1 = 1/(1 − beta1^t), corr2 = 1/(1 − beta2^t) given by the
 	// caller. w, m, v are Float32; g is any float dtype.
 	AdamStep(w, g, m, v sparse.Matrix, lr, beta1, beta2, eps, corr1, corr2, gradScale, l2 float32) error
+	// AdamSteps is AdamStep on several parameters at once (ws[i], gs[i],
+	// ms[i], vs[i] as for AdamStep; the four slices have one length),
+	// with the same arithmetic per element, in one launch: the optimiser
+	// step of a whole network costs one kernel instead of one per
+	// parameter. No parameter may alias another's w, m or v.
+	AdamSteps(ws, gs, ms, vs []sparse.Matrix, lr, beta1, beta2, eps, corr1, corr2, gradScale, l2 float32) error
 	// NonFinite sets the Float32 [1, 1] flag to 1 if any element of ms is
 	// infinite or NaN, and leaves it unchanged otherwise.
 	NonFinite(flag sparse.Matrix, ms ...sparse.Matrix) error
