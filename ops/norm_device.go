@@ -14,59 +14,18 @@ import (
 // kernels of the tensors' device (device.NN); activations keep their
 // storage dtype, gamma/beta gradients are float32.
 
-// normStatsKey identifies the statistics of one VoxelNorm input within a
-// step: the forward computes them, the gradient ops of the same node
-// read the same (unchanged, live) x and reuse them instead of a second
-// pass over x.
-type normStatsKey struct {
-	x    sparse.Storage
-	eps  float64
-	step uint64
-}
-
-// normStats is the per-channel mean and 1/√(var + eps) (Float32 [1, C],
-// owned by the step).
-type normStats struct{ mean, inv sparse.Matrix }
-
-// normStatsCache keeps the statistics of the open steps; entries of other
-// steps are dropped when a new one is stored.
-var normStatsCache = struct {
-	sync.Mutex
-	m map[normStatsKey]normStats
-}{m: map[normStatsKey]normStats{}}
-
-// cachedNormStats returns the statistics of x stored by a forward of the
-// open step, if any.
-func cachedNormStats(d *device.Device, x sparse.Matrix, eps float64) (normStats, bool) {
-	step := d.StepID()
-	if step == 0 {
-		return normStats{}, false
-	}
-	normStatsCache.Lock()
-	defer normStatsCache.Unlock()
-	s, ok := normStatsCache.m[normStatsKey{x: x.Data.(sparse.Storage), eps: eps, step: step}]
-	return s, ok
-}
-
-// storeNormStats records the statistics of x for the open step.
-func storeNormStats(step uint64, x sparse.Matrix, eps float64, s normStats) {
-	normStatsCache.Lock()
-	defer normStatsCache.Unlock()
-	for k := range normStatsCache.m {
-		if k.step != step {
-			delete(normStatsCache.m, k) // their memory went with their step
-		}
-	}
-	normStatsCache.m[normStatsKey{x: x.Data.(sparse.Storage), eps: eps, step: step}] = s
-}
-
-// allocStats allocates the two Float32 [1, c] statistics matrices.
-func allocStats(d *device.Device, c int) (mean, inv sparse.Matrix, err error) {
-	if mean, err = d.Alloc(sparse.Float32, 1, c); err != nil {
+// normStatsDevice computes the per-channel mean and 1/√(var + eps) of a
+// device matrix x into two new Float32 [1, C] matrices.
+func normStatsDevice(d *device.Device, x sparse.Matrix, eps float64) (mean, inv sparse.Matrix, err error) {
+	if mean, err = d.Alloc(sparse.Float32, 1, x.Cols); err != nil {
 		return
 	}
-	if inv, err = d.Alloc(sparse.Float32, 1, c); err != nil {
+	if inv, err = d.Alloc(sparse.Float32, 1, x.Cols); err != nil {
 		d.Release(mean)
+		return
+	}
+	if err = d.Run("norm", func(nn device.NN) error { return nn.NormStats(mean, inv, x, eps) }); err != nil {
+		d.Release(mean, inv)
 	}
 	return
 }
@@ -90,30 +49,17 @@ func voxelNormDevice(eps float64, xv, gv, bv gorgonia.Value, n, c int) (gorgonia
 	if err != nil {
 		return nil, err
 	}
-	mean, inv, err := allocStats(d, c)
+	mean, inv, err := normStatsDevice(d, x, eps)
 	if err != nil {
 		return nil, err
 	}
-	// Inside a step the statistics are kept for the gradient ops (they go
-	// with the step); outside one they are freed here.
-	step := d.StepID()
-	if step == 0 {
-		defer d.Release(mean, inv)
-	}
+	defer d.Release(mean, inv)
 	out, y, err := devEmpty(d, storageDType(xv), n, c, xv.Shape())
 	if err != nil {
 		return nil, err
 	}
-	if err := d.Run("norm", func(nn device.NN) error {
-		if err := nn.NormStats(mean, inv, x, eps); err != nil {
-			return err
-		}
-		return nn.NormForward(y, x, g, b, mean, inv)
-	}); err != nil {
+	if err := d.Run("norm", func(nn device.NN) error { return nn.NormForward(y, x, g, b, mean, inv) }); err != nil {
 		return nil, err
-	}
-	if step != 0 {
-		storeNormStats(step, x, eps, normStats{mean: mean, inv: inv})
 	}
 	return out, nil
 }
@@ -154,29 +100,17 @@ func normGradShared(d *device.Device, eps float64, x, g, dy sparse.Matrix) (*nor
 		}
 	}
 	c := x.Cols
-	// The statistics come from the forward of this step when it stored
-	// them (same x, same kernel: the same bits), else they are computed
-	// here, in the same device operation as the column sums.
-	st, cached := cachedNormStats(d, x, eps)
-	s := &normGradSums{mean: st.mean, inv: st.inv}
-	free := func() { d.Release(s.dg, s.db) }
-	var err error
-	if !cached {
-		if s.mean, s.inv, err = allocStats(d, c); err != nil {
-			return nil, nil, err
-		}
-		free = func() { d.Release(s.mean, s.inv, s.dg, s.db) }
+	mean, inv, err := normStatsDevice(d, x, eps)
+	if err != nil {
+		return nil, nil, err
 	}
+	s := &normGradSums{mean: mean, inv: inv}
+	free := func() { d.Release(s.mean, s.inv, s.dg, s.db) }
 	if s.dg, err = d.Alloc(sparse.Float32, 1, c); err == nil {
 		s.db, err = d.Alloc(sparse.Float32, 1, c)
 	}
 	if err == nil {
 		err = d.Run("norm", func(nn device.NN) error {
-			if !cached {
-				if err := nn.NormStats(s.mean, s.inv, x, eps); err != nil {
-					return err
-				}
-			}
 			return nn.NormBackward(sparse.Matrix{}, s.dg, s.db, x, g, dy, s.mean, s.inv)
 		})
 	}
