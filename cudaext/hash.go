@@ -404,9 +404,16 @@ func (c deviceCoords) release(d *Device) {
 // coordsOn returns m ([N, 4] Int32 on this device, or a host []int32) as a
 // device array. Worker only.
 func (e *Engine) coordsOn(op string, m sparse.Matrix) (deviceCoords, error) {
+	return e.int32RowsOn(op, "coordinates", 4, m)
+}
+
+// int32RowsOn returns m ([N, cols] Int32 on this device, or a host []int32,
+// uploaded to a temporary) as a device array of N rows; what names the rows
+// in errors. Worker only.
+func (e *Engine) int32RowsOn(op, what string, cols int, m sparse.Matrix) (deviceCoords, error) {
 	if h, ok := m.Data.([]int32); ok {
-		if m.Cols != 4 || m.Rows < 0 || len(h) != 4*m.Rows {
-			return deviceCoords{}, fmt.Errorf("%w: cudaext: %s: coordinates are %s with %d elements, want [N, 4]", sparse.ErrShape, op, m.Shape(), len(h))
+		if m.Cols != cols || m.Rows < 0 || len(h) != cols*m.Rows {
+			return deviceCoords{}, fmt.Errorf("%w: cudaext: %s: %s are %s with %d elements, want [N, %d]", sparse.ErrShape, op, what, m.Shape(), len(h), cols)
 		}
 		if m.Rows == 0 {
 			return deviceCoords{ptr: e.d.zeroPage}, nil
@@ -421,12 +428,12 @@ func (e *Engine) coordsOn(op string, m sparse.Matrix) (deviceCoords, error) {
 		}
 		return deviceCoords{ptr: tmp.ptr, n: m.Rows, tmp: tmp}, nil
 	}
-	b, err := e.buffer(m, "coordinates")
+	b, err := e.buffer(m, what)
 	if err != nil {
 		return deviceCoords{}, fmt.Errorf("cudaext: %s: %w", op, err)
 	}
-	if b.dtype != sparse.Int32 || m.Cols != 4 {
-		return deviceCoords{}, fmt.Errorf("%w: cudaext: %s: coordinates are %v %s, want Int32 [N, 4]", sparse.ErrShape, op, b.dtype, m.Shape())
+	if b.dtype != sparse.Int32 || m.Cols != cols {
+		return deviceCoords{}, fmt.Errorf("%w: cudaext: %s: %s are %v %s, want Int32 [N, %d]", sparse.ErrShape, op, what, b.dtype, m.Shape(), cols)
 	}
 	return deviceCoords{ptr: e.d.addr(b.ptr), n: m.Rows}, nil
 }

@@ -217,31 +217,7 @@ func (e *Engine) SortCoords(coords sparse.Matrix, ext grid.Extent, mode serializ
 // codesOn returns a [N, 2] Int32 code matrix (device, or host []int32) as
 // a device array of N uint64. Worker only.
 func (e *Engine) codesOn(op string, m sparse.Matrix) (deviceCoords, error) {
-	if h, ok := m.Data.([]int32); ok {
-		if m.Cols != 2 || m.Rows < 0 || len(h) != 2*m.Rows {
-			return deviceCoords{}, fmt.Errorf("%w: cudaext: %s: codes are %s with %d elements, want [N, 2]", sparse.ErrShape, op, m.Shape(), len(h))
-		}
-		if m.Rows == 0 {
-			return deviceCoords{ptr: e.d.zeroPage}, nil
-		}
-		tmp, err := e.d.allocTemp(int64(len(h)) * 4)
-		if err != nil {
-			return deviceCoords{}, err
-		}
-		if err := uploadTo(e.d, tmp.ptr, h); err != nil {
-			e.d.freeTemp(tmp)
-			return deviceCoords{}, err
-		}
-		return deviceCoords{ptr: tmp.ptr, n: m.Rows, tmp: tmp}, nil
-	}
-	b, err := e.buffer(m, "codes")
-	if err != nil {
-		return deviceCoords{}, fmt.Errorf("cudaext: %s: %w", op, err)
-	}
-	if b.dtype != sparse.Int32 || m.Cols != 2 {
-		return deviceCoords{}, fmt.Errorf("%w: cudaext: %s: codes are %v %s, want Int32 [N, 2]", sparse.ErrShape, op, b.dtype, m.Shape())
-	}
-	return deviceCoords{ptr: e.d.addr(b.ptr), n: m.Rows}, nil
+	return e.int32RowsOn(op, "codes", 2, m)
 }
 
 // CodesToHost downloads a device code matrix ([N, 2] Int32 words) as
