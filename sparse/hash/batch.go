@@ -4,10 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"runtime"
 	"slices"
-	"sync"
 
+	"github.com/flexgemm-go/flexgemm/internal/par"
 	"github.com/flexgemm-go/flexgemm/sparse/grid"
 )
 
@@ -188,27 +187,8 @@ func (t *Table) LookupBatch(keys []uint64, out []int32, miss int32) (int, error)
 // queries: 2^20 slots, 8 MiB narrow, beyond the L2 caches.
 const sortedLookupSlots = 1 << 20
 
-// parallelFor runs f(0) … f(n−1) on up to GOMAXPROCS goroutines. Each f(c)
-// runs exactly once, so results written per c do not depend on the number
-// of workers.
-func parallelFor(n int, f func(c int)) {
-	workers := min(runtime.GOMAXPROCS(0), n)
-	if workers <= 1 {
-		for c := range n {
-			f(c)
-		}
-		return
-	}
-	var wg sync.WaitGroup
-	for w := range workers {
-		wg.Go(func() {
-			for c := w; c < n; c += workers {
-				f(c)
-			}
-		})
-	}
-	wg.Wait()
-}
+// parallelFor runs f(0) … f(n−1), each exactly once, in parallel.
+func parallelFor(n int, f func(c int)) { par.For(n, f) }
 
 // FromCoords returns a table mapping the key ext.Key(b, x, y, z) of every row
 // of coords (flat [N, 4], columns batch, x, y, z) to its row index. The

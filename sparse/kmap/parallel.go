@@ -1,9 +1,6 @@
 package kmap
 
-import (
-	"runtime"
-	"sync"
-)
+import "github.com/flexgemm-go/flexgemm/internal/par"
 
 // grain is the number of rows of one work chunk. Chunk boundaries depend
 // only on n, never on the number of workers.
@@ -19,26 +16,8 @@ func parallelRows(n int, f func(lo, hi int)) {
 	})
 }
 
-// parallelChunks runs f(0) … f(nc−1), each exactly once, on up to
-// GOMAXPROCS goroutines; worker w takes chunks w, w+W, w+2W, ….
-func parallelChunks(nc int, f func(c int)) {
-	workers := min(runtime.GOMAXPROCS(0), nc)
-	if workers <= 1 {
-		for c := range nc {
-			f(c)
-		}
-		return
-	}
-	var wg sync.WaitGroup
-	for w := range workers {
-		wg.Go(func() {
-			for c := w; c < nc; c += workers {
-				f(c)
-			}
-		})
-	}
-	wg.Wait()
-}
+// parallelChunks runs f(0) … f(nc−1), each exactly once, in parallel.
+func parallelChunks(nc int, f func(c int)) { par.For(nc, f) }
 
 // fill sets every element of s to v, in parallel for long slices.
 func fill(s []int32, v int32) {
