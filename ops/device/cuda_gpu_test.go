@@ -433,8 +433,9 @@ func TestGPUOutOfMemory(t *testing.T) {
 // shells of 160³ (≈ 200k voxels) for one step per iteration: graph build,
 // forward, backward, Adam. Reported: ms/step (whole step, device
 // synchronised), build-ms (graph construction and compilation on the
-// host), and from separately profiled steps conv-ms, other-ms (device
-// time of convolutions and of everything else) and copies in bytes.
+// host), copies in bytes, and from device-timed steps conv-ms (the
+// convolution kernels), else-ms (everything else on the device stream:
+// other kernels and idle time) and else-% of the stream time.
 func BenchmarkGPUTrainStep(b *testing.B) {
 	cfg := netConfig{in: 4, width: 32, levels: 4, classes: 8, algo: sparse.Auto}
 	coords, ext := synth.SphereShell(160, 2)
@@ -503,25 +504,18 @@ func BenchmarkGPUTrainStep(b *testing.B) {
 			b.ReportMetric(float64(b.Elapsed().Microseconds())/1e3/float64(b.N), "ms/step")
 			b.ReportMetric(float64(build.Microseconds())/1e3/float64(b.N), "build-ms")
 			b.ReportMetric(float64(xfer.Total()), "copied-B/step")
-			d.ResetProfile()
-			d.SetProfiling(true)
-			const profiled = 3
-			for range profiled {
+			const timed = 3
+			require.NoError(b, d.StartDeviceTiming())
+			for range timed {
 				step()
 			}
-			d.SetProfiling(false)
-			prof := d.Profile()
-			var conv, other time.Duration
-			for k, v := range prof {
-				if k == "conv" {
-					conv += v.Total
-				} else {
-					other += v.Total
-				}
-			}
-			b.ReportMetric(float64(conv.Microseconds())/1e3/profiled, "conv-ms")
-			b.ReportMetric(float64(other.Microseconds())/1e3/profiled, "other-ms")
-			b.Logf("%v, %d voxels, %d profiled steps:\n%s", act, bt.x.Shape()[0], profiled, device.FormatProfile(prof))
+			tm, err := d.StopDeviceTiming()
+			require.NoError(b, err)
+			conv, other := tm.ConvShare()
+			b.ReportMetric(conv/timed, "conv-ms")
+			b.ReportMetric(other/timed, "else-ms")
+			b.ReportMetric(100*other/tm.TotalMs, "else-%")
+			b.Logf("%v, %d voxels, device timing of %d steps:\n%s", act, bt.x.Shape()[0], timed, tm)
 		})
 	}
 }

@@ -37,6 +37,9 @@ type Device struct {
 	live map[*entry]struct{} // persistent tensors
 
 	profiling atomic.Bool
+	timer     deviceTimer // nil: the backend cannot time kernels
+	timing    atomic.Bool
+	depth     atomic.Int32 // nesting of timed operations
 	profMu    sync.Mutex
 	prof      map[string]*Timing
 }
@@ -366,6 +369,23 @@ func (d *Device) Run(cat string, f func(NN) error) error {
 }
 
 func (d *Device) timed(cat string, f func() error) error {
+	if d.timing.Load() {
+		// Only the outermost operation is a span: a cast inside a
+		// convolution counts as convolution time.
+		if d.depth.Add(1) > 1 {
+			defer d.depth.Add(-1)
+			return d.wrap(cat, f())
+		}
+		defer d.depth.Add(-1)
+		if err := d.timer.markTiming(cat); err != nil {
+			return d.wrap(cat, err)
+		}
+		err := f()
+		if e := d.timer.markTiming(IdleCategory); e != nil && err == nil {
+			err = e
+		}
+		return d.wrap(cat, err)
+	}
 	if !d.profiling.Load() {
 		return d.wrap(cat, f())
 	}

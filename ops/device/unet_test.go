@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"sync"
 	"testing"
 
 	"github.com/flexgemm-go/flexgemm/ops"
@@ -220,12 +221,22 @@ func buildNet(cfg netConfig, params []*tensor.Dense, x *tensor.Dense, b *batch, 
 	return nt, nil
 }
 
+// paramNames caches newParamNames per configuration: drawing the
+// parameters only for their names cost more than the rest of a graph
+// build of the benchmark's 4-level UNet.
+var paramNames sync.Map // netConfig → []string
+
+// newParamNames returns the names of newParams' parameters, in order.
 func newParamNames(cfg netConfig) []string {
+	if v, ok := paramNames.Load(cfg); ok {
+		return v.([]string)
+	}
 	ps := newParams(cfg, 0)
 	names := make([]string, len(ps))
 	for i, p := range ps {
 		names[i] = p.name
 	}
+	paramNames.Store(cfg, names)
 	return names
 }
 

@@ -1,0 +1,88 @@
+//go:build cudaext
+
+package device_test
+
+import (
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/flexgemm-go/flexgemm/ops"
+	"github.com/flexgemm-go/flexgemm/ops/device"
+	"github.com/flexgemm-go/flexgemm/sparse"
+	"github.com/flexgemm-go/flexgemm/sparse/synth"
+	"github.com/stretchr/testify/require"
+	"gorgonia.org/gorgonia"
+	"gorgonia.org/tensor"
+)
+
+// tracedStep runs one forward+backward of the small UNet on d with every
+// node's value kept (gorgonia.TraceExec) and returns the host copies of
+// the float32-typed node values, in graph order, with the node names.
+func tracedStep(t *testing.T, d *device.Device, cfg netConfig, ps []param, b *batch, scale float64) (names []string, vals [][]float32) {
+	params := toDevice(t, d, ps)
+	st, err := d.BeginStep()
+	require.NoError(t, err)
+	defer func() { require.NoError(t, st.End()) }()
+	x, err := d.Input(b.x)
+	require.NoError(t, err)
+	var lo []ops.LossOption
+	if scale != 1 {
+		lo = append(lo, ops.WithLossScale(scale))
+	}
+	nt, err := buildNet(cfg, params, x, b, lo...)
+	require.NoError(t, err)
+	vm := gorgonia.NewTapeMachine(nt.g, d.VMOpt(), gorgonia.TraceExec())
+	defer vm.Close()
+	require.NoError(t, vm.RunAll())
+	for _, n := range nt.g.AllNodes() {
+		v := n.Value()
+		dv, ok := v.(*tensor.Dense)
+		if !ok || dv.Dtype() != tensor.Float32 {
+			continue
+		}
+		h, err := d.ToHost(dv, device.Other)
+		require.NoError(t, err)
+		names = append(names, fmt.Sprintf("%s %v", n.Name(), n.Shape()))
+		vals = append(vals, append([]float32(nil), h.Data().([]float32)...))
+	}
+	return names, vals
+}
+
+// TestGPUStepNodeByNode is a diagnostic (FLEXGEMM_DIAG=1): it runs the
+// sphere-scene training step in each narrow dtype on the GPU and on the
+// CPU emulation and logs, in graph order, every node whose values differ
+// by more than 4 units of the dtype's rounding, so a disagreement in the
+// training-step test can be traced to the first op that produces it.
+func TestGPUStepNodeByNode(t *testing.T) {
+	if os.Getenv("FLEXGEMM_DIAG") == "" {
+		t.Skip("diagnostic: set FLEXGEMM_DIAG=1")
+	}
+	cfg := smallNet
+	coords, ext := synth.SphereShell(24, 2)
+	b := newBatch(t, cfg, coords, ext, 3)
+	ps := newParams(cfg, 2)
+	for _, tc := range []struct {
+		act   sparse.DType
+		scale float64
+		ulp   float64
+	}{{sparse.Float16, 1024, 1.0 / 2048}, {sparse.BFloat16, 1, 1.0 / 256}} {
+		g := openGPU(t, tc.act)
+		gn, gv := tracedStep(t, g, cfg, ps, b, tc.scale)
+		g.Close()
+		f, err := device.OpenFake(device.WithActivations(tc.act))
+		require.NoError(t, err)
+		fn, fv := tracedStep(t, f, cfg, ps, b, tc.scale)
+		f.Close()
+		require.Equal(t, fn, gn)
+		var rows []string
+		for i := range gn {
+			e := relErr(gv[i], fv[i])
+			if e > 4*tc.ulp || len(rows) < 3 {
+				rows = append(rows, fmt.Sprintf("%4d %-60s %.2e", i, gn[i], e))
+			}
+		}
+		t.Logf("%v: %d float32-typed nodes; nodes with rel.err > %.1e (GPU vs emulation):\n%s", tc.act, len(gn), 4*tc.ulp, strings.Join(rows, "\n"))
+	}
+}
