@@ -384,29 +384,53 @@ func profileSteps(t *unet.Trainer, train unet.Source, o *options, stdout io.Writ
 		fmt.Fprintln(stdout, "profile: the CPU has no device profile (use -cpuprofile)")
 		return nil
 	}
-	order := make([]int, o.profileSteps)
+	order := make([]int, 2*o.profileSteps) // device timing, then the wall-clock profile
 	for i := range order {
 		order[i] = i % o.trainBatches
 	}
 	samples := t.Model.Prefetch(train, order, o.grid)
 	defer samples.Stop()
-	d.ResetProfile()
-	d.SetProfiling(true)
-	defer d.SetProfiling(false)
-	var wall time.Duration
-	for range order {
-		s, err := samples.Next()
+	run := func() (time.Duration, error) {
+		var wall time.Duration
+		for range o.profileSteps {
+			s, err := samples.Next()
+			if err != nil {
+				return 0, err
+			}
+			t0 := time.Now()
+			if _, err := t.Step(s); err != nil {
+				return 0, fmt.Errorf("profiled step: %w", err)
+			}
+			wall += time.Since(t0)
+		}
+		return wall, nil
+	}
+	n := time.Duration(o.profileSteps)
+	// A device that times its kernels (CUDA): the device's own account of
+	// the steps, without waiting for it around every operation.
+	if err := d.StartDeviceTiming(); err == nil {
+		wall, err := run()
+		tm, terr := d.StopDeviceTiming()
 		if err != nil {
 			return err
 		}
-		t0 := time.Now()
-		if _, err := t.Step(s); err != nil {
-			return fmt.Errorf("profiled step: %w", err)
+		if terr != nil {
+			return terr
 		}
-		wall += time.Since(t0)
+		conv, other := tm.ConvShare()
+		k := float64(o.profileSteps)
+		fmt.Fprintf(stdout, "device timing (%d steps, per step): stream %.2f ms = conv kernels %.2f ms + everything else %.2f ms (%.1f%%: other kernels, idle inside ops and between them); wall %.2f ms\n",
+			o.profileSteps, tm.TotalMs/k, conv/k, other/k, 100*other/max(tm.TotalMs, 1e-9), ms(wall/n))
+		fmt.Fprint(stdout, tm.String())
+	}
+	d.ResetProfile()
+	d.SetProfiling(true)
+	defer d.SetProfiling(false)
+	wall, err := run()
+	if err != nil {
+		return err
 	}
 	p := d.Profile()
-	n := time.Duration(o.profileSteps)
 	var conv, all time.Duration
 	for k, v := range p {
 		all += v.Total
@@ -414,7 +438,7 @@ func profileSteps(t *unet.Trainer, train unet.Source, o *options, stdout io.Writ
 			conv += v.Total
 		}
 	}
-	fmt.Fprintf(stdout, "profile (%d steps, per step): conv %.2f ms, everything else %.2f ms, device ops %.2f ms, wall %.2f ms\n",
+	fmt.Fprintf(stdout, "wall-clock profile, waiting for the device around every op (%d steps, per step): conv %.2f ms, everything else %.2f ms, device ops %.2f ms, wall %.2f ms\n",
 		o.profileSteps, ms(conv/n), ms((all-conv)/n), ms(all/n), ms(wall/n))
 	fmt.Fprint(stdout, device.FormatProfile(p))
 	return nil
