@@ -179,15 +179,33 @@ func (d *Device) submanifold(op string, c deviceCoords, ext grid.Extent, conv gr
 	}
 	defer d.freeTable(t)
 	dm := &devMap{nIn: c.n, nOut: c.n, V: V}
-	if err := d.buildNbr(dm, c.ptr, ext, conv, t, false); err != nil {
+	if err := d.buildSubNbr(dm, c.ptr, ext, conv, t); err != nil {
 		d.freeDevMap(dm)
 		return nil, err
 	}
-	if err := d.buildRev(dm, true); err != nil {
-		d.freeDevMap(dm)
-		return nil, err
-	}
+	// The reverse table is Nbr with its taps mirrored; it is derived on
+	// first use (revTable), so inference never builds it.
 	return dm, nil
+}
+
+// buildSubNbr fills dm.nbr of a submanifold map over coords (odd kernel
+// sizes, as ValidateSubmanifold requires) with kmap_nbr_sub: the table is
+// filled with −1, then half the taps are probed and each hit is also
+// written to its mirror entry.
+func (d *Device) buildSubNbr(dm *devMap, coords devPtr, ext grid.Extent, conv grid.Conv, t *devTable) error {
+	var err error
+	if dm.nbr, err = d.allocTable(dm.nOut, dm.V); err != nil {
+		return err
+	}
+	total := int64(dm.nOut) * int64(dm.V)
+	if total == 0 {
+		return nil
+	}
+	if err := d.fillI32(dm.nbr.ptr, -1, total); err != nil {
+		return err
+	}
+	g, b := d.elementwise(int64(dm.nOut) * int64(max((dm.V-1)/2, 1)))
+	return d.launch("kmap_nbr_sub", g, b, 0, coords, int64(dm.nOut), extOf(ext), convOf(conv), t.arg(), dm.nbr.ptr)
 }
 
 // reached generates the output sites of a strided (coarse) or transposed
@@ -350,7 +368,7 @@ func (d *Device) copyCoords(c deviceCoords) (rawBuf, error) {
 func (e *Engine) finish(m *kmap.Map, dm *devMap, in, out rawBuf) {
 	me := e.entry(m)
 	me.nbr, me.haveNbr = dm.nbr, true
-	me.rev, me.haveRev = dm.rev, true
+	me.rev, me.haveRev = dm.rev, dm.rev.ptr != 0 // submanifold: derived on first use
 	me.inC, me.outC, me.haveIn, me.haveOut = in, out, true, true
 	me.sameCoords = in.ptr == out.ptr
 	if dm.out.ptr == out.ptr {
@@ -637,16 +655,22 @@ const (
 	// (kmap.Masked.Tiles) for the tile heights asked for.
 	TableMasked
 	// TableReverseMasked is TableMasked for the reverse table (masked input
-	// gradient).
+	// gradient); it implies TableReverse.
 	TableReverseMasked
+	// TableReverse is the reverse table (kmap.Map.Reverse) of the input
+	// gradient. Maps built by StridedMap, TransposedMap and InverseMap have
+	// it from the build; a submanifold map's (its Nbr with the taps
+	// mirrored) is derived when asked for here or on first use.
+	TableReverse
 	// TablesAll selects every derived table.
-	TablesAll = TablePairs | TableMasked | TableReverseMasked
+	TablesAll = TablePairs | TableMasked | TableReverseMasked | TableReverse
 )
 
 // DeriveTables computes the selected derived tables of m on the device
 // from its device Nbr (uploaded once if m was built on the host) and keeps
 // them in the engine's map cache, so the convolutions that need them find
-// them there. The reverse table is always derived. For TableMasked and
+// them there. The reverse table is derived for TableReverse and
+// TableReverseMasked (inference needs neither). For TableMasked and
 // TableReverseMasked it derives the masks and Gray order, plus the tile
 // tap unions for each height in tileRows (tile rows, kernels.Tile.BM);
 // the unions of any other height are derived by the first masked
@@ -664,8 +688,10 @@ func (e *Engine) DeriveTables(m *kmap.Map, which Tables, tileRows ...int) error 
 		}
 	}
 	return e.d.do(func() error {
-		if _, err := e.revTable(m); err != nil {
-			return err
+		if which&(TableReverse|TableReverseMasked) != 0 {
+			if _, err := e.revTable(m); err != nil {
+				return err
+			}
 		}
 		if which&TablePairs != 0 {
 			if _, _, _, _, err := e.pairTables(m); err != nil {

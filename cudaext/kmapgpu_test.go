@@ -16,20 +16,25 @@ import (
 	"github.com/flexgemm-go/flexgemm/sparse/synth"
 )
 
-// gxDeviceTables downloads the cached device Nbr and Rev of m.
+// gxDeviceTables downloads the cached device Nbr and Rev of m (the reverse
+// table of a submanifold map is derived here if no one asked for it yet).
 func gxDeviceTables(t testing.TB, e *Engine, m *kmap.Map) (nbr, rev []int32) {
 	t.Helper()
 	V := m.V()
 	require.NoError(t, e.d.do(func() error {
 		me := e.entry(m)
-		if !me.haveNbr || !me.haveRev {
-			return fmt.Errorf("map tables not cached (nbr %v, rev %v)", me.haveNbr, me.haveRev)
+		if !me.haveNbr {
+			return fmt.Errorf("map Nbr not cached")
 		}
 		var err error
 		if nbr, err = download[int32](e.d, me.nbr.ptr, m.NOut*V); err != nil {
 			return err
 		}
-		rev, err = download[int32](e.d, me.rev.ptr, m.NIn*V)
+		rp, err := e.revTable(m)
+		if err != nil {
+			return err
+		}
+		rev, err = download[int32](e.d, rp, m.NIn*V)
 		return err
 	}))
 	return nbr, rev
@@ -258,6 +263,110 @@ func TestGPUSubmanifoldMap(t *testing.T) {
 				if len(sc.coords) > 0 {
 					require.Same(t, &sc.coords[0], &h.InCoords[0])
 				}
+			})
+		}
+	}
+}
+
+// gxBlobs returns the unique coordinates of random blobs (density 1/2)
+// of side `side` at the given corners (batch, x, y, z), clipped to ext,
+// shuffled: neighbours straddle the grid faces and the batch boundary.
+func gxBlobs(rng *rand.Rand, ext grid.Extent, side int, corners [][4]int) []int32 {
+	seen := map[[4]int]bool{}
+	var c []int32
+	for _, o := range corners {
+		for dx := range side {
+			for dy := range side {
+				for dz := range side {
+					p := [4]int{o[0], o[1] + dx, o[2] + dy, o[3] + dz}
+					if p[1] >= ext.X || p[2] >= ext.Y || p[3] >= ext.Z || seen[p] || rng.IntN(2) == 0 {
+						continue
+					}
+					seen[p] = true
+					c = append(c, int32(p[0]), int32(p[1]), int32(p[2]), int32(p[3]))
+				}
+			}
+		}
+	}
+	return gxShuffled(rng, c)
+}
+
+// TestGPUSubmanifoldMapSymmetric checks the half-tap submanifold builder
+// (kmap_nbr_sub: probe the taps before the centre, write each hit and its
+// mirror into a table filled with −1) against kmap.NewSubmanifold in both
+// key layouts (narrow: 32-bit keys; wide: an extent of more than 2^32
+// sites), with dilations, anisotropic kernels, a batch of 3, voxels on
+// every grid face, one voxel and none. The reverse table is not built with
+// the map: it is derived on first use (or by DeriveTables with
+// TableReverse) and equals cpu.Reverse(); DeriveTables(TableMasked) does
+// not derive it. Two builds give the same tables.
+func TestGPUSubmanifoldMapSymmetric(t *testing.T) {
+	e := gxEngine(t)
+	rng := rand.New(rand.NewPCG(31, 32))
+	narrow := grid.Extent{Batch: 3, X: 12, Y: 9, Z: 10}
+	wide := grid.Extent{Batch: 3, X: 4000, Y: 3000, Z: 1000} // 3.6e10 sites
+	require.Equal(t, 32, narrow.KeyBits())
+	require.Equal(t, 64, wide.KeyBits())
+	corners := func(ext grid.Extent) [][4]int {
+		return [][4]int{
+			{0, 0, 0, 0},
+			{1, ext.X - 5, ext.Y - 5, ext.Z - 5},
+			{2, ext.X - 3, 0, ext.Z / 2},
+			{2, ext.X / 2, ext.Y - 4, 0},
+		}
+	}
+	scenes := []gxScene{
+		{"narrow-empty", nil, narrow},
+		{"narrow-single", []int32{1, 0, 8, 9}, narrow},
+		{"narrow-blobs", gxBlobs(rng, narrow, 6, corners(narrow)), narrow},
+		{"wide-empty", nil, wide},
+		{"wide-single", []int32{2, 3999, 2999, 999}, wide},
+		{"wide-blobs", gxBlobs(rng, wide, 7, corners(wide)), wide},
+	}
+	ks := []struct{ k, d [3]int }{
+		{[3]int{3, 3, 3}, [3]int{1, 1, 1}},
+		{[3]int{3, 3, 3}, [3]int{2, 1, 3}},
+		{[3]int{1, 1, 1}, [3]int{1, 1, 1}}, // no tap but the centre
+		{[3]int{1, 1, 3}, [3]int{1, 1, 2}}, // one tap before the centre
+		{[3]int{5, 3, 1}, [3]int{1, 2, 1}},
+		{[3]int{5, 5, 5}, [3]int{1, 1, 1}},
+	}
+	for _, sc := range scenes {
+		for _, g := range ks {
+			t.Run(fmt.Sprintf("%s/k%v/d%v", sc.name, g.k, g.d), func(t *testing.T) {
+				cpu, err := kmap.NewSubmanifold(sc.coords, sc.ext, g.k, g.d)
+				require.NoError(t, err)
+				build := func() *kmap.Map {
+					return gxBuild(t, e, func() (*kmap.Map, error) {
+						return e.SubmanifoldMap(gxCoords(t, e, sc.coords), sc.ext, g.k, g.d)
+					})
+				}
+				gpu := build()
+				var haveRev bool
+				require.NoError(t, e.d.do(func() error { haveRev = e.entry(gpu).haveRev; return nil }))
+				require.False(t, haveRev, "a submanifold build leaves the reverse table to first use")
+				require.NoError(t, e.DeriveTables(gpu, TableMasked))
+				require.NoError(t, e.d.do(func() error { haveRev = e.entry(gpu).haveRev; return nil }))
+				require.False(t, haveRev, "DeriveTables(TableMasked) derives no reverse table")
+				require.NoError(t, e.DeriveTables(gpu, TableReverse))
+				require.NoError(t, e.d.do(func() error { haveRev = e.entry(gpu).haveRev; return nil }))
+				require.True(t, haveRev, "DeriveTables(TableReverse) derives the reverse table")
+				gxSameMap(t, e, gpu, cpu)
+				// Centre identity and the mirror relation, directly.
+				V := cpu.V()
+				for o := range cpu.NOut {
+					require.Equal(t, int32(o), gpu.Nbr[o*V+(V-1)/2])
+					for v := range V {
+						if j := gpu.Nbr[o*V+v]; j >= 0 {
+							require.Equal(t, int32(o), gpu.Nbr[int(j)*V+V-1-v])
+						}
+					}
+				}
+				again := build()
+				dn, dr := gxDeviceTables(t, e, again)
+				require.True(t, slices.Equal(cpu.Nbr, dn), "second build: Nbr differs at %d", firstDiff(cpu.Nbr, dn))
+				require.True(t, slices.Equal(cpu.Reverse(), dr), "second build: Rev differs at %d", firstDiff(cpu.Reverse(), dr))
+				gxSameDerived(t, e, again, cpu)
 			})
 		}
 	}

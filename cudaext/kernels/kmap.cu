@@ -8,9 +8,18 @@
 // Geometry per axis: fine = coarse·S − P + k·D, tap v = (kx·Ky + ky)·Kz + kz.
 // Submanifold maps are "fine" maps with S = 1, P = ⌊K/2⌋·D.
 //
-//   kmap_nbr_fine      Nbr of submanifold/strided maps: the input at
-//                      out·S − P + k·D (one thread per (o, v), coalesced
-//                      writes)
+//   kmap_nbr_sub       Nbr of submanifold maps from half the taps: one
+//                      thread per (row o, tap h < c), c = (V−1)/2 the
+//                      centre; it probes j = row at coords[o] + off(h) and
+//                      writes Nbr[o, h] = j and, when j ≥ 0, the mirror
+//                      entry Nbr[j, V−1−h] = o (off(V−1−h) = −off(h) for
+//                      odd kernels); thread h = 0 writes Nbr[o, c] = o.
+//                      Every entry has exactly one writer; the host fills
+//                      the table with −1 first, so a mirror entry nobody
+//                      writes stays −1.
+//   kmap_nbr_fine      Nbr of strided maps (and submanifold maps of any
+//                      shape): the input at out·S − P + k·D (one thread
+//                      per (o, v), coalesced writes)
 //   kmap_nbr_coarse    Nbr of transposed maps: the input i with
 //                      i·S − P + k·D = out
 //   kmap_cand_coarse   strided output candidates: key of (p + P − k·D)/S
@@ -69,6 +78,33 @@ __device__ void nbr_fine(const int* out, i64 n_out, Ext in, Conv c, Table t, int
     const i64 y = (i64)q.z * c.S[1] - c.P[1] + (i64)k[1] * c.D[1];
     const i64 z = (i64)q.w * c.S[2] - c.P[2] + (i64)k[2] * c.D[2];
     nbr[e] = in.contains(q.x, x, y, z) ? table_find(t, in.key(q.x, x, y, z)) : -1;
+  }
+}
+
+// nbr_sub is kmap_nbr_sub (see the header): S = 1, P = ⌊K/2⌋·D and odd K,
+// so tap V−1−v is the negated offset of tap v and Nbr[j, V−1−v] = o
+// exactly when Nbr[o, v] = j (rows are unique: the hash build rejects
+// duplicates).
+__device__ void nbr_sub(const int* coords, i64 n, Ext ext, Conv c, Table t, int* nbr) {
+  const int H = (c.V - 1) / 2;  // taps before the centre; the centre is tap H
+  const int Hm = H > 0 ? H : 1;
+  const i64 total = n * Hm;
+  for (i64 e = gtid(); e < total; e += gstride()) {
+    i64 o;
+    int h;
+    divide(e, total, Hm, &o, &h);
+    int* row = nbr + o * c.V;
+    if (h == 0) row[H] = (int)o;
+    if (h >= H) continue;
+    int k[3];
+    c.tap(h, k);
+    const int4 q = reinterpret_cast<const int4*>(coords)[o];
+    const i64 x = (i64)q.y * c.S[0] - c.P[0] + (i64)k[0] * c.D[0];
+    const i64 y = (i64)q.z * c.S[1] - c.P[1] + (i64)k[1] * c.D[1];
+    const i64 z = (i64)q.w * c.S[2] - c.P[2] + (i64)k[2] * c.D[2];
+    const int j = ext.contains(q.x, x, y, z) ? table_find(t, ext.key(q.x, x, y, z)) : -1;
+    row[h] = j;
+    if (j >= 0) nbr[(i64)j * c.V + (c.V - 1 - h)] = (int)o;
   }
 }
 
@@ -193,6 +229,9 @@ extern "C" {
 
 __global__ void kmap_nbr_fine(const int* out, long long n_out, fgx::Ext in, fgk::Conv c, fgx::Table t, int* nbr) {
   fgk::nbr_fine(out, n_out, in, c, t, nbr);
+}
+__global__ void kmap_nbr_sub(const int* coords, long long n, fgx::Ext ext, fgk::Conv c, fgx::Table t, int* nbr) {
+  fgk::nbr_sub(coords, n, ext, c, t, nbr);
 }
 __global__ void kmap_nbr_coarse(const int* out, long long n_out, fgx::Ext in, fgk::Conv c, fgx::Table t, int* nbr) {
   fgk::nbr_coarse(out, n_out, in, c, t, nbr);
