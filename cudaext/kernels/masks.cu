@@ -6,7 +6,11 @@
 //                    rank of the mask in the reflected Gray sequence (bit j
 //                    of the rank = XOR of the mask bits ≥ j, across words);
 //                    with W == 1 and V ≤ 32 the rank is written as uint32;
-//                    with both rank pointers null only the masks
+//                    with both rank pointers null only the masks. For
+//                    W == 1 (V ≤ 64) each warp takes 32 rows: it reads
+//                    their 32·V entries coalesced, one ballot per 32
+//                    entries into a bit string in shared memory, and lane
+//                    i cuts row i's V bits out of it (no atomics)
 //   masks_word       keys[j] = rank[order[j]·W + w] (one LSD word pass)
 //   masks_union      OR of the masks of each tile of `rows` consecutive
 //                    entries of the order; cnt[tile] += popcount
@@ -27,7 +31,49 @@ __device__ __forceinline__ u64 gray_to_binary(u64 x) {
   return x;
 }
 
+constexpr int kBuildWarps = 8;  // masks_build runs 256-thread blocks
+
+// build1 is build for W == 1. The loops are warp-uniform (r0 is the same
+// for the 32 lanes), so every lane reaches every ballot and __syncwarp.
+__device__ void build1(const int* table, i64 rows, int V, u64* mask, u64* rank64, u32* rank32) {
+  __shared__ u32 bits[kBuildWarps][64 + 2];  // 32·V bits, two zero words of slack
+  const int lane = threadIdx.x & 31;
+  u32* b = bits[(threadIdx.x >> 5) % kBuildWarps];
+  const i64 warps = gstride() >> 5;
+  for (i64 r0 = (gtid() >> 5) << 5; r0 < rows; r0 += warps << 5) {
+    const int nr = (int)min((i64)32, rows - r0);
+    const int cnt = nr * V;  // entries of this group
+    const int* base = table + r0 * V;
+#pragma unroll 4
+    for (int k = 0; k < V; ++k) {
+      const int e = 32 * k + lane;
+      const unsigned hit = __ballot_sync(0xffffffffu, e < cnt && base[e] >= 0);
+      if (lane == 0) b[k] = hit;
+    }
+    if (lane < 2) b[V + lane] = 0;
+    __syncwarp();
+    if (lane < nr) {
+      const int p = lane * V, w = p >> 5, s = p & 31;
+      const u64 lo = (u64)b[w] | ((u64)b[w + 1] << 32);
+      u64 m = lo >> s;
+      if (s) m |= (u64)b[w + 2] << (64 - s);
+      if (V < 64) m &= (1ull << V) - 1;
+      mask[r0 + lane] = m;
+      const u64 x = gray_to_binary(m);
+      if (rank32)
+        rank32[r0 + lane] = (u32)x;
+      else if (rank64)
+        rank64[r0 + lane] = x;
+    }
+    __syncwarp();
+  }
+}
+
 __device__ void build(const int* table, i64 rows, int V, int W, u64* mask, u64* rank64, u32* rank32) {
+  if (W == 1 && blockDim.x == 32 * kBuildWarps) {
+    build1(table, rows, V, mask, rank64, rank32);
+    return;
+  }
   for (i64 r = gtid(); r < rows; r += gstride()) {
     const int* row = table + r * V;
     u64 carry = 0;  // parity of all higher words: 0 or all ones
