@@ -232,7 +232,9 @@ func (e *Engine) reduce(part devPtr, out *Buffer, bias devPtr, rows, cols int64,
 	return e.d.launch(name, g, b, 0, part, out.ptr, bias, rows, cols, int64(splits))
 }
 
-// pairsJob is one launch of the pairs family.
+// pairsJob is one launch of the pairs family. out has the operands' dtype
+// or, for float16/bfloat16 operands, float32 (no rounding of the float32
+// accumulators).
 type pairsJob struct {
 	math       kernels.Math
 	tile       kernels.Tile
@@ -267,13 +269,18 @@ func (e *Engine) runPairs(j pairsJob) error {
 		p.Vec = 1
 	}
 	var part rawBuf
-	if splits > 1 {
+	switch {
+	case splits > 1:
 		var err error
 		if part, err = d.allocTemp(int64(splits) * j.M * j.V * j.N * 4); err != nil {
 			return err
 		}
 		defer d.freeTemp(part)
 		p.Part = uint64(part.ptr)
+	case esz == 2 && j.out.dtype == sparse.Float32:
+		// Narrow operands, float32 result: the kernel writes its float32
+		// accumulators through the partials path straight into out.
+		p.Part = uint64(j.out.ptr)
 	}
 	if j.V > 65535 {
 		return fmt.Errorf("%w: kernel volume %d exceeds 65535", sparse.ErrShape, j.V)
@@ -283,6 +290,7 @@ func (e *Engine) runPairs(j pairsJob) error {
 		return err
 	}
 	if splits > 1 {
+		// The reduction rounds to out's dtype: float32 or the operands'.
 		return e.reduce(part.ptr, j.out, 0, j.M, j.V*j.N, splits)
 	}
 	return nil
@@ -545,7 +553,11 @@ func (e *Engine) InputGrad(m *kmap.Map, dy, w sparse.Matrix, o Options) (sparse.
 // WeightGrad computes dw [Co, V·Ci] with dw[:, v, :] = Σ_{(i,o) ∈ pairs(v)}
 // dy[o] ⊗ x[i] (see sparse.ConvEngine.ConvWeightGrad): one GEMM per tap
 // over the pair lists (Explicit: over the im2col matrix); split-K partials
-// are reduced in split order, so results are deterministic.
+// are reduced in split order, so results are deterministic. The result of
+// float16/bfloat16 inputs is float32, written from the float32
+// accumulators (one split) or by the float32 reduction of the partials,
+// never rounded to the narrow type; o.NarrowWeightGrad rounds it to the
+// inputs' dtype instead.
 func (e *Engine) WeightGrad(m *kmap.Map, x, dy sparse.Matrix, o Options) (sparse.Matrix, error) {
 	const op = "cudaext: WeightGrad"
 	if err := e.checkMap(op, m); err != nil {
@@ -581,10 +593,11 @@ func (e *Engine) WeightGrad(m *kmap.Map, x, dy sparse.Matrix, o Options) (sparse
 		return sparse.Matrix{}, err
 	}
 	alg := resolve(o.Algorithm)
+	outDT := weightGradDType(xb.dtype, o.NarrowWeightGrad)
 	var out *Buffer
 	err = e.d.do(func() error {
 		var err error
-		if out, err = e.newOutput(xb.dtype, int(co*V*ci)); err != nil {
+		if out, err = e.newOutput(outDT, int(co*V*ci)); err != nil {
 			return err
 		}
 		if co*V*ci == 0 {
@@ -627,9 +640,25 @@ func (e *Engine) WeightGrad(m *kmap.Map, x, dy sparse.Matrix, o Options) (sparse
 	return sparse.Matrix{Rows: int(co), Cols: int(V * ci), Data: out}, nil
 }
 
+// weightGradDType is the dtype of a weight gradient of inputs of dtype dt:
+// float32 for float16/bfloat16 unless narrow is set, dt otherwise.
+func weightGradDType(dt sparse.DType, narrow bool) sparse.DType {
+	if !narrow && (dt == sparse.Float16 || dt == sparse.BFloat16) {
+		return sparse.Float32
+	}
+	return dt
+}
+
 // BiasGrad returns db [1, Co], the column sums of dy, summed in a fixed
-// order (float32 accumulation).
+// order (float32 accumulation), in float32 for every float dtype of dy
+// (see BiasGradAs).
 func (e *Engine) BiasGrad(dy sparse.Matrix) (sparse.Matrix, error) {
+	return e.BiasGradAs(dy, sparse.Float32)
+}
+
+// BiasGradAs is BiasGrad with the result in dtype dt: float32 (the
+// float32 sums as they are) or dy's own dtype (rounded once, at the end).
+func (e *Engine) BiasGradAs(dy sparse.Matrix, dt sparse.DType) (sparse.Matrix, error) {
 	db, err := e.buffer(dy, "dy")
 	if err != nil {
 		return sparse.Matrix{}, err
@@ -637,13 +666,17 @@ func (e *Engine) BiasGrad(dy sparse.Matrix) (sparse.Matrix, error) {
 	if db.dtype == sparse.Int32 {
 		return sparse.Matrix{}, fmt.Errorf("%w: BiasGrad of int32 data", sparse.ErrDType)
 	}
+	if dt != sparse.Float32 && dt != db.dtype {
+		return sparse.Matrix{}, fmt.Errorf("%w: BiasGrad of %v data into %v (want float32 or %v)", sparse.ErrDType, db.dtype, dt, db.dtype)
+	}
 	rows, cols := int64(dy.Rows), int64(dy.Cols)
-	sfx := map[sparse.DType]string{sparse.Float32: "f32", sparse.Float16: "f16", sparse.BFloat16: "bf16"}[db.dtype]
+	sfxs := map[sparse.DType]string{sparse.Float32: "f32", sparse.Float16: "f16", sparse.BFloat16: "bf16"}
+	sfx, outSfx := sfxs[db.dtype], sfxs[dt]
 	var out *Buffer
 	err = e.d.do(func() error {
 		d := e.d
 		var err error
-		if out, err = e.newOutput(db.dtype, int(cols)); err != nil {
+		if out, err = e.newOutput(dt, int(cols)); err != nil {
 			return err
 		}
 		if cols == 0 {
@@ -664,7 +697,9 @@ func (e *Engine) BiasGrad(dy sparse.Matrix) (sparse.Matrix, error) {
 			return err
 		}
 		g, b := d.elementwise(cols)
-		return d.launch("spconv_bias_grad2_"+sfx, g, b, 0, part.ptr, out.ptr, chunks, cols)
+		// Stage 2 reads float32 partials whatever dy's dtype; its suffix
+		// is the output's.
+		return d.launch("spconv_bias_grad2_"+outSfx, g, b, 0, part.ptr, out.ptr, chunks, cols)
 	})
 	if err != nil {
 		if out != nil {

@@ -67,7 +67,9 @@ func ConvInputGrad(m *kmap.Map, dy, w Matrix, opt ConvOptions) (Matrix, error) {
 //
 //	dw[:, v, :] = Σ_{o : i = m.Nbr[o, v] ≥ 0} dy[o, :] ⊗ x[i, :]
 //
-// Shapes: x [m.NIn, Ci]; dy [m.NOut, Co]; result [Co, V·Ci].
+// Shapes: x [m.NIn, Ci]; dy [m.NOut, Co]; result [Co, V·Ci]. The result
+// has the inputs' dtype, except that float16/bfloat16 device inputs give a
+// float32 result (unless opt.NarrowWeightGrad is set).
 func ConvWeightGrad(m *kmap.Map, x, dy Matrix, opt ConvOptions) (Matrix, error) {
 	if err := checkMap("ConvWeightGrad", m); err != nil {
 		return Matrix{}, err
@@ -92,7 +94,8 @@ func ConvWeightGrad(m *kmap.Map, x, dy Matrix, opt ConvOptions) (Matrix, error) 
 }
 
 // BiasGrad returns the gradient of Conv with respect to bias: the column
-// sums of dy, as a [1, Co] matrix.
+// sums of dy, as a [1, Co] matrix of dy's dtype (float32 for float16 and
+// bfloat16 device data).
 func BiasGrad(dy Matrix) (Matrix, error) {
 	if err := dy.Validate(); err != nil {
 		return Matrix{}, fmt.Errorf("sparse: BiasGrad: %w", err)

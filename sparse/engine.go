@@ -18,6 +18,14 @@ type ConvOptions struct {
 	// TileRows is the number of output rows per tile of the implicit and
 	// masked algorithms; 0 lets the engine choose.
 	TileRows int
+	// NarrowWeightGrad asks ConvWeightGrad to round the weight gradient
+	// of float16/bfloat16 inputs to the inputs' dtype. By default that
+	// gradient is returned in float32, straight from the float32
+	// accumulators: mixed-precision training keeps float32 master weights
+	// and wants float32 gradients of them, and a float16 result would
+	// also overflow above 65504 under a large loss scale. Engines without
+	// narrow dtypes (the CPU engine) ignore it.
+	NarrowWeightGrad bool
 }
 
 // ConvEngine computes sparse convolutions over a kernel map m with V taps.
@@ -31,9 +39,12 @@ type ConvEngine interface {
 	// ConvInputGrad returns dx [NIn, Ci] = Σ_v w[:, v, :]ᵀ · dy[Rev[i,v]].
 	ConvInputGrad(m *kmap.Map, dy, w Matrix, opt ConvOptions) (Matrix, error)
 	// ConvWeightGrad returns dw [Co, V·Ci] with
-	// dw[:, v, :] = Σ_{(i,o) ∈ pairs(v)} dy[o] ⊗ x[i].
+	// dw[:, v, :] = Σ_{(i,o) ∈ pairs(v)} dy[o] ⊗ x[i]. An engine with
+	// float16/bfloat16 data returns dw of such inputs in float32 unless
+	// opt.NarrowWeightGrad is set.
 	ConvWeightGrad(m *kmap.Map, x, dy Matrix, opt ConvOptions) (Matrix, error)
-	// BiasGrad returns db [1, Co], the column sums of dy.
+	// BiasGrad returns db [1, Co], the column sums of dy; an engine with
+	// float16/bfloat16 data returns db of such dy in float32.
 	BiasGrad(dy Matrix) (Matrix, error)
 }
 

@@ -14,7 +14,9 @@
 //           A null table is the identity (explicit GEMM on an im2col matrix).
 //   pairs   out[m, v, n] = Σ_{p ∈ seg(v)} a[ia[p], m] · b[ib[p], n]
 //           weight gradient (a = dy, b = x) over per-tap pair lists,
-//           optional split-K partials.
+//           optional split-K partials; the accumulators go to float32
+//           part whenever it is set (also with one split: a float32
+//           result of narrow operands), to T out otherwise.
 //
 // Operands are staged in shared memory by cp.async (16-byte copies with
 // zero fill) when rows are 16-byte aligned, and by plain loads otherwise, so
@@ -127,8 +129,11 @@ static_assert(sizeof(GatherParams) == 16 * 8, "GatherParams layout");
 struct PairsParams {
   const void* a;          // [*, M] operand gathered by ia (dy)
   const void* b;          // [*, N] operand gathered by ib (x)
-  void* out;              // [M, V, N] result (splits == 1)
-  float* part;            // [splits, M, V·N] float32 partials (splits > 1)
+  void* out;              // [M, V, N] result in T (used when part is null)
+  float* part;            // [splits, M, V·N] float32 partials, or null. With
+                          // splits == 1 it may be the float32 [M, V, N]
+                          // result itself (float32 weight gradients of
+                          // float16/bfloat16 operands, no rounding to T)
   const int* ia;          // pair rows into a; null = identity
   const int* ib;          // pair rows into b; null = identity
   const long long* seg;   // [V + 1] pair segments per tap; null = one segment [0, K)
@@ -693,7 +698,7 @@ template <class C> __device__ __forceinline__ void pairs_gemm(const PairsParams&
         if (n >= p.N) continue;
         const int nv = n + 1 < p.N ? 2 : 1;
         const long long off = m * ldo + (long long)v * p.N + n;
-        if (p.splits == 1) {
+        if (p.part == nullptr) {
           store2<T>(out + off, acc[mi][ni][2 * h], acc[mi][ni][2 * h + 1], nv, pairOK);
         } else {
           store2<float>(p.part + (long long)z * p.M * ldo + off, acc[mi][ni][2 * h], acc[mi][ni][2 * h + 1], nv,

@@ -75,7 +75,11 @@ func Hash(w interface{ WriteHash(hash.Hash) }) uint32 {
 // text used by op names and hashes: the map identity and kind, its
 // geometry and sizes, and every option.
 func ConvSignature(m *kmap.Map, opt sparse.ConvOptions) string {
-	return fmt.Sprintf("%s algo=%v splitk=%d tile=%d", MapSignature(m), opt.Algorithm, opt.SplitK, opt.TileRows)
+	s := fmt.Sprintf("%s algo=%v splitk=%d tile=%d", MapSignature(m), opt.Algorithm, opt.SplitK, opt.TileRows)
+	if opt.NarrowWeightGrad {
+		s += " narrow-wgrad"
+	}
+	return s
 }
 
 // MapSignature describes a kernel map: identity, kind, geometry and sizes.
@@ -426,5 +430,9 @@ func Harmonize(act sparse.Matrix, others ...*sparse.Matrix) (release func(), err
 
 // Master returns a parameter gradient in float32: a device matrix with
 // float16 or bfloat16 storage is converted (and the narrow one released);
-// anything else is returned as it is.
+// anything else is returned as it is. The weight and bias gradients of
+// the convolution engines already are float32 for narrow activations
+// (straight from their float32 accumulators, see
+// sparse.ConvOptions.NarrowWeightGrad), so for them it converts nothing;
+// it still converts when a caller asked for narrow weight gradients.
 func Master(m sparse.Matrix) (sparse.Matrix, error) { return device.Master(m) }

@@ -1,10 +1,12 @@
 package opkit
 
 import (
+	"math"
 	"runtime"
 	"testing"
 	"time"
 
+	"github.com/flexgemm-go/flexgemm/ops/device"
 	"github.com/flexgemm-go/flexgemm/sparse"
 	"github.com/flexgemm-go/flexgemm/sparse/grid"
 	"github.com/flexgemm-go/flexgemm/sparse/kmap"
@@ -114,4 +116,93 @@ func TestChecks(t *testing.T) {
 	require.Equal(t, []bool{true, true}, AllTrue(2))
 	require.ErrorIs(t, CheckWeight("op", newMap(t), tensor.Shape{1, 3, 1, 2, 1}), sparse.ErrShape)
 	require.NoError(t, CheckWeight("op", newMap(t), tensor.Shape{1, 3, 1, 1, 1}))
+}
+
+func TestConvSignature(t *testing.T) {
+	m := newMap(t)
+	plain := ConvSignature(m, sparse.ConvOptions{Algorithm: sparse.Explicit, SplitK: 2, TileRows: 64})
+	require.Contains(t, plain, MapSignature(m))
+	require.Contains(t, plain, "splitk=2 tile=64")
+	require.NotContains(t, plain, "narrow")
+	narrow := ConvSignature(m, sparse.ConvOptions{Algorithm: sparse.Explicit, SplitK: 2, TileRows: 64, NarrowWeightGrad: true})
+	require.NotEqual(t, plain, narrow, "ops asking for narrow weight gradients must not be merged with the others")
+	require.Contains(t, narrow, "narrow-wgrad")
+}
+
+// TestConvGradientsFloat32 checks the mixed-precision contract on the
+// emulated device: weight and bias gradients of float16/bfloat16
+// activations come out of the engine in float32 (Master passes them
+// through untouched), equal to the float32 computation on the rounded
+// inputs; NarrowWeightGrad gives the rounded result, which Master widens.
+// The values are large enough that a float16 result overflows.
+func TestConvGradientsFloat32(t *testing.T) {
+	m := newMap(t) // 2 sites, kernel 3×1×1
+	const ci, co = 2, 3
+	xs := []float32{2, 1.00048828125, 3, 0.5}
+	dys := []float32{30000, 1.25, 0.1, 40000.5, 3, 7}
+	for _, act := range []sparse.DType{sparse.Float16, sparse.BFloat16} {
+		d, err := device.OpenFake(device.WithActivations(act))
+		require.NoError(t, err)
+		st, err := d.BeginStep()
+		require.NoError(t, err)
+		x, err := d.Upload(sparse.Matrix{Rows: m.NIn, Cols: ci, Data: xs}, act, device.Other)
+		require.NoError(t, err)
+		dy, err := d.Upload(sparse.Matrix{Rows: m.NOut, Cols: co, Data: dys}, act, device.Other)
+		require.NoError(t, err)
+		rounded := func(a []float32) []float32 {
+			out := make([]float32, len(a))
+			for i, v := range a {
+				out[i] = device.RoundTo(act, v)
+			}
+			return out
+		}
+		hx := sparse.Matrix{Rows: m.NIn, Cols: ci, Data: rounded(xs)}
+		hdy := sparse.Matrix{Rows: m.NOut, Cols: co, Data: rounded(dys)}
+		wantDW, err := sparse.ConvWeightGrad(m, hx, hdy, sparse.ConvOptions{})
+		require.NoError(t, err)
+		wantDB, err := sparse.BiasGrad(hdy)
+		require.NoError(t, err)
+		big := false
+		for _, v := range wantDW.F32() {
+			big = big || v > 65504
+		}
+		require.True(t, big, "the weight gradient must exceed the float16 range")
+
+		dw, err := sparse.ConvWeightGrad(m, x, dy, sparse.ConvOptions{})
+		require.NoError(t, err)
+		dt, _ := dw.DType()
+		require.Equal(t, sparse.Float32, dt, "%v weight gradient", act)
+		master, err := Master(dw)
+		require.NoError(t, err)
+		require.Equal(t, dw, master, "a float32 gradient is not converted")
+		h, err := d.Download(dw, device.Other)
+		require.NoError(t, err)
+		require.Equal(t, wantDW.F32(), h.F32(), "%v: the float32 sums, not rounded", act)
+
+		db, err := sparse.BiasGrad(dy)
+		require.NoError(t, err)
+		dt, _ = db.DType()
+		require.Equal(t, sparse.Float32, dt, "%v bias gradient", act)
+		h, err = d.Download(db, device.Other)
+		require.NoError(t, err)
+		require.Equal(t, wantDB.F32(), h.F32())
+
+		// Asked for: the narrow result, converted back by Master.
+		dwN, err := sparse.ConvWeightGrad(m, x, dy, sparse.ConvOptions{NarrowWeightGrad: true})
+		require.NoError(t, err)
+		dt, _ = dwN.DType()
+		require.Equal(t, act, dt)
+		wide, err := Master(dwN)
+		require.NoError(t, err)
+		dt, _ = wide.DType()
+		require.Equal(t, sparse.Float32, dt)
+		h, err = d.Download(wide, device.Other)
+		require.NoError(t, err)
+		require.Equal(t, rounded(wantDW.F32()), h.F32())
+		if act == sparse.Float16 {
+			require.Contains(t, h.F32(), float32(math.Inf(1)), "a float16 weight gradient overflows")
+		}
+		st.End()
+		require.NoError(t, d.Close())
+	}
 }

@@ -329,7 +329,10 @@ func (f *Fake) ConvInputGrad(m *kmap.Map, dy, w sparse.Matrix, opt sparse.ConvOp
 	return f.result(dx, db.dt)
 }
 
-// ConvWeightGrad implements sparse.ConvEngine; the result has x's dtype.
+// ConvWeightGrad implements sparse.ConvEngine. Like the CUDA engine it
+// returns the weight gradient of float16/bfloat16 inputs in float32 (the
+// float32 sums, not rounded to the inputs' dtype) unless
+// opt.NarrowWeightGrad is set; float32 inputs give float32.
 func (f *Fake) ConvWeightGrad(m *kmap.Map, x, dy sparse.Matrix, opt sparse.ConvOptions) (sparse.Matrix, error) {
 	xb, err := f.floatBuf(x, "x")
 	if err != nil {
@@ -346,10 +349,14 @@ func (f *Fake) ConvWeightGrad(m *kmap.Map, x, dy sparse.Matrix, opt sparse.ConvO
 	if err != nil {
 		return sparse.Matrix{}, err
 	}
-	return f.result(dw, xb.dt)
+	if opt.NarrowWeightGrad {
+		return f.result(dw, xb.dt)
+	}
+	return f.result(dw, sparse.Float32)
 }
 
-// BiasGrad implements sparse.ConvEngine; the result has dy's dtype.
+// BiasGrad implements sparse.ConvEngine; like the CUDA engine's, the
+// result is float32 (the float32 column sums) for every float dtype of dy.
 func (f *Fake) BiasGrad(dy sparse.Matrix) (sparse.Matrix, error) {
 	db, err := f.floatBuf(dy, "dy")
 	if err != nil {
@@ -359,7 +366,7 @@ func (f *Fake) BiasGrad(dy sparse.Matrix) (sparse.Matrix, error) {
 	if err != nil {
 		return sparse.Matrix{}, err
 	}
-	return f.result(g, db.dt)
+	return f.result(g, sparse.Float32)
 }
 
 // store writes v rounded to b's dtype at i.
