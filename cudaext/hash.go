@@ -160,13 +160,24 @@ func (d *Device) freeTable(t *devTable) {
 
 // tableLog returns log2 of the slot count for n keys at load ≤ 1/2 (at
 // least 8 slots).
-func tableLog(n int64) int {
+func tableLog(n int64) int { return tableLogPer(n, 2) }
+
+// tableLogPer returns log2 of the slot count for n keys with at least
+// perKey slots per key (at least 8 slots).
+func tableLogPer(n, perKey int64) int {
 	lg := groupBits + 1
-	for int64(1)<<lg < 2*n {
+	for int64(1)<<lg < perKey*n {
 		lg++
 	}
 	return lg
 }
+
+// mapSlotsPerKey is the slots per key of the temporary input tables of the
+// map builders (load ≤ 1/4, half the load of other tables): they are
+// probed up to V times per row and most probes of a surface miss, and a
+// miss walks the probe run to an empty slot, which is about 2.4 slots at
+// load 1/2 and 1.4 at load 1/4 (linear probing, 1/2·(1 + 1/(1 − α)²)).
+const mapSlotsPerKey = 4
 
 // coordError is a coordinate problem found on the device, reported with
 // the sentinels of kmap and sparse (errors.Is works with both).
@@ -199,6 +210,12 @@ func duplicateError(prefix string, q, r int32, c []int32) error {
 // and duplicate rows are errors naming the first such row (prefix starts
 // the message). The caller frees the table.
 func (d *Device) hashCoords(coords devPtr, n int64, ext grid.Extent, lg int, keep bool, prefix string) (*devTable, error) {
+	return d.hashCoordsPer(coords, n, ext, lg, 2, keep, prefix)
+}
+
+// hashCoordsPer is hashCoords with perKey slots per key for auto-sized
+// tables (lg ≤ 0).
+func (d *Device) hashCoordsPer(coords devPtr, n int64, ext grid.Extent, lg int, perKey int64, keep bool, prefix string) (*devTable, error) {
 	if n >= math.MaxInt32 {
 		return nil, &coordError{msg: fmt.Sprintf("cudaext: %s%d rows overflow 32-bit row indices", prefix, n),
 			kinds: []error{kmap.ErrTooLarge, sparse.ErrIndexOverflow}}
@@ -206,7 +223,7 @@ func (d *Device) hashCoords(coords devPtr, n int64, ext grid.Extent, lg int, kee
 	fixed := lg > 0
 	limit := maxProbeLimit
 	if !fixed {
-		lg = tableLog(n)
+		lg = tableLogPer(n, perKey)
 	} else {
 		lg = max(lg, groupBits+1)
 		limit = 1 << lg

@@ -173,7 +173,7 @@ func (d *Device) submanifold(op string, c deviceCoords, ext grid.Extent, conv gr
 	if err := checkTable(op, c.n, V); err != nil {
 		return nil, err
 	}
-	t, err := d.hashCoords(c.ptr, int64(c.n), ext, 0, false, op+": ")
+	t, err := d.hashCoordsPer(c.ptr, int64(c.n), ext, 0, mapSlotsPerKey, false, op+": ")
 	if err != nil {
 		return nil, err
 	}
@@ -271,7 +271,7 @@ func (d *Device) strided(op string, c deviceCoords, ext grid.Extent, conv grid.C
 		return nil, fmt.Errorf("cudaext: %s: %w", op, err)
 	}
 	V := conv.Volume()
-	t, err := d.hashCoords(c.ptr, int64(c.n), ext, 0, false, op+": ")
+	t, err := d.hashCoordsPer(c.ptr, int64(c.n), ext, 0, mapSlotsPerKey, false, op+": ")
 	if err != nil {
 		return nil, err
 	}
@@ -313,7 +313,7 @@ func (d *Device) transposed(op string, c deviceCoords, ext grid.Extent, conv gri
 		return nil, fmt.Errorf("cudaext: %s: %w", op, err)
 	}
 	V := conv.Volume()
-	t, err := d.hashCoords(c.ptr, int64(c.n), ext, 0, false, op+": ")
+	t, err := d.hashCoordsPer(c.ptr, int64(c.n), ext, 0, mapSlotsPerKey, false, op+": ")
 	if err != nil {
 		return nil, err
 	}

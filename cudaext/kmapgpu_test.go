@@ -592,87 +592,103 @@ func (g *gxEvents) ms() ([]float64, error) {
 // BenchmarkGPUSubmanifoldMap times the device part of a submanifold map
 // build on a sphere shell (RES 1024: N = 4.1M): hash build (with its
 // status read back), neighbour table, reverse table, and the forward Gray
-// order with tile unions; CUDA events, reported per phase in ms.
+// order with tile unions; CUDA events, reported per phase in ms. Path
+// "sub" is what SubmanifoldMap runs (table at load ≤ 1/4, −1 fill +
+// kmap_nbr_sub); "fine" is the previous path (load ≤ 1/2, kmap_nbr_fine
+// over all V taps), kept here for comparison in the same run. The map
+// build itself is hash + nbr (the reverse table is derived on first use).
 func BenchmarkGPUSubmanifoldMap(b *testing.B) {
 	e := gxEngine(b)
 	for _, res := range []int{256, 1024} {
-		b.Run(fmt.Sprintf("res%d", res), func(b *testing.B) {
-			coords, ext := synth.SphereShell(res, 1)
-			n := len(coords) / 4
-			dc := gxCoords(b, e, coords)
-			defer e.Free(dc)
-			conv := grid.Submanifold([3]int{3, 3, 3}, [3]int{1, 1, 1})
-			rows := tileHeights()[0]
-			phases := []string{"hash", "nbr", "rev", "gray", "tiles"}
-			sum := make([]float64, len(phases))
-			for b.Loop() {
-				var g gxEvents
-				err := e.d.do(func() error {
-					d := e.d
-					c := deviceCoords{ptr: dc.Data.(*Buffer).ptr, n: n}
-					if err := g.mark(d); err != nil {
+		for _, path := range []string{"sub", "fine"} {
+			b.Run(fmt.Sprintf("res%d/%s", res, path), func(b *testing.B) {
+				coords, ext := synth.SphereShell(res, 1)
+				n := len(coords) / 4
+				dc := gxCoords(b, e, coords)
+				defer e.Free(dc)
+				conv := grid.Submanifold([3]int{3, 3, 3}, [3]int{1, 1, 1})
+				rows := tileHeights()[0]
+				phases := []string{"hash", "nbr", "rev", "gray", "tiles"}
+				sum := make([]float64, len(phases))
+				for b.Loop() {
+					var g gxEvents
+					err := e.d.do(func() error {
+						d := e.d
+						c := deviceCoords{ptr: dc.Data.(*Buffer).ptr, n: n}
+						if err := g.mark(d); err != nil {
+							return err
+						}
+						perKey := int64(mapSlotsPerKey)
+						if path == "fine" {
+							perKey = 2
+						}
+						t, err := d.hashCoordsPer(c.ptr, int64(n), ext, 0, perKey, false, "")
+						if err != nil {
+							return err
+						}
+						defer d.freeTable(t)
+						if err := g.mark(d); err != nil {
+							return err
+						}
+						dm := &devMap{nIn: n, nOut: n, V: conv.Volume()}
+						defer d.freeDevMap(dm)
+						if path == "fine" {
+							err = d.buildNbr(dm, c.ptr, ext, conv, t, false)
+						} else {
+							err = d.buildSubNbr(dm, c.ptr, ext, conv, t)
+						}
+						if err != nil {
+							return err
+						}
+						if err := g.mark(d); err != nil {
+							return err
+						}
+						if err := d.buildRev(dm, true); err != nil {
+							return err
+						}
+						if err := g.mark(d); err != nil {
+							return err
+						}
+						gt, err := d.grayMasks(dm.nbr.ptr, n, dm.V)
+						if err != nil {
+							return err
+						}
+						defer func() {
+							d.freeTemp(gt.mask)
+							d.freeTemp(gt.order)
+						}()
+						if err := g.mark(d); err != nil {
+							return err
+						}
+						tt, err := d.tileUnions(gt.mask.ptr, gt.order.ptr, n, dm.V, rows)
+						if err != nil {
+							return err
+						}
+						defer func() {
+							d.freeTemp(tt.seg)
+							d.freeTemp(tt.taps)
+						}()
+						if err := g.mark(d); err != nil {
+							return err
+						}
+						ms, err := g.ms()
+						for i, v := range ms {
+							sum[i] += v
+						}
 						return err
-					}
-					t, err := d.hashCoords(c.ptr, int64(n), ext, 0, false, "")
-					if err != nil {
-						return err
-					}
-					defer d.freeTable(t)
-					if err := g.mark(d); err != nil {
-						return err
-					}
-					dm := &devMap{nIn: n, nOut: n, V: conv.Volume()}
-					defer d.freeDevMap(dm)
-					if err := d.buildNbr(dm, c.ptr, ext, conv, t, false); err != nil {
-						return err
-					}
-					if err := g.mark(d); err != nil {
-						return err
-					}
-					if err := d.buildRev(dm, true); err != nil {
-						return err
-					}
-					if err := g.mark(d); err != nil {
-						return err
-					}
-					gt, err := d.grayMasks(dm.nbr.ptr, n, dm.V)
-					if err != nil {
-						return err
-					}
-					defer func() {
-						d.freeTemp(gt.mask)
-						d.freeTemp(gt.order)
-					}()
-					if err := g.mark(d); err != nil {
-						return err
-					}
-					tt, err := d.tileUnions(gt.mask.ptr, gt.order.ptr, n, dm.V, rows)
-					if err != nil {
-						return err
-					}
-					defer func() {
-						d.freeTemp(tt.seg)
-						d.freeTemp(tt.taps)
-					}()
-					if err := g.mark(d); err != nil {
-						return err
-					}
-					ms, err := g.ms()
-					for i, v := range ms {
-						sum[i] += v
-					}
-					return err
-				})
-				require.NoError(b, err)
-			}
-			total := 0.0
-			for i, p := range phases {
-				b.ReportMetric(sum[i]/float64(b.N), p+"-ms")
-				total += sum[i]
-			}
-			b.ReportMetric(total/float64(b.N), "device-ms")
-			b.ReportMetric(float64(n), "voxels")
-		})
+					})
+					require.NoError(b, err)
+				}
+				total := 0.0
+				for i, p := range phases {
+					b.ReportMetric(sum[i]/float64(b.N), p+"-ms")
+					total += sum[i]
+				}
+				b.ReportMetric(total/float64(b.N), "device-ms")
+				b.ReportMetric((sum[0]+sum[1])/float64(b.N), "map-ms")
+				b.ReportMetric(float64(n), "voxels")
+			})
+		}
 	}
 }
 
