@@ -97,8 +97,24 @@ func bound(m kernels.Math) float64 {
 	return 1e-2
 }
 
+// accBound is the bound of the float32 weight and bias gradients of
+// float16/bfloat16 inputs (directions wgrad32 and bias32), measured against
+// the float64 reference of the rounded inputs: only float32 accumulation
+// separates them (products of narrow values are exact in float32). Rounding
+// the result to float16 alone would cost about 2e-4, to bfloat16 about
+// 1.5e-3.
+const accBound = 1e-4
+
+// boundOf returns the error bound of variant k.
+func boundOf(k variantKey) float64 {
+	if k.dir == "wgrad32" || k.dir == "bias32" {
+		return accBound
+	}
+	return bound(k.math)
+}
+
 func (r *resultTable) add(k variantKey, scene string, err float64) bool {
-	ok := err <= bound(k.math) // NaN fails
+	ok := err <= boundOf(k) // NaN fails
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	s := r.rows[k]
@@ -191,7 +207,8 @@ func (r *resultTable) print(w *os.File) {
 			failures = append(failures, fmt.Sprintf("  %v %s %v %s: %s", k.alg, k.dir, k.math, k.tile, strings.Join(s.fails, "; ")))
 		}
 	}
-	fmt.Fprintf(w, "\n== cudaext convolution variants vs CPU float64 (relative L2; bounds f32 1e-5, tf32 2e-3, f16/bf16 1e-2)\n")
+	fmt.Fprintf(w, "\n== cudaext convolution variants vs CPU float64 (relative L2; bounds f32 1e-5, tf32 2e-3, f16/bf16 1e-2;\n"+
+		"   wgrad32/bias32 = float32 gradients of f16/bf16 inputs vs the float64 reference of the rounded inputs, bound %.0e)\n", accBound)
 	fmt.Fprintf(w, "%-28s %-6s %-5s %5s %10s %s\n", "algorithm", "dir", "math", "runs", "max err", "result")
 	npass, nfail := 0, 0
 	for _, k := range order {
@@ -324,6 +341,60 @@ type reference struct {
 	ci, co        int
 	x, w, b, dy   []float32
 	y, dx, dw, db []float64
+	// dwR and dbR are the float64 weight and bias gradients of x and dy
+	// rounded to float16 (index 0) and bfloat16 (index 1).
+	dwR, dbR [2][]float64
+}
+
+// narrowIndex returns the index of a narrow arithmetic in reference.dwR.
+func narrowIndex(m kernels.Math) int {
+	if m == kernels.BF16 {
+		return 1
+	}
+	return 0
+}
+
+// roundTo rounds v to the storage dtype of m (float32 for F32 and TF32).
+func roundTo(m kernels.Math, v float32) float32 {
+	switch m {
+	case kernels.F16:
+		return HalfBitsToFloat32(Float32ToHalfBits(v))
+	case kernels.BF16:
+		return BFloat16BitsToFloat32(Float32ToBFloat16Bits(v))
+	}
+	return v
+}
+
+// roundedF64 returns the values of a rounded to the storage dtype of m, in
+// float64.
+func roundedF64(m kernels.Math, a []float32) []float64 {
+	out := make([]float64, len(a))
+	for i, v := range a {
+		out[i] = float64(roundTo(m, v))
+	}
+	return out
+}
+
+// refWeightGrad returns the float64 CPU weight and bias gradients of x
+// [m.NIn, ci] and dy [m.NOut, co].
+func refWeightGrad(t testing.TB, m *kmap.Map, x, dy []float64, ci, co int) (dw, db []float64) {
+	t.Helper()
+	xm := sparse.Matrix{Rows: m.NIn, Cols: ci, Data: x}
+	dym := sparse.Matrix{Rows: m.NOut, Cols: co, Data: dy}
+	g, err := sparse.ConvWeightGrad(m, xm, dym, sparse.ConvOptions{Algorithm: sparse.Implicit})
+	require.NoError(t, err)
+	b, err := sparse.BiasGrad(dym)
+	require.NoError(t, err)
+	require.Len(t, g.F64(), co*m.V()*ci)
+	return g.F64(), b.F64()
+}
+
+// storageDType returns the dtype of a device matrix.
+func storageDType(t testing.TB, m sparse.Matrix) sparse.DType {
+	t.Helper()
+	st, ok := m.Data.(sparse.Storage)
+	require.True(t, ok, "%T is not device storage", m.Data)
+	return st.DType()
 }
 
 func cpuReference(t testing.TB, rng *rand.Rand, m *kmap.Map, ci, co int) *reference {
@@ -348,6 +419,9 @@ func cpuReference(t testing.TB, rng *rand.Rand, m *kmap.Map, ci, co int) *refere
 	db, err := sparse.BiasGrad(dy)
 	require.NoError(t, err)
 	r.y, r.dx, r.dw, r.db = y.F64(), dx.F64(), dw.F64(), db.F64()
+	for i, mth := range []kernels.Math{kernels.F16, kernels.BF16} {
+		r.dwR[i], r.dbR[i] = refWeightGrad(t, m, roundedF64(mth, r.x), roundedF64(mth, r.dy), ci, co)
+	}
 	require.Len(t, r.y, m.NOut*co)
 	require.Len(t, r.dx, m.NIn*ci)
 	require.Len(t, r.dw, co*V*ci)
@@ -428,18 +502,241 @@ func sweepOne(t *testing.T, m *kmap.Map, ref *reference, scene string) {
 				check("fwd", y, err, ref.y)
 				dx, err := gpu.InputGrad(m, dy, w, o)
 				check("dgrad", dx, err, ref.dx)
-				dw, err := gpu.WeightGrad(m, x, dy, o)
-				check("wgrad", dw, err, ref.dw)
+				if dt == sparse.Float32 {
+					dw, err := gpu.WeightGrad(m, x, dy, o)
+					check("wgrad", dw, err, ref.dw)
+					continue
+				}
+				// Narrow inputs: the narrow result on request (the wgrad
+				// bound), the float32 one by default (vs the rounded
+				// inputs' reference), and the narrow one must be the
+				// float32 one rounded, bit for bit (same partials, same
+				// reduction order).
+				on := o
+				on.NarrowWeightGrad = true
+				dwN, err := gpu.WeightGrad(m, x, dy, on)
+				if err == nil {
+					require.Equal(t, dt, storageDType(t, dwN))
+				}
+				var hN []float32
+				if err == nil {
+					hN = host(t, dwN)
+				}
+				check("wgrad", dwN, err, ref.dw)
+				dw32, err := gpu.WeightGrad(m, x, dy, o)
+				if err == nil {
+					require.Equal(t, sparse.Float32, storageDType(t, dw32))
+					if h32 := host(t, dw32); hN != nil {
+						for i, v := range h32 {
+							if r := roundTo(mth, v); math.Float32bits(r) != math.Float32bits(hN[i]) {
+								t.Errorf("%v wgrad %v %s: element %d: narrow %g is not the float32 %g rounded (%g)", alg, mth, tile.Name(), i, hN[i], v, r)
+								break
+							}
+						}
+					}
+				}
+				check("wgrad32", dw32, err, ref.dwR[narrowIndex(mth)])
 			}
 		}
 		db, err := gpu.BiasGrad(dy)
 		require.NoError(t, err)
-		if e := relL2(host(t, db), ref.db); !results.add(variantKey{sparse.Auto, "bias", mth, "-"}, scene, e) {
+		require.Equal(t, sparse.Float32, storageDType(t, db), "BiasGrad returns float32")
+		h32 := host(t, db)
+		gpu.Free(db)
+		if dt != sparse.Float32 {
+			if e := relL2(h32, ref.dbR[narrowIndex(mth)]); !results.add(variantKey{sparse.Auto, "bias32", mth, "-"}, scene, e) {
+				t.Errorf("BiasGrad %v (float32): relative error %.3g vs the rounded inputs", mth, e)
+			}
+			// The narrow result on request: the float32 one rounded.
+			if db, err = gpu.BiasGradAs(dy, dt); err == nil {
+				require.Equal(t, dt, storageDType(t, db))
+				hN := host(t, db)
+				for i, v := range h32 {
+					require.Equalf(t, math.Float32bits(roundTo(mth, v)), math.Float32bits(hN[i]), "BiasGradAs %v element %d", mth, i)
+				}
+				h32 = hN
+				gpu.Free(db)
+			}
+			require.NoError(t, err)
+		}
+		if e := relL2(h32, ref.db); !results.add(variantKey{sparse.Auto, "bias", mth, "-"}, scene, e) {
 			t.Errorf("BiasGrad %v: relative error %.3g", mth, e)
 		}
-		gpu.Free(db, x, w, b, dy)
+		gpu.Free(x, w, b, dy)
 	}
 	gpu.SetTF32(false)
+}
+
+// rel64 returns ‖a − b‖ / ‖b‖ for float64 slices of one length.
+func rel64(a, b []float64) float64 {
+	var num, den float64
+	for i := range a {
+		d := a[i] - b[i]
+		num += d * d
+		den += b[i] * b[i]
+	}
+	if den == 0 {
+		return math.Sqrt(num)
+	}
+	return math.Sqrt(num / den)
+}
+
+// wgrad32Cases are the weight-gradient launches of TestWeightGradFloat32:
+// one split without and with the split-K algorithm (the kernel writes its
+// float32 accumulators straight into the result), several splits (float32
+// partials, float32 reduction), the heuristic's split count, the explicit
+// algorithm (im2col + one pairs GEMM with V = 1) and Auto.
+var wgrad32Cases = []struct {
+	name string
+	opt  sparse.ConvOptions
+}{
+	{"implicit", sparse.ConvOptions{Algorithm: sparse.Implicit}},
+	{"splitk1", sparse.ConvOptions{Algorithm: sparse.ImplicitSplitK, SplitK: 1}},
+	{"splitk3", sparse.ConvOptions{Algorithm: sparse.ImplicitSplitK, SplitK: 3}},
+	{"masked-splitk-heuristic", sparse.ConvOptions{Algorithm: sparse.MaskedImplicitSplitK}},
+	{"explicit", sparse.ConvOptions{Algorithm: sparse.Explicit}},
+	{"auto", sparse.ConvOptions{}},
+}
+
+// TestWeightGradFloat32 checks the mixed-precision contract of the weight
+// and bias gradients: for float16/bfloat16 inputs they come back in
+// float32, straight from the float32 accumulators. Against the float64
+// reference of the rounded inputs only float32 accumulation remains
+// (accBound); against the reference of the unrounded inputs the error is
+// that of the input rounding alone (plus accBound), and it is smaller than
+// that of the narrow result asked for with NarrowWeightGrad.
+func TestWeightGradFloat32(t *testing.T) {
+	ok := mapOK(t)
+	rng := rand.New(rand.NewPCG(21, 22))
+	coords, ext := synth.SphereShell(16, 1)
+	rext := grid.Extent{Batch: 1, X: 20, Y: 18, Z: 22}
+	maps := []scene{
+		{"shell16-subm3", ok(kmap.NewSubmanifold(coords, ext, [3]int{3, 3, 3}, [3]int{1, 1, 1}))},
+		{"random-strided-k3s2", ok(kmap.NewStrided(synth.RandomScene(rng, rext, 0.08), rext, grid.Cube(3, 2, 1, 1), nil))},
+	}
+	for _, sc := range maps {
+		m := sc.m
+		// 13 channels: unaligned rows (plain loads) and odd column counts
+		// (scalar stores); 32/64: the cp.async path and paired stores.
+		for _, ch := range [][2]int{{13, 40}, {32, 64}} {
+			ci, co := ch[0], ch[1]
+			xs := synth.Uniform[float32](rng, m.NIn*ci)
+			dys := synth.Uniform[float32](rng, m.NOut*co)
+			dwRef, dbRef := refWeightGrad(t, m, f64(xs), f64(dys), ci, co)
+			for _, mth := range []kernels.Math{kernels.F16, kernels.BF16} {
+				dt := dtypeOf(mth)
+				dwR, dbR := refWeightGrad(t, m, roundedF64(mth, xs), roundedF64(mth, dys), ci, co)
+				eIn := rel64(dwR, dwRef) // what input rounding alone costs
+				x := dev(t, m.NIn, ci, xs, dt)
+				dy := dev(t, m.NOut, co, dys, dt)
+				for _, c := range wgrad32Cases {
+					name := fmt.Sprintf("%s/ci%d-co%d/%v/%s", sc.name, ci, co, mth, c.name)
+					o := Options{ConvOptions: c.opt}
+					dw, err := gpu.WeightGrad(m, x, dy, o)
+					require.NoError(t, err, name)
+					require.Equal(t, sparse.Float32, storageDType(t, dw), name)
+					h32 := host(t, dw)
+					gpu.Free(dw)
+					e32 := relL2(h32, dwR)
+					results.add(variantKey{c.opt.Algorithm, "wgrad32", mth, c.name}, sc.name, e32)
+					require.LessOrEqual(t, e32, accBound, "%s: float32 result vs the rounded inputs", name)
+					require.LessOrEqual(t, relL2(h32, dwRef), eIn+accBound, "%s: error beyond input rounding (%.3g)", name, eIn)
+
+					o.NarrowWeightGrad = true
+					dwN, err := gpu.WeightGrad(m, x, dy, o)
+					require.NoError(t, err, name)
+					require.Equal(t, dt, storageDType(t, dwN), name)
+					eN := relL2(host(t, dwN), dwR)
+					gpu.Free(dwN)
+					require.Less(t, e32, eN/2, "%s: the float32 result (%.3g) must not carry the narrow rounding (%.3g)", name, e32, eN)
+					t.Logf("%s: vs rounded inputs: float32 %.2e, narrow %.2e; input rounding %.2e", name, e32, eN, eIn)
+				}
+				db, err := gpu.BiasGrad(dy)
+				require.NoError(t, err)
+				require.Equal(t, sparse.Float32, storageDType(t, db))
+				hb := host(t, db)
+				gpu.Free(db, x, dy)
+				require.LessOrEqual(t, relL2(hb, dbR), accBound, "bias %v", mth)
+				require.LessOrEqual(t, relL2(hb, dbRef), rel64(dbR, dbRef)+accBound, "bias %v", mth)
+			}
+		}
+	}
+}
+
+// TestWeightGradFloat16Overflow is the loss-scaling case: float16 inputs
+// whose weight and bias gradients exceed 65504, the largest float16. The
+// narrow results overflow to infinity (a dynamic loss scaler would skip the
+// step); the float32 ones are finite and accurate.
+func TestWeightGradFloat16Overflow(t *testing.T) {
+	ok := mapOK(t)
+	rng := rand.New(rand.NewPCG(31, 32))
+	coords, ext := synth.SphereShell(16, 1)
+	m := ok(kmap.NewSubmanifold(coords, ext, [3]int{3, 3, 3}, [3]int{1, 1, 1}))
+	const ci, co, scale = 16, 24, 1024
+	xs := make([]float32, m.NIn*ci)
+	for i := range xs {
+		xs[i] = float32(rng.Float64()) // positive: sums do not cancel
+	}
+	dys := make([]float32, m.NOut*co)
+	for i := range dys {
+		dys[i] = scale * float32(rng.Float64())
+	}
+	mth := kernels.F16
+	dwR, dbR := refWeightGrad(t, m, roundedF64(mth, xs), roundedF64(mth, dys), ci, co)
+	big := 0.0
+	for _, v := range dwR {
+		big = max(big, math.Abs(v))
+	}
+	require.Greater(t, big, 65504.0, "the scene must push the weight gradient beyond float16")
+	x := dev(t, m.NIn, ci, xs, sparse.Float16)
+	dy := dev(t, m.NOut, co, dys, sparse.Float16)
+	defer gpu.Free(x, dy)
+	for _, c := range wgrad32Cases {
+		o := Options{ConvOptions: c.opt}
+		dw, err := gpu.WeightGrad(m, x, dy, o)
+		require.NoError(t, err, c.name)
+		h := host(t, dw)
+		gpu.Free(dw)
+		for i, v := range h {
+			require.Falsef(t, math.IsInf(float64(v), 0) || math.IsNaN(float64(v)), "%s: element %d is %g", c.name, i, v)
+		}
+		e := relL2(h, dwR)
+		results.add(variantKey{c.opt.Algorithm, "wgrad32", mth, "overflow/" + c.name}, "shell16-overflow", e)
+		require.LessOrEqual(t, e, accBound, c.name)
+
+		o.NarrowWeightGrad = true
+		dwN, err := gpu.WeightGrad(m, x, dy, o)
+		require.NoError(t, err, c.name)
+		hN := host(t, dwN)
+		gpu.Free(dwN)
+		inf := 0
+		for _, v := range hN {
+			if math.IsInf(float64(v), 1) {
+				inf++
+			}
+		}
+		require.Positive(t, inf, "%s: the float16 result should overflow (largest reference value %g)", c.name, big)
+	}
+	db, err := gpu.BiasGrad(dy)
+	require.NoError(t, err)
+	hb := host(t, db)
+	gpu.Free(db)
+	require.LessOrEqual(t, relL2(hb, dbR), accBound)
+	require.Greater(t, float64(slicesMax(hb)), 65504.0)
+	dbN, err := gpu.BiasGradAs(dy, sparse.Float16)
+	require.NoError(t, err)
+	require.True(t, math.IsInf(float64(slicesMax(host(t, dbN))), 1), "the float16 bias gradient overflows")
+	gpu.Free(dbN)
+	_, err = gpu.BiasGradAs(dy, sparse.BFloat16)
+	require.ErrorIs(t, err, sparse.ErrDType, "a float16 dy has no bfloat16 bias gradient")
+}
+
+func slicesMax(a []float32) float32 {
+	m := float32(math.Inf(-1))
+	for _, v := range a {
+		m = max(m, v)
+	}
+	return m
 }
 
 // TestDeterministic runs split-K variants twice and requires equal bits.
