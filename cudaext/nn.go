@@ -7,7 +7,8 @@ package cudaext
 // cross-entropy, Adam (per parameter or all in one launch), a
 // non-finite check and a row argmax. NN implements the device.NN contract of package ops/device (without importing it), so
 // a Gorgonia graph can train with every tensor on this engine's GPU.
-// Reductions are float64 over fixed row chunks added in order:
+// Reductions are float64 over fixed row chunks, whose sums are added by a
+// fixed partition and tree (the same for any launch):
 // deterministic, no atomics.
 
 import (
@@ -200,6 +201,12 @@ func (n *NN) columnPartials(name string, rows, cols int, args ...any) (part0, pa
 	return
 }
 
+// The chunk sums of the column reductions (stage 2) run 32 columns × 32
+// chunk lanes per block (nn.cu chunk_sums).
+var sumsBlock = dim3{X: 32, Y: 32}
+
+func sumsGrid(cols int) dim3 { return dim3{X: (cols + 31) / 32} }
+
 // NormStats computes the per-channel mean and 1/√(var + eps) of x [N, C]
 // into the Float32 [1, C] mean and inv.
 func (n *NN) NormStats(mean, inv, x sparse.Matrix, eps float64) error {
@@ -230,8 +237,7 @@ func (n *NN) NormStats(mean, inv, x sparse.Matrix, eps float64) error {
 		}
 		defer d.freeTemp(ps)
 		defer d.freeTemp(pq)
-		g, b := d.elementwise(int64(cols))
-		return d.launch("nn_norm_stats", g, b, 0, d.addr(ps.ptr), d.addr(pq.ptr), chunks, int64(rows), int64(cols),
+		return d.launch("nn_norm_stats", sumsGrid(cols), sumsBlock, 0, d.addr(ps.ptr), d.addr(pq.ptr), chunks, int64(rows), int64(cols),
 			math.Float64bits(eps), mb.ptr, ib.ptr)
 	})
 }
@@ -316,14 +322,13 @@ func (n *NN) NormBackward(dx, dgamma, dbeta, x, gamma, dy, mean, inv sparse.Matr
 		}
 		defer d.freeTemp(pb)
 		defer d.freeTemp(pg)
-		g, b := d.elementwise(int64(cols))
-		if err := d.launch("nn_norm_bwd_sums", g, b, 0, d.addr(pb.ptr), d.addr(pg.ptr), chunks, int64(cols), vs[0].ptr, vs[1].ptr); err != nil {
+		if err := d.launch("nn_norm_bwd_sums", sumsGrid(cols), sumsBlock, 0, d.addr(pb.ptr), d.addr(pg.ptr), chunks, int64(cols), vs[0].ptr, vs[1].ptr); err != nil {
 			return err
 		}
 		if dxb == nil || rows == 0 {
 			return nil
 		}
-		g, b = d.elementwise(int64(rows) * int64(cols))
+		g, b := d.elementwise(int64(rows) * int64(cols))
 		return d.launch("nn_norm_bwd_dx", g, b, 0, bs[0].ptr, cs[0], bs[1].ptr, cs[1], gb.ptr, gc, vs[2].ptr, vs[3].ptr,
 			vs[0].ptr, vs[1].ptr, dxb.ptr, dxc, int64(rows), int64(cols))
 	})

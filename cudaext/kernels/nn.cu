@@ -10,7 +10,8 @@
 // 2 bfloat16); the switch is uniform across a launch, and these kernels
 // are bound by memory traffic, so one kernel per operation serves every
 // combination. Arithmetic is float32; reductions accumulate in float64
-// over a fixed partition (chunks of rows, then the chunks in order), so
+// over a fixed partition (chunks of rows, then 32 lanes of chunks and a
+// fixed tree over the lanes), so
 // every result is deterministic without atomics. Scalar arguments are
 // long long, int, float, or double passed as its 64-bit pattern.
 #include <cuda_bf16.h>
@@ -80,6 +81,44 @@ __device__ void column_partials(i64 rows, i64 cols, i64 chunk_rows, double* part
   }
 }
 
+// Block shape of the chunk sums: 32 columns × 32 chunk lanes.
+constexpr int kSumLanes = 32;
+
+// chunk_sums adds the [chunks, cols] partials part0 and part1 of one
+// column per threadIdx.x (column blockIdx.x·32 + threadIdx.x): lane y adds
+// chunks y, y + 32, … in order, then the 32 lane sums are added by a
+// fixed tree. The order depends only on chunks, so the result is
+// deterministic; loads of a warp are coalesced and independent, so the
+// stage is not one long chain of dependent loads. Returns the column for
+// thread (x, 0) with the sums in s0, s1, and −1 for every other thread.
+__device__ i64 chunk_sums(const double* part0, const double* part1, i64 chunks, i64 cols, double& s0, double& s1) {
+  __shared__ double r0[kSumLanes][kCols + 1];
+  __shared__ double r1[kSumLanes][kCols + 1];
+  const i64 c = (i64)blockIdx.x * kCols + threadIdx.x;
+  double a = 0, b = 0;
+  if (c < cols) {
+#pragma unroll 4
+    for (i64 k = threadIdx.y; k < chunks; k += kSumLanes) {
+      a += part0[k * cols + c];
+      b += part1[k * cols + c];
+    }
+  }
+  r0[threadIdx.y][threadIdx.x] = a;
+  r1[threadIdx.y][threadIdx.x] = b;
+  __syncthreads();
+  for (int h = kSumLanes / 2; h > 0; h /= 2) {
+    if (threadIdx.y < h) {
+      r0[threadIdx.y][threadIdx.x] += r0[threadIdx.y + h][threadIdx.x];
+      r1[threadIdx.y][threadIdx.x] += r1[threadIdx.y + h][threadIdx.x];
+    }
+    __syncthreads();
+  }
+  if (threadIdx.y != 0 || c >= cols) return -1;
+  s0 = r0[0][threadIdx.x];
+  s1 = r1[0][threadIdx.x];
+  return c;
+}
+
 }  // namespace fgnn
 
 using namespace fgnn;
@@ -132,24 +171,21 @@ __global__ void nn_norm_partial(const void* x, int xdt, i64 rows, i64 cols, i64 
   });
 }
 
-// Stage 2: mean[c] = Σx/N and inv[c] = 1/√(max(Σx²/N − mean², 0) + eps),
-// adding the chunks in order (N = 0: mean 0, inv 1/√eps).
+// Stage 2: mean[c] = Σx/N and inv[c] = 1/√(max(Σx²/N − mean², 0) + eps)
+// (N = 0: mean 0, inv 1/√eps). Block (32, 32), grid ceil(cols/32): see
+// chunk_sums for the order of the additions.
 __global__ void nn_norm_stats(const double* psum, const double* psq, i64 chunks, i64 rows, i64 cols, double eps,
                               float* mean, float* inv) {
-  for (i64 c = gtid(); c < cols; c += gstride()) {
-    double s = 0, q = 0;
-    for (i64 k = 0; k < chunks; ++k) {
-      s += psum[k * cols + c];
-      q += psq[k * cols + c];
-    }
-    double mu = 0, var = 0;
-    if (rows > 0) {
-      mu = s / (double)rows;
-      var = fmax(q / (double)rows - mu * mu, 0.0);
-    }
-    mean[c] = (float)mu;
-    inv[c] = (float)(1.0 / sqrt(var + eps));
+  double s, q;
+  const i64 c = chunk_sums(psum, psq, chunks, cols, s, q);
+  if (c < 0) return;
+  double mu = 0, var = 0;
+  if (rows > 0) {
+    mu = s / (double)rows;
+    var = fmax(q / (double)rows - mu * mu, 0.0);
   }
+  mean[c] = (float)mu;
+  inv[c] = (float)(1.0 / sqrt(var + eps));
 }
 
 // y = (x − mean)·inv·gamma + beta, as y = x·sc + sh with sc = gamma·inv,
@@ -177,17 +213,14 @@ __global__ void nn_norm_bwd_partial(const void* x, int xdt, const void* dy, int 
   });
 }
 
-// Stage 2: dbeta[c] = Σdy and dgamma[c] = Σdy·x̂, the chunks added in order.
+// Stage 2: dbeta[c] = Σdy and dgamma[c] = Σdy·x̂. Block (32, 32), grid
+// ceil(cols/32), as nn_norm_stats.
 __global__ void nn_norm_bwd_sums(const double* pb, const double* pg, i64 chunks, i64 cols, float* dgamma, float* dbeta) {
-  for (i64 c = gtid(); c < cols; c += gstride()) {
-    double b = 0, g = 0;
-    for (i64 k = 0; k < chunks; ++k) {
-      b += pb[k * cols + c];
-      g += pg[k * cols + c];
-    }
-    dgamma[c] = (float)g;
-    dbeta[c] = (float)b;
-  }
+  double b, g;
+  const i64 c = chunk_sums(pb, pg, chunks, cols, b, g);
+  if (c < 0) return;
+  dgamma[c] = (float)g;
+  dbeta[c] = (float)b;
 }
 
 // Stage 3: dx = gamma·inv·(dy − (dbeta + x̂·dgamma)/N) (float32).
