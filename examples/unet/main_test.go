@@ -147,7 +147,7 @@ func TestDeviceFlags(t *testing.T) {
 			require.InDelta(t, want[i], got[i], tc.tol*want[i], "%s, logged loss %d:\n%s", tc.precision, i, out)
 		}
 		require.Contains(t, out, "copied per step:")
-		require.Contains(t, out, "profile (1 steps, per step): conv")
+		require.Contains(t, out, "wall-clock profile, waiting for the device around every op (1 steps, per step): conv")
 		if tc.precision == "fp32" {
 			acc2, miou2 := heldOut(t, out)
 			require.Equal(t, acc, acc2)
