@@ -4,6 +4,7 @@ package device_test
 
 import (
 	"fmt"
+	"math"
 	"os"
 	"strings"
 	"testing"
@@ -67,20 +68,36 @@ func TestGPUStepNodeByNode(t *testing.T) {
 		act   sparse.DType
 		scale float64
 		ulp   float64
-	}{{sparse.Float16, 1024, 1.0 / 2048}, {sparse.BFloat16, 1, 1.0 / 256}} {
+	}{{sparse.Float32, 1, 1e-6}, {sparse.Float16, 1024, 1.0 / 2048}, {sparse.BFloat16, 1, 1.0 / 256}} {
 		g := openGPU(t, tc.act)
 		gn, gv := tracedStep(t, g, cfg, ps, b, tc.scale)
 		g.Close()
-		f, err := device.OpenFake(device.WithActivations(tc.act))
-		require.NoError(t, err)
+		// float32 against the host, narrow dtypes against the emulation.
+		f := device.Host()
+		if tc.act != sparse.Float32 {
+			var err error
+			f, err = device.OpenFake(device.WithActivations(tc.act))
+			require.NoError(t, err)
+		}
 		fn, fv := tracedStep(t, f, cfg, ps, b, tc.scale)
-		f.Close()
+		if f != device.Host() {
+			f.Close()
+		}
 		require.Equal(t, fn, gn)
 		var rows []string
 		for i := range gn {
 			e := relErr(gv[i], fv[i])
 			if e > 4*tc.ulp || len(rows) < 3 {
-				rows = append(rows, fmt.Sprintf("%4d %-60s %.2e", i, gn[i], e))
+				// Sign disagreements (ReLU masks that flip) and the
+				// largest element difference.
+				flips, worst := 0, 0.0
+				for j := range gv[i] {
+					if (gv[i][j] > 0) != (fv[i][j] > 0) {
+						flips++
+					}
+					worst = max(worst, math.Abs(float64(gv[i][j])-float64(fv[i][j])))
+				}
+				rows = append(rows, fmt.Sprintf("%4d %-60.60s %.2e  sign flips %d  max |diff| %.2e", i, gn[i], e, flips, worst))
 			}
 		}
 		t.Logf("%v: %d float32-typed nodes; nodes with rel.err > %.1e (GPU vs emulation):\n%s", tc.act, len(gn), 4*tc.ulp, strings.Join(rows, "\n"))
