@@ -92,6 +92,12 @@ type tuneState struct {
 	cache *autotune.Cache
 	tuner *autotune.Tuner
 	last  tuneRecord
+	// memo holds the Auto decision per key once made: a convolution whose
+	// key was decided before costs a map lookup, not the candidate list,
+	// the tuner and the cache (tens of microseconds of host time per call,
+	// most of a small layer's time). Reset with the tuner; keys retuned
+	// into the engine's cache by TuneGrid are dropped.
+	memo map[autotune.Key]autotune.Result
 
 	decisions, cacheHits, pretunedHits, tuned, heuristic atomic.Int64
 	launches, failures, tuneNanos                        atomic.Int64
@@ -155,7 +161,7 @@ func (s *tuneState) get() (*autotune.Tuner, *autotune.Cache, error) {
 func (s *tuneState) set(c *autotune.Cache, t *autotune.Tuner) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.cache, s.tuner, s.last = c, t, tuneRecord{}
+	s.cache, s.tuner, s.last, s.memo = c, t, tuneRecord{}, nil
 	for _, a := range []*atomic.Int64{&s.decisions, &s.cacheHits, &s.pretunedHits, &s.tuned, &s.heuristic, &s.launches, &s.failures, &s.tuneNanos} {
 		a.Store(0)
 	}
@@ -178,6 +184,31 @@ func (s *tuneState) record(k autotune.Key, r autotune.Result) {
 	s.mu.Lock()
 	s.last = tuneRecord{key: k, result: r}
 	s.mu.Unlock()
+}
+
+// memoized returns the decision made for k, if any.
+func (s *tuneState) memoized(k autotune.Key) (autotune.Result, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, ok := s.memo[k]
+	return r, ok
+}
+
+// memoize keeps r as the decision for k.
+func (s *tuneState) memoize(k autotune.Key, r autotune.Result) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.memo == nil {
+		s.memo = map[autotune.Key]autotune.Result{}
+	}
+	s.memo[k] = r
+}
+
+// forget drops the decision for k.
+func (s *tuneState) forget(k autotune.Key) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.memo, k)
 }
 
 func (s *tuneState) lastRecord() tuneRecord {
@@ -627,13 +658,22 @@ func (e *Engine) tuned(dir autotune.Direction, m *kmap.Map, mth kernels.Math, ci
 		return o, nil
 	}
 	st := e.autotuneState()
-	tuner, _, err := st.get()
-	if err != nil {
-		return o, err
-	}
-	r, err := e.choose(st, tuner, k, launch)
-	if err != nil {
-		return o, err
+	r, ok := st.memoized(k)
+	if ok {
+		if r.Source == autotune.FromMeasurement {
+			// Measured once in this process; from now on it is a cache hit.
+			r.Source, r.Timings, r.Failures = autotune.FromCache, nil, nil
+		}
+		st.record(k, r)
+	} else {
+		tuner, _, err := st.get()
+		if err != nil {
+			return o, err
+		}
+		if r, err = e.choose(st, tuner, k, launch); err != nil {
+			return o, err
+		}
+		st.memoize(k, r)
 	}
 	if r.Source == autotune.FromHeuristic {
 		return o, nil
@@ -892,6 +932,8 @@ func (e *Engine) tuneProblem(st *tuneState, tuner *autotune.Tuner, target *autot
 			if res.Err == nil && retune && res.Result.Source == autotune.FromMeasurement {
 				res.Err = target.Store(k, res.Result.Choice)
 			}
+			// Auto convolutions decide k again (from the cache).
+			st.forget(k)
 		}
 		res.Wall = time.Since(t0)
 		out = append(out, res)
