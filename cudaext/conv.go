@@ -149,10 +149,17 @@ func (e *Engine) choosePairsSplits(user int, blocks, kIters, outElems int64) int
 	if user > 0 {
 		return user
 	}
+	return pairsSplits(blocks, kIters, outElems, int64(e.d.info.SMs))
+}
+
+// pairsSplits is the weight-gradient split heuristic of choosePairsSplits
+// on sms multiprocessors; the autotuner ranks its candidates with the same
+// function (tune.go), so both always agree.
+func pairsSplits(blocks, kIters, outElems, sms int64) int {
 	if blocks <= 0 || kIters <= 1 {
 		return 1
 	}
-	target := pairsWaves * int64(e.d.info.SMs)
+	target := pairsWaves * sms
 	s := ceilDiv(target, blocks)
 	s = min(s, pairsMaxSplits, max(kIters/pairsMinIters, 1))
 	if outElems > 0 {
@@ -186,6 +193,9 @@ func (e *Engine) runGather(j gatherJob) error {
 		return nil
 	}
 	t := j.tile
+	if !t.Supports(j.math) {
+		return fmt.Errorf("%w: tile %s is not instantiated for %v (16-bit arithmetics only)", sparse.ErrShape, t.Name(), j.math)
+	}
 	tiles := ceilDiv(j.M, int64(t.BM)) * ceilDiv(j.N, int64(t.BN))
 	splits := 1
 	if j.splitAlg {
@@ -254,6 +264,9 @@ func (e *Engine) runPairs(j pairsJob) error {
 		return nil
 	}
 	t := j.tile
+	if !t.Supports(j.math) {
+		return fmt.Errorf("%w: tile %s is not instantiated for %v (16-bit arithmetics only)", sparse.ErrShape, t.Name(), j.math)
+	}
 	tiles := ceilDiv(j.M, int64(t.BM)) * ceilDiv(j.N, int64(t.BN))
 	splits := 1
 	if j.splitAlg {

@@ -18,7 +18,9 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -478,6 +480,14 @@ func sweepOne(t *testing.T, m *kmap.Map, ref *reference, scene string) {
 		dy := dev(t, m.NOut, ref.co, ref.dy, dt)
 		for ti, tile := range kernels.Tiles {
 			if !envSelected("FLEXGEMM_TEST_TILES", tile.Name()) {
+				continue
+			}
+			if !tile.Supports(mth) {
+				// 16-bit-only tile: a clear error, not a launch of a
+				// kernel that does not exist.
+				_, err := gpu.Forward(m, x, w, b, Options{ConvOptions: sparse.ConvOptions{Algorithm: sparse.Implicit}, Tile: tile.Name()})
+				require.ErrorIs(t, err, sparse.ErrShape)
+				require.ErrorContains(t, err, "16-bit arithmetics only")
 				continue
 			}
 			for _, alg := range sparse.Algorithms {
@@ -984,17 +994,29 @@ func downloadRows(t *testing.T, m sparse.Matrix, r0, n int) []float32 {
 // (device time per call, after b.Loop's warm-up) and reports useful
 // TFLOP/s = 2·pairs·Ci·Co / time.
 func benchConv(b *testing.B, m *kmap.Map, c int, mth kernels.Math, dir string, o Options) {
+	x, w, dy := benchInputs(b, m, c, mth)
+	defer gpu.Free(x, w, dy)
+	benchConvOn(b, m, c, mth, dir, o, x, w, dy)
+}
+
+// benchInputs uploads random x [NIn, c], weight [c, V·c] and dy [NOut, c]
+// of arithmetic mth for benchConvOn.
+func benchInputs(b *testing.B, m *kmap.Map, c int, mth kernels.Math) (x, w, dy sparse.Matrix) {
+	rng := rand.New(rand.NewPCG(1, 1))
+	dt := dtypeOf(mth)
+	V := m.V()
+	x = dev(b, m.NIn, c, synth.Uniform[float32](rng, m.NIn*c), dt)
+	w = dev(b, c, V*c, synth.Weights[float32](rng, c, V, c), dt)
+	dy = dev(b, m.NOut, c, synth.Uniform[float32](rng, m.NOut*c), dt)
+	return x, w, dy
+}
+
+// benchConvOn is benchConv on inputs of benchInputs.
+func benchConvOn(b *testing.B, m *kmap.Map, c int, mth kernels.Math, dir string, o Options, x, w, dy sparse.Matrix) {
 	ok := gpu.poison.Swap(false)
 	defer gpu.poison.Store(ok)
 	gpu.SetTF32(mth == kernels.TF32)
 	defer gpu.SetTF32(false)
-	rng := rand.New(rand.NewPCG(1, 1))
-	dt := dtypeOf(mth)
-	V := m.V()
-	x := dev(b, m.NIn, c, synth.Uniform[float32](rng, m.NIn*c), dt)
-	w := dev(b, c, V*c, synth.Weights[float32](rng, c, V, c), dt)
-	dy := dev(b, m.NOut, c, synth.Uniform[float32](rng, m.NOut*c), dt)
-	defer gpu.Free(x, w, dy)
 	run := func() sparse.Matrix {
 		var out sparse.Matrix
 		var err error
@@ -1041,6 +1063,55 @@ func BenchmarkConv(b *testing.B) {
 				})
 			}
 		}
+	}
+}
+
+// BenchmarkConvTiles times each direction of one convolution layer with
+// every tile of the table forced (Options.Tile; algorithm masked implicit
+// split-K, the bench's, with the engine's split heuristic; the weight
+// gradient runs the pairs kernels of implicit split-K) on FlexGEMM's
+// sphere shells, one sub-benchmark per (config, direction, tile):
+// res<RES>-c<C>/<dir>/<tile>, metrics device-ms/op and useful TFLOP/s
+// (2·pairs·C² per call). Configs from FLEXGEMM_BENCH_CFGS ("RES,C;…" or
+// FlexGEMM's "RES,C,L;…", L ignored; default 64,1024;256,256;1024,64),
+// arithmetic from FLEXGEMM_BENCH_MATH (default f16), tiles narrowed by
+// FLEXGEMM_TEST_TILES. Tiles the arithmetic lacks are skipped. Run with a
+// fixed count, e.g. -test.benchtime=20x.
+func BenchmarkConvTiles(b *testing.B) {
+	ok := mapOK(b)
+	cfgs := os.Getenv("FLEXGEMM_BENCH_CFGS")
+	if cfgs == "" {
+		cfgs = "64,1024;256,256;1024,64"
+	}
+	mth := kernels.F16
+	if name := os.Getenv("FLEXGEMM_BENCH_MATH"); name != "" {
+		i := slices.IndexFunc(kernels.Maths, func(m kernels.Math) bool { return m.String() == name })
+		require.GreaterOrEqual(b, i, 0, "FLEXGEMM_BENCH_MATH %q", name)
+		mth = kernels.Maths[i]
+	}
+	for _, cfg := range strings.Split(cfgs, ";") {
+		f := strings.Split(strings.TrimSpace(cfg), ",")
+		require.GreaterOrEqual(b, len(f), 2, "FLEXGEMM_BENCH_CFGS entry %q", cfg)
+		res, err := strconv.Atoi(f[0])
+		require.NoError(b, err)
+		c, err := strconv.Atoi(f[1])
+		require.NoError(b, err)
+		coords, ext := synth.SphereShell(res, 1)
+		m := ok(kmap.NewSubmanifold(coords, ext, [3]int{3, 3, 3}, [3]int{1, 1, 1}))
+		x, w, dy := benchInputs(b, m, c, mth)
+		for _, dir := range []string{"fwd", "dgrad", "wgrad"} {
+			for _, tile := range kernels.Tiles {
+				if !tile.Supports(mth) || !envSelected("FLEXGEMM_TEST_TILES", tile.Name()) {
+					continue
+				}
+				o := Options{ConvOptions: sparse.ConvOptions{Algorithm: sparse.MaskedImplicitSplitK}, Tile: tile.Name()}
+				b.Run(fmt.Sprintf("res%d-c%d/%s/%s", res, c, dir, tile.Name()), func(b *testing.B) {
+					benchConvOn(b, m, c, mth, dir, o, x, w, dy)
+				})
+			}
+		}
+		gpu.Free(x, w, dy)
+		gpu.ReleaseMap(m)
 	}
 }
 

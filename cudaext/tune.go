@@ -53,10 +53,23 @@ const (
 )
 
 // tuneSplits are the split-K factors offered to the tuner for the split-K
-// algorithms. Factor 1 is not offered: a split-K algorithm with one split
-// runs exactly the kernel of its plain algorithm, which is a candidate of
-// its own.
-var tuneSplits = []int{2, 4, 8, 16}
+// algorithms of the gather family (forward, input gradient), and
+// tunePairsSplits those of the weight gradient, whose heuristic
+// (choosePairsSplits) goes up to pairsMaxSplits = 64. Factor 1 is not
+// offered: a split-K algorithm with one split runs exactly the kernel of
+// its plain algorithm, which is a candidate of its own.
+var (
+	tuneSplits      = []int{2, 4, 8, 16}
+	tunePairsSplits = []int{2, 4, 8, 16, 32, 64}
+)
+
+// splitsFor returns the split-K factors offered for a direction.
+func splitsFor(dir autotune.Direction) []int {
+	if dir == autotune.WGrad {
+		return tunePairsSplits
+	}
+	return tuneSplits
+}
 
 // AutotuneStats counts the decisions of an engine's autotuner since it was
 // opened or last replaced by SetAutotune.
@@ -228,11 +241,13 @@ func (s *tuneState) lastRecord() tuneRecord {
 // Which candidates are tried: every algorithm (for the weight gradient the
 // masked algorithms run the same kernels as the unmasked ones and are not
 // offered) × every tile of kernels.Tiles that compiles for the arithmetic
-// and fits the device × the split-K factors 2, 4, 8, 16 for the split-K
-// algorithms, pruned where the shape makes a candidate pointless (tiles
-// much wider or taller than the output, more splits than reduction steps,
-// splitting an already multi-wave grid, an im2col matrix over an eighth of
-// the device memory). Candidates are timed on the caller's own inputs into
+// (the Narrow tiles: float16 and bfloat16 only) and fits the device × the
+// split-K factors 2, 4, 8, 16 for the split-K algorithms (weight gradient:
+// up to 64, as its heuristic), pruned where the shape makes a candidate
+// pointless (tiles much wider or taller than the output, more splits than
+// reduction steps, splitting an already multi-wave grid, weight-gradient
+// partials over the engine's bound, an im2col matrix over an eighth of the
+// device memory). Candidates are timed on the caller's own inputs into
 // scratch outputs (never the caller's result), with CUDA events, and the
 // device is synchronised only while measuring. Tuning applies only when
 // ConvOptions.Algorithm is Auto and Tile, TileRows and SplitK are all
@@ -399,7 +414,9 @@ func algorithmsFor(dir autotune.Direction) []sparse.Algorithm {
 // gemmShape is the GEMM an algorithm runs for a key, for a row count
 // estimated from the key's bucket: the output is rows × cols, tiled into
 // blocks (times taps for the per-tap weight gradient), each reducing over
-// kIters steps of BK.
+// kIters steps of BK. For the weight gradient kLen stands for the longest
+// tap segment (the engine splits by it; a submanifold map's centre tap
+// has one pair per row).
 type gemmShape struct {
 	family     kernels.Family
 	rows, cols int64
@@ -414,6 +431,49 @@ func (g gemmShape) blocks(t kernels.Tile) int64 {
 }
 
 func (g gemmShape) kIters(t kernels.Tile) int64 { return g.kTaps * ceilDiv(g.kLen, int64(t.BK)) }
+
+// outElems is the number of output elements (the size of one split's
+// float32 partials).
+func (g gemmShape) outElems() int64 { return g.rows * g.cols * g.taps }
+
+// splits returns the split factor the engine's heuristic gives this GEMM
+// with tile t on sms multiprocessors: chooseSplits for the gather family,
+// choosePairsSplits (pairsSplits) for the pairs family.
+func (g gemmShape) splits(t kernels.Tile, sms int64) int {
+	if g.family == kernels.Pairs {
+		return pairsSplits(g.blocks(t), g.kIters(t), g.outElems(), sms)
+	}
+	return heuristicSplits(g.blocks(t), g.kIters(t), sms)
+}
+
+// maxSplits is the largest split factor offered for g: 16 for the gather
+// family (chooseSplits' cap), pairsMaxSplits for the pairs family.
+func (g gemmShape) maxSplits() int {
+	if g.family == kernels.Pairs {
+		return pairsMaxSplits
+	}
+	return 16
+}
+
+// splitUseful reports whether s splits of g with tile t are worth
+// measuring: every split gets reduction steps (pairs: pairsMinIters of
+// them, the engine's floor), the float32 partials stay within the
+// engine's bound (pairs), and the grid does not already fill the device
+// with half as many splits (gather: four waves of one block per SM;
+// pairs: twice the pairsWaves blocks per SM the heuristic aims at) —
+// beyond that only partial-sum traffic grows.
+func (g gemmShape) splitUseful(t kernels.Tile, s int, sms int64) bool {
+	blocks, kIters := g.blocks(t), g.kIters(t)
+	if int64(s) > kIters {
+		return false
+	}
+	if g.family == kernels.Pairs {
+		return int64(s) <= max(kIters/pairsMinIters, 1) &&
+			int64(s)*4*g.outElems() <= max(pairsPartBytes, 4*g.outElems()) &&
+			blocks*int64(s/2) < 2*pairsWaves*sms
+	}
+	return blocks*int64(s/2) < 4*sms
+}
 
 // shapeOf mirrors the launches of conv.go (runGather, runPairs) for rows
 // problem rows.
@@ -475,7 +535,9 @@ func heuristicTile(rows, cols, sms int64) kernels.Tile {
 	return kernels.Tiles[0]
 }
 
-// heuristicSplits mirrors chooseSplits with no user factor.
+// heuristicSplits mirrors chooseSplits (the gather family's split
+// heuristic) with no user factor. The weight gradient's is pairsSplits,
+// shared with choosePairsSplits.
 func heuristicSplits(blocks, kIters, sms int64) int {
 	if blocks <= 0 || kIters <= 1 {
 		return 1
@@ -485,12 +547,13 @@ func heuristicSplits(blocks, kIters, sms int64) int {
 	return int(max(s, 1))
 }
 
-// pow2Floor rounds s ≥ 1 down to a power of two, at most 16.
-func pow2Floor(s int) int {
+// pow2Floor rounds s ≥ 1 down to a power of two, at most hi (a power of
+// two).
+func pow2Floor(s, hi int) int {
 	if s < 1 {
 		return 1
 	}
-	return min(1<<(bits.Len(uint(s))-1), 16)
+	return min(1<<(bits.Len(uint(s))-1), hi)
 }
 
 // tileRank orders tiles: the heuristic's preferences first, then the
@@ -502,9 +565,11 @@ func tileRank(pref []string, t kernels.Tile) int {
 	return len(pref) + slices.Index(kernels.Tiles, t)
 }
 
-// usableTiles returns the tiles of the table that compile for mth and fit
-// the device, without those much wider than cols or taller than the rows
-// can fill (unless that leaves none).
+// usableTiles returns the tiles of the table that compile for mth (the
+// Narrow tiles only for the 16-bit arithmetics) and fit the device,
+// without those much wider than cols or taller than the rows can fill
+// (BN > 2·max(32, cols), or BM > 64 and BM ≥ 2·rows), unless that leaves
+// none.
 func usableTiles(mth kernels.Math, g gemmShape, rowsHi int64, lim tuneLimits) []kernels.Tile {
 	var valid, kept []kernels.Tile
 	for _, t := range kernels.Tiles {
@@ -512,7 +577,7 @@ func usableTiles(mth kernels.Math, g gemmShape, rowsHi int64, lim tuneLimits) []
 			continue
 		}
 		valid = append(valid, t)
-		if int64(t.BN) > 2*max(32, g.cols) || (t.BM > 64 && rowsHi <= 64) {
+		if int64(t.BN) > 2*max(32, g.cols) || (t.BM > 64 && int64(t.BM) >= 2*rowsHi) {
 			continue
 		}
 		kept = append(kept, t)
@@ -557,13 +622,9 @@ func convCandidates(k autotune.Key, lim tuneLimits) []autotune.Candidate {
 				all = append(all, ranked{autotune.Candidate{Algorithm: alg.String(), Tile: t.Name()}, rank, ai, 0})
 				continue
 			}
-			blocks, kIters := gLo.blocks(t), gLo.kIters(t)
-			hs := pow2Floor(heuristicSplits(gMid.blocks(t), gMid.kIters(t), sms))
-			for _, s := range tuneSplits {
-				// More splits than reduction steps leave splits empty; a
-				// grid that already fills four waves with half as many
-				// splits only gains partial-sum traffic.
-				if int64(s) > kIters || blocks*int64(s/2) >= 4*sms {
+			hs := pow2Floor(gMid.splits(t, sms), gMid.maxSplits())
+			for _, s := range splitsFor(k.Dir) {
+				if !gLo.splitUseful(t, s, sms) {
 					continue
 				}
 				d := bits.Len(uint(s)) - bits.Len(uint(hs))
@@ -583,8 +644,9 @@ func convCandidates(k autotune.Key, lim tuneLimits) []autotune.Candidate {
 
 // convHeuristic is the tuner's heuristic: the choice of the fixed
 // heuristic of conv.go (split-K masked implicit GEMM, chooseTile,
-// chooseSplits) for the middle of the key's row bucket, with the split
-// factor rounded down to a power of two (1: the plain algorithm). It is
+// chooseSplits or, for the weight gradient, choosePairsSplits) for the
+// middle of the key's row bucket, with the split factor rounded down to a
+// power of two (1: the plain algorithm). It is
 // measured first. If pruning removed it, the nearest candidate of the same
 // tile is used, else the first candidate.
 func convHeuristic(k autotune.Key, cands []autotune.Candidate) autotune.Candidate {
@@ -595,7 +657,7 @@ func convHeuristic(k autotune.Key, cands []autotune.Candidate) autotune.Candidat
 	sms := int64(max(k.Device.SMs, 1))
 	g := shapeOf(k, splitAlg, mid, mth.ElemSize())
 	t := heuristicTile(g.rows, g.cols, sms)
-	s := pow2Floor(heuristicSplits(g.blocks(t), g.kIters(t), sms))
+	s := pow2Floor(g.splits(t, sms), g.maxSplits())
 	want := autotune.Candidate{Algorithm: splitAlg.String(), Tile: t.Name(), SplitK: s}
 	if s == 1 {
 		want = autotune.Candidate{Algorithm: plain.String(), Tile: t.Name()}

@@ -205,7 +205,7 @@ func TestAutotuneCandidates(t *testing.T) {
 						name := k.String()
 						cands := convCandidates(k, lim)
 						require.NotEmpty(t, cands, name)
-						require.LessOrEqual(t, len(cands), len(kernels.Tiles)*(3+2*len(tuneSplits)), name)
+						require.LessOrEqual(t, len(cands), len(kernels.Tiles)*(3+2*len(splitsFor(dir))), name)
 						require.Equal(t, cands, convCandidates(k, lim), "%s: not a pure function of the key", name)
 						seen := map[autotune.Candidate]bool{}
 						for _, c := range cands {
@@ -223,7 +223,7 @@ func TestAutotuneCandidates(t *testing.T) {
 							}
 							require.LessOrEqual(t, kernels.SmemBytes(fam, mth, tile), lim.maxSmem, name)
 							if isSplit(alg) {
-								require.Contains(t, tuneSplits, c.SplitK, "%s: %v", name, c)
+								require.Contains(t, splitsFor(dir), c.SplitK, "%s: %v", name, c)
 							} else {
 								require.Zero(t, c.SplitK, "%s: %v", name, c)
 							}
@@ -281,7 +281,36 @@ func TestAutotuneHeuristicMirrorsConv(t *testing.T) {
 		}
 	}
 	for s, want := range map[int]int{0: 1, 1: 1, 2: 2, 3: 2, 7: 4, 8: 8, 15: 8, 16: 16, 40: 16} {
-		require.Equal(t, want, pow2Floor(s), "pow2Floor(%d)", s)
+		require.Equal(t, want, pow2Floor(s, 16), "pow2Floor(%d, 16)", s)
+	}
+	require.Equal(t, 32, pow2Floor(40, 64))
+	require.Equal(t, 64, pow2Floor(64, 64))
+	// The weight gradient: the tuner ranks with choosePairsSplits' rule
+	// (not the gather family's 2·SMs, ≤ 16 splits), through the tuner's
+	// own shape of a key.
+	for _, blocks := range []int64{0, 1, 27, 54, 108, 432, 1728, 10000} {
+		for _, kIters := range []int64{0, 1, 2, 9, 100, 3700, 100000} {
+			for _, out := range []int64{0, 1 << 10, 27 << 20} {
+				require.Equal(t, gpu.choosePairsSplits(0, blocks, kIters, out), pairsSplits(blocks, kIters, out, sms), "blocks %d kIters %d out %d", blocks, kIters, out)
+			}
+		}
+	}
+	dev := gpu.AutotuneDevice()
+	for _, c := range []int{64, 256, 1024} {
+		for _, lg := range []int{12, 17, 22} {
+			k := autotune.Key{Device: dev, Op: "conv_submanifold", Dir: autotune.WGrad, DType: "fp16", V: 27, Ci: c, Co: c, LogN: lg}
+			_, mid, _ := rowRange(k)
+			g := shapeOf(k, sparse.ImplicitSplitK, mid, 2)
+			tile, err := gpu.chooseTile(Options{}, int64(c), int64(c))
+			require.NoError(t, err)
+			blocks := ceilDiv(int64(c), int64(tile.BM)) * ceilDiv(int64(c), int64(tile.BN)) * 27
+			want := gpu.choosePairsSplits(0, blocks, ceilDiv(mid, int64(tile.BK)), int64(c*c*27))
+			require.Equal(t, want, g.splits(tile, sms), "%v", k)
+			h := convHeuristic(k, convCandidates(k, gpu.tuneLimits()))
+			if want >= 2 {
+				require.Equal(t, pow2Floor(want, pairsMaxSplits), h.SplitK, "%v: %v", k, h)
+			}
+		}
 	}
 }
 

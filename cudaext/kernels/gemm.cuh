@@ -95,6 +95,13 @@ template <Math M_, int BM_, int BN_, int BK_, int WM_, int WN_, int S_> struct T
   static constexpr int kGatherBStage = BN * LdK > BK * LdMB ? BN * LdK : BK * LdMB;
   static constexpr int kGatherSmem = S * (BM * LdK + kGatherBStage) * kElem + 4 * BM + 4 * kIdxRing * (BM + 1);
   static constexpr int kPairsSmem = S * BK * (LdMA + LdMB) * kElem + 2 * kIdxRing * BK * 4;
+  // Minimum resident blocks per SM promised to the compiler (launch
+  // bounds) for the kernels that need a cap: 8-warp 16-bit tiles whose
+  // warp tile holds at most 64 float32 accumulators (MI·NI ≤ 16, e.g.
+  // 64×32) are held to 128 registers, two blocks per SM; larger warp
+  // tiles (64×64: 128 accumulators) get the whole register file of one
+  // block, since 128 registers would spill.
+  static constexpr int kMinBlocks = (kWarps >= 8 && kElem == 2 && MI * NI <= 16) ? 2 : 1;
 
   static_assert(kWarps >= 1 && kThreads <= 1024, "bad warp grid");
   static_assert(BM % (16 * WM) == 0, "BM must be a multiple of 16*WM");
@@ -714,8 +721,9 @@ template <class C> __device__ __forceinline__ void pairs_gemm(const PairsParams&
 // Each tile instantiates two gather kernels: NAME reads the weight as
 // stored ([N, V, Kc]), NAME_wt reads it transposed ([Kc, V, N], p.wt = 1).
 // They are separate symbols so each gets its own register allocation; the
-// transposed one is held to 128 registers at 8 warps in half precision
-// (two resident blocks per SM, no spills).
+// transposed one is held to TileCfg::kMinBlocks blocks per SM (128
+// registers at 8 warps in half precision with 64×32 warp tiles: two
+// resident blocks per SM, no spills).
 #define FG_GATHER_KERNEL(NAME, MATH, BM, BN, BK, WM, WN, S, SMEM)                              \
   extern "C" __global__ void __launch_bounds__(32 * (WM) * (WN)) NAME(const fg::GatherParams p) { \
     using Cfg = fg::TileCfg<MATH, BM, BN, BK, WM, WN, S>;                                        \
@@ -723,7 +731,7 @@ template <class C> __device__ __forceinline__ void pairs_gemm(const PairsParams&
     fg::gather_gemm<Cfg, false>(p);                                                              \
   }                                                                                              \
   extern "C" __global__ void __launch_bounds__(                                                  \
-      32 * (WM) * (WN), ((WM) * (WN) >= 8 && sizeof(typename fg::MathTraits<MATH>::T) == 2) ? 2 : 1) \
+      32 * (WM) * (WN), (fg::TileCfg<MATH, BM, BN, BK, WM, WN, S>::kMinBlocks))                  \
       NAME##_wt(const fg::GatherParams p) {                                                      \
     using Cfg = fg::TileCfg<MATH, BM, BN, BK, WM, WN, S>;                                        \
     fg::gather_gemm<Cfg, true>(p);                                                               \

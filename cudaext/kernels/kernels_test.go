@@ -50,6 +50,11 @@ func TestImagesUpToDate(t *testing.T) {
 	for _, f := range Families {
 		for _, m := range Maths {
 			for _, tile := range Tiles {
+				if !tile.Supports(m) {
+					_, ok := KernelModule(KernelName(f, m, tile))
+					require.Falsef(t, ok, "%s is instantiated but the tile is 16-bit only", KernelName(f, m, tile))
+					continue
+				}
 				mod, ok := KernelModule(KernelName(f, m, tile))
 				require.Truef(t, ok, "%s missing from the manifest", KernelName(f, m, tile))
 				require.Equal(t, strings.TrimSuffix(InstanceFile(f, m), ".cu"), mod)
@@ -121,11 +126,30 @@ func TestTileTableMirrorsCpp(t *testing.T) {
 	} {
 		require.Containsf(t, string(src), expr, "gemm.cuh changed a formula mirrored by SmemBytes")
 	}
+	narrow := 0
 	for _, m := range Maths {
 		for _, tile := range Tiles {
-			require.NoError(t, tile.Validate(m))
+			if tile.Supports(m) {
+				require.NoError(t, tile.Validate(m))
+				continue
+			}
+			narrow++
+			require.True(t, tile.Narrow)
+			require.NotEqual(t, 2, m.ElemSize(), "%s must support %v", tile.Name(), m)
+			require.ErrorContains(t, tile.Validate(m), "16-bit arithmetics only")
+			require.NotContains(t, string(GenerateInstances(Gather, m)), KernelName(Gather, m, tile)+",")
 		}
 	}
+	for _, tile := range Tiles {
+		for _, m := range []Math{F16, BF16} {
+			require.True(t, tile.Supports(m), "%s: every tile serves the 16-bit arithmetics", tile.Name())
+		}
+	}
+	// The fixed heuristic's tiles serve every arithmetic.
+	for _, tile := range Tiles[:4] {
+		require.False(t, tile.Narrow, tile.Name())
+	}
+	t.Logf("%d (tile, arithmetic) pairs not instantiated", narrow)
 	// Names are unique and procedural.
 	seen := map[string]bool{}
 	re := regexp.MustCompile(`^spconv_(gather|pairs)_(f32|tf32|f16|bf16)_m(\d+)n(\d+)k(\d+)w(\d+)x(\d+)s(\d+)$`)

@@ -23,6 +23,9 @@ func main() {
 	for _, f := range kernels.Families {
 		for _, m := range kernels.Maths {
 			for _, t := range kernels.Tiles {
+				if !t.Supports(m) {
+					continue
+				}
 				if err := t.Validate(m); err != nil {
 					fmt.Fprintln(os.Stderr, "gen:", err)
 					os.Exit(1)
