@@ -90,3 +90,36 @@ func BenchmarkPrepare(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkPrefetch measures the throughput of the data pipeline (scene
+// generation and Prepare behind Prefetch) with one worker and with the
+// default number, reported as ms/batch over runs of 8 batches.
+func BenchmarkPrefetch(b *testing.B) {
+	const batches = 8
+	for _, c := range prepareCases {
+		scfg := scenes.Config{Grid: c.grid, MinShapes: 2, MaxShapes: 4, Seed: 1}
+		m, err := New(DefaultConfig(scenes.NumClasses), 1)
+		if err != nil {
+			b.Fatal(err)
+		}
+		src := func(i int) (*scenes.Batch, error) { return scenes.MakeBatch(scfg, scenes.Train, i, c.batch) }
+		order := make([]int, batches)
+		for i := range order {
+			order[i] = i
+		}
+		for _, w := range []int{1, DefaultPrefetchWorkers()} {
+			b.Run(fmt.Sprintf("grid=%d/batch=%d/workers=%d", c.grid, c.batch, w), func(b *testing.B) {
+				for b.Loop() {
+					p := m.Prefetch(src, order, c.grid, PrefetchWorkers(w))
+					for range order {
+						if _, err := p.Next(); err != nil {
+							b.Fatal(err)
+						}
+					}
+					p.Stop()
+				}
+				b.ReportMetric(float64(b.Elapsed().Milliseconds())/float64(b.N*batches), "ms/batch")
+			})
+		}
+	}
+}
