@@ -323,16 +323,40 @@ type Net struct {
 	Graph      *gorgonia.ExprGraph
 	Learnables gorgonia.Nodes
 	Values     []*tensor.Dense
-	Logits     *gorgonia.Node
+	// Input is the features node [N, InChannels].
+	Input  *gorgonia.Node
+	Logits *gorgonia.Node
 }
 
 // Build adds the network applied to features x [N, InChannels] over the
 // batch's maps to a new graph. x lives where the model computes (see
 // Place; on a device: inside an open step, from Device.Input).
 func (m *Model) Build(x *tensor.Dense, maps *Maps) (*Net, error) {
+	if x == nil || x.Dims() != 2 || x.Shape()[1] != m.Config.InChannels {
+		return nil, fmt.Errorf("%w: features must be [N, %d]", ErrConfig, m.Config.InChannels)
+	}
+	net, err := m.BuildFor(x.Shape()[0], maps)
+	if err != nil {
+		return nil, err
+	}
+	if err := gorgonia.Let(net.Input, x); err != nil {
+		return nil, fmt.Errorf("unet: binding the features: %w", err)
+	}
+	return net, nil
+}
+
+// BuildFor adds the network for a batch of n voxels to a new graph whose
+// input node (Net.Input, [n, InChannels]) has no value yet: the graph can
+// be built and compiled before the features exist (for example while the
+// device still works on the previous step), and the features bound with
+// gorgonia.Let before it runs.
+func (m *Model) BuildFor(n int, maps *Maps) (*Net, error) {
 	cfg := m.Config
 	if maps == nil || len(maps.Sub) != cfg.Levels {
 		return nil, fmt.Errorf("%w: maps for %d levels, model has %d", ErrConfig, mapsLevels(maps), cfg.Levels)
+	}
+	if n < 0 {
+		return nil, fmt.Errorf("%w: %d voxels", ErrConfig, n)
 	}
 	g := gorgonia.NewGraph()
 	net := &Net{Graph: g}
@@ -345,8 +369,8 @@ func (m *Model) Build(x *tensor.Dense, maps *Maps) (*Net, error) {
 		p[prm.Name] = n
 		net.Learnables = append(net.Learnables, n)
 	}
-	xs := x.Shape()
-	in := gorgonia.NewMatrix(g, cfg.DType, gorgonia.WithShape(xs.Clone()...), gorgonia.WithName("x"), gorgonia.WithValue(x))
+	in := gorgonia.NewMatrix(g, cfg.DType, gorgonia.WithShape(n, cfg.InChannels), gorgonia.WithName("x"))
+	net.Input = in
 
 	algo := ops.WithAlgorithm(cfg.Algorithm)
 	var err error
