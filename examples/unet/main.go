@@ -392,16 +392,23 @@ func profileSteps(t *unet.Trainer, train unet.Source, o *options, stdout io.Writ
 	defer samples.Stop()
 	run := func() (time.Duration, error) {
 		var wall time.Duration
-		for range o.profileSteps {
-			s, err := samples.Next()
-			if err != nil {
-				return 0, err
+		s, err := samples.Next()
+		if err != nil {
+			return 0, err
+		}
+		for i := range o.profileSteps {
+			var next *unet.Sample
+			if i+1 < o.profileSteps {
+				if next, err = samples.Next(); err != nil {
+					return 0, err
+				}
 			}
 			t0 := time.Now()
-			if _, err := t.Step(s); err != nil {
+			if _, err := t.StepAhead(s, next); err != nil {
 				return 0, fmt.Errorf("profiled step: %w", err)
 			}
 			wall += time.Since(t0)
+			s = next
 		}
 		return wall, nil
 	}
@@ -477,15 +484,28 @@ func trainLoop(t *unet.Trainer, train unet.Source, steps int, o *options, stdout
 		smooth            = math.NaN()
 	)
 	epochs := (steps + o.trainBatches - 1) / o.trainBatches
+	// Each step also compiles the next batch's graph while the device
+	// works (Trainer.StepAhead).
+	var next *unet.Sample
+	if steps > 0 {
+		var err error
+		if next, err = samples.Next(); err != nil {
+			return stats, err
+		}
+	}
 	for step := range steps {
 		if step%o.trainBatches == 0 {
 			epLoss, epOK, epN, epStep = 0, 0, 0, 0
 		}
-		s, err := samples.Next()
-		if err != nil {
-			return stats, err
+		s := next
+		next = nil
+		if step+1 < steps {
+			var err error
+			if next, err = samples.Next(); err != nil {
+				return stats, err
+			}
 		}
-		res, err := t.Step(s)
+		res, err := t.StepAhead(s, next)
 		if err != nil {
 			return stats, fmt.Errorf("step %d: %w", step+1, err)
 		}

@@ -15,6 +15,12 @@ import (
 // trainOn trains a fresh tiny model for steps steps on device d (nil: the
 // host) over data and returns the model and the loss of every step.
 func trainOn(t *testing.T, d *device.Device, steps int) (*Model, []float64, []StepResult) {
+	return trainWith(t, d, steps, false)
+}
+
+// trainWith is trainOn with Step (ahead false) or StepAhead (ahead true,
+// the next batch's graph compiled during each step).
+func trainWith(t *testing.T, d *device.Device, steps int, ahead bool) (*Model, []float64, []StepResult) {
 	t.Helper()
 	m, err := New(tinyConfig(), 3)
 	require.NoError(t, err)
@@ -25,7 +31,11 @@ func trainOn(t *testing.T, d *device.Device, steps int) (*Model, []float64, []St
 	var losses []float64
 	var res []StepResult
 	for step := range steps {
-		r, err := tr.Step(data[step%len(data)])
+		var next *Sample
+		if ahead && step+1 < steps {
+			next = data[(step+1)%len(data)]
+		}
+		r, err := tr.StepAhead(data[step%len(data)], next)
 		require.NoError(t, err)
 		require.Len(t, r.Pred, data[step%len(data)].Batch.N())
 		losses = append(losses, r.Loss)
@@ -34,7 +44,48 @@ func trainOn(t *testing.T, d *device.Device, steps int) (*Model, []float64, []St
 	if tr.Scaler != nil {
 		require.Zero(t, tr.Scaler.Skipped, "no float16 overflow in this run")
 	}
+	require.Equal(t, steps, tr.compiles, "one graph per step: StepAhead's graph of the next batch is used")
 	return m, losses, res
+}
+
+// TestStepAheadMatchesStep trains with the next graph compiled during
+// each step and without: on the host and on the fake device in float32
+// and float16 (with its loss scaler), losses, predictions and the trained
+// weights are the same bits.
+func TestStepAheadMatchesStep(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		act  sparse.DType
+	}{{"host", 0}, {"float32", sparse.Float32}, {"float16", sparse.Float16}} {
+		t.Run(tc.name, func(t *testing.T) {
+			open := func() *device.Device {
+				if tc.act == 0 {
+					return nil
+				}
+				d, err := device.OpenFake(device.WithActivations(tc.act))
+				require.NoError(t, err)
+				return d
+			}
+			d1 := open()
+			m1, l1, r1 := trainWith(t, d1, 5, false)
+			w1 := hostWeights(t, m1)
+			if d1 != nil {
+				require.NoError(t, d1.Close())
+			}
+			d2 := open()
+			m2, l2, r2 := trainWith(t, d2, 5, true)
+			w2 := hostWeights(t, m2)
+			if d2 != nil {
+				require.NoError(t, d2.Close())
+			}
+			require.Equal(t, l1, l2)
+			for i := range r1 {
+				require.Equal(t, r1[i].Pred, r2[i].Pred)
+				require.Equal(t, r1[i].Transfers, r2[i].Transfers)
+			}
+			require.Equal(t, w1, w2)
+		})
+	}
 }
 
 // TestDeviceTrainingMatchesHost trains the same model on the same batches
@@ -193,4 +244,16 @@ func normRelErr(a, b []float32) float64 {
 		return math.Sqrt(num)
 	}
 	return math.Sqrt(num / den)
+}
+
+// hostWeights copies the model's parameters to the host (Sync) and returns
+// them in order.
+func hostWeights(t *testing.T, m *Model) [][]float32 {
+	t.Helper()
+	require.NoError(t, m.Sync())
+	out := make([][]float32, len(m.Params))
+	for i, p := range m.Params {
+		out[i] = append([]float32(nil), p.Value.Data().([]float32)...)
+	}
+	return out
 }

@@ -35,6 +35,9 @@ type Trainer struct {
 	Scaler *device.LossScaler
 	// LossOptions are passed to ops.SoftmaxCrossEntropy.
 	LossOptions []ops.LossOption
+
+	ready    *stepGraph // the graph StepAhead compiled for its next sample
+	compiles int        // graphs compiled (tests)
 }
 
 // NewTrainer returns a trainer with an Adam optimiser of learning rate lr.
@@ -65,7 +68,26 @@ type StepResult struct {
 
 // Step runs forward and backward on the sample and updates the
 // parameters in place.
-func (t *Trainer) Step(s *Sample) (res StepResult, err error) {
+func (t *Trainer) Step(s *Sample) (StepResult, error) { return t.StepAhead(s, nil) }
+
+// StepAhead is Step for s that also builds and compiles the graph of the
+// next sample while the device works on s: graph construction, symbolic
+// differentiation and compilation take milliseconds of host time per step,
+// during which a device would otherwise wait. The next call with next as
+// its sample uses that graph. next may be nil; results are identical to
+// Step's.
+func (t *Trainer) StepAhead(s, next *Sample) (res StepResult, err error) {
+	g := t.ready
+	t.ready = nil
+	if g == nil || g.s != s || g.scale != t.lossScale() {
+		if g != nil {
+			g.close()
+		}
+		if g, err = t.compile(s); err != nil {
+			return res, err
+		}
+	}
+	defer g.close()
 	d := t.Model.Device()
 	st, err := d.BeginStep()
 	if err != nil {
@@ -80,55 +102,102 @@ func (t *Trainer) Step(s *Sample) (res StepResult, err error) {
 	if err != nil {
 		return res, err
 	}
-	net, err := t.Model.Build(x, s.Maps)
-	if err != nil {
-		return res, err
+	if err := gorgonia.Let(g.net.Input, x); err != nil {
+		return res, fmt.Errorf("unet: binding the features: %w", err)
 	}
-	lossOpts := t.LossOptions
-	if t.Scaler != nil {
-		lossOpts = append(append([]ops.LossOption(nil), lossOpts...), ops.WithLossScale(t.Scaler.Scale))
-	}
-	loss, err := ops.SoftmaxCrossEntropy(net.Logits, s.Batch.Labels, lossOpts...)
-	if err != nil {
-		return res, err
-	}
-	var logits gorgonia.Value
-	gorgonia.Read(net.Logits, &logits)
-	grads, err := gorgonia.Grad(loss, net.Learnables...)
-	if err != nil {
-		return res, fmt.Errorf("unet: gradient graph: %w", err)
-	}
-	vm := gorgonia.NewTapeMachine(net.Graph, d.VMOpt())
-	defer vm.Close()
-	if err := vm.RunAll(); err != nil {
+	if err := g.vm.RunAll(); err != nil {
 		return res, fmt.Errorf("unet: training step on %s: %w", d.Name(), err)
 	}
-	lv, err := scalar(loss.Value())
+	lv, err := scalar(g.loss.Value())
 	if err != nil {
 		return res, err
 	}
 	if math.IsNaN(lv) || math.IsInf(lv, 0) {
 		return res, fmt.Errorf("unet: training diverged (loss %v)", lv)
 	}
-	pred, err := ops.ArgmaxRows(logits)
-	if err != nil {
-		return res, err
+	gv := make([]gorgonia.Value, len(g.grads))
+	for i, n := range g.grads {
+		gv[i] = n.Value()
 	}
-	gv := make([]gorgonia.Value, len(grads))
-	for i, g := range grads {
-		gv[i] = g.Value()
+	// Without a loss scaler the update is queued behind the step's
+	// kernels; the next graph is built while the device runs them.
+	if t.Scaler == nil {
+		if err := t.Opt.Step(g.net.Values, gv, 1); err != nil {
+			return res, fmt.Errorf("unet: optimiser: %w", err)
+		}
+	}
+	if next != nil {
+		if t.ready, err = t.compile(next); err != nil {
+			return res, err
+		}
 	}
 	if t.Scaler != nil {
-		applied, err := t.Scaler.Step(d, t.Opt, net.Values, gv)
+		// The scaler reads the overflow flag (it waits for the device);
+		// when it changes the scale, the next graph is rebuilt with it.
+		applied, err := t.Scaler.Step(d, t.Opt, g.net.Values, gv)
 		if err != nil {
 			return res, fmt.Errorf("unet: optimiser: %w", err)
 		}
 		res.Skipped = !applied
-	} else if err := t.Opt.Step(net.Values, gv, 1); err != nil {
-		return res, fmt.Errorf("unet: optimiser: %w", err)
+	}
+	pred, err := ops.ArgmaxRows(*g.logits)
+	if err != nil {
+		return res, err
 	}
 	res.Loss, res.Pred, res.Transfers = lv, pred, st.Transfers()
 	return res, nil
+}
+
+// stepGraph is the compiled training graph of one sample: the network
+// with its input node unbound, the loss, the gradients of the parameters
+// and the tape machine.
+type stepGraph struct {
+	s      *Sample
+	scale  float64 // the loss scale the graph was built with
+	net    *Net
+	loss   *gorgonia.Node
+	logits *gorgonia.Value
+	grads  gorgonia.Nodes
+	vm     gorgonia.VM
+}
+
+func (g *stepGraph) close() {
+	if g.vm != nil {
+		g.vm.Close()
+		g.vm = nil
+	}
+}
+
+// lossScale returns the scale the loss gradient is multiplied by.
+func (t *Trainer) lossScale() float64 {
+	if t.Scaler == nil {
+		return 1
+	}
+	return t.Scaler.Scale
+}
+
+// compile builds the training graph of s (host work only: nothing runs
+// on the device).
+func (t *Trainer) compile(s *Sample) (*stepGraph, error) {
+	g := &stepGraph{s: s, scale: t.lossScale(), logits: new(gorgonia.Value)}
+	t.compiles++
+	var err error
+	if g.net, err = t.Model.BuildFor(s.X.Shape()[0], s.Maps); err != nil {
+		return nil, err
+	}
+	lossOpts := t.LossOptions
+	if t.Scaler != nil {
+		lossOpts = append(append([]ops.LossOption(nil), lossOpts...), ops.WithLossScale(g.scale))
+	}
+	if g.loss, err = ops.SoftmaxCrossEntropy(g.net.Logits, s.Batch.Labels, lossOpts...); err != nil {
+		return nil, err
+	}
+	gorgonia.Read(g.net.Logits, g.logits)
+	if g.grads, err = gorgonia.Grad(g.loss, g.net.Learnables...); err != nil {
+		return nil, fmt.Errorf("unet: gradient graph: %w", err)
+	}
+	g.vm = gorgonia.NewTapeMachine(g.net.Graph, t.Model.Device().VMOpt())
+	return g, nil
 }
 
 // Predict runs the network forward on the sample and returns the loss and
