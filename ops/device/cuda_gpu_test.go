@@ -358,7 +358,14 @@ func TestGPUKernelsMatchFake(t *testing.T) {
 //     a flipped mask), and every flipped element moves a gradient by its
 //     whole contribution: bounded by 1e-1 here, logged, and the reason
 //     the 2e-2 is checked on the smooth variant.
+//
+// Kernels are chosen by the fixed heuristic (autotuning off): a tuner that
+// picks by measured time can pick another tile in another run, whose
+// float32 sums round differently, and with ReLU one pre-activation of the
+// sphere scene lies within float32 rounding of zero (its flip moves
+// enc0.w's gradient by 1.5e-3 in some runs).
 func TestGPUTrainingStepMatchesCPU(t *testing.T) {
+	t.Setenv("FLEXGEMM_AUTOTUNE", "off")
 	coords, ext := synth.SphereShell(24, 2)
 	var table []string
 	for _, smooth := range []bool{false, true} {
