@@ -39,6 +39,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/pprof"
+	"runtime/trace"
 	"strconv"
 	"strings"
 	"time"
@@ -73,6 +74,7 @@ type options struct {
 	seed                            uint64
 	algo                            string
 	out, save, load, png, cpuprof   string
+	trace                           string
 	solid, f64, quick, noBar        bool
 	views                           int
 	device, precision               string
@@ -107,6 +109,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.BoolVar(&o.quick, "quick", false, "tiny run for smoke tests: 16³ grid, 2 levels, few steps")
 	fs.BoolVar(&o.noBar, "no-progress", false, "print one line per epoch instead of a progress bar")
 	fs.StringVar(&o.cpuprof, "cpuprofile", "", "write a CPU profile of the training loop to this file")
+	fs.StringVar(&o.trace, "trace", "", "write a Go execution trace of the training loop to this file (go tool trace)")
 	fs.StringVar(&o.device, "device", "cpu", "where to compute: cpu, cuda (GPU; needs a build with -tags cudaext) or fake (CPU emulation of a device)")
 	fs.IntVar(&o.gpu, "gpu", 0, "GPU ordinal for -device cuda")
 	fs.StringVar(&o.precision, "precision", "fp32", "activation precision on a device: fp32, bf16 or fp16 (fp16 with dynamic loss scaling); the CPU computes in fp32")
@@ -256,6 +259,17 @@ func run(args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		defer pprof.StopCPUProfile()
+	}
+	if o.trace != "" {
+		f, err := os.Create(o.trace)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := trace.Start(f); err != nil {
+			return err
+		}
+		defer trace.Stop()
 	}
 	if steps > 0 {
 		t0 := time.Now()
