@@ -44,7 +44,7 @@ func trainWith(t *testing.T, d *device.Device, steps int, ahead bool) (*Model, [
 	if tr.Scaler != nil {
 		require.Zero(t, tr.Scaler.Skipped, "no float16 overflow in this run")
 	}
-	require.Equal(t, steps, tr.compiles, "one graph per step: StepAhead's graph of the next batch is used")
+	require.Equal(t, int64(steps), tr.compiles.Load(), "one graph per step: StepAhead's graph of the next batch is used")
 	return m, losses, res
 }
 

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"sync/atomic"
 
 	"gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
@@ -36,8 +37,8 @@ type Trainer struct {
 	// LossOptions are passed to ops.SoftmaxCrossEntropy.
 	LossOptions []ops.LossOption
 
-	ready    *stepGraph // the graph StepAhead compiled for its next sample
-	compiles int        // graphs compiled (tests)
+	ready    *stepGraph   // the graph StepAhead compiled for its next sample
+	compiles atomic.Int64 // graphs compiled (tests)
 }
 
 // NewTrainer returns a trainer with an Adam optimiser of learning rate lr.
@@ -71,11 +72,11 @@ type StepResult struct {
 func (t *Trainer) Step(s *Sample) (StepResult, error) { return t.StepAhead(s, nil) }
 
 // StepAhead is Step for s that also builds and compiles the graph of the
-// next sample while the device works on s: graph construction, symbolic
-// differentiation and compilation take milliseconds of host time per step,
-// during which a device would otherwise wait. The next call with next as
-// its sample uses that graph. next may be nil; results are identical to
-// Step's.
+// next sample on another goroutine while this one runs s: graph
+// construction, symbolic differentiation and compilation take milliseconds
+// of host time per step, which then overlap the step instead of adding to
+// it. The next call with next as its sample uses that graph. next may be
+// nil; results are identical to Step's.
 func (t *Trainer) StepAhead(s, next *Sample) (res StepResult, err error) {
 	g := t.ready
 	t.ready = nil
@@ -83,11 +84,34 @@ func (t *Trainer) StepAhead(s, next *Sample) (res StepResult, err error) {
 		if g != nil {
 			g.close()
 		}
-		if g, err = t.compile(s); err != nil {
+		if g, err = t.compile(s, t.lossScale()); err != nil {
 			return res, err
 		}
 	}
 	defer g.close()
+	if next != nil {
+		type compiled struct {
+			g   *stepGraph
+			err error
+		}
+		done := make(chan compiled, 1)
+		scale := t.lossScale()
+		go func() {
+			ng, err := t.compile(next, scale)
+			done <- compiled{ng, err}
+		}()
+		defer func() {
+			c := <-done
+			switch {
+			case c.err != nil && err == nil:
+				err = c.err
+			case c.err == nil && err == nil:
+				t.ready = c.g
+			case c.err == nil:
+				c.g.close()
+			}
+		}()
+	}
 	d := t.Model.Device()
 	st, err := d.BeginStep()
 	if err != nil {
@@ -119,21 +143,14 @@ func (t *Trainer) StepAhead(s, next *Sample) (res StepResult, err error) {
 	for i, n := range g.grads {
 		gv[i] = n.Value()
 	}
-	// Without a loss scaler the update is queued behind the step's
-	// kernels; the next graph is built while the device runs them.
 	if t.Scaler == nil {
 		if err := t.Opt.Step(g.net.Values, gv, 1); err != nil {
 			return res, fmt.Errorf("unet: optimiser: %w", err)
 		}
-	}
-	if next != nil {
-		if t.ready, err = t.compile(next); err != nil {
-			return res, err
-		}
-	}
-	if t.Scaler != nil {
+	} else {
 		// The scaler reads the overflow flag (it waits for the device);
-		// when it changes the scale, the next graph is rebuilt with it.
+		// when it changes the scale, the next call rebuilds the graph
+		// compiled ahead with the old one.
 		applied, err := t.Scaler.Step(d, t.Opt, g.net.Values, gv)
 		if err != nil {
 			return res, fmt.Errorf("unet: optimiser: %w", err)
@@ -176,18 +193,19 @@ func (t *Trainer) lossScale() float64 {
 	return t.Scaler.Scale
 }
 
-// compile builds the training graph of s (host work only: nothing runs
-// on the device).
-func (t *Trainer) compile(s *Sample) (*stepGraph, error) {
-	g := &stepGraph{s: s, scale: t.lossScale(), logits: new(gorgonia.Value)}
-	t.compiles++
+// compile builds the training graph of s with loss scale scale (host
+// work only: nothing runs on the device; safe to run while another
+// goroutine runs a step).
+func (t *Trainer) compile(s *Sample, scale float64) (*stepGraph, error) {
+	g := &stepGraph{s: s, scale: scale, logits: new(gorgonia.Value)}
+	t.compiles.Add(1)
 	var err error
 	if g.net, err = t.Model.BuildFor(s.X.Shape()[0], s.Maps); err != nil {
 		return nil, err
 	}
 	lossOpts := t.LossOptions
 	if t.Scaler != nil {
-		lossOpts = append(append([]ops.LossOption(nil), lossOpts...), ops.WithLossScale(g.scale))
+		lossOpts = append(append([]ops.LossOption(nil), lossOpts...), ops.WithLossScale(scale))
 	}
 	if g.loss, err = ops.SoftmaxCrossEntropy(g.net.Logits, s.Batch.Labels, lossOpts...); err != nil {
 		return nil, err
