@@ -23,10 +23,11 @@
 // at import time and Open reports a machine without a GPU as ErrNoDevice.
 // A program built with the tag still needs libcuda.so.1 (the NVIDIA driver
 // library, also present on the CI machine after the CUDA toolkit install)
-// to start. CUDA contexts are bound to OS threads, so each Device runs one
-// worker goroutine locked to its thread; every driver call happens there,
-// in closures handed over by Device.do, and all work goes to one
-// non-blocking stream in order. Device memory comes from a caching
+// to start. A CUDA context is current per OS thread, so every driver call
+// happens inside Device.do, which takes the Device's lock, pins the
+// calling goroutine to its thread and makes the context current there (the
+// caller does the work itself: no hand-off to a worker goroutine), and
+// all work goes to one non-blocking stream in order. Device memory comes from a caching
 // allocator (plain cuMemAlloc, never managed memory; sizes rounded to
 // powers of two up to 1 MiB and to 2 MiB above; out-of-memory releases the
 // cache and runs the GC before failing with ErrOutOfMemory naming the
@@ -71,7 +72,7 @@
 // such as aux or con, which go:embed rejects) and are built by
 // cudaext/kernels/build.sh. From Go, inside package cudaext:
 //
-//	err := e.d.do(func() error {            // runs on the context thread
+//	err := e.d.do(func() error {            // under the device lock, context current
 //		b, err := e.d.newBuffer(sparse.Int32, n) // Buffer (GC-safe, Free)
 //		tmp, err := e.d.allocTemp(bytes)     // raw block; e.d.freeTemp(tmp)
 //		g, blk := e.d.elementwise(n)         // grid-stride launch shape
@@ -81,7 +82,7 @@
 // launch takes devPtr, *Buffer, int/int64/uint64 (8 bytes), int32/uint32/
 // float32 (4 bytes) and structArg values (structs by value). Never call
 // do from inside do, and never call kmap.Map.Load (or a kmap accessor that
-// loads) from the worker. Host copies: memcpyHtoD (on e.d.stream),
+// loads) inside do. Host copies: memcpyHtoD (on e.d.stream),
 // uploadSlice, and d.copyToHost / download / d.sync for anything that
 // makes the host wait (counted by HostWaits; never use memcpyDtoH or
 // streamSync directly); kernel-map tables: e.nbrTable, e.revTable,
