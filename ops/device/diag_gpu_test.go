@@ -103,3 +103,47 @@ func TestGPUStepNodeByNode(t *testing.T) {
 		t.Logf("%v: %d float32-typed nodes; nodes with rel.err > %.1e (GPU vs emulation):\n%s", tc.act, len(gn), 4*tc.ulp, strings.Join(rows, "\n"))
 	}
 }
+
+// TestGPUStepDeterministic runs the same training step of the small UNet
+// three times on the GPU (each on a freshly opened device, in one process)
+// for every activation dtype and requires the same bits in every node of
+// the graph: loss, activations, gradients. On a difference it names the
+// first node, in graph order, that differs.
+func TestGPUStepDeterministic(t *testing.T) {
+	cfg := smallNet
+	coords, ext := synth.SphereShell(24, 2)
+	b := newBatch(t, cfg, coords, ext, 3)
+	ps := newParams(cfg, 2)
+	for _, act := range append([]sparse.DType{0}, dtypes...) {
+		name := "host"
+		if act != 0 {
+			name = act.String()
+		}
+		t.Run(name, func(t *testing.T) {
+			var names []string
+			var first [][]float32
+			for run := range 3 {
+				g := device.Host()
+				if act != 0 {
+					g = openGPU(t, act)
+				}
+				n, v := tracedStep(t, g, cfg, ps, b, 1)
+				if act != 0 {
+					require.NoError(t, g.Close())
+				}
+				if run == 0 {
+					names, first = n, v
+					continue
+				}
+				require.Equal(t, names, n)
+				for i := range v {
+					for j := range v[i] {
+						if math.Float32bits(v[i][j]) != math.Float32bits(first[i][j]) {
+							t.Fatalf("run %d: node %d %s differs at element %d: %g, first run %g", run, i, n[i], j, v[i][j], first[i][j])
+						}
+					}
+				}
+			}
+		})
+	}
+}
