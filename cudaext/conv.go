@@ -4,6 +4,7 @@ package cudaext
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/flexgemm-go/flexgemm/cudaext/kernels"
 	"github.com/flexgemm-go/flexgemm/sparse"
@@ -64,51 +65,113 @@ func checkOptions(op string, o Options) error {
 	return nil
 }
 
-// chooseTile picks the tile configuration for an output of rows × cols.
-func (e *Engine) chooseTile(o Options, rows, cols int64) (kernels.Tile, error) {
+// tileUse says which GEMM a tile is chosen for: chooseTile's default
+// differs between them because the 16-bit tiles were measured per use
+// (docs/PERF_NOTES.md, step 5).
+type tileUse int
+
+const (
+	// useGather: forward or input gradient (gather family, implicit,
+	// masked or explicit): rows are voxels, cols output channels, kc the
+	// reduction length per tap (V·C for the explicit im2col GEMM).
+	useGather tileUse = iota
+	// usePairs: the per-tap weight gradient (pairs family): rows are Co,
+	// cols Ci, and the reduction runs over each tap's pair list.
+	usePairs
+	// useIm2colWGrad: the explicit weight gradient (pairs family over the
+	// im2col matrix, one tap): rows are Co, cols V·Ci.
+	useIm2colWGrad
+)
+
+// Default tiles of the 16-bit arithmetics at large C, measured on the
+// H200 (BenchmarkConvTiles, docs/PERF_NOTES.md step 5):
+//
+//   - gatherDeepTile replaces m128n128k32w2x4s3 wherever that is the
+//     default and each tap reduces at least 64 channels: half the
+//     barriers per tap for the same 2 blocks per SM, 13–19 % less time
+//     than that tile in all six measured cases (fwd/dgrad at C 64, 256,
+//     1024; at C 64 the default is m128n64 anyway).
+//   - pairsWideTile is the per-tap weight gradient's tile when Co and Ci
+//     are both at least pairsWideMin: a 128×128 tile gathers each pair's
+//     rows for 4× the outputs of m64n64 (1.78 against 2.58 ms at RES 64 C
+//     1024, 2.19 against 3.29 ms at RES 256 C 256; m64n64 stays best at C
+//     64).
+//
+// Both are Narrow (no float32/TF32 instance); F32 and TF32 keep the old
+// tiles.
+const (
+	gatherDeepTile = "m128n128k64w2x4s3"
+	pairsWideTile  = "m128n128k32w2x4s4"
+	pairsWideMin   = 256
+)
+
+// defaultTiles returns the tiles the fixed heuristic tries, best first,
+// for a GEMM of use with an output of rows × cols and a reduction of kc
+// per tap, in arithmetic mth on sms multiprocessors. The autotuner ranks
+// its candidates and picks its heuristic with the same function
+// (preferredTiles in tune.go), so both always agree.
+func defaultTiles(mth kernels.Math, use tileUse, rows, cols, kc, sms int64) []string {
+	narrow := mth.ElemSize() == 2
+	if use == usePairs && narrow && rows >= pairsWideMin && cols >= pairsWideMin {
+		return []string{pairsWideTile, "m64n64k32w2x2s4", "m128n64k32w2x2s4"}
+	}
+	switch {
+	case cols <= 32:
+		return []string{"m64n32k32w2x1s4", "m64n64k32w2x2s4"}
+	case cols <= 64:
+		if rows >= 128*2*sms {
+			return []string{"m128n64k32w2x2s4", "m64n64k32w2x2s4"}
+		}
+		return []string{"m64n64k32w2x2s4", "m128n64k32w2x2s4"}
+	case rows*((cols+127)/128) >= 128*sms:
+		if use == useGather && narrow && kc >= 64 {
+			return []string{gatherDeepTile, "m128n128k32w2x4s3", "m128n64k32w2x2s4", "m64n64k32w2x2s4"}
+		}
+		return []string{"m128n128k32w2x4s3", "m128n64k32w2x2s4", "m64n64k32w2x2s4"}
+	default:
+		return []string{"m64n64k32w2x2s4", "m128n64k32w2x2s4"}
+	}
+}
+
+// chooseTile picks the tile configuration for a GEMM of use in arithmetic
+// mth with an output of rows × cols and a reduction of kc per tap (see
+// tileUse): o.Tile if set, else the first of defaultTiles with o.TileRows
+// rows (if set) that mth supports. A forced tile that mth has no kernel
+// for (a Narrow tile in F32 or TF32) is an error naming the tile, whatever
+// the problem's size (also for N = 0, where nothing would be launched).
+func (e *Engine) chooseTile(o Options, mth kernels.Math, use tileUse, rows, cols, kc int64) (kernels.Tile, error) {
 	if o.Tile != "" {
 		t, err := kernels.ParseTile(o.Tile)
 		if err != nil {
 			return t, fmt.Errorf("%w: %v", sparse.ErrShape, err)
+		}
+		if !t.Supports(mth) {
+			return t, fmt.Errorf("%w: tile %s is not instantiated for %v (16-bit arithmetics only)", sparse.ErrShape, t.Name(), mth)
 		}
 		if o.TileRows > 0 && t.BM != o.TileRows {
 			return t, fmt.Errorf("%w: tile %s has %d rows but TileRows is %d", sparse.ErrShape, o.Tile, t.BM, o.TileRows)
 		}
 		return t, nil
 	}
-	sms := int64(e.d.info.SMs)
-	var want []string
-	switch {
-	case cols <= 32:
-		want = []string{"m64n32k32w2x1s4", "m64n64k32w2x2s4"}
-	case cols <= 64:
-		if rows >= 128*2*sms {
-			want = []string{"m128n64k32w2x2s4", "m64n64k32w2x2s4"}
-		} else {
-			want = []string{"m64n64k32w2x2s4", "m128n64k32w2x2s4"}
-		}
-	default:
-		if rows*((cols+127)/128) >= 128*sms {
-			want = []string{"m128n128k32w2x4s3", "m128n64k32w2x2s4", "m64n64k32w2x2s4"}
-		} else {
-			want = []string{"m64n64k32w2x2s4", "m128n64k32w2x2s4"}
-		}
-	}
-	for _, name := range want {
-		if t, err := kernels.ParseTile(name); err == nil && (o.TileRows == 0 || t.BM == o.TileRows) {
+	fits := func(t kernels.Tile) bool { return t.Supports(mth) && (o.TileRows == 0 || t.BM == o.TileRows) }
+	for _, name := range defaultTiles(mth, use, rows, cols, kc, int64(e.d.info.SMs)) {
+		if t, err := kernels.ParseTile(name); err == nil && fits(t) {
 			return t, nil
 		}
 	}
 	for _, t := range kernels.Tiles {
-		if o.TileRows == 0 || t.BM == o.TileRows {
+		if fits(t) {
 			return t, nil
 		}
 	}
-	rowsOK := map[int]bool{}
+	var have []int
 	for _, t := range kernels.Tiles {
-		rowsOK[t.BM] = true
+		if t.Supports(mth) && !slices.Contains(have, t.BM) {
+			have = append(have, t.BM)
+		}
 	}
-	return kernels.Tile{}, fmt.Errorf("%w: no tile configuration has %d rows (have %v)", sparse.ErrShape, o.TileRows, rowsOK)
+	slices.Sort(have)
+	return kernels.Tile{}, fmt.Errorf("%w: no %v tile configuration has %d rows (have %v)", sparse.ErrShape, mth, o.TileRows, have)
 }
 
 // chooseSplits returns the split-K factor: the user's, or one that gives
@@ -415,7 +478,11 @@ func (e *Engine) Forward(m *kmap.Map, x, w, bias sparse.Matrix, o Options) (spar
 	}
 	M := int64(m.NOut)
 	alg := resolve(o.Algorithm)
-	tile, err := e.chooseTile(o, M, co)
+	kc := ci
+	if alg == sparse.Explicit {
+		kc = V * ci
+	}
+	tile, err := e.chooseTile(o, math, useGather, M, co, kc)
 	if err != nil {
 		return sparse.Matrix{}, err
 	}
@@ -522,7 +589,11 @@ func (e *Engine) InputGrad(m *kmap.Map, dy, w sparse.Matrix, o Options) (sparse.
 	}
 	M := int64(m.NIn)
 	alg := resolve(o.Algorithm)
-	tile, err := e.chooseTile(o, M, ci)
+	kc := co
+	if alg == sparse.Explicit {
+		kc = V * co
+	}
+	tile, err := e.chooseTile(o, math, useGather, M, ci, kc)
 	if err != nil {
 		return sparse.Matrix{}, err
 	}
@@ -607,6 +678,17 @@ func (e *Engine) WeightGrad(m *kmap.Map, x, dy sparse.Matrix, o Options) (sparse
 	}
 	alg := resolve(o.Algorithm)
 	outDT := weightGradDType(xb.dtype, o.NarrowWeightGrad)
+	// The tile is chosen before anything runs, so that a forced tile the
+	// arithmetic has no kernel for is an error also for an empty problem.
+	var tile kernels.Tile
+	if alg == sparse.Explicit {
+		tile, err = e.chooseTile(o, math, useIm2colWGrad, co, V*ci, int64(m.NOut))
+	} else {
+		tile, err = e.chooseTile(o, math, usePairs, co, ci, int64(m.NOut))
+	}
+	if err != nil {
+		return sparse.Matrix{}, err
+	}
 	var out *Buffer
 	err = e.d.do(func() error {
 		var err error
@@ -627,17 +709,9 @@ func (e *Engine) WeightGrad(m *kmap.Map, x, dy sparse.Matrix, o Options) (sparse
 				return err
 			}
 			defer e.d.freeTemp(col)
-			tile, err := e.chooseTile(o, co, V*ci)
-			if err != nil {
-				return err
-			}
 			return e.runPairs(pairsJob{math: math, tile: tile, a: db.ptr, b: col.ptr, M: co, N: V * ci, V: 1, K: M, maxPairs: M, out: out})
 		}
 		in, outIdx, seg, maxPairs, err := e.pairTables(m)
-		if err != nil {
-			return err
-		}
-		tile, err := e.chooseTile(o, co, ci)
 		if err != nil {
 			return err
 		}

@@ -483,11 +483,21 @@ func sweepOne(t *testing.T, m *kmap.Map, ref *reference, scene string) {
 				continue
 			}
 			if !tile.Supports(mth) {
-				// 16-bit-only tile: a clear error, not a launch of a
-				// kernel that does not exist.
-				_, err := gpu.Forward(m, x, w, b, Options{ConvOptions: sparse.ConvOptions{Algorithm: sparse.Implicit}, Tile: tile.Name()})
-				require.ErrorIs(t, err, sparse.ErrShape)
-				require.ErrorContains(t, err, "16-bit arithmetics only")
+				// 16-bit-only tile: a clear error naming the tile, not a
+				// launch of a kernel that does not exist, in every
+				// direction and algorithm, also when there is nothing to
+				// compute (N = 0).
+				for _, alg := range sparse.Algorithms {
+					o := Options{ConvOptions: sparse.ConvOptions{Algorithm: alg}, Tile: tile.Name()}
+					_, errF := gpu.Forward(m, x, w, b, o)
+					_, errD := gpu.InputGrad(m, dy, w, o)
+					_, errW := gpu.WeightGrad(m, x, dy, o)
+					for i, err := range []error{errF, errD, errW} {
+						require.ErrorIs(t, err, sparse.ErrShape, "%v %v direction %d", alg, mth, i)
+						require.ErrorContains(t, err, tile.Name())
+						require.ErrorContains(t, err, "16-bit arithmetics only")
+					}
+				}
 				continue
 			}
 			for _, alg := range sparse.Algorithms {

@@ -106,11 +106,15 @@ type tuneState struct {
 	tuner *autotune.Tuner
 	last  tuneRecord
 	// memo holds the Auto decision per key once made: a convolution whose
-	// key was decided before costs a map lookup, not the candidate list,
-	// the tuner and the cache (tens of microseconds of host time per call,
-	// most of a small layer's time). Reset with the tuner; keys retuned
-	// into the engine's cache by TuneGrid are dropped.
-	memo map[autotune.Key]autotune.Result
+	// key was decided before costs two map lookups (the memo and the
+	// cache's entry), not the candidate list and the tuner (tens of
+	// microseconds of host time per call, most of a small layer's time).
+	// A decision holds while the cache's entry for its key is the one it
+	// was taken with, so a choice stored into the engine's cache later
+	// (AutotuneCache().Store, Reload) is used by the next call. Reset with
+	// the tuner; keys retuned into the engine's cache by TuneGrid are
+	// dropped.
+	memo map[autotune.Key]memoEntry
 
 	decisions, cacheHits, pretunedHits, tuned, heuristic atomic.Int64
 	launches, failures, tuneNanos                        atomic.Int64
@@ -199,22 +203,60 @@ func (s *tuneState) record(k autotune.Key, r autotune.Result) {
 	s.mu.Unlock()
 }
 
-// memoized returns the decision made for k, if any.
-func (s *tuneState) memoized(k autotune.Key) (autotune.Result, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	r, ok := s.memo[k]
-	return r, ok
+// memoEntry is a remembered decision and the cache's entry for its key
+// when it was taken (found false: none), which it stays valid with.
+type memoEntry struct {
+	r     autotune.Result
+	entry cacheEntry
 }
 
-// memoize keeps r as the decision for k.
-func (s *tuneState) memoize(k autotune.Key, r autotune.Result) {
+// cacheEntry is the answer of Cache.Lookup.
+type cacheEntry struct {
+	choice autotune.Choice
+	src    autotune.Source
+	found  bool
+}
+
+// entryFor returns the cache's entry for k; mode off reads no cache (its
+// decisions never depend on one) and gets the zero entry.
+func (s *tuneState) entryFor(k autotune.Key, tuner *autotune.Tuner, cache *autotune.Cache) cacheEntry {
+	if tuner == nil || cache == nil || tuner.Mode() == autotune.Off {
+		return cacheEntry{}
+	}
+	ch, src, ok := cache.Lookup(k)
+	return cacheEntry{ch, src, ok}
+}
+
+// memoized returns the decision made for k, if any and if the cache's
+// entry for k is still the one it was taken with.
+func (s *tuneState) memoized(k autotune.Key) (autotune.Result, bool) {
+	s.mu.Lock()
+	m, ok := s.memo[k]
+	tuner, cache := s.tuner, s.cache
+	s.mu.Unlock()
+	if !ok || s.entryFor(k, tuner, cache) != m.entry {
+		return autotune.Result{}, false
+	}
+	return m.r, true
+}
+
+// memoize keeps r, just decided through tuner over cache, as the decision
+// for k, with the cache's entry for k as it is now (after the tuner's
+// store of a measured choice).
+func (s *tuneState) memoize(k autotune.Key, r autotune.Result, tuner *autotune.Tuner, cache *autotune.Cache) {
+	e := s.entryFor(k, tuner, cache)
+	if r.Source != autotune.FromHeuristic && tuner.Mode() != autotune.Off && e.choice.Candidate != r.Choice.Candidate {
+		return // the entry changed since the decision: decide again next time
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.memo == nil {
-		s.memo = map[autotune.Key]autotune.Result{}
+	if s.tuner != tuner || s.cache != cache {
+		return // replaced meanwhile (SetAutotune)
 	}
-	s.memo[k] = r
+	if s.memo == nil {
+		s.memo = map[autotune.Key]memoEntry{}
+	}
+	s.memo[k] = memoEntry{r: r, entry: e}
 }
 
 // forget drops the decision for k.
@@ -419,6 +461,7 @@ func algorithmsFor(dir autotune.Direction) []sparse.Algorithm {
 // has one pair per row).
 type gemmShape struct {
 	family     kernels.Family
+	use        tileUse // what chooseTile is told
 	rows, cols int64
 	taps       int64   // grid multiplier (V for the per-tap weight gradient)
 	kLen       int64   // reduction length per tap (or per row, gather)
@@ -482,20 +525,20 @@ func shapeOf(k autotune.Key, alg sparse.Algorithm, rows int64, esz int) gemmShap
 	switch k.Dir {
 	case autotune.WGrad:
 		if alg == sparse.Explicit {
-			return gemmShape{family: kernels.Pairs, rows: co, cols: V * ci, taps: 1, kLen: rows, kTaps: 1,
+			return gemmShape{family: kernels.Pairs, use: useIm2colWGrad, rows: co, cols: V * ci, taps: 1, kLen: rows, kTaps: 1,
 				im2col: float64(rows) * float64(V*ci) * float64(esz)}
 		}
-		return gemmShape{family: kernels.Pairs, rows: co, cols: ci, taps: V, kLen: rows, kTaps: 1}
+		return gemmShape{family: kernels.Pairs, use: usePairs, rows: co, cols: ci, taps: V, kLen: rows, kTaps: 1}
 	}
 	cols, kc := co, ci
 	if k.Dir == autotune.DGrad {
 		cols, kc = ci, co
 	}
 	if alg == sparse.Explicit {
-		return gemmShape{family: kernels.Gather, rows: rows, cols: cols, taps: 1, kLen: V * kc, kTaps: 1,
+		return gemmShape{family: kernels.Gather, use: useGather, rows: rows, cols: cols, taps: 1, kLen: V * kc, kTaps: 1,
 			im2col: float64(rows) * float64(V*kc) * float64(esz)}
 	}
-	return gemmShape{family: kernels.Gather, rows: rows, cols: cols, taps: 1, kLen: kc, kTaps: V}
+	return gemmShape{family: kernels.Gather, use: useGather, rows: rows, cols: cols, taps: 1, kLen: kc, kTaps: V}
 }
 
 // rowRange returns the smallest, middle and largest row count of a key's
@@ -506,29 +549,24 @@ func rowRange(k autotune.Key) (lo, mid, hi int64) {
 	return lo, lo + lo/2, 2*lo - 1
 }
 
-// preferredTiles mirrors chooseTile for Options{}: the tiles it tries for
-// an output of rows × cols on sms multiprocessors, best first.
-func preferredTiles(rows, cols, sms int64) []string {
-	switch {
-	case cols <= 32:
-		return []string{"m64n32k32w2x1s4", "m64n64k32w2x2s4"}
-	case cols <= 64:
-		if rows >= 128*2*sms {
-			return []string{"m128n64k32w2x2s4", "m64n64k32w2x2s4"}
-		}
-		return []string{"m64n64k32w2x2s4", "m128n64k32w2x2s4"}
-	default:
-		if rows*((cols+127)/128) >= 128*sms {
-			return []string{"m128n128k32w2x4s3", "m128n64k32w2x2s4", "m64n64k32w2x2s4"}
-		}
-		return []string{"m64n64k32w2x2s4", "m128n64k32w2x2s4"}
-	}
+// preferredTiles is chooseTile's preference for Options{} on g in
+// arithmetic mth on sms multiprocessors, best first: defaultTiles, the
+// same function, with the use, output and reduction per tap that conv.go
+// passes for g's launch (kLen: the channels reduced per tap, V·C for the
+// explicit gather; unused by the weight gradient's rules).
+func preferredTiles(mth kernels.Math, g gemmShape, sms int64) []string {
+	return defaultTiles(mth, g.use, g.rows, g.cols, g.kLen, sms)
 }
 
-// heuristicTile is the tile chooseTile picks for Options{}.
-func heuristicTile(rows, cols, sms int64) kernels.Tile {
-	for _, name := range preferredTiles(rows, cols, sms) {
-		if t, err := kernels.ParseTile(name); err == nil {
+// heuristicTile is the tile chooseTile picks for Options{} on g.
+func heuristicTile(mth kernels.Math, g gemmShape, sms int64) kernels.Tile {
+	for _, name := range preferredTiles(mth, g, sms) {
+		if t, err := kernels.ParseTile(name); err == nil && t.Supports(mth) {
+			return t
+		}
+	}
+	for _, t := range kernels.Tiles {
+		if t.Supports(mth) {
 			return t
 		}
 	}
@@ -615,7 +653,7 @@ func convCandidates(k autotune.Key, lim tuneLimits) []autotune.Candidate {
 		if k.Dir == autotune.WGrad {
 			rowsHi = gLo.rows
 		}
-		pref := preferredTiles(gMid.rows, gMid.cols, sms)
+		pref := preferredTiles(mth, gMid, sms)
 		for _, t := range usableTiles(mth, gLo, rowsHi, lim) {
 			rank := tileRank(pref, t)
 			if !isSplit(alg) {
@@ -656,7 +694,7 @@ func convHeuristic(k autotune.Key, cands []autotune.Candidate) autotune.Candidat
 	_, mid, _ := rowRange(k)
 	sms := int64(max(k.Device.SMs, 1))
 	g := shapeOf(k, splitAlg, mid, mth.ElemSize())
-	t := heuristicTile(g.rows, g.cols, sms)
+	t := heuristicTile(mth, g, sms)
 	s := pow2Floor(g.splits(t, sms), g.maxSplits())
 	want := autotune.Candidate{Algorithm: splitAlg.String(), Tile: t.Name(), SplitK: s}
 	if s == 1 {
@@ -728,14 +766,14 @@ func (e *Engine) tuned(dir autotune.Direction, m *kmap.Map, mth kernels.Math, ci
 		}
 		st.record(k, r)
 	} else {
-		tuner, _, err := st.get()
+		tuner, cache, err := st.get()
 		if err != nil {
 			return o, err
 		}
 		if r, err = e.choose(st, tuner, k, launch); err != nil {
 			return o, err
 		}
-		st.memoize(k, r)
+		st.memoize(k, r, tuner, cache)
 	}
 	if r.Source == autotune.FromHeuristic {
 		return o, nil

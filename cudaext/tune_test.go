@@ -265,14 +265,56 @@ func TestAutotuneCandidates(t *testing.T) {
 }
 
 // TestAutotuneHeuristicMirrorsConv checks that the tuner's copy of the
-// fixed heuristic (measured first) is chooseTile and chooseSplits.
+// fixed heuristic (measured first) is chooseTile and chooseSplits, and
+// that the tuner describes each launch to it as conv.go does.
 func TestAutotuneHeuristicMirrorsConv(t *testing.T) {
 	sms := int64(gpu.Info().SMs)
-	for _, rows := range []int64{1, 63, 64, 100, 5000, 33792, 33793, 70000, 1 << 20} {
-		for _, cols := range []int64{1, 3, 32, 33, 64, 65, 128, 300} {
-			want, err := gpu.chooseTile(Options{}, rows, cols)
-			require.NoError(t, err)
-			require.Equal(t, want, heuristicTile(rows, cols, sms), "rows %d cols %d", rows, cols)
+	uses := []tileUse{useGather, usePairs, useIm2colWGrad}
+	for _, mth := range kernels.Maths {
+		for _, use := range uses {
+			for _, rows := range []int64{1, 63, 64, 100, 255, 256, 1024, 5000, 33792, 33793, 70000, 1 << 20} {
+				for _, cols := range []int64{1, 3, 32, 33, 64, 65, 128, 255, 256, 300, 1024} {
+					for _, kc := range []int64{3, 63, 64, 256, 6912} {
+						what := fmt.Sprintf("%v use %d rows %d cols %d kc %d", mth, use, rows, cols, kc)
+						want, err := gpu.chooseTile(Options{}, mth, use, rows, cols, kc)
+						require.NoError(t, err, what)
+						require.True(t, want.Supports(mth), what)
+						g := gemmShape{use: use, rows: rows, cols: cols, kLen: kc}
+						require.Equal(t, want, heuristicTile(mth, g, sms), what)
+						require.Equal(t, want.Name(), preferredTiles(mth, g, sms)[0], what)
+					}
+				}
+			}
+		}
+	}
+	// shapeOf gives the use, output and reduction per tap that Forward,
+	// InputGrad and WeightGrad pass to chooseTile.
+	dev := gpu.AutotuneDevice()
+	for _, dir := range allDirs {
+		for _, alg := range algorithmsFor(dir) {
+			k := autotune.Key{Device: dev, Op: "conv_submanifold", Dir: dir, DType: "fp16", V: 27, Ci: 13, Co: 96, LogN: 12}
+			const rows = 5000
+			g := shapeOf(k, alg, rows, 2)
+			type launch struct {
+				use              tileUse
+				rows, cols, kLen int64
+			}
+			var want launch
+			switch {
+			case dir == autotune.Fwd && alg == sparse.Explicit:
+				want = launch{useGather, rows, 96, 27 * 13}
+			case dir == autotune.Fwd:
+				want = launch{useGather, rows, 96, 13}
+			case dir == autotune.DGrad && alg == sparse.Explicit:
+				want = launch{useGather, rows, 13, 27 * 96}
+			case dir == autotune.DGrad:
+				want = launch{useGather, rows, 13, 96}
+			case alg == sparse.Explicit:
+				want = launch{useIm2colWGrad, 96, 27 * 13, rows}
+			default:
+				want = launch{usePairs, 96, 13, rows}
+			}
+			require.Equal(t, want, launch{g.use, g.rows, g.cols, g.kLen}, "%v %v", dir, alg)
 		}
 	}
 	for _, blocks := range []int64{0, 1, 7, 100, 264, 265, 10000} {
@@ -295,13 +337,12 @@ func TestAutotuneHeuristicMirrorsConv(t *testing.T) {
 			}
 		}
 	}
-	dev := gpu.AutotuneDevice()
 	for _, c := range []int{64, 256, 1024} {
 		for _, lg := range []int{12, 17, 22} {
 			k := autotune.Key{Device: dev, Op: "conv_submanifold", Dir: autotune.WGrad, DType: "fp16", V: 27, Ci: c, Co: c, LogN: lg}
 			_, mid, _ := rowRange(k)
 			g := shapeOf(k, sparse.ImplicitSplitK, mid, 2)
-			tile, err := gpu.chooseTile(Options{}, int64(c), int64(c))
+			tile, err := gpu.chooseTile(Options{}, kernels.F16, usePairs, int64(c), int64(c), mid)
 			require.NoError(t, err)
 			blocks := ceilDiv(int64(c), int64(tile.BM)) * ceilDiv(int64(c), int64(tile.BN)) * 27
 			want := gpu.choosePairsSplits(0, blocks, ceilDiv(mid, int64(tile.BK)), int64(c*c*27))
@@ -312,6 +353,61 @@ func TestAutotuneHeuristicMirrorsConv(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestDefaultTiles checks the fixed heuristic's tiles at the shapes of
+// BenchmarkConvTiles (sphere shells: N = 15 192 at RES 64, 252 392 at 256,
+// 4 113 056 at 1024; docs/PERF_NOTES.md step 5): the 16-bit arithmetics
+// take the measured winners at C ≥ 256, float32 and TF32 the old tiles
+// (the new ones are Narrow), and C = 64 stays where it was.
+func TestDefaultTiles(t *testing.T) {
+	for _, tc := range []struct {
+		use              tileUse
+		rows, cols, kc   int64
+		narrow, fullSize string
+	}{
+		{useGather, 15192, 1024, 1024, "m128n128k64w2x4s3", "m128n128k32w2x4s3"},           // RES 64 C 1024 fwd/dgrad
+		{useGather, 252392, 256, 256, "m128n128k64w2x4s3", "m128n128k32w2x4s3"},            // RES 256 C 256
+		{useGather, 4113056, 64, 64, "m128n64k32w2x2s4", "m128n64k32w2x2s4"},               // RES 1024 C 64
+		{useGather, 252392, 256, 16, "m128n128k32w2x4s3", "m128n128k32w2x4s3"},             // Ci 16 → Co 256: BK 64 mostly padding
+		{useGather, 252392, 256, 27 * 16, "m128n128k64w2x4s3", "m128n128k32w2x4s3"},        // explicit, K = V·Ci
+		{useGather, 2000, 256, 256, "m64n64k32w2x2s4", "m64n64k32w2x2s4"},                  // under one wave of 128×128 tiles
+		{usePairs, 1024, 1024, 15192, "m128n128k32w2x4s4", "m64n64k32w2x2s4"},              // RES 64 C 1024 wgrad
+		{usePairs, 256, 256, 252392, "m128n128k32w2x4s4", "m64n64k32w2x2s4"},               // RES 256 C 256 wgrad
+		{usePairs, 64, 64, 4113056, "m64n64k32w2x2s4", "m64n64k32w2x2s4"},                  // RES 1024 C 64 wgrad
+		{usePairs, 256, 128, 252392, "m64n64k32w2x2s4", "m64n64k32w2x2s4"},                 // Ci 128: not measured, unchanged
+		{useIm2colWGrad, 1024, 27 * 256, 252392, "m128n128k32w2x4s3", "m128n128k32w2x4s3"}, // explicit wgrad: unchanged
+	} {
+		for _, mth := range kernels.Maths {
+			want := tc.fullSize
+			if mth.ElemSize() == 2 {
+				want = tc.narrow
+			}
+			got, err := gpu.chooseTile(Options{}, mth, tc.use, tc.rows, tc.cols, tc.kc)
+			require.NoError(t, err)
+			require.Equal(t, want, got.Name(), "%v use %d rows %d cols %d kc %d", mth, tc.use, tc.rows, tc.cols, tc.kc)
+		}
+	}
+	// TileRows restricts the choice to tiles the arithmetic has.
+	for _, mth := range kernels.Maths {
+		got, err := gpu.chooseTile(Options{ConvOptions: sparse.ConvOptions{TileRows: 256}}, mth, useGather, 1<<20, 256, 256)
+		if mth.ElemSize() == 2 {
+			require.NoError(t, err)
+			require.Equal(t, 256, got.BM)
+			continue
+		}
+		require.ErrorIs(t, err, sparse.ErrShape)
+		require.ErrorContains(t, err, "no "+mth.String()+" tile configuration has 256 rows (have [64 128])")
+		got, err = gpu.chooseTile(Options{ConvOptions: sparse.ConvOptions{TileRows: 128}}, mth, usePairs, 1024, 1024, 1<<14)
+		require.NoError(t, err)
+		require.True(t, got.Supports(mth), got.Name())
+		require.Equal(t, 128, got.BM)
+	}
+	// A forced Narrow tile in float32 is an error naming it, also for an
+	// empty problem.
+	_, err := gpu.chooseTile(Options{Tile: "m256n128k32w4x2s3"}, kernels.F32, useGather, 0, 64, 64)
+	require.ErrorIs(t, err, sparse.ErrShape)
+	require.ErrorContains(t, err, "tile m256n128k32w4x2s3 is not instantiated for")
 }
 
 // TestAutotuneColdBudget tunes cold shapes with the default 2 s budget:
@@ -591,6 +687,71 @@ func TestAutotuneCacheOnly(t *testing.T) {
 	require.Equal(t, int64(3), st.Heuristic)
 	require.Equal(t, int64(3), st.CacheHits)
 	require.Zero(t, st.Launches)
+}
+
+// TestAutotuneMemo checks when a remembered decision holds: while the
+// cache's entry for its key is the one it was taken with (a store, a
+// user entry over a pre-tuned one, or a new tuner makes the next call
+// decide again), and always in mode off.
+func TestAutotuneMemo(t *testing.T) {
+	k := autotune.Key{Device: gpu.AutotuneDevice(), Op: "conv_submanifold", Dir: autotune.Fwd, DType: "fp16", V: 27, Ci: 64, Co: 64, LogN: 14}
+	cands := convCandidates(k, gpu.tuneLimits())
+	require.GreaterOrEqual(t, len(cands), 3)
+	for _, mode := range []autotune.Mode{autotune.On, autotune.CacheOnly, autotune.Off} {
+		st := &tuneState{}
+		cache, err := autotune.Open(autotune.InMemory(), autotune.WithPretuned(nil))
+		require.NoError(t, err)
+		tuner, err := autotune.NewTuner(cache, autotune.WithMode(mode), autotune.WithHeuristic(convHeuristic))
+		require.NoError(t, err)
+		st.set(cache, tuner)
+		_, ok := st.memoized(k)
+		require.False(t, ok)
+		// A heuristic decision (cache-only miss, mode off).
+		heur := autotune.Result{Choice: autotune.Choice{Candidate: convHeuristic(k, cands), Heuristic: true}, Source: autotune.FromHeuristic}
+		st.memoize(k, heur, tuner, cache)
+		r, ok := st.memoized(k)
+		require.True(t, ok, "%v", mode)
+		require.Equal(t, heur, r)
+		// A choice stored afterwards: the next call decides again, except
+		// in mode off (which never reads the cache).
+		stored := autotune.Choice{Candidate: cands[1], Time: time.Microsecond}
+		require.NoError(t, cache.Store(k, stored))
+		_, ok = st.memoized(k)
+		require.Equal(t, mode == autotune.Off, ok, "%v: memo after a store", mode)
+		if mode == autotune.Off {
+			continue
+		}
+		// The decision taken from the cache holds until the entry changes.
+		hit := autotune.Result{Choice: stored, Source: autotune.FromCache}
+		st.memoize(k, hit, tuner, cache)
+		r, ok = st.memoized(k)
+		require.True(t, ok)
+		require.Equal(t, hit, r)
+		require.NoError(t, cache.Store(k, autotune.Choice{Candidate: cands[2], Time: time.Microsecond}))
+		_, ok = st.memoized(k)
+		require.False(t, ok, "%v: memo after a second store", mode)
+		// A result that disagrees with the cache is not remembered.
+		st.memoize(k, hit, tuner, cache)
+		_, ok = st.memoized(k)
+		require.False(t, ok)
+		// A new tuner forgets everything; forget drops one key.
+		st.memoize(k, autotune.Result{Choice: autotune.Choice{Candidate: cands[2], Time: time.Microsecond}, Source: autotune.FromCache}, tuner, cache)
+		_, ok = st.memoized(k)
+		require.True(t, ok)
+		st.forget(k)
+		_, ok = st.memoized(k)
+		require.False(t, ok)
+		st.memoize(k, autotune.Result{Choice: autotune.Choice{Candidate: cands[2], Time: time.Microsecond}, Source: autotune.FromCache}, tuner, cache)
+		st.set(cache, tuner)
+		_, ok = st.memoized(k)
+		require.False(t, ok)
+		// A decision of a replaced tuner is dropped.
+		other, err := autotune.NewTuner(cache, autotune.WithMode(mode))
+		require.NoError(t, err)
+		st.memoize(k, autotune.Result{Choice: autotune.Choice{Candidate: cands[2], Time: time.Microsecond}, Source: autotune.FromCache}, other, cache)
+		_, ok = st.memoized(k)
+		require.False(t, ok)
+	}
 }
 
 // TestAutotuneBypass checks that Auto with a forced tile, tile height or

@@ -113,8 +113,10 @@ type Tile struct {
 // Tiles is THE table of instantiated tile configurations: every family is
 // compiled for each of them, in every arithmetic the tile supports (gen
 // writes gemm_*.cu from it). The first four serve every arithmetic and are
-// the ones the fixed heuristic (chooseTile in cudaext) picks; the Narrow
-// ones are 16-bit candidates for the autotuner and forced tiles. Resident
+// the ones the fixed heuristic (chooseTile in cudaext) picks for F32 and
+// TF32; the Narrow ones serve F16 and BF16 only, where chooseTile also
+// picks m128n128k64w2x4s3 and m128n128k32w2x4s4 at large C, and all are
+// autotuner candidates and can be forced. Resident
 // blocks per SM on sm_90 (233 472 B of shared memory, 1 KiB reserved per
 // block; 64 Ki registers), f16 gather / gather_wt / pairs, from ptxas
 // (nvcc 11.8; none spills):
