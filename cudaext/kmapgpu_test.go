@@ -291,9 +291,24 @@ func gxBlobs(rng *rand.Rand, ext grid.Extent, side int, corners [][4]int) []int3
 	return gxShuffled(rng, c)
 }
 
+// gxSortedRows returns the [N, 4] rows of c sorted by (batch, x, y, z).
+func gxSortedRows(c []int32) []int32 {
+	rows := make([][4]int32, len(c)/4)
+	for i := range rows {
+		copy(rows[i][:], c[4*i:4*i+4])
+	}
+	slices.SortFunc(rows, func(a, b [4]int32) int { return slices.Compare(a[:], b[:]) })
+	out := make([]int32, 0, len(c))
+	for _, r := range rows {
+		out = append(out, r[:]...)
+	}
+	return out
+}
+
 // TestGPUSubmanifoldMapSymmetric checks the half-tap submanifold builder
-// (kmap_nbr_sub: probe the taps before the centre, write each hit and its
-// mirror into a table filled with −1) against kmap.NewSubmanifold in both
+// (kmap_nbr_sub: look up the taps before the centre one z-column per
+// thread, one hash walk per group of 4 keys, write each hit and its mirror
+// into a table filled with −1) against kmap.NewSubmanifold in both
 // key layouts (narrow: 32-bit keys; wide: an extent of more than 2^32
 // sites), with dilations, anisotropic kernels, a batch of 3, voxels on
 // every grid face, one voxel and none. The reverse table is not built with
@@ -322,6 +337,10 @@ func TestGPUSubmanifoldMapSymmetric(t *testing.T) {
 		{"wide-empty", nil, wide},
 		{"wide-single", []int32{2, 3999, 2999, 999}, wide},
 		{"wide-blobs", gxBlobs(rng, wide, 7, corners(wide)), wide},
+		// Rows in key order (consecutive rows are z-neighbours) as well
+		// as shuffled: kmap_nbr_sub must not depend on the row order.
+		{"narrow-sorted", gxSortedRows(gxBlobs(rng, narrow, 6, corners(narrow))), narrow},
+		{"wide-sorted", gxSortedRows(gxBlobs(rng, wide, 7, corners(wide))), wide},
 	}
 	ks := []struct{ k, d [3]int }{
 		{[3]int{3, 3, 3}, [3]int{1, 1, 1}},
@@ -330,6 +349,12 @@ func TestGPUSubmanifoldMapSymmetric(t *testing.T) {
 		{[3]int{1, 1, 3}, [3]int{1, 1, 2}}, // one tap before the centre
 		{[3]int{5, 3, 1}, [3]int{1, 2, 1}},
 		{[3]int{5, 5, 5}, [3]int{1, 1, 1}},
+		// z-columns of kmap_nbr_sub spanning two hash groups (Kz = 5, 7),
+		// and z-dilations putting each tap of a column in its own group.
+		{[3]int{3, 3, 5}, [3]int{1, 1, 1}},
+		{[3]int{1, 3, 7}, [3]int{2, 1, 1}},
+		{[3]int{3, 1, 3}, [3]int{1, 1, 4}},
+		{[3]int{3, 3, 3}, [3]int{1, 1, 5}},
 	}
 	for _, sc := range scenes {
 		for _, g := range ks {
