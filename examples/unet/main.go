@@ -398,31 +398,33 @@ func profileSteps(t *unet.Trainer, train unet.Source, o *options, stdout io.Writ
 		fmt.Fprintln(stdout, "profile: the CPU has no device profile (use -cpuprofile)")
 		return nil
 	}
+	// The samples are prepared before any step is timed, so the timings
+	// are of the steps alone (not of waiting for data).
 	order := make([]int, 2*o.profileSteps) // device timing, then the wall-clock profile
 	for i := range order {
 		order[i] = i % o.trainBatches
 	}
-	samples := t.Model.Prefetch(train, order, o.grid)
-	defer samples.Stop()
-	run := func() (time.Duration, error) {
-		var wall time.Duration
-		s, err := samples.Next()
-		if err != nil {
-			return 0, err
+	prefetch := t.Model.Prefetch(train, order, o.grid)
+	defer prefetch.Stop()
+	samples := make([]*unet.Sample, len(order))
+	for i := range samples {
+		var err error
+		if samples[i], err = prefetch.Next(); err != nil {
+			return err
 		}
-		for i := range o.profileSteps {
+	}
+	run := func(batch []*unet.Sample) (time.Duration, error) {
+		var wall time.Duration
+		for i, s := range batch {
 			var next *unet.Sample
-			if i+1 < o.profileSteps {
-				if next, err = samples.Next(); err != nil {
-					return 0, err
-				}
+			if i+1 < len(batch) {
+				next = batch[i+1]
 			}
 			t0 := time.Now()
 			if _, err := t.StepAhead(s, next); err != nil {
 				return 0, fmt.Errorf("profiled step: %w", err)
 			}
 			wall += time.Since(t0)
-			s = next
 		}
 		return wall, nil
 	}
@@ -430,7 +432,7 @@ func profileSteps(t *unet.Trainer, train unet.Source, o *options, stdout io.Writ
 	// A device that times its kernels (CUDA): the device's own account of
 	// the steps, without waiting for it around every operation.
 	if err := d.StartDeviceTiming(); err == nil {
-		wall, err := run()
+		wall, err := run(samples[:o.profileSteps])
 		tm, terr := d.StopDeviceTiming()
 		if err != nil {
 			return err
@@ -447,7 +449,7 @@ func profileSteps(t *unet.Trainer, train unet.Source, o *options, stdout io.Writ
 	d.ResetProfile()
 	d.SetProfiling(true)
 	defer d.SetProfiling(false)
-	wall, err := run()
+	wall, err := run(samples[o.profileSteps:])
 	if err != nil {
 		return err
 	}
