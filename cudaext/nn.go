@@ -3,7 +3,8 @@
 package cudaext
 
 // The non-convolution kernels of a sparse network (kernels/nn.cu):
-// conversions, column copies, addition, ReLU, VoxelNorm, softmax
+// conversions, column copies, addition, ReLU, VoxelNorm (optionally with
+// a fused ReLU), softmax
 // cross-entropy, Adam (per parameter or all in one launch), a
 // non-finite check and a row argmax. NN implements the device.NN contract of package ops/device (without importing it), so
 // a Gorgonia graph can train with every tensor on this engine's GPU.
@@ -244,13 +245,23 @@ func (n *NN) NormStats(mean, inv, x sparse.Matrix, eps float64) error {
 
 // NormForward sets y = (x − mean)·inv·gamma + beta.
 func (n *NN) NormForward(y, x, gamma, beta, mean, inv sparse.Matrix) error {
-	bs, cs, err := n.same("NormForward", []string{"y", "x"}, y, x)
+	return n.normForward("NormForward", 0, y, x, gamma, beta, mean, inv)
+}
+
+// NormForwardReLU sets y = max(0, (x − mean)·inv·gamma + beta) in one pass
+// (the ReLU fused into the store of NormForward).
+func (n *NN) NormForwardReLU(y, x, gamma, beta, mean, inv sparse.Matrix) error {
+	return n.normForward("NormForwardReLU", 1, y, x, gamma, beta, mean, inv)
+}
+
+func (n *NN) normForward(op string, relu int32, y, x, gamma, beta, mean, inv sparse.Matrix) error {
+	bs, cs, err := n.same(op, []string{"y", "x"}, y, x)
 	if err != nil {
 		return err
 	}
 	cols := x.Cols
 	if y.Cols != cols {
-		return &sparse.ShapeError{Op: "cudaext: NormForward", Arg: "y", Want: x.Shape(), Got: y.Shape()}
+		return &sparse.ShapeError{Op: "cudaext: " + op, Arg: "y", Want: x.Shape(), Got: y.Shape()}
 	}
 	gb, gc, err := n.fbuf(gamma, "gamma")
 	if err != nil {
@@ -261,7 +272,7 @@ func (n *NN) NormForward(y, x, gamma, beta, mean, inv sparse.Matrix) error {
 		return err
 	}
 	if gamma.Rows != 1 || gamma.Cols != cols || beta.Rows != 1 || beta.Cols != cols {
-		return &sparse.ShapeError{Op: "cudaext: NormForward", Arg: "gamma/beta", Want: fmt.Sprintf("[1, %d]", cols), Got: gamma.Shape() + " " + beta.Shape()}
+		return &sparse.ShapeError{Op: "cudaext: " + op, Arg: "gamma/beta", Want: fmt.Sprintf("[1, %d]", cols), Got: gamma.Shape() + " " + beta.Shape()}
 	}
 	mb, err := n.vec(mean, "mean", cols)
 	if err != nil {
@@ -272,20 +283,37 @@ func (n *NN) NormForward(y, x, gamma, beta, mean, inv sparse.Matrix) error {
 		return err
 	}
 	return n.elementwise("nn_norm_forward", bs[0].n, bs[1].ptr, cs[1], gb.ptr, gc, bb.ptr, bc, mb.ptr, ib.ptr,
-		bs[0].ptr, cs[0], int64(x.Rows), int64(cols))
+		bs[0].ptr, cs[0], int64(x.Rows), int64(cols), relu)
 }
 
 // NormBackward computes dbeta = Σ dy, dgamma = Σ dy·x̂ (Float32 [1, C])
 // and, unless dx is the zero Matrix, dx = gamma·inv·(dy − (dbeta +
 // x̂·dgamma)/N).
 func (n *NN) NormBackward(dx, dgamma, dbeta, x, gamma, dy, mean, inv sparse.Matrix) error {
-	bs, cs, err := n.same("NormBackward", []string{"x", "dy"}, x, dy)
+	return n.normBackward("NormBackward", dx, dgamma, dbeta, x, gamma, sparse.Matrix{}, dy, mean, inv)
+}
+
+// NormBackwardReLU is NormBackward of VoxelNorm followed by ReLU: dy is
+// masked where the forward value (recomputed from x, gamma, beta and the
+// statistics as NormForwardReLU computes it) is not positive, inside the
+// same three kernels.
+func (n *NN) NormBackwardReLU(dx, dgamma, dbeta, x, gamma, beta, dy, mean, inv sparse.Matrix) error {
+	if beta.IsZero() {
+		return fmt.Errorf("%w: cudaext: NormBackwardReLU: beta is the zero Matrix", sparse.ErrShape)
+	}
+	return n.normBackward("NormBackwardReLU", dx, dgamma, dbeta, x, gamma, beta, dy, mean, inv)
+}
+
+// normBackward runs the three backward kernels, with the ReLU mask unless
+// beta is the zero Matrix.
+func (n *NN) normBackward(op string, dx, dgamma, dbeta, x, gamma, beta, dy, mean, inv sparse.Matrix) error {
+	bs, cs, err := n.same(op, []string{"x", "dy"}, x, dy)
 	if err != nil {
 		return err
 	}
 	rows, cols := x.Rows, x.Cols
 	if dy.Cols != cols {
-		return &sparse.ShapeError{Op: "cudaext: NormBackward", Arg: "dy", Want: x.Shape(), Got: dy.Shape()}
+		return &sparse.ShapeError{Op: "cudaext: " + op, Arg: "dy", Want: x.Shape(), Got: dy.Shape()}
 	}
 	var dxb *Buffer
 	var dxc int32
@@ -294,7 +322,7 @@ func (n *NN) NormBackward(dx, dgamma, dbeta, x, gamma, dy, mean, inv sparse.Matr
 			return err
 		}
 		if dx.Rows != rows || dx.Cols != cols {
-			return &sparse.ShapeError{Op: "cudaext: NormBackward", Arg: "dx", Want: x.Shape(), Got: dx.Shape()}
+			return &sparse.ShapeError{Op: "cudaext: " + op, Arg: "dx", Want: x.Shape(), Got: dx.Shape()}
 		}
 	}
 	gb, gc, err := n.fbuf(gamma, "gamma")
@@ -302,7 +330,20 @@ func (n *NN) NormBackward(dx, dgamma, dbeta, x, gamma, dy, mean, inv sparse.Matr
 		return err
 	}
 	if gamma.Rows != 1 || gamma.Cols != cols {
-		return &sparse.ShapeError{Op: "cudaext: NormBackward", Arg: "gamma", Want: fmt.Sprintf("[1, %d]", cols), Got: gamma.Shape()}
+		return &sparse.ShapeError{Op: "cudaext: " + op, Arg: "gamma", Want: fmt.Sprintf("[1, %d]", cols), Got: gamma.Shape()}
+	}
+	// Without the ReLU the kernels never read beta (null pointer).
+	var bptr devPtr
+	var bc, relu int32
+	if !beta.IsZero() {
+		bb, c, err := n.fbuf(beta, "beta")
+		if err != nil {
+			return err
+		}
+		if beta.Rows != 1 || beta.Cols != cols {
+			return &sparse.ShapeError{Op: "cudaext: " + op, Arg: "beta", Want: fmt.Sprintf("[1, %d]", cols), Got: beta.Shape()}
+		}
+		bptr, bc, relu = bb.ptr, c, 1
 	}
 	vs := make([]*Buffer, 4)
 	for i, m := range []sparse.Matrix{dgamma, dbeta, mean, inv} {
@@ -316,7 +357,7 @@ func (n *NN) NormBackward(dx, dgamma, dbeta, x, gamma, dy, mean, inv sparse.Matr
 	d := n.e.d
 	return d.do(func() error {
 		pb, pg, chunks, err := n.columnPartials("nn_norm_bwd_partial", rows, cols,
-			d.addr(bs[0].ptr), cs[0], d.addr(bs[1].ptr), cs[1], vs[2].ptr, vs[3].ptr)
+			d.addr(bs[0].ptr), cs[0], d.addr(bs[1].ptr), cs[1], vs[2].ptr, vs[3].ptr, gb.ptr, gc, bptr, bc, relu)
 		if err != nil {
 			return err
 		}
@@ -330,7 +371,7 @@ func (n *NN) NormBackward(dx, dgamma, dbeta, x, gamma, dy, mean, inv sparse.Matr
 		}
 		g, b := d.elementwise(int64(rows) * int64(cols))
 		return d.launch("nn_norm_bwd_dx", g, b, 0, bs[0].ptr, cs[0], bs[1].ptr, cs[1], gb.ptr, gc, vs[2].ptr, vs[3].ptr,
-			vs[0].ptr, vs[1].ptr, dxb.ptr, dxc, int64(rows), int64(cols))
+			vs[0].ptr, vs[1].ptr, dxb.ptr, dxc, int64(rows), int64(cols), bptr, bc, relu)
 	})
 }
 

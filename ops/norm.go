@@ -31,7 +31,12 @@ import (
 // eps must be positive and finite. The result is differentiable with
 // respect to x, gamma and beta, symbolically (gorgonia.Grad) and in a
 // LispMachine.
-func VoxelNorm(x, gamma, beta *gorgonia.Node, eps float64) (*gorgonia.Node, error) {
+//
+// With WithReLU the node computes max(0, y) as well: the same values, bit
+// for bit, as VoxelNorm followed by ReLU, and the same gradients, in one
+// op (on a device: one kernel forward and the same reductions backward as
+// VoxelNorm alone, where the pair costs two more passes over [N, C]).
+func VoxelNorm(x, gamma, beta *gorgonia.Node, eps float64, opts ...NormOption) (*gorgonia.Node, error) {
 	names := []string{"x", "gamma", "beta"}
 	if err := checkNodes("VoxelNorm", names, x, gamma, beta); err != nil {
 		return nil, err
@@ -42,7 +47,29 @@ func VoxelNorm(x, gamma, beta *gorgonia.Node, eps float64) (*gorgonia.Node, erro
 	if !(eps > 0) || math.IsInf(eps, 0) {
 		return nil, fmt.Errorf("%w: ops.VoxelNorm: eps %v must be positive and finite", ErrOption, eps)
 	}
-	return gorgonia.ApplyOp(voxelNormOp{eps: eps}, x, gamma, beta)
+	op := voxelNormOp{eps: eps}
+	for i, o := range opts {
+		if o == nil {
+			return nil, fmt.Errorf("%w: ops.VoxelNorm: option %d is nil", ErrOption, i)
+		}
+		o(&op)
+	}
+	return gorgonia.ApplyOp(op, x, gamma, beta)
+}
+
+// NormOption configures a VoxelNorm node.
+type NormOption func(*voxelNormOp)
+
+// WithReLU fuses a ReLU into the normalisation: the node returns
+// max(0, gamma·(x − mean)/√(var + eps) + beta), equal bit for bit to
+// VoxelNorm followed by ReLU on the host. Its gradients are those of the
+// pair; the ReLU mask is recomputed from x and the statistics with the
+// forward's arithmetic, so no extra tensor is kept. On a device the mask
+// is taken on the float32 value before it is rounded to the activation
+// dtype: for float16/bfloat16 storage a positive value that rounds to
+// zero still passes its gradient (the unfused pair would block it).
+func WithReLU() NormOption {
+	return func(op *voxelNormOp) { op.relu = true }
 }
 
 // normShapes checks x [N, C] and per-channel vectors [C] and returns N, C.
@@ -59,8 +86,12 @@ func normShapes(op string, x tensor.Shape, vecs ...tensor.Shape) (n, c int, err 
 	return n, c, nil
 }
 
-// voxelNormOp is the forward op of VoxelNorm: (x, gamma, beta) → y.
-type voxelNormOp struct{ eps float64 }
+// voxelNormOp is the forward op of VoxelNorm: (x, gamma, beta) → y, or
+// max(0, y) with relu.
+type voxelNormOp struct {
+	eps  float64
+	relu bool
+}
 
 var (
 	_ gorgonia.Op   = voxelNormOp{}
@@ -97,7 +128,7 @@ func (op voxelNormOp) Do(in ...gorgonia.Value) (gorgonia.Value, error) {
 		return nil, err
 	}
 	if onDevice(in...) {
-		return voxelNormDevice(op.eps, in[0], in[1], in[2], n, c)
+		return voxelNormDevice(op.eps, op.relu, in[0], in[1], in[2], n, c)
 	}
 	if n*c == 0 {
 		// Empty tensors have no backing slice (Data would panic).
@@ -110,7 +141,7 @@ func (op voxelNormOp) Do(in ...gorgonia.Value) (gorgonia.Value, error) {
 			return nil, err
 		}
 		y := make([]float64, n*c)
-		voxelNormForward(x, g, b, y, n, c, op.eps)
+		voxelNormForward(x, g, b, y, n, c, op.eps, op.relu)
 		return normDense(y, n, c), nil
 	case []float32:
 		g, b, err := normData[float32](in[1], in[2])
@@ -118,7 +149,7 @@ func (op voxelNormOp) Do(in ...gorgonia.Value) (gorgonia.Value, error) {
 			return nil, err
 		}
 		y := make([]float32, n*c)
-		voxelNormForward(x, g, b, y, n, c, op.eps)
+		voxelNormForward(x, g, b, y, n, c, op.eps, op.relu)
 		return normDense(y, n, c), nil
 	}
 	return nil, fmt.Errorf("%w: VoxelNorm: x holds %T", sparse.ErrDType, in[0].Data())
@@ -131,20 +162,30 @@ func (op voxelNormOp) WriteHash(h hash.Hash) {
 	fmt.Fprint(h, op.String())
 }
 func (op voxelNormOp) Hashcode() uint32 { return hashOp(op) }
-func (op voxelNormOp) String() string   { return fmt.Sprintf("VoxelNorm{eps=%g}", op.eps) }
+func (op voxelNormOp) String() string {
+	if op.relu {
+		return fmt.Sprintf("VoxelNormReLU{eps=%g}", op.eps)
+	}
+	return fmt.Sprintf("VoxelNorm{eps=%g}", op.eps)
+}
 
 func (voxelNormOp) DiffWRT(n int) []bool { return allTrue(n) }
 
 // SymDiff returns the gradients of x, gamma and beta as three applications
-// of voxelNormGradOp to (x, gamma, grad).
+// of voxelNormGradOp to (x, gamma, grad), or to (x, gamma, beta, grad)
+// with relu (beta is needed for the mask).
 func (op voxelNormOp) SymDiff(in gorgonia.Nodes, _, grad *gorgonia.Node) (gorgonia.Nodes, error) {
 	if err := checkArity("ops.VoxelNorm", 3, len(in)); err != nil {
 		return nil, err
 	}
+	args := gorgonia.Nodes{in[0], in[1], grad}
+	if op.relu {
+		args = gorgonia.Nodes{in[0], in[1], in[2], grad}
+	}
 	out := make(gorgonia.Nodes, 3)
 	for w := range out {
 		var err error
-		if out[w], err = gorgonia.ApplyOp(voxelNormGradOp{eps: op.eps, wrt: w}, in[0], in[1], grad); err != nil {
+		if out[w], err = gorgonia.ApplyOp(voxelNormGradOp{eps: op.eps, wrt: w, relu: op.relu}, args...); err != nil {
 			return nil, err
 		}
 	}
@@ -161,7 +202,11 @@ func (op voxelNormOp) DoDiff(_ gorgonia.ExecutionContext, in gorgonia.Nodes, out
 	if err != nil {
 		return err
 	}
-	grads, err := voxelNormGrads(op.eps, in[0].Value(), in[1].Value(), dy, [3]bool{true, true, true})
+	var bv gorgonia.Value
+	if op.relu {
+		bv = in[2].Value()
+	}
+	grads, err := voxelNormGrads(op.eps, in[0].Value(), in[1].Value(), bv, dy, [3]bool{true, true, true})
 	if err != nil {
 		return err
 	}
@@ -173,38 +218,61 @@ func (op voxelNormOp) DoDiff(_ gorgonia.ExecutionContext, in gorgonia.Nodes, out
 	return nil
 }
 
-// voxelNormGradOp computes one gradient of VoxelNorm from (x, gamma, dy):
-// wrt 0 → dx [N, C], 1 → dgamma [C], 2 → dbeta [C].
+// voxelNormGradOp computes one gradient of VoxelNorm from (x, gamma, dy),
+// or of VoxelNorm with a fused ReLU from (x, gamma, beta, dy): wrt 0 → dx
+// [N, C], 1 → dgamma [C], 2 → dbeta [C].
 type voxelNormGradOp struct {
-	eps float64
-	wrt int
+	eps  float64
+	wrt  int
+	relu bool
 }
 
 var _ gorgonia.Op = voxelNormGradOp{}
 
-func (voxelNormGradOp) Arity() int { return 3 }
+func (op voxelNormGradOp) Arity() int {
+	if op.relu {
+		return 4
+	}
+	return 3
+}
 
 func (op voxelNormGradOp) Type() hm.Type {
 	a := hm.TypeVariable('a')
 	m := gorgonia.TensorType{Dims: 2, Of: a}
 	v := gorgonia.TensorType{Dims: 1, Of: a}
+	out := hm.Type(v)
 	if op.wrt == 0 {
-		return hm.NewFnType(m, v, m, m)
+		out = m
 	}
-	return hm.NewFnType(m, v, m, v)
+	if op.relu {
+		return hm.NewFnType(m, v, v, m, out)
+	}
+	return hm.NewFnType(m, v, m, out)
+}
+
+// split returns x, gamma, beta (nil without relu) and dy of the inputs.
+func (op voxelNormGradOp) split(in []gorgonia.Value) (x, g, b, dy gorgonia.Value) {
+	if op.relu {
+		return in[0], in[1], in[2], in[3]
+	}
+	return in[0], in[1], nil, in[2]
 }
 
 func (op voxelNormGradOp) InferShape(in ...gorgonia.DimSizer) (tensor.Shape, error) {
-	s, err := inputShapes("ops.VoxelNormGrad", 3, in)
+	s, err := inputShapes("ops.VoxelNormGrad", op.Arity(), in)
 	if err != nil {
 		return nil, err
 	}
-	_, c, err := normShapes("VoxelNormGrad", s[0], s[1])
+	vecs := []tensor.Shape{s[1]}
+	if op.relu {
+		vecs = append(vecs, s[2])
+	}
+	_, c, err := normShapes("VoxelNormGrad", s[0], vecs...)
 	if err != nil {
 		return nil, err
 	}
-	if !s[2].Eq(s[0]) {
-		return nil, &sparse.ShapeError{Op: "VoxelNormGrad", Arg: "dy", Want: fmt.Sprint(s[0]), Got: fmt.Sprint(s[2])}
+	if dy := s[len(s)-1]; !dy.Eq(s[0]) {
+		return nil, &sparse.ShapeError{Op: "VoxelNormGrad", Arg: "dy", Want: fmt.Sprint(s[0]), Got: fmt.Sprint(dy)}
 	}
 	if op.wrt == 0 {
 		return s[0].Clone(), nil
@@ -213,18 +281,19 @@ func (op voxelNormGradOp) InferShape(in ...gorgonia.DimSizer) (tensor.Shape, err
 }
 
 func (op voxelNormGradOp) Do(in ...gorgonia.Value) (gorgonia.Value, error) {
-	if err := checkArity("ops.VoxelNormGrad", 3, len(in)); err != nil {
+	if err := checkArity("ops.VoxelNormGrad", op.Arity(), len(in)); err != nil {
 		return nil, err
 	}
 	if op.wrt < 0 || op.wrt > 2 {
 		return nil, fmt.Errorf("%w: VoxelNorm gradient: input %d", sparse.ErrShape, op.wrt)
 	}
+	x, g, b, dy := op.split(in)
 	if onDevice(in...) {
-		return voxelNormGradDevice(op.eps, op.wrt, in[0], in[1], in[2])
+		return voxelNormGradDevice(op.eps, op.wrt, x, g, b, dy)
 	}
 	var want [3]bool
 	want[op.wrt] = true
-	grads, err := voxelNormGrads(op.eps, in[0], in[1], in[2], want)
+	grads, err := voxelNormGrads(op.eps, x, g, b, dy, want)
 	if err != nil {
 		return nil, err
 	}
@@ -241,14 +310,22 @@ func (op voxelNormGradOp) Hashcode() uint32 { return hashOp(op) }
 
 // String implements fmt.Stringer for voxelNormGradOp.
 func (op voxelNormGradOp) String() string {
+	if op.relu {
+		return fmt.Sprintf("VoxelNormReLUGrad{eps=%g, wrt=%d}", op.eps, op.wrt)
+	}
 	return fmt.Sprintf("VoxelNormGrad{eps=%g, wrt=%d}", op.eps, op.wrt)
 }
 
 // voxelNormGrads returns those of dx, dgamma and dbeta that want asks
-// for, as dense tensors (nil for the others).
-func voxelNormGrads(eps float64, xv, gv, dyv gorgonia.Value, want [3]bool) ([3]*tensor.Dense, error) {
+// for, as dense tensors (nil for the others). A non-nil bv (beta) makes
+// them the gradients of VoxelNorm followed by ReLU.
+func voxelNormGrads(eps float64, xv, gv, bv, dyv gorgonia.Value, want [3]bool) ([3]*tensor.Dense, error) {
 	var out [3]*tensor.Dense
-	n, c, err := normShapes("VoxelNormGrad", xv.Shape(), gv.Shape())
+	vecs := []tensor.Shape{gv.Shape()}
+	if bv != nil {
+		vecs = append(vecs, bv.Shape())
+	}
+	n, c, err := normShapes("VoxelNormGrad", xv.Shape(), vecs...)
 	if err != nil {
 		return out, err
 	}
@@ -269,18 +346,24 @@ func voxelNormGrads(eps float64, xv, gv, dyv gorgonia.Value, want [3]bool) ([3]*
 	}
 	switch x := xv.Data().(type) {
 	case []float64:
-		return voxelNormGradsOf(x, gv, dyv, n, c, eps, want)
+		return voxelNormGradsOf(x, gv, bv, dyv, n, c, eps, want)
 	case []float32:
-		return voxelNormGradsOf(x, gv, dyv, n, c, eps, want)
+		return voxelNormGradsOf(x, gv, bv, dyv, n, c, eps, want)
 	}
 	return out, fmt.Errorf("%w: VoxelNormGrad: x holds %T", sparse.ErrDType, xv.Data())
 }
 
-func voxelNormGradsOf[T float32 | float64](x []T, gv, dyv gorgonia.Value, n, c int, eps float64, want [3]bool) ([3]*tensor.Dense, error) {
+func voxelNormGradsOf[T float32 | float64](x []T, gv, bv, dyv gorgonia.Value, n, c int, eps float64, want [3]bool) ([3]*tensor.Dense, error) {
 	var out [3]*tensor.Dense
 	g, dy, err := normData[T](gv, dyv)
 	if err != nil {
 		return out, err
+	}
+	var beta []T
+	if bv != nil {
+		if beta, _, err = normData[T](bv, bv); err != nil {
+			return out, err
+		}
 	}
 	var dx, dg, db []T
 	if want[0] {
@@ -292,7 +375,7 @@ func voxelNormGradsOf[T float32 | float64](x []T, gv, dyv gorgonia.Value, n, c i
 	if want[2] {
 		db = make([]T, c)
 	}
-	voxelNormBackward(x, g, dy, dx, dg, db, n, c, eps)
+	voxelNormBackward(x, g, beta, dy, dx, dg, db, n, c, eps)
 	if want[0] {
 		out[0] = normDense(dx, n, c)
 	}
@@ -408,19 +491,40 @@ func voxelNormStats[T float32 | float64](x []T, n, c int, eps float64) (mean, in
 	return mean, inv
 }
 
-func voxelNormForward[T float32 | float64](x, gamma, beta, y []T, n, c int, eps float64) {
-	mean, inv := voxelNormStats(x, n, c, eps)
-	scale := make([]float64, c)
-	shift := make([]float64, c)
+// voxelNormAffine returns the per-channel scale gamma·inv and shift
+// beta − mean·scale of the forward map y = x·scale + shift.
+func voxelNormAffine[T float32 | float64](gamma, beta []T, mean, inv []float64) (scale, shift []float64) {
+	c := len(mean)
+	scale = make([]float64, c)
+	shift = make([]float64, c)
 	for j := range c {
 		scale[j] = float64(gamma[j]) * inv[j]
-		shift[j] = float64(beta[j]) - mean[j]*scale[j]
+		shift[j] = float64(beta[j]) - float64(mean[j]*scale[j])
 	}
+	return scale, shift
+}
+
+// voxelNormY is the forward value of one element, rounded to T. The
+// explicit conversion keeps the product rounded (no fused multiply-add),
+// so the forward and the ReLU mask of the backward agree bit for bit.
+func voxelNormY[T float32 | float64](v T, scale, shift float64) T {
+	return T(float64(float64(v)*scale) + shift)
+}
+
+// voxelNormForward sets y = VoxelNorm(x), or max(0, VoxelNorm(x)) with
+// relu (the ReLU of the rounded value, as ops.ReLU would see it).
+func voxelNormForward[T float32 | float64](x, gamma, beta, y []T, n, c int, eps float64, relu bool) {
+	mean, inv := voxelNormStats(x, n, c, eps)
+	scale, shift := voxelNormAffine(gamma, beta, mean, inv)
 	normChunks(n, func(_, lo, hi int) {
 		for i := lo; i < hi; i++ {
 			xr, yr := x[i*c:i*c+c], y[i*c:i*c+c]
 			for j, v := range xr {
-				yr[j] = T(float64(v)*scale[j] + shift[j])
+				t := voxelNormY(v, scale[j], shift[j])
+				if relu && !(t > 0) {
+					t = 0
+				}
+				yr[j] = t
 			}
 		}
 	})
@@ -433,9 +537,13 @@ func voxelNormForward[T float32 | float64](x, gamma, beta, y []T, n, c int, eps 
 //	dx[i, c]  = gamma[c] · inv[c] · (dy[i, c] − (dbeta[c] + x̂[i, c]·dgamma[c]) / N)
 //
 // A nil dx, dgamma or dbeta is not computed; the statistics are only
-// computed when dx or dgamma is wanted.
-func voxelNormBackward[T float32 | float64](x, gamma, dy, dx, dgamma, dbeta []T, n, c int, eps float64) {
-	if dx == nil && dgamma == nil {
+// computed when dx or dgamma is wanted (or for the mask).
+//
+// A non-nil beta fuses a ReLU after the normalisation: dy is replaced by
+// dy·[y > 0] with y the forward's value (voxelNormY, the same bits), which
+// is exactly what ReLU's gradient would hand to VoxelNorm's.
+func voxelNormBackward[T float32 | float64](x, gamma, beta, dy, dx, dgamma, dbeta []T, n, c int, eps float64) {
+	if beta == nil && dx == nil && dgamma == nil {
 		sb := normColumnSums(n, c, func(i int, acc []float64) {
 			for j, d := range dy[i*c : i*c+c] {
 				acc[j] += float64(d)
@@ -447,11 +555,19 @@ func voxelNormBackward[T float32 | float64](x, gamma, dy, dx, dgamma, dbeta []T,
 		return
 	}
 	mean, inv := voxelNormStats(x, n, c, eps)
+	var scale, shift []float64
+	if beta != nil {
+		scale, shift = voxelNormAffine(gamma, beta, mean, inv)
+	}
+	relu := beta != nil
 	// One pass for both sums: columns [0, c) hold Σdy, [c, 2c) Σdy·x̂.
 	sums := normColumnSums(n, 2*c, func(i int, acc []float64) {
 		xr, dr := x[i*c:i*c+c], dy[i*c:i*c+c]
 		for j := range c {
 			d := float64(dr[j])
+			if relu && !(voxelNormY(xr[j], scale[j], shift[j]) > 0) {
+				d = 0
+			}
 			acc[j] += d
 			acc[c+j] += d * (float64(xr[j]) - mean[j]) * inv[j]
 		}
@@ -473,8 +589,12 @@ func voxelNormBackward[T float32 | float64](x, gamma, dy, dx, dgamma, dbeta []T,
 		for i := lo; i < hi; i++ {
 			xr, dr, gr := x[i*c:i*c+c], dy[i*c:i*c+c], dx[i*c:i*c+c]
 			for j := range c {
+				d := float64(dr[j])
+				if relu && !(voxelNormY(xr[j], scale[j], shift[j]) > 0) {
+					d = 0
+				}
 				xh := (float64(xr[j]) - mean[j]) * inv[j]
-				gr[j] = T(float64(gamma[j]) * inv[j] * (float64(dr[j]) - (sb[j]+xh*sg[j])/fn))
+				gr[j] = T(float64(gamma[j]) * inv[j] * (d - (sb[j]+xh*sg[j])/fn))
 			}
 		}
 	})

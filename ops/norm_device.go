@@ -30,9 +30,9 @@ func normStatsDevice(d *device.Device, x sparse.Matrix, eps float64) (mean, inv 
 	return
 }
 
-// voxelNormDevice is VoxelNorm on device tensors: the result has x's
-// storage dtype.
-func voxelNormDevice(eps float64, xv, gv, bv gorgonia.Value, n, c int) (gorgonia.Value, error) {
+// voxelNormDevice is VoxelNorm (with relu: followed by ReLU, in the same
+// kernel) on device tensors: the result has x's storage dtype.
+func voxelNormDevice(eps float64, relu bool, xv, gv, bv gorgonia.Value, n, c int) (gorgonia.Value, error) {
 	d, err := deviceOf("VoxelNorm", xv, gv, bv)
 	if err != nil {
 		return nil, err
@@ -58,7 +58,12 @@ func voxelNormDevice(eps float64, xv, gv, bv gorgonia.Value, n, c int) (gorgonia
 	if err != nil {
 		return nil, err
 	}
-	if err := d.Run("norm", func(nn device.NN) error { return nn.NormForward(y, x, g, b, mean, inv) }); err != nil {
+	if err := d.Run("norm", func(nn device.NN) error {
+		if relu {
+			return nn.NormForwardReLU(y, x, g, b, mean, inv)
+		}
+		return nn.NormForward(y, x, g, b, mean, inv)
+	}); err != nil {
 		return nil, err
 	}
 	return out, nil
@@ -66,11 +71,12 @@ func voxelNormDevice(eps float64, xv, gv, bv gorgonia.Value, n, c int) (gorgonia
 
 // normGradKey identifies the inputs of VoxelNorm's gradient ops: the
 // three ops of one VoxelNorm node (dx, dgamma, dbeta) read the same device
-// buffers, which stay unchanged between them (they are live inputs).
+// buffers, which stay unchanged between them (they are live inputs). beta
+// is nil without a fused ReLU.
 type normGradKey struct {
-	x, gamma, dy sparse.Storage
-	eps          float64
-	step         uint64
+	x, gamma, beta, dy sparse.Storage
+	eps                float64
+	step               uint64
 }
 
 // normGradSums holds what the three gradient ops share: the statistics
@@ -86,11 +92,24 @@ var normGradCache = struct {
 	m map[normGradKey]*normGradSums
 }{m: map[normGradKey]*normGradSums{}}
 
+// normBackward runs the backward kernel: of VoxelNorm, or of VoxelNorm
+// followed by ReLU when b is not the zero Matrix.
+func normBackward(nn device.NN, dx, dg, db, x, g, b, dy, mean, inv sparse.Matrix) error {
+	if b.IsZero() {
+		return nn.NormBackward(dx, dg, db, x, g, dy, mean, inv)
+	}
+	return nn.NormBackwardReLU(dx, dg, db, x, g, b, dy, mean, inv)
+}
+
 // normGradShared returns the statistics and column sums for the inputs,
 // computing them on first use inside a step (and each time outside one).
-// release frees them when they are not cached.
-func normGradShared(d *device.Device, eps float64, x, g, dy sparse.Matrix) (*normGradSums, func(), error) {
+// release frees them when they are not cached. b is beta with a fused
+// ReLU, the zero Matrix without.
+func normGradShared(d *device.Device, eps float64, x, g, b, dy sparse.Matrix) (*normGradSums, func(), error) {
 	key := normGradKey{x: x.Data.(sparse.Storage), gamma: g.Data.(sparse.Storage), dy: dy.Data.(sparse.Storage), eps: eps, step: d.StepID()}
+	if !b.IsZero() {
+		key.beta = b.Data.(sparse.Storage)
+	}
 	if key.step != 0 {
 		normGradCache.Lock()
 		s := normGradCache.m[key]
@@ -111,7 +130,7 @@ func normGradShared(d *device.Device, eps float64, x, g, dy sparse.Matrix) (*nor
 	}
 	if err == nil {
 		err = d.Run("norm", func(nn device.NN) error {
-			return nn.NormBackward(sparse.Matrix{}, s.dg, s.db, x, g, dy, s.mean, s.inv)
+			return normBackward(nn, sparse.Matrix{}, s.dg, s.db, x, g, b, dy, s.mean, s.inv)
 		})
 	}
 	if err != nil {
@@ -133,14 +152,21 @@ func normGradShared(d *device.Device, eps float64, x, g, dy sparse.Matrix) (*nor
 }
 
 // voxelNormGradDevice returns gradient wrt of VoxelNorm on device tensors:
-// dx in x's storage dtype, dgamma or dbeta in float32. Within a step the
+// dx in x's storage dtype, dgamma or dbeta in float32. A non-nil bv (beta)
+// makes it the gradient of VoxelNorm followed by ReLU. Within a step the
 // three gradient ops of one VoxelNorm share the statistics and column sums.
-func voxelNormGradDevice(eps float64, wrt int, xv, gv, dyv gorgonia.Value) (gorgonia.Value, error) {
-	d, err := deviceOf("VoxelNormGrad", xv, gv, dyv)
+func voxelNormGradDevice(eps float64, wrt int, xv, gv, bv, dyv gorgonia.Value) (gorgonia.Value, error) {
+	vals := []gorgonia.Value{xv, gv, dyv}
+	vecs := []tensor.Shape{gv.Shape()}
+	if bv != nil {
+		vals = append(vals, bv)
+		vecs = append(vecs, bv.Shape())
+	}
+	d, err := deviceOf("VoxelNormGrad", vals...)
 	if err != nil {
 		return nil, err
 	}
-	n, c, err := normShapes("VoxelNormGrad", xv.Shape(), gv.Shape())
+	n, c, err := normShapes("VoxelNormGrad", xv.Shape(), vecs...)
 	if err != nil {
 		return nil, err
 	}
@@ -159,7 +185,13 @@ func voxelNormGradDevice(eps float64, wrt int, xv, gv, dyv gorgonia.Value) (gorg
 	if err != nil {
 		return nil, err
 	}
-	s, release, err := normGradShared(d, eps, x, g, dy)
+	var b sparse.Matrix
+	if bv != nil {
+		if b, err = devMatrix("VoxelNormGrad", "beta", bv, 1, c); err != nil {
+			return nil, err
+		}
+	}
+	s, release, err := normGradShared(d, eps, x, g, b, dy)
 	if err != nil {
 		return nil, err
 	}
@@ -194,7 +226,7 @@ func voxelNormGradDevice(eps float64, wrt int, xv, gv, dyv gorgonia.Value) (gorg
 		return nil, err
 	}
 	defer d.Release(dg, db)
-	if err := d.Run("norm", func(nn device.NN) error { return nn.NormBackward(dx, dg, db, x, g, dy, s.mean, s.inv) }); err != nil {
+	if err := d.Run("norm", func(nn device.NN) error { return normBackward(nn, dx, dg, db, x, g, b, dy, s.mean, s.inv) }); err != nil {
 		return nil, err
 	}
 	return out, nil

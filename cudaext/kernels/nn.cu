@@ -1,6 +1,7 @@
 // Non-convolution kernels of a sparse network (host side: cudaext/nn.go):
 // dtype conversion and column copies (channel concatenation), addition,
-// ReLU, VoxelNorm statistics/forward/backward, softmax cross-entropy,
+// ReLU, VoxelNorm statistics/forward/backward (optionally with a fused
+// ReLU), softmax cross-entropy,
 // Adam (per parameter, or every parameter in one launch), a non-finite
 // check and a row argmax. The semantics are those of
 // the device.NN contract in ops/device/kernels.go (and its CPU emulation,
@@ -48,6 +49,15 @@ __device__ __forceinline__ void st(void* p, int dt, i64 i, float v) {
     default:
       static_cast<float*>(p)[i] = v;
   }
+}
+
+// norm_affine is VoxelNorm's forward value x·sc + sh with sc = gamma·inv
+// and sh = beta − mean·sc, every operation rounded (no fused multiply-add),
+// so the forward and the ReLU mask of the backward agree bit for bit.
+__device__ __forceinline__ float norm_affine(float x, float gamma, float beta, float mean, float inv) {
+  const float sc = __fmul_rn(gamma, inv);
+  const float sh = __fsub_rn(beta, __fmul_rn(mean, sc));
+  return __fadd_rn(__fmul_rn(x, sc), sh);
 }
 
 // Block shape of the column reductions: 32 columns × 8 row lanes.
@@ -189,25 +199,39 @@ __global__ void nn_norm_stats(const double* psum, const double* psq, i64 chunks,
 }
 
 // y = (x − mean)·inv·gamma + beta, as y = x·sc + sh with sc = gamma·inv,
-// sh = beta − mean·sc (float32).
+// sh = beta − mean·sc (float32, norm_affine); relu ≠ 0 stores max(0, y)
+// instead (NaN gives 0), the ReLU fused into the store.
 __global__ void nn_norm_forward(const void* x, int xdt, const void* gamma, int gdt, const void* beta, int bdt,
-                                const float* mean, const float* inv, void* y, int ydt, i64 rows, i64 cols) {
+                                const float* mean, const float* inv, void* y, int ydt, i64 rows, i64 cols, int relu) {
   const i64 n = rows * cols;
   for (i64 e = gtid(); e < n; e += gstride()) {
     const i64 c = e % cols;
-    const float sc = __fmul_rn(ld(gamma, gdt, c), inv[c]);
-    const float sh = __fsub_rn(ld(beta, bdt, c), __fmul_rn(mean[c], sc));
-    st(y, ydt, e, __fadd_rn(__fmul_rn(ld(x, xdt, e), sc), sh));
+    float v = norm_affine(ld(x, xdt, e), ld(gamma, gdt, c), ld(beta, bdt, c), mean[c], inv[c]);
+    if (relu && !(v > 0.f)) v = 0.f;
+    st(y, ydt, e, v);
   }
 }
 
+// norm_dy returns dy[e], or 0 where the fused ReLU (relu ≠ 0) blocked the
+// forward value of element e (channel c): the mask is recomputed from x
+// with the forward's arithmetic, before any rounding to y's dtype.
+__device__ __forceinline__ float norm_dy(const void* x, int xdt, const void* dy, int gdt, const void* gamma, int gmdt,
+                                         const void* beta, int bdt, const float* mean, const float* inv, int relu, i64 e,
+                                         i64 c) {
+  if (relu && !(norm_affine(ld(x, xdt, e), ld(gamma, gmdt, c), ld(beta, bdt, c), mean[c], inv[c]) > 0.f)) return 0.f;
+  return ld(dy, gdt, e);
+}
+
 // VoxelNorm backward, stage 1: per chunk, Σdy and Σdy·x̂ per column with
-// x̂ = (x − mean)·inv (float64).
+// x̂ = (x − mean)·inv (float64); with relu ≠ 0, dy is masked (norm_dy;
+// beta is then read, and may be null otherwise).
 __global__ void nn_norm_bwd_partial(const void* x, int xdt, const void* dy, int gdt, const float* mean, const float* inv,
-                                    i64 rows, i64 cols, i64 chunk_rows, double* pb, double* pg) {
+                                    const void* gamma, int gmdt, const void* beta, int bdt, int relu, i64 rows, i64 cols,
+                                    i64 chunk_rows, double* pb, double* pg) {
   column_partials(rows, cols, chunk_rows, pb, pg, [&](i64 r, i64 c, double& s0, double& s1) {
-    const double d = ld(dy, gdt, r * cols + c);
-    const double xh = ((double)ld(x, xdt, r * cols + c) - (double)mean[c]) * (double)inv[c];
+    const i64 e = r * cols + c;
+    const double d = norm_dy(x, xdt, dy, gdt, gamma, gmdt, beta, bdt, mean, inv, relu, e, c);
+    const double xh = ((double)ld(x, xdt, e) - (double)mean[c]) * (double)inv[c];
     s0 += d;
     s1 += d * xh;
   });
@@ -223,10 +247,11 @@ __global__ void nn_norm_bwd_sums(const double* pb, const double* pg, i64 chunks,
   dbeta[c] = (float)b;
 }
 
-// Stage 3: dx = gamma·inv·(dy − (dbeta + x̂·dgamma)/N) (float32).
+// Stage 3: dx = gamma·inv·(dy − (dbeta + x̂·dgamma)/N) (float32), dy
+// masked as in stage 1 when relu ≠ 0.
 __global__ void nn_norm_bwd_dx(const void* x, int xdt, const void* dy, int gdt, const void* gamma, int gmdt,
                                const float* mean, const float* inv, const float* dgamma, const float* dbeta, void* dx,
-                               int ddt, i64 rows, i64 cols) {
+                               int ddt, i64 rows, i64 cols, const void* beta, int bdt, int relu) {
   const i64 n = rows * cols;
   const float fn = (float)rows;
   for (i64 e = gtid(); e < n; e += gstride()) {
@@ -234,7 +259,8 @@ __global__ void nn_norm_bwd_dx(const void* x, int xdt, const void* dy, int gdt, 
     const float iv = inv[c];
     const float xh = __fmul_rn(__fsub_rn(ld(x, xdt, e), mean[c]), iv);
     const float corr = __fdiv_rn(__fadd_rn(dbeta[c], __fmul_rn(xh, dgamma[c])), fn);
-    st(dx, ddt, e, __fmul_rn(__fmul_rn(ld(gamma, gmdt, c), iv), __fsub_rn(ld(dy, gdt, e), corr)));
+    const float d = norm_dy(x, xdt, dy, gdt, gamma, gmdt, beta, bdt, mean, inv, relu, e, c);
+    st(dx, ddt, e, __fmul_rn(__fmul_rn(ld(gamma, gmdt, c), iv), __fsub_rn(d, corr)));
   }
 }
 

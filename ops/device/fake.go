@@ -539,15 +539,34 @@ func (f *Fake) NormStats(mean, inv, x sparse.Matrix, eps float64) error {
 	return nil
 }
 
+// normAffine returns the forward value x·sc + sh of NormForward with
+// sc = gamma·inv and sh = beta − mean·sc, in float32 with every operation
+// rounded (the explicit conversions forbid fused multiply-adds, as the
+// kernels' __fmul_rn/__fadd_rn do).
+func normAffine(x, gamma, beta, mean, inv float32) float32 {
+	sc := float32(gamma * inv)
+	sh := beta - float32(mean*sc)
+	return float32(x*sc) + sh
+}
+
 // NormForward implements NN.
 func (f *Fake) NormForward(y, x, gamma, beta, mean, inv sparse.Matrix) error {
-	bs, err := f.sameLen("NormForward", []string{"y", "x"}, y, x)
+	return f.normForward("NormForward", false, y, x, gamma, beta, mean, inv)
+}
+
+// NormForwardReLU implements NN.
+func (f *Fake) NormForwardReLU(y, x, gamma, beta, mean, inv sparse.Matrix) error {
+	return f.normForward("NormForwardReLU", true, y, x, gamma, beta, mean, inv)
+}
+
+func (f *Fake) normForward(op string, relu bool, y, x, gamma, beta, mean, inv sparse.Matrix) error {
+	bs, err := f.sameLen(op, []string{"y", "x"}, y, x)
 	if err != nil {
 		return err
 	}
 	c := x.Cols
 	if y.Cols != c {
-		return fmt.Errorf("%w: %s: NormForward: y is %s, x %s", sparse.ErrShape, f.name, y.Shape(), x.Shape())
+		return fmt.Errorf("%w: %s: %s: y is %s, x %s", sparse.ErrShape, f.name, op, y.Shape(), x.Shape())
 	}
 	vs := make([]*fakeBuf, 4)
 	for k, m := range []sparse.Matrix{gamma, beta, mean, inv} {
@@ -557,9 +576,11 @@ func (f *Fake) NormForward(y, x, gamma, beta, mean, inv sparse.Matrix) error {
 	}
 	for i := range x.Rows {
 		for j := range c {
-			sc := vs[0].f32[j] * vs[3].f32[j]
-			sh := vs[1].f32[j] - vs[2].f32[j]*sc
-			bs[0].store(i*c+j, bs[1].f32[i*c+j]*sc+sh)
+			v := normAffine(bs[1].f32[i*c+j], vs[0].f32[j], vs[1].f32[j], vs[2].f32[j], vs[3].f32[j])
+			if relu && !(v > 0) {
+				v = 0
+			}
+			bs[0].store(i*c+j, v)
 		}
 	}
 	return nil
@@ -567,13 +588,27 @@ func (f *Fake) NormForward(y, x, gamma, beta, mean, inv sparse.Matrix) error {
 
 // NormBackward implements NN.
 func (f *Fake) NormBackward(dx, dgamma, dbeta, x, gamma, dy, mean, inv sparse.Matrix) error {
-	bs, err := f.sameLen("NormBackward", []string{"x", "dy"}, x, dy)
+	return f.normBackward("NormBackward", dx, dgamma, dbeta, x, gamma, sparse.Matrix{}, dy, mean, inv)
+}
+
+// NormBackwardReLU implements NN.
+func (f *Fake) NormBackwardReLU(dx, dgamma, dbeta, x, gamma, beta, dy, mean, inv sparse.Matrix) error {
+	if beta.IsZero() {
+		return fmt.Errorf("%w: %s: NormBackwardReLU: beta is the zero Matrix", sparse.ErrShape, f.name)
+	}
+	return f.normBackward("NormBackwardReLU", dx, dgamma, dbeta, x, gamma, beta, dy, mean, inv)
+}
+
+// normBackward is NormBackward, with the ReLU mask of NormForwardReLU
+// applied to dy unless beta is the zero Matrix.
+func (f *Fake) normBackward(op string, dx, dgamma, dbeta, x, gamma, beta, dy, mean, inv sparse.Matrix) error {
+	bs, err := f.sameLen(op, []string{"x", "dy"}, x, dy)
 	if err != nil {
 		return err
 	}
 	n, c := x.Rows, x.Cols
 	if dy.Cols != c {
-		return fmt.Errorf("%w: %s: NormBackward: dy is %s, x %s", sparse.ErrShape, f.name, dy.Shape(), x.Shape())
+		return fmt.Errorf("%w: %s: %s: dy is %s, x %s", sparse.ErrShape, f.name, op, dy.Shape(), x.Shape())
 	}
 	var dxb *fakeBuf
 	if !dx.IsZero() {
@@ -581,7 +616,7 @@ func (f *Fake) NormBackward(dx, dgamma, dbeta, x, gamma, dy, mean, inv sparse.Ma
 			return err
 		}
 		if dx.Rows != n || dx.Cols != c {
-			return fmt.Errorf("%w: %s: NormBackward: dx is %s, x %s", sparse.ErrShape, f.name, dx.Shape(), x.Shape())
+			return fmt.Errorf("%w: %s: %s: dx is %s, x %s", sparse.ErrShape, f.name, op, dx.Shape(), x.Shape())
 		}
 	}
 	vs := make([]*fakeBuf, 5)
@@ -590,12 +625,25 @@ func (f *Fake) NormBackward(dx, dgamma, dbeta, x, gamma, dy, mean, inv sparse.Ma
 			return err
 		}
 	}
+	var bb *fakeBuf
+	if !beta.IsZero() {
+		if bb, err = f.vecBuf(beta, "beta", c, false); err != nil {
+			return err
+		}
+	}
 	xb, db := bs[0], bs[1]
+	// grad returns dy[i, j], or 0 where the fused ReLU blocked it.
+	grad := func(i, j int) float32 {
+		if bb != nil && !(normAffine(xb.f32[i*c+j], vs[2].f32[j], bb.f32[j], vs[3].f32[j], vs[4].f32[j]) > 0) {
+			return 0
+		}
+		return db.f32[i*c+j]
+	}
 	sg := make([]float64, c)
 	sb := make([]float64, c)
 	for i := range n {
 		for j := range c {
-			d := float64(db.f32[i*c+j])
+			d := float64(grad(i, j))
 			xh := (float64(xb.f32[i*c+j]) - float64(vs[3].f32[j])) * float64(vs[4].f32[j])
 			sb[j] += d
 			sg[j] += d * xh
@@ -611,8 +659,9 @@ func (f *Fake) NormBackward(dx, dgamma, dbeta, x, gamma, dy, mean, inv sparse.Ma
 	for i := range n {
 		for j := range c {
 			mu, iv, g := vs[3].f32[j], vs[4].f32[j], vs[2].f32[j]
-			xh := (xb.f32[i*c+j] - mu) * iv
-			dxb.store(i*c+j, g*iv*(db.f32[i*c+j]-(float32(sb[j])+xh*float32(sg[j]))/fn))
+			xh := float32((xb.f32[i*c+j] - mu) * iv)
+			corr := (float32(sb[j]) + float32(xh*float32(sg[j]))) / fn
+			dxb.store(i*c+j, float32(g*iv)*(grad(i, j)-corr))
 		}
 	}
 	return nil

@@ -62,6 +62,16 @@ type NN interface {
 	// [1, C]) and, unless dx is the zero Matrix,
 	// dx = gamma·inv·(dy − (dbeta + x̂·dgamma)/N), with x̂ = (x − mean)·inv.
 	NormBackward(dx, dgamma, dbeta, x, gamma, dy, mean, inv sparse.Matrix) error
+	// NormForwardReLU is NormForward followed by a ReLU in the same pass:
+	// y = max(0, v) with v = x·sc + sh, sc = gamma·inv, sh = beta − mean·sc
+	// (float32, each product and sum rounded, no fused multiply-add), then
+	// rounded to y's dtype; NaN gives 0.
+	NormForwardReLU(y, x, gamma, beta, mean, inv sparse.Matrix) error
+	// NormBackwardReLU is NormBackward of VoxelNorm followed by ReLU: dy is
+	// replaced by dy·[v > 0] with v recomputed from x, gamma, beta and the
+	// statistics exactly as NormForwardReLU computes it (before rounding to
+	// the activation dtype), in the sums and in dx alike.
+	NormBackwardReLU(dx, dgamma, dbeta, x, gamma, beta, dy, mean, inv sparse.Matrix) error
 	// XentForward sets the Float32 [1, 1] loss to
 	// scale · Σ_i w[l_i]·(log Σ_k exp(z[i, k]) − z[i, l_i]) over the rows i
 	// of logits z [N, K] whose label l_i (Int32 [N, 1]) is in [0, K) (−1
