@@ -374,3 +374,305 @@ func BenchmarkVoxelNorm(b *testing.B) {
 	}
 	b.ReportMetric(float64(n*c)*float64(b.N)/b.Elapsed().Seconds()/1e6, "Melem/s")
 }
+
+// normReLUInputs returns x, gamma, beta of an [n, c] batch whose betas
+// spread over [−1.5, 1.5], so every channel has masked and passing
+// elements (and some channels almost only one kind).
+func normReLUInputs(seed uint64, n, c int) (x, gm, bt []float64) {
+	r := rand.New(rand.NewPCG(seed, uint64(n*c)))
+	x = randSlice(r, n*c, -3, 5)
+	gm = randSlice(r, c, -2, 2) // negative gammas flip which side passes
+	bt = randSlice(r, c, -1.5, 1.5)
+	return x, gm, bt
+}
+
+// TestVoxelNormReLUMatchesPair requires the fused op to give the bits of
+// VoxelNorm followed by ReLU: the forward and all three gradients, in
+// float32 and float64, on batches of one and of several parallel chunks,
+// for any GOMAXPROCS.
+func TestVoxelNormReLUMatchesPair(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		n, c int
+	}{
+		{"one row", 1, 4},
+		{"one channel", 300, 1},
+		{"small", 37, 5},
+		{"chunks", 2*normChunkRows + 301, 6},
+	} {
+		for _, dt := range []tensor.Dtype{tensor.Float64, tensor.Float32} {
+			t.Run(fmt.Sprintf("%s/%v", tc.name, dt), func(t *testing.T) {
+				const eps = 1e-4
+				x, gm, bt := normReLUInputs(3, tc.n, tc.c)
+				dy := randSlice(rand.New(rand.NewPCG(4, 5)), tc.n*tc.c, -1, 1)
+				xv, gv, bv, dyv := dense(dt, x, tc.n, tc.c), dense(dt, gm, tc.c), dense(dt, bt, tc.c), dense(dt, dy, tc.n, tc.c)
+
+				// The pair: VoxelNorm, ReLU; backward ReLUGrad, VoxelNormGrad.
+				y0, err := voxelNormOp{eps: eps}.Do(xv, gv, bv)
+				require.NoError(t, err)
+				want, err := reluApply("ReLU", y0, nil)
+				require.NoError(t, err)
+				dy0, err := reluApply("ReLUGrad", y0, dyv)
+				require.NoError(t, err)
+				wantGrads := make([]gorgonia.Value, 3)
+				for w := range 3 {
+					wantGrads[w], err = voxelNormGradOp{eps: eps, wrt: w}.Do(xv, gv, dy0)
+					require.NoError(t, err)
+				}
+				masked := 0
+				for _, v := range float64s(t, want) {
+					if v == 0 {
+						masked++
+					}
+				}
+				if tc.c >= 4 {
+					require.Greater(t, masked, tc.n*tc.c/10, "the mask must block a fair share")
+					require.Less(t, masked, tc.n*tc.c*9/10, "the mask must pass a fair share")
+				}
+
+				for _, procs := range []int{1, 3} {
+					old := runtime.GOMAXPROCS(procs)
+					got, err := voxelNormOp{eps: eps, relu: true}.Do(xv, gv, bv)
+					require.NoError(t, err)
+					require.Equal(t, want.Data(), got.Data(), "forward, GOMAXPROCS=%d", procs)
+					for w := range 3 {
+						g, err := voxelNormGradOp{eps: eps, wrt: w, relu: true}.Do(xv, gv, bv, dyv)
+						require.NoError(t, err)
+						require.Equal(t, wantGrads[w].Shape(), g.Shape())
+						require.Equal(t, wantGrads[w].Data(), g.Data(), "gradient %d, GOMAXPROCS=%d", w, procs)
+					}
+					runtime.GOMAXPROCS(old)
+				}
+			})
+		}
+	}
+}
+
+// TestVoxelNormReLUGraph builds both forms in a graph and requires the
+// same bits from the TapeMachine (symbolic Grad: SymDiff) and the
+// LispMachine (DoDiff) for the output and every gradient.
+func TestVoxelNormReLUGraph(t *testing.T) {
+	const n, c, eps = 50, 4, 1e-5
+	x, gm, bt := normReLUInputs(9, n, c)
+	wts := randSlice(rand.New(rand.NewPCG(1, 2)), n*c, -1, 1)
+	for _, dt := range []tensor.Dtype{tensor.Float64, tensor.Float32} {
+		for _, machine := range []string{"tape", "lisp"} {
+			t.Run(fmt.Sprintf("%v/%s", dt, machine), func(t *testing.T) {
+				run := func(fused bool) [][]float64 {
+					g := gorgonia.NewGraph()
+					xn := gorgonia.NewMatrix(g, dt, gorgonia.WithName("x"), gorgonia.WithValue(dense(dt, x, n, c)))
+					gn := gorgonia.NewVector(g, dt, gorgonia.WithName("gamma"), gorgonia.WithValue(dense(dt, gm, c)))
+					bn := gorgonia.NewVector(g, dt, gorgonia.WithName("beta"), gorgonia.WithValue(dense(dt, bt, c)))
+					wn := gorgonia.NewConstant(dense(dt, wts, n, c), gorgonia.WithName("w"))
+					var y *gorgonia.Node
+					var err error
+					if fused {
+						y, err = VoxelNorm(xn, gn, bn, eps, WithReLU())
+					} else {
+						y, err = VoxelNorm(xn, gn, bn, eps)
+						require.NoError(t, err)
+						y, err = ReLU(y)
+					}
+					require.NoError(t, err)
+					cost := gorgonia.Must(gorgonia.Sum(gorgonia.Must(gorgonia.HadamardProd(y, wn))))
+					learn := gorgonia.Nodes{xn, gn, bn}
+					var vm gorgonia.VM
+					if machine == "tape" {
+						_, err = gorgonia.Grad(cost, learn...)
+						require.NoError(t, err)
+						vm = gorgonia.NewTapeMachine(g, gorgonia.BindDualValues(learn...))
+					} else {
+						vm = gorgonia.NewLispMachine(g)
+					}
+					defer vm.Close()
+					require.NoError(t, vm.RunAll())
+					out := [][]float64{float64s(t, y.Value()), {scalar(t, cost.Value())}}
+					for _, l := range learn {
+						gv, err := l.Grad()
+						require.NoError(t, err)
+						out = append(out, float64s(t, gv))
+					}
+					return out
+				}
+				want, got := run(false), run(true)
+				require.Equal(t, want, got)
+			})
+		}
+	}
+}
+
+// reluNormCost is Σ wts ⊙ max(0, VoxelNorm(x)) by the float64 reference.
+func reluNormCost(x, gm, bt, wts []float64, n, c int, eps float64) float64 {
+	y := refVoxelNorm(x, gm, bt, n, c, eps)
+	s := 0.0
+	for i, v := range y {
+		s += wts[i] * max(v, 0)
+	}
+	return s
+}
+
+// TestVoxelNormReLUGradFD checks the three gradients of the fused op
+// against central finite differences of the float64 reference (inputs
+// chosen with no normalised value near the kink at 0).
+func TestVoxelNormReLUGradFD(t *testing.T) {
+	const n, c, eps, h = 9, 3, 1e-3, 1e-6
+	var x, gm, bt []float64
+	for seed := uint64(1); ; seed++ {
+		x, gm, bt = normReLUInputs(seed, n, c)
+		near := false
+		for _, v := range refVoxelNorm(x, gm, bt, n, c, eps) {
+			near = near || math.Abs(v) < 1e-3
+		}
+		if !near {
+			break
+		}
+	}
+	wts := randSlice(rand.New(rand.NewPCG(2, 3)), n*c, -1, 1)
+	fd := func(p []float64) []float64 {
+		d := make([]float64, len(p))
+		for i := range p {
+			o := p[i]
+			p[i] = o + h
+			up := reluNormCost(x, gm, bt, wts, n, c, eps)
+			p[i] = o - h
+			dn := reluNormCost(x, gm, bt, wts, n, c, eps)
+			p[i] = o
+			d[i] = (up - dn) / (2 * h)
+		}
+		return d
+	}
+	wantX, wantG, wantB := fd(x), fd(gm), fd(bt)
+	zeros := 0
+	for _, v := range refVoxelNorm(x, gm, bt, n, c, eps) {
+		if v < 0 {
+			zeros++
+		}
+	}
+	require.Greater(t, zeros, 0, "some elements must be masked")
+	require.Less(t, zeros, n*c, "some elements must pass")
+
+	for _, machine := range []string{"tape", "lisp"} {
+		t.Run(machine, func(t *testing.T) {
+			g := gorgonia.NewGraph()
+			xn := gorgonia.NewMatrix(g, tensor.Float64, gorgonia.WithName("x"), gorgonia.WithValue(dense(tensor.Float64, x, n, c)))
+			gn := gorgonia.NewVector(g, tensor.Float64, gorgonia.WithName("gamma"), gorgonia.WithValue(dense(tensor.Float64, gm, c)))
+			bn := gorgonia.NewVector(g, tensor.Float64, gorgonia.WithName("beta"), gorgonia.WithValue(dense(tensor.Float64, bt, c)))
+			wn := gorgonia.NewConstant(dense(tensor.Float64, wts, n, c), gorgonia.WithName("w"))
+			y, err := VoxelNorm(xn, gn, bn, eps, WithReLU())
+			require.NoError(t, err)
+			costN := gorgonia.Must(gorgonia.Sum(gorgonia.Must(gorgonia.HadamardProd(y, wn))))
+			learn := gorgonia.Nodes{xn, gn, bn}
+			var vm gorgonia.VM
+			if machine == "tape" {
+				_, err = gorgonia.Grad(costN, learn...)
+				require.NoError(t, err)
+				vm = gorgonia.NewTapeMachine(g, gorgonia.BindDualValues(learn...))
+			} else {
+				vm = gorgonia.NewLispMachine(g)
+			}
+			defer vm.Close()
+			require.NoError(t, vm.RunAll())
+			require.InDelta(t, reluNormCost(x, gm, bt, wts, n, c, eps), scalar(t, costN.Value()), 1e-12)
+			for i, want := range [][]float64{wantX, wantG, wantB} {
+				gv, err := learn[i].Grad()
+				require.NoError(t, err)
+				got := float64s(t, gv)
+				require.Len(t, got, len(want))
+				for j := range want {
+					require.InDelta(t, want[j], got[j], 1e-6, "%s[%d]", learn[i].Name(), j)
+				}
+			}
+		})
+	}
+}
+
+func TestVoxelNormReLUEmpty(t *testing.T) {
+	op := voxelNormOp{eps: 1e-5, relu: true}
+	for _, dt := range []tensor.Dtype{tensor.Float32, tensor.Float64} {
+		for _, c := range []int{3, 0} {
+			x := tensor.New(tensor.Of(dt), tensor.WithShape(0, c))
+			gm := tensor.New(tensor.Of(dt), tensor.WithShape(c))
+			bt := tensor.New(tensor.Of(dt), tensor.WithShape(c))
+			y, err := op.Do(x, gm, bt)
+			require.NoError(t, err)
+			require.Equal(t, tensor.Shape{0, c}, y.Shape())
+			require.Equal(t, dt, y.Dtype())
+			for w, shape := range []tensor.Shape{{0, c}, {c}, {c}} {
+				gop := voxelNormGradOp{eps: 1e-5, wrt: w, relu: true}
+				s, err := gop.InferShape(x.Shape(), gm.Shape(), bt.Shape(), x.Shape())
+				require.NoError(t, err)
+				require.Equal(t, shape, s)
+				d, err := gop.Do(x, gm, bt, x)
+				require.NoError(t, err)
+				require.Equal(t, shape, d.Shape())
+				if w > 0 && c > 0 {
+					require.Equal(t, make([]float64, c), float64s(t, d), "sums over no rows are zero")
+				}
+			}
+		}
+	}
+}
+
+func TestVoxelNormReLUErrors(t *testing.T) {
+	g := gorgonia.NewGraph()
+	x := gorgonia.NewMatrix(g, tensor.Float64, gorgonia.WithShape(4, 3), gorgonia.WithName("x"))
+	v3 := gorgonia.NewVector(g, tensor.Float64, gorgonia.WithShape(3), gorgonia.WithName("v3"))
+	v4 := gorgonia.NewVector(g, tensor.Float64, gorgonia.WithShape(4), gorgonia.WithName("v4"))
+	_, err := VoxelNorm(x, v3, v3, 1e-5, nil)
+	require.ErrorIs(t, err, ErrOption)
+	require.Contains(t, err.Error(), "option 0 is nil")
+	_, err = VoxelNorm(x, v3, v4, 1e-5, WithReLU())
+	require.ErrorIs(t, err, sparse.ErrShape)
+	_, err = VoxelNorm(x, v3, v3, -1, WithReLU())
+	require.ErrorIs(t, err, ErrOption)
+
+	m := func(n, c int) *tensor.Dense {
+		return tensor.New(tensor.WithShape(n, c), tensor.WithBacking(make([]float64, n*c)))
+	}
+	v := func(c int) *tensor.Dense {
+		return tensor.New(tensor.WithShape(c), tensor.WithBacking(make([]float64, c)))
+	}
+	gop := voxelNormGradOp{eps: 1, wrt: 0, relu: true}
+	require.Equal(t, 4, gop.Arity())
+	_, err = gop.Do(m(2, 3), v(3), m(2, 3)) // beta missing
+	require.Error(t, err)
+	_, err = gop.Do(m(2, 3), v(3), v(4), m(2, 3))
+	require.ErrorIs(t, err, sparse.ErrShape)
+	_, err = gop.Do(m(2, 3), v(3), v(3), m(3, 3))
+	require.ErrorIs(t, err, sparse.ErrShape)
+	_, err = gop.InferShape(tensor.Shape{2, 3}, tensor.Shape{3}, tensor.Shape{2}, tensor.Shape{2, 3})
+	require.ErrorIs(t, err, sparse.ErrShape)
+	f32 := tensor.New(tensor.WithShape(3), tensor.WithBacking(make([]float32, 3)))
+	_, err = gop.Do(m(2, 3), v(3), f32, m(2, 3))
+	require.ErrorIs(t, err, sparse.ErrDType)
+}
+
+func TestVoxelNormReLUOpIdentity(t *testing.T) {
+	plain, fused := voxelNormOp{eps: 1e-5}, voxelNormOp{eps: 1e-5, relu: true}
+	require.NotEqual(t, plain.Hashcode(), fused.Hashcode())
+	require.Equal(t, "VoxelNormReLU{eps=1e-05}", fused.String())
+	gp, gf := voxelNormGradOp{eps: 1e-5, wrt: 2}, voxelNormGradOp{eps: 1e-5, wrt: 2, relu: true}
+	require.NotEqual(t, gp.Hashcode(), gf.Hashcode())
+	require.Equal(t, "VoxelNormReLUGrad{eps=1e-05, wrt=2}", gf.String())
+	require.Equal(t, 3, gp.Arity())
+	require.NotSame(t, gf.Type(), gf.Type())
+}
+
+func ExampleWithReLU() {
+	g := gorgonia.NewGraph()
+	x := gorgonia.NewMatrix(g, tensor.Float64, gorgonia.WithName("x"),
+		gorgonia.WithValue(tensor.New(tensor.WithShape(4, 1), tensor.WithBacking([]float64{1, 2, 3, 4}))))
+	gamma := gorgonia.NewVector(g, tensor.Float64, gorgonia.WithName("gamma"),
+		gorgonia.WithValue(tensor.New(tensor.WithShape(1), tensor.WithBacking([]float64{1}))))
+	beta := gorgonia.NewVector(g, tensor.Float64, gorgonia.WithName("beta"),
+		gorgonia.WithValue(tensor.New(tensor.WithShape(1), tensor.WithBacking([]float64{0.5}))))
+	y := gorgonia.Must(VoxelNorm(x, gamma, beta, 1e-9, WithReLU()))
+	vm := gorgonia.NewTapeMachine(g)
+	defer vm.Close()
+	if err := vm.RunAll(); err != nil {
+		panic(err)
+	}
+	fmt.Printf("%.3f\n", y.Value().Data())
+	// Output:
+	// [0.000 0.053 0.947 1.842]
+}

@@ -190,10 +190,12 @@ func buildNet(cfg netConfig, params []*tensor.Dense, x *tensor.Dense, b *batch, 
 		if h, err = f(h, p[name+".w"], m, opt); err != nil {
 			return nil
 		}
-		if h, err = ops.VoxelNorm(h, p[name+".norm.gamma"], p[name+".norm.beta"], 1e-5); err != nil || cfg.smooth {
-			return h
+		// VoxelNorm and ReLU as one fused op; smooth leaves the ReLU out.
+		var relu []ops.NormOption
+		if !cfg.smooth {
+			relu = append(relu, ops.WithReLU())
 		}
-		h, err = ops.ReLU(h)
+		h, err = ops.VoxelNorm(h, p[name+".norm.gamma"], p[name+".norm.beta"], 1e-5, relu...)
 		return h
 	}
 	skips := make([]*gorgonia.Node, cfg.levels)

@@ -17,8 +17,9 @@
 // CPU emulation used by tests) or on a GPU (build tag cudaext): Model.Place
 // copies the parameters to a device of package ops/device once, every
 // batch is one device.Step (features up, loss and predictions down), and
-// the graph uses only ops that run on device memory (ops.ReLU and
-// ops.ConcatChannels instead of gorgonia.Rectify and gorgonia.Concat).
+// the graph uses only ops that run on device memory (ops.VoxelNorm with a
+// fused ReLU and ops.ConcatChannels instead of gorgonia.Rectify and
+// gorgonia.Concat).
 // Model.Params always holds the host copy; Save reads the device copy
 // back first.
 //
@@ -374,9 +375,10 @@ func (m *Model) BuildFor(n int, maps *Maps) (*Net, error) {
 
 	algo := ops.WithAlgorithm(cfg.Algorithm)
 	var err error
-	// convNormRelu applies a convolution, VoxelNorm and ReLU; the
-	// parameters are <name>.<conv>.weight and <name>.<norm>.gamma/beta.
-	// Every step checks err first.
+	// convNormRelu applies a convolution, then VoxelNorm and ReLU as one
+	// fused op (ops.WithReLU: the bits of VoxelNorm followed by ReLU, in
+	// fewer device passes); the parameters are <name>.<conv>.weight and
+	// <name>.<norm>.gamma/beta. Every step checks err first.
 	type convFn func(x, w *gorgonia.Node, m *kmap.Map, opts ...ops.ConvOption) (*gorgonia.Node, error)
 	convNormRelu := func(f convFn, h *gorgonia.Node, name, conv, norm string, mp *kmap.Map) *gorgonia.Node {
 		if err != nil {
@@ -385,10 +387,7 @@ func (m *Model) BuildFor(n int, maps *Maps) (*Net, error) {
 		if h, err = f(h, p[name+"."+conv+".weight"], mp, algo); err != nil {
 			return nil
 		}
-		if h, err = ops.VoxelNorm(h, p[name+"."+norm+".gamma"], p[name+"."+norm+".beta"], cfg.Eps); err != nil {
-			return nil
-		}
-		h, err = ops.ReLU(h)
+		h, err = ops.VoxelNorm(h, p[name+"."+norm+".gamma"], p[name+"."+norm+".beta"], cfg.Eps, ops.WithReLU())
 		return h
 	}
 	block := func(h *gorgonia.Node, name string, mp *kmap.Map) *gorgonia.Node {
