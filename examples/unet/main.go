@@ -280,6 +280,9 @@ func run(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stdout, "trained %d steps in %.1fs (%.1f ms/step)\n", steps, d.Seconds(), 1000*d.Seconds()/float64(steps))
 		if !dev.IsHost() {
 			fmt.Fprintf(stdout, "copied per step: %s\n", perStep(last.xfer, steps))
+			if mb := last.mapBytes / int64(steps); mb > 0 {
+				fmt.Fprintf(stdout, "  plus %d bytes per step of kernel-map neighbour tables built on the host (a GPU engine uploads each on first use)\n", mb)
+			}
 			if trainer.Scaler != nil {
 				fmt.Fprintf(stdout, "loss scale %g, %d steps skipped (overflow)\n", trainer.Scaler.Scale, trainer.Scaler.Skipped)
 			}
@@ -326,6 +329,9 @@ func run(args []string, stdout, stderr io.Writer) error {
 type trainStats struct {
 	loss, acc float64
 	xfer      device.Transfers
+	// mapBytes counts the neighbour tables of host-built kernel maps,
+	// which the device engine uploads on first use (not in xfer).
+	mapBytes int64
 }
 
 // openDevice opens the device named by -device with the -precision
@@ -532,6 +538,7 @@ func trainLoop(t *unet.Trainer, train unet.Source, steps int, o *options, stdout
 			}
 		}
 		stats.xfer = addTransfers(stats.xfer, res.Transfers)
+		stats.mapBytes += s.Maps.HostTableBytes()
 		if o.logEvery > 0 && ((step+1)%o.logEvery == 0 || step == 0) {
 			fmt.Fprintf(stdout, "step %d loss %.6f\n", step+1, res.Loss)
 		}

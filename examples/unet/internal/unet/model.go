@@ -290,6 +290,29 @@ type Maps struct {
 	Head *kmap.Map
 }
 
+// HostTableBytes returns the bytes of the neighbour tables of the maps that
+// live on the host (built by package kmap): a device engine uploads each
+// such table once, when a convolution first uses the map. Maps built on a
+// device count nothing.
+func (m *Maps) HostTableBytes() int64 {
+	if m == nil {
+		return 0
+	}
+	var n int64
+	add := func(k *kmap.Map) {
+		if k != nil && k.Source == nil {
+			n += int64(k.NOut) * int64(k.V()) * 4
+		}
+	}
+	for _, ks := range [][]*kmap.Map{m.Sub, m.Down, m.Up} {
+		for _, k := range ks {
+			add(k)
+		}
+	}
+	add(m.Head)
+	return n
+}
+
 // BuildMaps builds the maps of a batch whose coordinates (flat [N, 4],
 // (batch, x, y, z)) lie in ext, for a network of the given depth.
 func BuildMaps(coords []int32, ext grid.Extent, levels int) (*Maps, error) {

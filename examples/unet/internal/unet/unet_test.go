@@ -106,6 +106,16 @@ func TestBuildMaps(t *testing.T) {
 		require.Equal(t, mp.Down[l].NOut, mp.Up[l-1].NIn)
 		require.Equal(t, mp.Down[l].NIn, mp.Up[l-1].NOut)
 	}
+	// Host-built maps: every neighbour table counts, 4 bytes an entry.
+	want := int64(len(mp.Head.Nbr)) * 4
+	for l := range 3 {
+		want += int64(len(mp.Sub[l].Nbr)) * 4
+		if l > 0 {
+			want += int64(len(mp.Down[l].Nbr)+len(mp.Up[l-1].Nbr)) * 4
+		}
+	}
+	require.Equal(t, want, mp.HostTableBytes())
+	require.Zero(t, (*Maps)(nil).HostTableBytes())
 	_, err = BuildMaps(nil, s.Maps.Sub[0].In, 0)
 	require.ErrorIs(t, err, ErrConfig)
 	// Maps of the wrong depth are refused when building the graph.
