@@ -9,12 +9,30 @@ import (
 
 // MapEngine builds kernel maps from [N, 4] Int32 coordinate matrices that
 // the engine holds, with the semantics of kmap.NewSubmanifold,
-// kmap.NewStrided and kmap.NewTransposed. The CUDA engine implements it, so
-// maps of device-resident coordinates are built on the device.
+// kmap.NewStrided and kmap.NewTransposed, and the inverse of a strided map
+// it built, with the semantics of kmap.NewInverse. The CUDA engine
+// implements it, so every map of a sparse UNet over device-resident
+// coordinates is built on the device.
+//
+// A map an engine builds must stay usable after the coordinate matrices it
+// was built from are freed: the engine copies what it keeps.
 type MapEngine interface {
 	SubmanifoldMap(coords Matrix, ext Extent, kernel, dilation [3]int) (*kmap.Map, error)
 	StridedMap(coords Matrix, ext Extent, conv grid.Conv, outCoords Matrix) (*kmap.Map, error)
 	TransposedMap(coords Matrix, ext Extent, conv grid.Conv) (*kmap.Map, error)
+	// InverseMap builds the map of kmap.NewInverse(m) for a strided map m
+	// (typically one this engine built and whose tables it holds).
+	InverseMap(m *kmap.Map) (*kmap.Map, error)
+}
+
+// MapSource is implemented by the kmap.TableSource of the maps an engine
+// builds (kmap.Map.Source): it names the engine that holds the map's
+// tables, so that maps derived from the map (InverseMapOf) are built there
+// too.
+type MapSource interface {
+	kmap.TableSource
+	// MapEngine returns the engine that holds the tables.
+	MapEngine() MapEngine
 }
 
 // SubmanifoldMapOf is SubmanifoldMap for coordinates held in a [N, 4] Int32
@@ -77,6 +95,28 @@ func TransposedMapOf(coords Matrix, ext Extent, conv grid.Conv) (*kmap.Map, erro
 		return nil, err
 	}
 	return me.TransposedMap(coords, ext, conv)
+}
+
+// InverseMapOf is InverseMap for a strided map wherever its tables live:
+// a map whose Source is a MapSource (built by an engine that keeps its
+// tables, such as the CUDA engine) is inverted by that engine, without
+// copying its tables to the host; any other map by kmap.NewInverse. A nil
+// map or a map of another kind gives kmap.NewInverse's error (wrapping
+// kmap.ErrMap and ErrShape).
+func InverseMapOf(m *kmap.Map) (*kmap.Map, error) {
+	const op = "InverseMapOf"
+	if m == nil || m.Kind != kmap.Strided {
+		_, err := kmap.NewInverse(m)
+		return nil, mapError(op, err)
+	}
+	if src, ok := m.Source.(MapSource); ok {
+		if me := src.MapEngine(); me != nil {
+			inv, err := me.InverseMap(m)
+			return inv, mapError(op, err)
+		}
+	}
+	inv, err := kmap.NewInverse(m)
+	return inv, mapError(op, err)
 }
 
 // hostCoords returns the data of a host [N, 4] Int32 coordinate matrix, nil

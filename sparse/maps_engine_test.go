@@ -93,6 +93,186 @@ func TestMapsOfErrors(t *testing.T) {
 	require.ErrorIs(t, err, grid.ErrBadGeometry)
 }
 
+// hostSource is a kmap.TableSource holding a map's tables on the host, as
+// an engine's device would, and naming a MapEngine (mapEngine nil: a plain
+// TableSource, no MapSource).
+type hostSource struct {
+	t      kmap.Tables
+	engine sparse.MapEngine
+	loads  int
+}
+
+func (s *hostSource) HostTables(*kmap.Map) (kmap.Tables, error) {
+	s.loads++
+	return s.t, nil
+}
+
+type engineSource struct{ *hostSource }
+
+func (s engineSource) MapEngine() sparse.MapEngine { return s.engine }
+
+// invEngine is a MapEngine that records the maps it inverts.
+type invEngine struct {
+	got []*kmap.Map
+	ret *kmap.Map
+	err error
+}
+
+func (*invEngine) SubmanifoldMap(sparse.Matrix, sparse.Extent, [3]int, [3]int) (*kmap.Map, error) {
+	return nil, sparse.ErrNoEngine
+}
+
+func (*invEngine) StridedMap(sparse.Matrix, sparse.Extent, grid.Conv, sparse.Matrix) (*kmap.Map, error) {
+	return nil, sparse.ErrNoEngine
+}
+
+func (*invEngine) TransposedMap(sparse.Matrix, sparse.Extent, grid.Conv) (*kmap.Map, error) {
+	return nil, sparse.ErrNoEngine
+}
+
+func (e *invEngine) InverseMap(m *kmap.Map) (*kmap.Map, error) {
+	e.got = append(e.got, m)
+	return e.ret, e.err
+}
+
+// sourced returns a copy of the header of s whose tables are held by src.
+func sourced(s *kmap.Map, src kmap.TableSource) *kmap.Map {
+	return &kmap.Map{Kind: s.Kind, Conv: s.Conv, In: s.In, Out: s.Out, NIn: s.NIn, NOut: s.NOut, Source: src}
+}
+
+func TestInverseMapOf(t *testing.T) {
+	coords, ext := synth.SphereShell(10, 3)
+	empty := grid.Extent{Batch: 1, X: 4, Y: 4, Z: 4}
+	cases := []struct {
+		name   string
+		coords []int32
+		ext    grid.Extent
+		conv   grid.Conv
+	}{
+		{"shell-batch3-k2s2", coords, ext, grid.Cube(2, 2, 0, 1)},
+		{"shell-batch3-k3s2p1", coords, ext, grid.Cube(3, 2, 1, 1)},
+		{"one-voxel", []int32{0, 3, 1, 2}, empty, grid.Cube(3, 2, 1, 1)},
+		{"empty", nil, empty, grid.Cube(2, 2, 0, 1)},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			st, err := kmap.NewStrided(c.coords, c.ext, c.conv, nil)
+			require.NoError(t, err)
+			want, err := kmap.NewInverse(st)
+			require.NoError(t, err)
+
+			// A host map: kmap.NewInverse.
+			got, err := sparse.InverseMapOf(st)
+			require.NoError(t, err)
+			requireSameMap(t, want, got)
+			require.Nil(t, got.Source)
+
+			// A map whose tables a plain TableSource holds: loaded, then
+			// kmap.NewInverse.
+			hs := &hostSource{t: kmap.Tables{InCoords: st.InCoords, OutCoords: st.OutCoords, Nbr: st.Nbr}}
+			lazy := sourced(st, hs)
+			got, err = sparse.InverseMapOf(lazy)
+			require.NoError(t, err)
+			require.True(t, lazy.Loaded())
+			require.LessOrEqual(t, hs.loads, 1)
+			requireSameMap(t, want, got)
+
+			// A map built by a MapEngine: that engine inverts it, nothing
+			// is loaded here.
+			eng := &invEngine{ret: want}
+			es := &hostSource{t: hs.t, engine: eng}
+			dev := sourced(st, engineSource{es})
+			got, err = sparse.InverseMapOf(dev)
+			require.NoError(t, err)
+			require.Same(t, want, got)
+			require.Equal(t, []*kmap.Map{dev}, eng.got)
+			require.Zero(t, es.loads, "the engine's map is not loaded to the host")
+
+			// The engine's errors keep their sentinels and gain sparse's.
+			eng.ret, eng.err = nil, fmt.Errorf("engine: %w", kmap.ErrTooLarge)
+			_, err = sparse.InverseMapOf(dev)
+			require.ErrorIs(t, err, kmap.ErrTooLarge)
+			require.ErrorIs(t, err, sparse.ErrIndexOverflow)
+			require.ErrorContains(t, err, "InverseMapOf")
+
+			// A MapSource naming no engine falls back to the host.
+			ns := &hostSource{t: hs.t}
+			got, err = sparse.InverseMapOf(sourced(st, engineSource{ns}))
+			require.NoError(t, err)
+			requireSameMap(t, want, got)
+		})
+	}
+}
+
+func TestInverseMapOfErrors(t *testing.T) {
+	coords, ext := synth.SphereShell(8, 1)
+	sub, err := kmap.NewSubmanifold(coords, ext, [3]int{3, 3, 3}, [3]int{1, 1, 1})
+	require.NoError(t, err)
+	eng := &invEngine{}
+	for _, c := range []struct {
+		name string
+		m    *kmap.Map
+		msg  string
+	}{
+		{"nil", nil, "nil map"},
+		{"submanifold", sub, "needs a strided map, got a submanifold map"},
+		// The kind is checked before the engine is asked.
+		{"engine submanifold", sourced(sub, engineSource{&hostSource{engine: eng}}), "needs a strided map"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := sparse.InverseMapOf(c.m)
+			require.ErrorIs(t, err, kmap.ErrMap)
+			require.ErrorIs(t, err, sparse.ErrShape)
+			require.ErrorContains(t, err, c.msg)
+			require.ErrorContains(t, err, "InverseMapOf")
+		})
+	}
+	require.Empty(t, eng.got)
+	// A broken host map is rejected by kmap.NewInverse's validation.
+	st, err := kmap.NewStrided(coords, ext, grid.Cube(2, 2, 0, 1), nil)
+	require.NoError(t, err)
+	bad := &kmap.Map{Kind: st.Kind, Conv: st.Conv, In: st.In, Out: st.Out, NIn: st.NIn, NOut: st.NOut,
+		InCoords: st.InCoords, OutCoords: st.OutCoords, Nbr: st.Nbr[:len(st.Nbr)-1]}
+	_, err = sparse.InverseMapOf(bad)
+	require.ErrorIs(t, err, kmap.ErrMap)
+}
+
+// requireSameMap requires two maps to describe the same tables.
+func requireSameMap(t *testing.T, want, got *kmap.Map) {
+	t.Helper()
+	require.NoError(t, got.Load())
+	require.Equal(t, want.Kind, got.Kind)
+	require.Equal(t, want.Conv, got.Conv)
+	require.Equal(t, want.In, got.In)
+	require.Equal(t, want.Out, got.Out)
+	require.Equal(t, want.NIn, got.NIn)
+	require.Equal(t, want.NOut, got.NOut)
+	require.Equal(t, len(want.InCoords), len(got.InCoords))
+	require.Equal(t, len(want.OutCoords), len(got.OutCoords))
+	require.Equal(t, len(want.Nbr), len(got.Nbr))
+	if len(want.Nbr) > 0 {
+		require.Equal(t, want.InCoords, got.InCoords)
+		require.Equal(t, want.OutCoords, got.OutCoords)
+		require.Equal(t, want.Nbr, got.Nbr)
+		require.Equal(t, want.Reverse(), got.Reverse())
+	}
+}
+
+func ExampleInverseMapOf() {
+	coords, _ := sparse.MatrixOf(3, 4, []int32{0, 0, 0, 0, 0, 1, 0, 0, 0, 2, 2, 2})
+	ext := sparse.Extent{Batch: 1, X: 4, Y: 4, Z: 4}
+	down, err := sparse.StridedMapOf(coords, ext, grid.Cube(2, 2, 0, 1), sparse.Matrix{})
+	if err != nil {
+		panic(err)
+	}
+	up, err := sparse.InverseMapOf(down)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(down.NIn, down.NOut, up.NIn, up.NOut, up.Kind)
+	// Output: 3 2 2 3 inverse
+}
+
 func ExampleSubmanifoldMapOf() {
 	coords, _ := sparse.MatrixOf(3, 4, []int32{0, 1, 1, 1, 0, 1, 1, 2, 0, 2, 1, 1})
 	m, err := sparse.SubmanifoldMapOf(coords, sparse.Extent{Batch: 1, X: 4, Y: 4, Z: 4}, [3]int{3, 3, 3}, [3]int{1, 1, 1})
