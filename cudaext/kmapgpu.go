@@ -188,25 +188,10 @@ func (d *Device) submanifold(op string, c deviceCoords, ext grid.Extent, conv gr
 	return dm, nil
 }
 
-// subColumns is the number of threads per row of kmap_nbr_sub: the
-// z-columns (kx, ky) holding the taps before the centre, at least 1 (the
-// centre's writer).
-func subColumns(conv grid.Conv) int {
-	h := (conv.Volume() - 1) / 2
-	if h == 0 {
-		return 1
-	}
-	return (h + conv.Kernel[2] - 1) / conv.Kernel[2]
-}
-
 // buildSubNbr fills dm.nbr of a submanifold map over coords (odd kernel
 // sizes, as ValidateSubmanifold requires) with kmap_nbr_sub: the table is
-// filled with −1, then the taps before the centre are looked up one
-// z-column per thread (one hash walk per group of 4 consecutive keys) and
-// each hit is also written to its mirror entry. The −1 fill stays: the
-// upper half of row o is written by the rows that row o's mirrored taps
-// reach, and whether such a row exists is only known to a probe of that
-// other half.
+// filled with −1, then half the taps are probed and each hit is also
+// written to its mirror entry.
 func (d *Device) buildSubNbr(dm *devMap, coords devPtr, ext grid.Extent, conv grid.Conv, t *devTable) error {
 	var err error
 	if dm.nbr, err = d.allocTable(dm.nOut, dm.V); err != nil {
@@ -219,7 +204,7 @@ func (d *Device) buildSubNbr(dm *devMap, coords devPtr, ext grid.Extent, conv gr
 	if err := d.fillI32(dm.nbr.ptr, -1, total); err != nil {
 		return err
 	}
-	g, b := d.elementwise(int64(dm.nOut) * int64(subColumns(conv)))
+	g, b := d.elementwise(int64(dm.nOut) * int64(max((dm.V-1)/2, 1)))
 	return d.launch("kmap_nbr_sub", g, b, 0, coords, int64(dm.nOut), extOf(ext), convOf(conv), t.arg(), dm.nbr.ptr)
 }
 

@@ -9,14 +9,11 @@
 // Submanifold maps are "fine" maps with S = 1, P = ⌊K/2⌋·D.
 //
 //   kmap_nbr_sub       Nbr of submanifold maps from half the taps: one
-//                      thread per (row o, z-column of the taps h < c),
-//                      c = (V−1)/2 the centre; for each tap h of its
-//                      column it finds j = row at coords[o] + off(h)
-//                      (one hash walk per group of 4 consecutive keys,
-//                      see colScan) and writes Nbr[o, h] = j and, when
-//                      j ≥ 0, the mirror entry Nbr[j, V−1−h] = o
-//                      (off(V−1−h) = −off(h) for odd kernels); the thread
-//                      of column 0 writes Nbr[o, c] = o.
+//                      thread per (row o, tap h < c), c = (V−1)/2 the
+//                      centre; it probes j = row at coords[o] + off(h) and
+//                      writes Nbr[o, h] = j and, when j ≥ 0, the mirror
+//                      entry Nbr[j, V−1−h] = o (off(V−1−h) = −off(h) for
+//                      odd kernels); thread h = 0 writes Nbr[o, c] = o.
 //                      Every entry has exactly one writer; the host fills
 //                      the table with −1 first, so a mirror entry nobody
 //                      writes stays −1.
@@ -84,99 +81,30 @@ __device__ void nbr_fine(const int* out, i64 n_out, Ext in, Conv c, Table t, int
   }
 }
 
-// colScan holds the results of one scan of a hash group: r[l] is the row of
-// key g·4 + l (g = grp), or −1, for every l ≥ the low bits of the key that
-// started the scan.
-struct colScan {
-  u64 grp = ~0ull;
-  int r0 = -1, r1 = -1, r2 = -1, r3 = -1;
-  __device__ __forceinline__ int get(u64 key) const {
-    const int l = (int)(key & 3);
-    return l == 0 ? r0 : l == 1 ? r1 : l == 2 ? r2 : r3;
-  }
-  __device__ __forceinline__ void set(int l, int v) {
-    if (l == 0) r0 = v;
-    if (l == 1) r1 = v;
-    if (l == 2) r2 = v;
-    if (l == 3) r3 = v;
-  }
-  // scan answers, with one walk from home(key), every key of key's group
-  // whose low bits are ≥ key's. Homes of one group are consecutive slots
-  // (hashtable.cuh: home = hash(key >> 2) << 2 | low), a stored key lies
-  // at most probe − 1 slots past its home with no empty slot in between
-  // (nothing is ever deleted), and keys are unique in the table: so a walk
-  // from home(key) until the first empty slot at or past the group's last
-  // home, or probe slots past it, sees every such key that is stored, and
-  // any of them it sees is the right row.
-  __device__ __forceinline__ void scan(const Table& t, u64 key) {
-    static_assert(kGroupBits == 2, "colScan assumes groups of 4 keys");
-    grp = key >> kGroupBits;
-    r0 = r1 = r2 = r3 = -1;
-    const int lo = (int)(key & 3);
-    const int span = 3 - lo;  // slots from home(key) to the group's last home
-    const u64 m = t.mask();
-    u64 s = t.home(key);
-    for (int p = 0; p < span + t.probe; ++p) {
-      u64 k;
-      int val;
-      if (!t.wide) {
-        const u64 cur = t.slots[s];
-        k = cur == kEmpty ? kEmpty : cur >> 32;
-        val = (int)(u32)cur;
-      } else {
-        k = t.slots[2 * s];
-        val = k == kEmpty ? -1 : (int)(u32)t.slots[2 * s + 1];
-      }
-      if (k == kEmpty) {
-        if (p >= span) break;
-      } else if ((k >> kGroupBits) == grp && (int)(k & 3) >= lo) {
-        set((int)(k & 3), val);
-      }
-      s = (s + 1) & m;
-    }
-  }
-};
-
 // nbr_sub is kmap_nbr_sub (see the header): S = 1, P = ⌊K/2⌋·D and odd K,
 // so tap V−1−v is the negated offset of tap v and Nbr[j, V−1−v] = o
 // exactly when Nbr[o, v] = j (rows are unique: the hash build rejects
-// duplicates). One thread per (row o, z-column col) of the taps before
-// the centre: the taps (kx, ky, ·) of one column have keys that differ
-// only in z, so consecutive taps usually fall in one hash group of 4 keys
-// and one colScan answers them together (3×3×3: 7 walks per row on
-// average instead of 13 lookups). Thread col = 0 writes the centre.
+// duplicates).
 __device__ void nbr_sub(const int* coords, i64 n, Ext ext, Conv c, Table t, int* nbr) {
   const int H = (c.V - 1) / 2;  // taps before the centre; the centre is tap H
-  const int Kz = c.K[2];
-  const int C = H > 0 ? (H + Kz - 1) / Kz : 1;  // columns holding taps < H
-  const i64 total = n * C;
+  const int Hm = H > 0 ? H : 1;
+  const i64 total = n * Hm;
   for (i64 e = gtid(); e < total; e += gstride()) {
     i64 o;
-    int col;
-    divide(e, total, C, &o, &col);
+    int h;
+    divide(e, total, Hm, &o, &h);
     int* row = nbr + o * c.V;
-    if (col == 0) row[H] = (int)o;
-    const int v0 = col * Kz, v1 = min(v0 + Kz, H);
-    if (v0 >= v1) continue;
-    const int kx = col / c.K[1], ky = col % c.K[1];
+    if (h == 0) row[H] = (int)o;
+    if (h >= H) continue;
+    int k[3];
+    c.tap(h, k);
     const int4 q = reinterpret_cast<const int4*>(coords)[o];
-    const i64 x = (i64)q.y * c.S[0] - c.P[0] + (i64)kx * c.D[0];
-    const i64 y = (i64)q.z * c.S[1] - c.P[1] + (i64)ky * c.D[1];
-    const i64 z0 = (i64)q.w * c.S[2] - c.P[2];
-    const bool in = ext.contains(q.x, x, y, 0);
-    const u64 base = in ? ext.key(q.x, x, y, 0) : 0;
-    colScan cs;
-    for (int v = v0; v < v1; ++v) {
-      const i64 z = z0 + (i64)(v - v0) * c.D[2];
-      int j = -1;
-      if (in && z >= 0 && z < ext.Z) {
-        const u64 key = base + (u64)z;
-        if ((key >> kGroupBits) != cs.grp) cs.scan(t, key);
-        j = cs.get(key);
-      }
-      row[v] = j;
-      if (j >= 0) nbr[(i64)j * c.V + (c.V - 1 - v)] = (int)o;
-    }
+    const i64 x = (i64)q.y * c.S[0] - c.P[0] + (i64)k[0] * c.D[0];
+    const i64 y = (i64)q.z * c.S[1] - c.P[1] + (i64)k[1] * c.D[1];
+    const i64 z = (i64)q.w * c.S[2] - c.P[2] + (i64)k[2] * c.D[2];
+    const int j = ext.contains(q.x, x, y, z) ? table_find(t, ext.key(q.x, x, y, z)) : -1;
+    row[h] = j;
+    if (j >= 0) nbr[(i64)j * c.V + (c.V - 1 - h)] = (int)o;
   }
 }
 
