@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/flexgemm-go/flexgemm/sparse"
+	"github.com/flexgemm-go/flexgemm/sparse/grid"
 	"github.com/flexgemm-go/flexgemm/sparse/kmap"
 )
 
@@ -579,7 +580,65 @@ func (p convProxy) GridSampleGrad(pl *sparse.SamplePlan, feats, dy sparse.Matrix
 	return dFeats, dPoints, nil
 }
 
+// mapEngine returns the backend as a sparse.MapEngine.
+func (p convProxy) mapEngine(op string) (sparse.MapEngine, error) {
+	me, ok := p.d.mem.(sparse.MapEngine)
+	if !ok {
+		return nil, fmt.Errorf("%w: %s: %s cannot build kernel maps", sparse.ErrNoEngine, op, p.d.name)
+	}
+	return me, nil
+}
+
+// buildMap runs a map build of the backend, timed under "kmap".
+func (p convProxy) buildMap(op string, build func(sparse.MapEngine) (*kmap.Map, error)) (*kmap.Map, error) {
+	me, err := p.mapEngine(op)
+	if err != nil {
+		return nil, err
+	}
+	var m *kmap.Map
+	err = p.d.timed("kmap", func() error {
+		var err error
+		m, err = build(me)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// SubmanifoldMap implements sparse.MapEngine when the backend does (timed
+// under "kmap"), so sparse.SubmanifoldMapOf of device coordinates builds
+// the map on the device.
+func (p convProxy) SubmanifoldMap(coords sparse.Matrix, ext sparse.Extent, kernel, dilation [3]int) (*kmap.Map, error) {
+	return p.buildMap("SubmanifoldMap", func(me sparse.MapEngine) (*kmap.Map, error) {
+		return me.SubmanifoldMap(coords, ext, kernel, dilation)
+	})
+}
+
+// StridedMap implements sparse.MapEngine when the backend does.
+func (p convProxy) StridedMap(coords sparse.Matrix, ext sparse.Extent, conv grid.Conv, outCoords sparse.Matrix) (*kmap.Map, error) {
+	return p.buildMap("StridedMap", func(me sparse.MapEngine) (*kmap.Map, error) {
+		return me.StridedMap(coords, ext, conv, outCoords)
+	})
+}
+
+// TransposedMap implements sparse.MapEngine when the backend does.
+func (p convProxy) TransposedMap(coords sparse.Matrix, ext sparse.Extent, conv grid.Conv) (*kmap.Map, error) {
+	return p.buildMap("TransposedMap", func(me sparse.MapEngine) (*kmap.Map, error) {
+		return me.TransposedMap(coords, ext, conv)
+	})
+}
+
+// InverseMap implements sparse.MapEngine when the backend does.
+// (sparse.InverseMapOf asks the engine named by the map's Source, which
+// for a map built by the CUDA backend is the backend itself.)
+func (p convProxy) InverseMap(m *kmap.Map) (*kmap.Map, error) {
+	return p.buildMap("InverseMap", func(me sparse.MapEngine) (*kmap.Map, error) { return me.InverseMap(m) })
+}
+
 var (
 	_ sparse.PoolEngine   = convProxy{}
 	_ sparse.SampleEngine = convProxy{}
+	_ sparse.MapEngine    = convProxy{}
 )
