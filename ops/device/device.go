@@ -580,6 +580,17 @@ func (p convProxy) GridSampleGrad(pl *sparse.SamplePlan, feats, dy sparse.Matrix
 	return dFeats, dPoints, nil
 }
 
+// BuildsMaps reports whether kernel maps of coordinates on this device are
+// built on the device (sparse.SubmanifoldMapOf, StridedMapOf,
+// TransposedMapOf, InverseMapOf): its backend implements sparse.MapEngine.
+func (d *Device) BuildsMaps() bool {
+	if d.host {
+		return false
+	}
+	_, ok := d.mem.(sparse.MapEngine)
+	return ok
+}
+
 // mapEngine returns the backend as a sparse.MapEngine.
 func (p convProxy) mapEngine(op string) (sparse.MapEngine, error) {
 	me, ok := p.d.mem.(sparse.MapEngine)

@@ -10,10 +10,19 @@ import (
 )
 
 // Prepare builds the maps and the occupancy features (all ones) of a batch
-// of scenes in a grid³ volume.
+// of scenes in a grid³ volume. For a model placed on a device that builds
+// kernel maps (device.Device.BuildsMaps) it computes only the coordinates
+// of every level: the training or evaluation step builds the maps on the
+// device.
 func (m *Model) Prepare(b *scenes.Batch, gridSize int) (*Sample, error) {
 	ext := grid.Extent{Batch: max(1, len(b.Scenes)), X: gridSize, Y: gridSize, Z: gridSize}
-	maps, err := BuildMaps(b.Coords, ext, m.Config.Levels)
+	s := &Sample{Batch: b}
+	var err error
+	if d := m.Device(); d.BuildsMaps() {
+		s.Levels, err = levelsOf(b.Coords, ext, m.Config.Levels)
+	} else {
+		s.Maps, err = BuildMaps(b.Coords, ext, m.Config.Levels)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -21,7 +30,8 @@ func (m *Model) Prepare(b *scenes.Batch, gridSize int) (*Sample, error) {
 	for i := range ones {
 		ones[i] = 1
 	}
-	return &Sample{Batch: b, Maps: maps, X: m.dense(ones, b.N(), m.Config.InChannels)}, nil
+	s.X = m.dense(ones, b.N(), m.Config.InChannels)
+	return s, nil
 }
 
 // DefaultPrefetchWorkers is the number of goroutines Prefetch prepares

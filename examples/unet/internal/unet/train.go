@@ -19,8 +19,14 @@ import (
 // kernel maps (built once and reused every epoch) and its input features.
 type Sample struct {
 	Batch *scenes.Batch
-	Maps  *Maps
-	X     *tensor.Dense
+	// Maps are the kernel maps; nil for a sample prepared for a device
+	// that builds maps, until the step that first uses it builds them
+	// there from Levels.
+	Maps *Maps
+	// Levels are the coordinates of every level (set when Maps are left
+	// to the device).
+	Levels *Levels
+	X      *tensor.Dense
 }
 
 // Trainer runs Adam steps on a model, where the model computes (see
@@ -78,6 +84,22 @@ func (t *Trainer) Step(s *Sample) (StepResult, error) { return t.StepAhead(s, ni
 // it. The next call with next as its sample uses that graph. next may be
 // nil; results are identical to Step's.
 func (t *Trainer) StepAhead(s, next *Sample) (res StepResult, err error) {
+	d := t.Model.Device()
+	st, err := d.BeginStep()
+	if err != nil {
+		return res, err
+	}
+	defer func() {
+		if e := st.End(); e != nil && err == nil {
+			err = e
+		}
+	}()
+	// On a device that builds kernel maps, a sample's maps are built in
+	// the first step that needs them: the next sample's here, before its
+	// graph is compiled, so only coordinates are uploaded.
+	if err := t.Model.deviceMaps(s); err != nil {
+		return res, err
+	}
 	g := t.ready
 	t.ready = nil
 	if g == nil || g.s != s || g.scale != t.lossScale() {
@@ -90,6 +112,9 @@ func (t *Trainer) StepAhead(s, next *Sample) (res StepResult, err error) {
 	}
 	defer g.close()
 	if next != nil {
+		if err := t.Model.deviceMaps(next); err != nil {
+			return res, err
+		}
 		type compiled struct {
 			g   *stepGraph
 			err error
@@ -112,16 +137,6 @@ func (t *Trainer) StepAhead(s, next *Sample) (res StepResult, err error) {
 			}
 		}()
 	}
-	d := t.Model.Device()
-	st, err := d.BeginStep()
-	if err != nil {
-		return res, err
-	}
-	defer func() {
-		if e := st.End(); e != nil && err == nil {
-			err = e
-		}
-	}()
 	x, err := d.Input(s.X)
 	if err != nil {
 		return res, err
@@ -232,6 +247,9 @@ func (m *Model) Predict(s *Sample) (lv float64, pred []int32, err error) {
 			err = e
 		}
 	}()
+	if err := m.deviceMaps(s); err != nil {
+		return 0, nil, err
+	}
 	x, err := d.Input(s.X)
 	if err != nil {
 		return 0, nil, err
