@@ -432,7 +432,7 @@ func TestGPUTrainingStepMatchesCPU(t *testing.T) {
 							// One ReLU input of this scene lies within float32
 							// rounding of zero: GPU and CPU sum in different
 							// orders and put it on different sides, which
-							// moves enc0.w's gradient by 1.5e-3
+							// moves a weight gradient by 1.5e-3 to 6e-3
 							// (TestGPUStepNodeByNode: the forward agrees to
 							// < 4e-6, the first difference is one ReLU mask
 							// element, |diff| 5.9e-5, in the level-1 backward).
