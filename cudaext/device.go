@@ -42,7 +42,7 @@ type Device struct {
 	pendingMu sync.Mutex
 	pending   []func() // releases queued from other goroutines (Free, cleanups)
 
-	// Host waits (HostWaits): written on the worker, read anywhere.
+	// Host waits (HostWaits): written inside do, read anywhere.
 	waits, downloads, downloadBytes atomic.Int64
 
 	// State used only inside do ("worker only" below means: under mu).

@@ -16,7 +16,7 @@ import (
 // computes on matrices whose Data is a *Buffer of its device; Open
 // registers it with package sparse, so sparse.Conv and friends route device
 // matrices to it. Its methods are safe for concurrent use (the work is
-// serialised on the device's worker thread and stream).
+// serialised by the device's lock, on one stream).
 type Engine struct {
 	d      *Device
 	tf32   atomic.Bool

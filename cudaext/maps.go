@@ -26,9 +26,9 @@ import (
 // tile tap unions) is computed on the device from the device Nbr on first
 // use and cached; the host's derived structures are never consulted.
 //
-// The worker never calls m.Load (a map built here would wait for the
-// worker itself): checkMap loads maps of other origins on the caller's
-// goroutine before the work is handed to the worker.
+// Code inside Device.do never calls m.Load (a map built here would load
+// through do again, under the lock it holds): checkMap loads maps of other
+// origins before the work enters do.
 
 type mapKey = weak.Pointer[kmap.Map]
 
@@ -125,7 +125,7 @@ func (e *Engine) builtHere(m *kmap.Map) bool {
 	return ok && s.e == e
 }
 
-// checkMap checks m before a call hands it to the worker: a map not built
+// checkMap checks m before a call's work enters do: a map not built
 // by this engine is loaded here (kmap.Map.Load; a no-op for host maps)
 // and its table length checked; a map built here is trusted as it is and
 // nothing is downloaded.
@@ -270,7 +270,7 @@ func uploadSlice[T int32 | int64](d *Device, s []T) (rawBuf, error) {
 func (e *Engine) nbrTable(m *kmap.Map) (devPtr, error) {
 	me := e.entry(m)
 	if !me.haveNbr {
-		// Only a loaded map may be read here: the worker must not load.
+		// Only a loaded map may be read here: nothing inside do may load.
 		if !m.Loaded() {
 			return 0, fmt.Errorf("%w: the %v map's tables were released before they were loaded to the host", ErrReleased, m.Kind)
 		}
