@@ -31,7 +31,7 @@ if [[ "${1:-}" == build ]]; then
   grep -qx '/.gpu/' .git/info/exclude 2>/dev/null || echo '/.gpu/' >> .git/info/exclude
   grep -qx '/.anchor/' .git/info/exclude 2>/dev/null || echo '/.anchor/' >> .git/info/exclude
   mkdir -p .gpu
-  go build -tags cudaext -ldflags='-s -w' -o .gpu/bench ./bench || exit 1
+  go build -tags cudaext -ldflags="-s -w -X main.buildCommit=$(git rev-parse --short=12 HEAD)$(git diff --quiet HEAD -- . 2>/dev/null || echo -dirty)" -o .gpu/bench ./bench || exit 1
   if [[ ! -f .anchor/flexgemm_bench.py ]]; then
     echo "note: .anchor/ is missing; copy it first: cp -r /work/shared/anchor .anchor"
   fi

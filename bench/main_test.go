@@ -396,3 +396,15 @@ func TestRunBenchSmoke(t *testing.T) {
 		require.Greater(t, r.Pairs, int64(0))
 	}
 }
+
+// TestCommitID checks the order of the commit sources: the flag, then the
+// commit the build scripts stamp, then Go's VCS stamp or git.
+func TestCommitID(t *testing.T) {
+	old := buildCommit
+	t.Cleanup(func() { buildCommit = old })
+	buildCommit = "abc123def456"
+	require.Equal(t, "given", commitID("given"))
+	require.Equal(t, "abc123def456", commitID(""))
+	buildCommit = ""
+	require.NotEmpty(t, commitID(""))
+}

@@ -32,13 +32,23 @@ func cpuModel() string {
 	return runtime.GOOS + "/" + runtime.GOARCH
 }
 
+// buildCommit is the commit the binary was built from, when the build
+// sets it: go build -ldflags "-X main.buildCommit=$(git rev-parse --short=12 HEAD)"
+// (bench/gpu_run.sh and cudaext/perf_run.sh do). It matters where Go's own
+// VCS stamping is off (GOFLAGS=-buildvcs=false) and the binary runs in a
+// copy of the tree whose git metadata is not the build's.
+var buildCommit string
+
 // commitID identifies the code being measured: the -commit flag if given,
-// else the VCS revision stamped in the binary ("-dirty" when modified),
-// else `git describe --always --dirty` in the working directory, else
-// "unknown".
+// else the commit stamped by the build scripts (buildCommit), else the VCS
+// revision stamped by Go ("-dirty" when modified), else `git describe
+// --always --dirty` in the working directory, else "unknown".
 func commitID(flagValue string) string {
 	if flagValue != "" {
 		return flagValue
+	}
+	if buildCommit != "" {
+		return buildCommit
 	}
 	if bi, ok := debug.ReadBuildInfo(); ok {
 		var rev string
