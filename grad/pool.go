@@ -21,12 +21,9 @@ var (
 	_ gorgonia.Op   = argmaxGatherOp{}
 	_ gorgonia.SDOp = argmaxGatherOp{}
 	_ gorgonia.ADOp = argmaxGatherOp{}
-	_ gorgonia.Op   = avgPoolGradOp{}
-	_ gorgonia.SDOp = avgPoolGradOp{}
-	_ gorgonia.ADOp = avgPoolGradOp{}
-	_ gorgonia.Op   = avgPoolOp{}
-	_ gorgonia.SDOp = avgPoolOp{}
-	_ gorgonia.ADOp = avgPoolOp{}
+	_ gorgonia.Op   = avgPoolLinear{}
+	_ gorgonia.SDOp = avgPoolLinear{}
+	_ gorgonia.ADOp = avgPoolLinear{}
 )
 
 // MaxPoolGrad returns a node computing the gradient of a sparse max pool
@@ -62,7 +59,7 @@ func AvgPoolGrad(dy *gorgonia.Node, m *kmap.Map) (*gorgonia.Node, error) {
 	if err := checkPoolArgs(name, m, []string{"dy"}, dy); err != nil {
 		return nil, err
 	}
-	op := avgPoolGradOp{poolBase{m: m, dt: dy.Dtype()}}
+	op := avgPoolLinear{poolBase: poolBase{m: m, dt: dy.Dtype()}, adjoint: true}
 	if _, err := op.InferShape(dy.Shape()); err != nil {
 		return nil, err
 	}
@@ -294,93 +291,87 @@ func (op argmaxGatherOp) DoDiff(_ gorgonia.ExecutionContext, in gorgonia.Nodes, 
 	return opkit.AccumulateGrad(in[1], "g", d)
 }
 
-// avgPoolGradOp computes dx [NIn, C] from dy [NOut, C].
-type avgPoolGradOp struct{ poolBase }
+// avgPoolLinear is one of the two linear maps of a sparse average pool
+// over m: the input gradient dy [NOut, C] → dx [NIn, C] (adjoint true,
+// made by AvgPoolGrad), or the pool itself x [NIn, C] → [NOut, C] (adjoint
+// false; it appears only in second-order gradient graphs, users pool with
+// package ops). Each is the other's gradient.
+type avgPoolLinear struct {
+	poolBase
+	adjoint bool
+}
 
-func (op avgPoolGradOp) Arity() int    { return 1 }
-func (op avgPoolGradOp) Type() hm.Type { return matrixType(1) }
-func (op avgPoolGradOp) InferShape(ds ...gorgonia.DimSizer) (tensor.Shape, error) {
-	s, err := opkit.Shapes("grad.AvgPoolGrad", 1, ds)
+// avgPoolDims names the operand and result of an avgPoolLinear.
+type avgPoolDims struct {
+	inRows, outRows int
+	inWhat          string // where inRows comes from, for errors
+	arg, name       string // the operand's and the op's names
+}
+
+func (op avgPoolLinear) dims() avgPoolDims {
+	if op.adjoint {
+		return avgPoolDims{op.m.NOut, op.m.NIn, "m.NOut", "dy", "AvgPoolGrad"}
+	}
+	return avgPoolDims{op.m.NIn, op.m.NOut, "m.NIn", "x", "AvgPool"}
+}
+
+// apply computes the op on v.
+func (op avgPoolLinear) apply(v gorgonia.Value) (sparse.Matrix, error) {
+	if op.adjoint {
+		return op.avgPoolGrad(v)
+	}
+	return op.avgPool(v)
+}
+
+func (op avgPoolLinear) Arity() int    { return 1 }
+func (op avgPoolLinear) Type() hm.Type { return matrixType(1) }
+func (op avgPoolLinear) InferShape(ds ...gorgonia.DimSizer) (tensor.Shape, error) {
+	d := op.dims()
+	s, err := opkit.Shapes("grad."+d.name, 1, ds)
 	if err != nil {
 		return nil, err
 	}
-	c, err := rowsShape("AvgPoolGrad", "dy", s[0], op.m.NOut, "m.NOut")
+	c, err := rowsShape(d.name, d.arg, s[0], d.inRows, d.inWhat)
 	if err != nil {
 		return nil, err
 	}
-	return tensor.Shape{op.m.NIn, c}, nil
+	return tensor.Shape{d.outRows, c}, nil
 }
-func (op avgPoolGradOp) Do(vs ...gorgonia.Value) (gorgonia.Value, error) {
-	if err := opkit.CheckArity("grad.AvgPoolGrad", 1, len(vs)); err != nil {
+func (op avgPoolLinear) Do(vs ...gorgonia.Value) (gorgonia.Value, error) {
+	if err := opkit.CheckArity("grad."+op.dims().name, 1, len(vs)); err != nil {
 		return nil, err
 	}
-	return denseOf(op.avgPoolGrad(vs[0]))
+	return denseOf(op.apply(vs[0]))
 }
-func (op avgPoolGradOp) WriteHash(h hash.Hash) { fmt.Fprint(h, op.String()) }
-func (op avgPoolGradOp) Hashcode() uint32      { return opkit.Hash(op) }
-func (op avgPoolGradOp) String() string        { return "AvgPoolGrad{" + op.sig() + "}" }
-func (op avgPoolGradOp) DiffWRT(int) []bool    { return []bool{true} }
-func (op avgPoolGradOp) SymDiff(_ gorgonia.Nodes, _, g *gorgonia.Node) (gorgonia.Nodes, error) {
-	d, err := gorgonia.ApplyOp(avgPoolOp(op), g)
+func (op avgPoolLinear) WriteHash(h hash.Hash) { fmt.Fprint(h, op.String()) }
+func (op avgPoolLinear) Hashcode() uint32      { return opkit.Hash(op) }
+func (op avgPoolLinear) String() string {
+	if op.adjoint {
+		return "AvgPoolGrad{" + op.sig() + "}"
+	}
+	return "GradAvgPool{" + op.sig() + "}"
+}
+func (op avgPoolLinear) DiffWRT(int) []bool { return []bool{true} }
+
+// transpose returns the other map of the pair.
+func (op avgPoolLinear) transpose() avgPoolLinear {
+	return avgPoolLinear{poolBase: op.poolBase, adjoint: !op.adjoint}
+}
+func (op avgPoolLinear) SymDiff(_ gorgonia.Nodes, _, g *gorgonia.Node) (gorgonia.Nodes, error) {
+	d, err := gorgonia.ApplyOp(op.transpose(), g)
 	if err != nil {
 		return nil, err
 	}
 	return gorgonia.Nodes{d}, nil
 }
-func (op avgPoolGradOp) DoDiff(_ gorgonia.ExecutionContext, in gorgonia.Nodes, out *gorgonia.Node) error {
+func (op avgPoolLinear) DoDiff(_ gorgonia.ExecutionContext, in gorgonia.Nodes, out *gorgonia.Node) error {
 	gv, err := out.Grad()
 	if err != nil {
 		return err
 	}
-	d, err := op.avgPool(gv)
+	d, err := op.transpose().apply(gv)
 	if err != nil {
 		return err
 	}
-	return opkit.AccumulateGrad(in[0], "dy", d)
-}
-
-// avgPoolOp is a sparse average pool x [NIn, C] → [NOut, C]. It appears
-// only in second-order gradient graphs; users pool with package ops.
-type avgPoolOp struct{ poolBase }
-
-func (op avgPoolOp) Arity() int    { return 1 }
-func (op avgPoolOp) Type() hm.Type { return matrixType(1) }
-func (op avgPoolOp) InferShape(ds ...gorgonia.DimSizer) (tensor.Shape, error) {
-	s, err := opkit.Shapes("grad.AvgPool", 1, ds)
-	if err != nil {
-		return nil, err
-	}
-	c, err := rowsShape("AvgPool", "x", s[0], op.m.NIn, "m.NIn")
-	if err != nil {
-		return nil, err
-	}
-	return tensor.Shape{op.m.NOut, c}, nil
-}
-func (op avgPoolOp) Do(vs ...gorgonia.Value) (gorgonia.Value, error) {
-	if err := opkit.CheckArity("grad.AvgPool", 1, len(vs)); err != nil {
-		return nil, err
-	}
-	return denseOf(op.avgPool(vs[0]))
-}
-func (op avgPoolOp) WriteHash(h hash.Hash) { fmt.Fprint(h, op.String()) }
-func (op avgPoolOp) Hashcode() uint32      { return opkit.Hash(op) }
-func (op avgPoolOp) String() string        { return "GradAvgPool{" + op.sig() + "}" }
-func (op avgPoolOp) DiffWRT(int) []bool    { return []bool{true} }
-func (op avgPoolOp) SymDiff(_ gorgonia.Nodes, _, g *gorgonia.Node) (gorgonia.Nodes, error) {
-	d, err := gorgonia.ApplyOp(avgPoolGradOp(op), g)
-	if err != nil {
-		return nil, err
-	}
-	return gorgonia.Nodes{d}, nil
-}
-func (op avgPoolOp) DoDiff(_ gorgonia.ExecutionContext, in gorgonia.Nodes, out *gorgonia.Node) error {
-	gv, err := out.Grad()
-	if err != nil {
-		return err
-	}
-	d, err := op.avgPoolGrad(gv)
-	if err != nil {
-		return err
-	}
-	return opkit.AccumulateGrad(in[0], "x", d)
+	return opkit.AccumulateGrad(in[0], op.dims().arg, d)
 }
