@@ -102,53 +102,15 @@ func TestVoxelNormGradFD(t *testing.T) {
 		}
 		return s
 	}
-	fd := func(p []float64) []float64 {
-		const h = 1e-6
-		d := make([]float64, len(p))
-		for i := range p {
-			o := p[i]
-			p[i] = o + h
-			up := cost(x, gm, bt)
-			p[i] = o - h
-			dn := cost(x, gm, bt)
-			p[i] = o
-			d[i] = (up - dn) / (2 * h)
-		}
-		return d
-	}
-	wantX, wantG, wantB := fd(x), fd(gm), fd(bt)
-
+	fd := func(p []float64) []float64 { return centralDiff(p, 1e-6, func() float64 { return cost(x, gm, bt) }) }
+	want := [][]float64{fd(x), fd(gm), fd(bt)}
 	for _, machine := range []string{"tape", "lisp"} {
 		t.Run(machine, func(t *testing.T) {
-			g := gorgonia.NewGraph()
-			xn := gorgonia.NewMatrix(g, tensor.Float64, gorgonia.WithName("x"), gorgonia.WithValue(dense(tensor.Float64, x, n, c)))
-			gn := gorgonia.NewVector(g, tensor.Float64, gorgonia.WithName("gamma"), gorgonia.WithValue(dense(tensor.Float64, gm, c)))
-			bn := gorgonia.NewVector(g, tensor.Float64, gorgonia.WithName("beta"), gorgonia.WithValue(dense(tensor.Float64, bt, c)))
-			wn := gorgonia.NewConstant(dense(tensor.Float64, wts, n, c), gorgonia.WithName("w"))
-			y, err := VoxelNorm(xn, gn, bn, eps)
-			require.NoError(t, err)
-			costN := gorgonia.Must(gorgonia.Sum(gorgonia.Must(gorgonia.HadamardProd(y, wn))))
-			learn := gorgonia.Nodes{xn, gn, bn}
-			var vm gorgonia.VM
-			if machine == "tape" {
-				_, err = gorgonia.Grad(costN, learn...)
-				require.NoError(t, err)
-				vm = gorgonia.NewTapeMachine(g, gorgonia.BindDualValues(learn...))
-			} else {
-				vm = gorgonia.NewLispMachine(g)
-			}
-			defer vm.Close()
-			require.NoError(t, vm.RunAll())
-			require.InDelta(t, cost(x, gm, bt), scalar(t, costN.Value()), 1e-12)
-			for i, want := range [][]float64{wantX, wantG, wantB} {
-				gv, err := learn[i].Grad()
-				require.NoError(t, err)
-				got := float64s(t, gv)
-				require.Len(t, got, len(want))
-				for j := range want {
-					require.InDelta(t, want[j], got[j], 1e-6, "%s[%d]", learn[i].Name(), j)
-				}
-			}
+			_, got, grads := normGraph(t, tensor.Float64, machine, x, gm, bt, wts, n, c, func(xn, gn, bn *gorgonia.Node) (*gorgonia.Node, error) {
+				return VoxelNorm(xn, gn, bn, eps)
+			})
+			require.InDelta(t, cost(x, gm, bt), got, 1e-12)
+			requireGradsNear(t, want, grads, 1e-6)
 		})
 	}
 }
@@ -459,40 +421,17 @@ func TestVoxelNormReLUGraph(t *testing.T) {
 		for _, machine := range []string{"tape", "lisp"} {
 			t.Run(fmt.Sprintf("%v/%s", dt, machine), func(t *testing.T) {
 				run := func(fused bool) [][]float64 {
-					g := gorgonia.NewGraph()
-					xn := gorgonia.NewMatrix(g, dt, gorgonia.WithName("x"), gorgonia.WithValue(dense(dt, x, n, c)))
-					gn := gorgonia.NewVector(g, dt, gorgonia.WithName("gamma"), gorgonia.WithValue(dense(dt, gm, c)))
-					bn := gorgonia.NewVector(g, dt, gorgonia.WithName("beta"), gorgonia.WithValue(dense(dt, bt, c)))
-					wn := gorgonia.NewConstant(dense(dt, wts, n, c), gorgonia.WithName("w"))
-					var y *gorgonia.Node
-					var err error
-					if fused {
-						y, err = VoxelNorm(xn, gn, bn, eps, WithReLU())
-					} else {
-						y, err = VoxelNorm(xn, gn, bn, eps)
-						require.NoError(t, err)
-						y, err = ReLU(y)
-					}
-					require.NoError(t, err)
-					cost := gorgonia.Must(gorgonia.Sum(gorgonia.Must(gorgonia.HadamardProd(y, wn))))
-					learn := gorgonia.Nodes{xn, gn, bn}
-					var vm gorgonia.VM
-					if machine == "tape" {
-						_, err = gorgonia.Grad(cost, learn...)
-						require.NoError(t, err)
-						vm = gorgonia.NewTapeMachine(g, gorgonia.BindDualValues(learn...))
-					} else {
-						vm = gorgonia.NewLispMachine(g)
-					}
-					defer vm.Close()
-					require.NoError(t, vm.RunAll())
-					out := [][]float64{float64s(t, y.Value()), {scalar(t, cost.Value())}}
-					for _, l := range learn {
-						gv, err := l.Grad()
-						require.NoError(t, err)
-						out = append(out, float64s(t, gv))
-					}
-					return out
+					y, cost, grads := normGraph(t, dt, machine, x, gm, bt, wts, n, c, func(xn, gn, bn *gorgonia.Node) (*gorgonia.Node, error) {
+						if fused {
+							return VoxelNorm(xn, gn, bn, eps, WithReLU())
+						}
+						y, err := VoxelNorm(xn, gn, bn, eps)
+						if err != nil {
+							return nil, err
+						}
+						return ReLU(y)
+					})
+					return append([][]float64{y, {cost}}, grads...)
 				}
 				want, got := run(false), run(true)
 				require.Equal(t, want, got)
@@ -529,19 +468,9 @@ func TestVoxelNormReLUGradFD(t *testing.T) {
 	}
 	wts := randSlice(rand.New(rand.NewPCG(2, 3)), n*c, -1, 1)
 	fd := func(p []float64) []float64 {
-		d := make([]float64, len(p))
-		for i := range p {
-			o := p[i]
-			p[i] = o + h
-			up := reluNormCost(x, gm, bt, wts, n, c, eps)
-			p[i] = o - h
-			dn := reluNormCost(x, gm, bt, wts, n, c, eps)
-			p[i] = o
-			d[i] = (up - dn) / (2 * h)
-		}
-		return d
+		return centralDiff(p, h, func() float64 { return reluNormCost(x, gm, bt, wts, n, c, eps) })
 	}
-	wantX, wantG, wantB := fd(x), fd(gm), fd(bt)
+	want := [][]float64{fd(x), fd(gm), fd(bt)}
 	zeros := 0
 	for _, v := range refVoxelNorm(x, gm, bt, n, c, eps) {
 		if v < 0 {
@@ -553,35 +482,11 @@ func TestVoxelNormReLUGradFD(t *testing.T) {
 
 	for _, machine := range []string{"tape", "lisp"} {
 		t.Run(machine, func(t *testing.T) {
-			g := gorgonia.NewGraph()
-			xn := gorgonia.NewMatrix(g, tensor.Float64, gorgonia.WithName("x"), gorgonia.WithValue(dense(tensor.Float64, x, n, c)))
-			gn := gorgonia.NewVector(g, tensor.Float64, gorgonia.WithName("gamma"), gorgonia.WithValue(dense(tensor.Float64, gm, c)))
-			bn := gorgonia.NewVector(g, tensor.Float64, gorgonia.WithName("beta"), gorgonia.WithValue(dense(tensor.Float64, bt, c)))
-			wn := gorgonia.NewConstant(dense(tensor.Float64, wts, n, c), gorgonia.WithName("w"))
-			y, err := VoxelNorm(xn, gn, bn, eps, WithReLU())
-			require.NoError(t, err)
-			costN := gorgonia.Must(gorgonia.Sum(gorgonia.Must(gorgonia.HadamardProd(y, wn))))
-			learn := gorgonia.Nodes{xn, gn, bn}
-			var vm gorgonia.VM
-			if machine == "tape" {
-				_, err = gorgonia.Grad(costN, learn...)
-				require.NoError(t, err)
-				vm = gorgonia.NewTapeMachine(g, gorgonia.BindDualValues(learn...))
-			} else {
-				vm = gorgonia.NewLispMachine(g)
-			}
-			defer vm.Close()
-			require.NoError(t, vm.RunAll())
-			require.InDelta(t, reluNormCost(x, gm, bt, wts, n, c, eps), scalar(t, costN.Value()), 1e-12)
-			for i, want := range [][]float64{wantX, wantG, wantB} {
-				gv, err := learn[i].Grad()
-				require.NoError(t, err)
-				got := float64s(t, gv)
-				require.Len(t, got, len(want))
-				for j := range want {
-					require.InDelta(t, want[j], got[j], 1e-6, "%s[%d]", learn[i].Name(), j)
-				}
-			}
+			_, got, grads := normGraph(t, tensor.Float64, machine, x, gm, bt, wts, n, c, func(xn, gn, bn *gorgonia.Node) (*gorgonia.Node, error) {
+				return VoxelNorm(xn, gn, bn, eps, WithReLU())
+			})
+			require.InDelta(t, reluNormCost(x, gm, bt, wts, n, c, eps), got, 1e-12)
+			requireGradsNear(t, want, grads, 1e-6)
 		})
 	}
 }
@@ -675,4 +580,67 @@ func ExampleWithReLU() {
 	fmt.Printf("%.3f\n", y.Value().Data())
 	// Output:
 	// [0.000 0.053 0.947 1.842]
+}
+
+// normGraph builds cost = Σ wts ⊙ norm(x, gamma, beta) in a graph of dtype
+// dt (x [n, c], gamma and beta [c]), runs it on machine ("tape": symbolic
+// Grad; "lisp": DoDiff) and returns the output, the cost and the gradients
+// with respect to x, gamma and beta, as float64.
+func normGraph(t *testing.T, dt tensor.Dtype, machine string, x, gm, bt, wts []float64, n, c int,
+	norm func(x, gamma, beta *gorgonia.Node) (*gorgonia.Node, error)) (y []float64, cost float64, grads [][]float64) {
+	t.Helper()
+	g := gorgonia.NewGraph()
+	xn := gorgonia.NewMatrix(g, dt, gorgonia.WithName("x"), gorgonia.WithValue(dense(dt, x, n, c)))
+	gn := gorgonia.NewVector(g, dt, gorgonia.WithName("gamma"), gorgonia.WithValue(dense(dt, gm, c)))
+	bn := gorgonia.NewVector(g, dt, gorgonia.WithName("beta"), gorgonia.WithValue(dense(dt, bt, c)))
+	wn := gorgonia.NewConstant(dense(dt, wts, n, c), gorgonia.WithName("w"))
+	yn, err := norm(xn, gn, bn)
+	require.NoError(t, err)
+	costN := gorgonia.Must(gorgonia.Sum(gorgonia.Must(gorgonia.HadamardProd(yn, wn))))
+	learn := gorgonia.Nodes{xn, gn, bn}
+	var vm gorgonia.VM
+	if machine == "tape" {
+		_, err = gorgonia.Grad(costN, learn...)
+		require.NoError(t, err)
+		vm = gorgonia.NewTapeMachine(g, gorgonia.BindDualValues(learn...))
+	} else {
+		vm = gorgonia.NewLispMachine(g)
+	}
+	defer vm.Close()
+	require.NoError(t, vm.RunAll())
+	for _, l := range learn {
+		gv, err := l.Grad()
+		require.NoError(t, err)
+		grads = append(grads, float64s(t, gv))
+	}
+	return float64s(t, yn.Value()), scalar(t, costN.Value()), grads
+}
+
+// centralDiff returns the central finite differences (step h) of f with
+// respect to every element of p, which f reads.
+func centralDiff(p []float64, h float64, f func() float64) []float64 {
+	d := make([]float64, len(p))
+	for i := range p {
+		o := p[i]
+		p[i] = o + h
+		up := f()
+		p[i] = o - h
+		dn := f()
+		p[i] = o
+		d[i] = (up - dn) / (2 * h)
+	}
+	return d
+}
+
+// requireGradsNear compares the gradients with respect to x, gamma and
+// beta element by element.
+func requireGradsNear(t *testing.T, want, got [][]float64, tol float64) {
+	t.Helper()
+	require.Len(t, got, len(want))
+	for i, name := range []string{"x", "gamma", "beta"} {
+		require.Len(t, got[i], len(want[i]), name)
+		for j := range want[i] {
+			require.InDelta(t, want[i][j], got[i][j], tol, "%s[%d]", name, j)
+		}
+	}
 }
