@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/flexgemm-go/flexgemm/internal/maptest"
 	"github.com/stretchr/testify/require"
 
 	"github.com/flexgemm-go/flexgemm/sparse"
@@ -164,7 +165,7 @@ func TestInverseMapOf(t *testing.T) {
 			// A host map: kmap.NewInverse.
 			got, err := sparse.InverseMapOf(st)
 			require.NoError(t, err)
-			requireSameMap(t, want, got)
+			maptest.RequireSameMap(t, want, got)
 			require.Nil(t, got.Source)
 
 			// A map whose tables a plain TableSource holds: loaded, then
@@ -175,7 +176,7 @@ func TestInverseMapOf(t *testing.T) {
 			require.NoError(t, err)
 			require.True(t, lazy.Loaded())
 			require.LessOrEqual(t, hs.loads, 1)
-			requireSameMap(t, want, got)
+			maptest.RequireSameMap(t, want, got)
 
 			// A map built by a MapEngine: that engine inverts it, nothing
 			// is loaded here.
@@ -199,7 +200,7 @@ func TestInverseMapOf(t *testing.T) {
 			ns := &hostSource{t: hs.t}
 			got, err = sparse.InverseMapOf(sourced(st, engineSource{ns}))
 			require.NoError(t, err)
-			requireSameMap(t, want, got)
+			maptest.RequireSameMap(t, want, got)
 		})
 	}
 }
@@ -235,27 +236,6 @@ func TestInverseMapOfErrors(t *testing.T) {
 		InCoords: st.InCoords, OutCoords: st.OutCoords, Nbr: st.Nbr[:len(st.Nbr)-1]}
 	_, err = sparse.InverseMapOf(bad)
 	require.ErrorIs(t, err, kmap.ErrMap)
-}
-
-// requireSameMap requires two maps to describe the same tables.
-func requireSameMap(t *testing.T, want, got *kmap.Map) {
-	t.Helper()
-	require.NoError(t, got.Load())
-	require.Equal(t, want.Kind, got.Kind)
-	require.Equal(t, want.Conv, got.Conv)
-	require.Equal(t, want.In, got.In)
-	require.Equal(t, want.Out, got.Out)
-	require.Equal(t, want.NIn, got.NIn)
-	require.Equal(t, want.NOut, got.NOut)
-	require.Equal(t, len(want.InCoords), len(got.InCoords))
-	require.Equal(t, len(want.OutCoords), len(got.OutCoords))
-	require.Equal(t, len(want.Nbr), len(got.Nbr))
-	if len(want.Nbr) > 0 {
-		require.Equal(t, want.InCoords, got.InCoords)
-		require.Equal(t, want.OutCoords, got.OutCoords)
-		require.Equal(t, want.Nbr, got.Nbr)
-		require.Equal(t, want.Reverse(), got.Reverse())
-	}
 }
 
 func ExampleInverseMapOf() {

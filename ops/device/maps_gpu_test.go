@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/flexgemm-go/flexgemm/internal/maptest"
 	"github.com/flexgemm-go/flexgemm/ops/device"
 	"github.com/flexgemm-go/flexgemm/sparse"
 )
@@ -52,7 +53,7 @@ func TestGPUMapsOfDeviceCoordinates(t *testing.T) {
 				t.Run(ms.names[i], func(t *testing.T) {
 					convOnDevice(t, d, m, ms.host[i], 1e-4)
 					require.False(t, m.Loaded(), "a convolution on the device loads no host table")
-					requireSameMap(t, ms.host[i], m)
+					maptest.RequireSameMap(t, ms.host[i], m)
 				})
 			}
 		})

@@ -13,6 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/flexgemm-go/flexgemm/internal/maptest"
 	"github.com/flexgemm-go/flexgemm/ops/device"
 	"github.com/flexgemm-go/flexgemm/sparse"
 	"github.com/flexgemm-go/flexgemm/sparse/grid"
@@ -100,32 +101,6 @@ func buildSceneMaps(t *testing.T, d *device.Device, sc mapScene, dc sparse.Matri
 		host: []*kmap.Map{hSub, hSt, hGiven, ok(kmap.NewInverse(hSt)),
 			ok(kmap.NewTransposed(sc.coords, sc.ext, mapDown))},
 	}
-}
-
-// requireSameMap requires a map built from device coordinates to equal
-// the host builders' map entry for entry (it is loaded first).
-func requireSameMap(t *testing.T, want, got *kmap.Map) {
-	t.Helper()
-	require.NoError(t, got.Load())
-	require.Equal(t, want.Kind, got.Kind)
-	require.Equal(t, want.Conv, got.Conv)
-	require.Equal(t, want.In, got.In)
-	require.Equal(t, want.Out, got.Out)
-	require.Equal(t, want.NIn, got.NIn)
-	require.Equal(t, want.NOut, got.NOut)
-	require.Equal(t, len(want.InCoords), len(got.InCoords))
-	require.Equal(t, len(want.OutCoords), len(got.OutCoords))
-	require.Equal(t, len(want.Nbr), len(got.Nbr))
-	for i := range want.InCoords {
-		require.Equal(t, want.InCoords[i], got.InCoords[i], "InCoords[%d]", i)
-	}
-	for i := range want.OutCoords {
-		require.Equal(t, want.OutCoords[i], got.OutCoords[i], "OutCoords[%d]", i)
-	}
-	for i := range want.Nbr {
-		require.Equal(t, want.Nbr[i], got.Nbr[i], "Nbr[%d]", i)
-	}
-	require.NoError(t, got.Validate())
 }
 
 // convOnDevice runs the forward, input and weight gradients of a
@@ -223,7 +198,7 @@ func TestMapsOfDeviceCoordinatesOnFake(t *testing.T) {
 			defer st2.End()
 			for i, m := range ms.dev {
 				t.Run(ms.names[i], func(t *testing.T) {
-					requireSameMap(t, ms.host[i], m)
+					maptest.RequireSameMap(t, ms.host[i], m)
 					convOnDevice(t, d, m, ms.host[i], 1e-5)
 				})
 			}
