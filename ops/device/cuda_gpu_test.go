@@ -416,12 +416,7 @@ func TestGPUTrainingStepMatchesCPU(t *testing.T) {
 					d := openGPU(t, tc.act)
 					defer d.Close()
 					got := runStep(t, d, cfg, toDevice(t, d, ps), b, tc.scale, nil, nil)
-					n := int64(b.x.Shape()[0])
-					var want device.Transfers
-					want.Up[device.Inputs] = n*int64(cfg.in)*4 + n*4
-					want.Down[device.Scalars] = 4
-					want.Down[device.Metrics] = n * 4
-					require.Equal(t, want, got.xfer, "transfers in the step: %v", got.xfer)
+					require.Equal(t, b.stepTransfers(cfg), got.xfer, "transfers in the step: %v", got.xfer)
 					p, s := d.LiveTensors()
 					require.Equal(t, len(ps), p)
 					require.Zero(t, s)

@@ -65,12 +65,7 @@ func TestTrainingStepFakeMatchesHost(t *testing.T) {
 			// Inside the step only the batch (features in the activation
 			// dtype's host form, labels), the loss and the predictions
 			// crossed between host and device.
-			n := int64(b.x.Shape()[0])
-			var want device.Transfers
-			want.Up[device.Inputs] = n*int64(cfg.in)*4 + n*4
-			want.Down[device.Scalars] = 4
-			want.Down[device.Metrics] = n * 4
-			require.Equal(t, want, got.xfer, "transfers in the step: %v", got.xfer)
+			require.Equal(t, b.stepTransfers(cfg), got.xfer, "transfers in the step: %v", got.xfer)
 			// Everything the step allocated was released at its end.
 			require.Equal(t, persistent, f.Stats().InUse)
 			p, s := d.LiveTensors()

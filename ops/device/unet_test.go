@@ -107,6 +107,18 @@ func newBatch(t testing.TB, cfg netConfig, coords []int32, ext grid.Extent, seed
 	return &batch{maps: mp, x: tensor.New(tensor.WithShape(n, cfg.in), tensor.WithBacking(x)), labels: labels}
 }
 
+// stepTransfers is what one training step of runStep copies: the features
+// (4 bytes a value, in the activation dtype's host form) and the labels
+// up, the loss and the predictions down.
+func (b *batch) stepTransfers(cfg netConfig) device.Transfers {
+	n := int64(b.x.Shape()[0])
+	var want device.Transfers
+	want.Up[device.Inputs] = n*int64(cfg.in)*4 + n*4
+	want.Down[device.Scalars] = 4
+	want.Down[device.Metrics] = n * 4
+	return want
+}
+
 // param is one named learnable.
 type param struct {
 	name string
