@@ -138,6 +138,40 @@ func kernelCases(seed uint64) []kernelCase {
 	for i := range v {
 		v[i] = float32(1e-4 * rng.Float64())
 	}
+	// normKernels runs VoxelNorm's kernels, with the fused ReLU when relu:
+	// statistics, forward, and the backward with and without dx.
+	normKernels := func(relu bool) func(s kside, dt sparse.DType) map[string][]float32 {
+		return func(s kside, dt sparse.DType) map[string][]float32 {
+			xm, dy := s.up(x, n, c, dt), s.up(y, n, c, dt)
+			gm, bm := s.up(gamma, 1, c, sparse.Float32), s.up(beta, 1, c, sparse.Float32)
+			mean, inv := s.alloc(sparse.Float32, 1, c), s.alloc(sparse.Float32, 1, c)
+			out, dx := s.alloc(dt, n, c), s.alloc(dt, n, c)
+			dg, db := s.alloc(sparse.Float32, 1, c), s.alloc(sparse.Float32, 1, c)
+			dg2, db2 := s.alloc(sparse.Float32, 1, c), s.alloc(sparse.Float32, 1, c)
+			s.run(func(nn device.NN) error {
+				forward := func() error { return nn.NormForward(out, xm, gm, bm, mean, inv) }
+				backward := func(dx, dg, db sparse.Matrix) error { return nn.NormBackward(dx, dg, db, xm, gm, dy, mean, inv) }
+				if relu {
+					forward = func() error { return nn.NormForwardReLU(out, xm, gm, bm, mean, inv) }
+					backward = func(dx, dg, db sparse.Matrix) error {
+						return nn.NormBackwardReLU(dx, dg, db, xm, gm, bm, dy, mean, inv)
+					}
+				}
+				if err := nn.NormStats(mean, inv, xm, 1e-5); err != nil {
+					return err
+				}
+				if err := forward(); err != nil {
+					return err
+				}
+				if err := backward(dx, dg, db); err != nil {
+					return err
+				}
+				return backward(sparse.Matrix{}, dg2, db2)
+			})
+			return map[string][]float32{"mean": s.down(mean), "inv": s.down(inv), "y": s.down(out), "dx": s.down(dx),
+				"dgamma": s.down(dg), "dbeta": s.down(db), "dgamma-only": s.down(dg2), "dbeta-only": s.down(db2)}
+		}
+	}
 	return []kernelCase{
 		{"copy", func(s kside, dt sparse.DType) map[string][]float32 {
 			out := map[string][]float32{}
@@ -174,52 +208,10 @@ func kernelCases(seed uint64) []kernelCase {
 			})
 			return map[string][]float32{"sum": s.down(sum), "relu": s.down(r), "grad": s.down(g)}
 		}},
-		{"norm", func(s kside, dt sparse.DType) map[string][]float32 {
-			xm, dy := s.up(x, n, c, dt), s.up(y, n, c, dt)
-			gm, bm := s.up(gamma, 1, c, sparse.Float32), s.up(beta, 1, c, sparse.Float32)
-			mean, inv := s.alloc(sparse.Float32, 1, c), s.alloc(sparse.Float32, 1, c)
-			out, dx := s.alloc(dt, n, c), s.alloc(dt, n, c)
-			dg, db := s.alloc(sparse.Float32, 1, c), s.alloc(sparse.Float32, 1, c)
-			dg2, db2 := s.alloc(sparse.Float32, 1, c), s.alloc(sparse.Float32, 1, c)
-			s.run(func(nn device.NN) error {
-				if err := nn.NormStats(mean, inv, xm, 1e-5); err != nil {
-					return err
-				}
-				if err := nn.NormForward(out, xm, gm, bm, mean, inv); err != nil {
-					return err
-				}
-				if err := nn.NormBackward(dx, dg, db, xm, gm, dy, mean, inv); err != nil {
-					return err
-				}
-				return nn.NormBackward(sparse.Matrix{}, dg2, db2, xm, gm, dy, mean, inv)
-			})
-			return map[string][]float32{"mean": s.down(mean), "inv": s.down(inv), "y": s.down(out), "dx": s.down(dx),
-				"dgamma": s.down(dg), "dbeta": s.down(db), "dgamma-only": s.down(dg2), "dbeta-only": s.down(db2)}
-		}},
-		{"norm-relu", func(s kside, dt sparse.DType) map[string][]float32 {
-			// VoxelNorm with the fused ReLU: about half the elements are
-			// masked (beta spreads around 0), in the store and in dy.
-			xm, dy := s.up(x, n, c, dt), s.up(y, n, c, dt)
-			gm, bm := s.up(gamma, 1, c, sparse.Float32), s.up(beta, 1, c, sparse.Float32)
-			mean, inv := s.alloc(sparse.Float32, 1, c), s.alloc(sparse.Float32, 1, c)
-			out, dx := s.alloc(dt, n, c), s.alloc(dt, n, c)
-			dg, db := s.alloc(sparse.Float32, 1, c), s.alloc(sparse.Float32, 1, c)
-			dg2, db2 := s.alloc(sparse.Float32, 1, c), s.alloc(sparse.Float32, 1, c)
-			s.run(func(nn device.NN) error {
-				if err := nn.NormStats(mean, inv, xm, 1e-5); err != nil {
-					return err
-				}
-				if err := nn.NormForwardReLU(out, xm, gm, bm, mean, inv); err != nil {
-					return err
-				}
-				if err := nn.NormBackwardReLU(dx, dg, db, xm, gm, bm, dy, mean, inv); err != nil {
-					return err
-				}
-				return nn.NormBackwardReLU(sparse.Matrix{}, dg2, db2, xm, gm, bm, dy, mean, inv)
-			})
-			return map[string][]float32{"y": s.down(out), "dx": s.down(dx),
-				"dgamma": s.down(dg), "dbeta": s.down(db), "dgamma-only": s.down(dg2), "dbeta-only": s.down(db2)}
-		}},
+		// With the fused ReLU about half the elements are masked (beta
+		// spreads around 0), in the store and in dy.
+		{"norm", normKernels(false)},
+		{"norm-relu", normKernels(true)},
 		{"xent", func(s kside, dt sparse.DType) map[string][]float32 {
 			zm, lm, wm := s.up(z, n, k, dt), s.upI(labels), s.up(cw, 1, k, sparse.Float32)
 			l1, l2 := s.alloc(sparse.Float32, 1, 1), s.alloc(sparse.Float32, 1, 1)
