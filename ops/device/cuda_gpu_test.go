@@ -29,7 +29,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flexgemm-go/flexgemm/ops"
 	"github.com/flexgemm-go/flexgemm/ops/device"
 	"github.com/flexgemm-go/flexgemm/sparse"
 	"github.com/flexgemm-go/flexgemm/sparse/synth"
@@ -522,14 +521,7 @@ func BenchmarkGPUTrainStep(b *testing.B) {
 				t0 := time.Now()
 				st, err := d.BeginStep()
 				require.NoError(b, err)
-				x, err := d.Input(bt.x)
-				require.NoError(b, err)
-				var lo []ops.LossOption
-				if scale != 1 {
-					lo = append(lo, ops.WithLossScale(scale))
-				}
-				nt, err := buildNet(cfg, params, x, bt, lo...)
-				require.NoError(b, err)
+				nt := stepNet(b, d, cfg, params, bt, scale)
 				vm := gorgonia.NewTapeMachine(nt.g, d.VMOpt())
 				build = time.Since(t0)
 				require.NoError(b, vm.RunAll())

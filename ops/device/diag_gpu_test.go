@@ -9,7 +9,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/flexgemm-go/flexgemm/ops"
 	"github.com/flexgemm-go/flexgemm/ops/device"
 	"github.com/flexgemm-go/flexgemm/sparse"
 	"github.com/flexgemm-go/flexgemm/sparse/synth"
@@ -26,14 +25,7 @@ func tracedStep(t *testing.T, d *device.Device, cfg netConfig, ps []param, b *ba
 	st, err := d.BeginStep()
 	require.NoError(t, err)
 	defer func() { require.NoError(t, st.End()) }()
-	x, err := d.Input(b.x)
-	require.NoError(t, err)
-	var lo []ops.LossOption
-	if scale != 1 {
-		lo = append(lo, ops.WithLossScale(scale))
-	}
-	nt, err := buildNet(cfg, params, x, b, lo...)
-	require.NoError(t, err)
+	nt := stepNet(t, d, cfg, params, b, scale)
 	vm := gorgonia.NewTapeMachine(nt.g, d.VMOpt(), gorgonia.TraceExec())
 	defer vm.Close()
 	require.NoError(t, vm.RunAll())

@@ -259,6 +259,21 @@ func newParamNames(cfg netConfig) []string {
 	return names
 }
 
+// stepNet uploads b's features into d's open step and builds the net over
+// them, the loss gradient scaled by scale.
+func stepNet(t testing.TB, d *device.Device, cfg netConfig, params []*tensor.Dense, b *batch, scale float64) *net {
+	t.Helper()
+	x, err := d.Input(b.x)
+	require.NoError(t, err)
+	var lossOpts []ops.LossOption
+	if scale != 1 {
+		lossOpts = append(lossOpts, ops.WithLossScale(scale))
+	}
+	nt, err := buildNet(cfg, params, x, b, lossOpts...)
+	require.NoError(t, err)
+	return nt
+}
+
 // stepResult is what one training step produced, on the host.
 type stepResult struct {
 	loss  float64
@@ -275,14 +290,7 @@ func runStep(t testing.TB, d *device.Device, cfg netConfig, params []*tensor.Den
 	st, err := d.BeginStep()
 	require.NoError(t, err)
 	defer func() { require.NoError(t, st.End()) }()
-	x, err := d.Input(b.x)
-	require.NoError(t, err)
-	var lossOpts []ops.LossOption
-	if gradScale != 1 {
-		lossOpts = append(lossOpts, ops.WithLossScale(gradScale))
-	}
-	nt, err := buildNet(cfg, params, x, b, lossOpts...)
-	require.NoError(t, err)
+	nt := stepNet(t, d, cfg, params, b, gradScale)
 	var logits gorgonia.Value
 	gorgonia.Read(nt.logits, &logits)
 	vm := gorgonia.NewTapeMachine(nt.g, d.VMOpt())
