@@ -249,28 +249,16 @@ func run(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	var last trainStats
-	if o.cpuprof != "" {
-		f, err := os.Create(o.cpuprof)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return err
-		}
-		defer pprof.StopCPUProfile()
+	stopProfile, err := recordTo(o.cpuprof, pprof.StartCPUProfile, pprof.StopCPUProfile)
+	if err != nil {
+		return err
 	}
-	if o.trace != "" {
-		f, err := os.Create(o.trace)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		if err := trace.Start(f); err != nil {
-			return err
-		}
-		defer trace.Stop()
+	defer stopProfile()
+	stopTrace, err := recordTo(o.trace, trace.Start, trace.Stop)
+	if err != nil {
+		return err
 	}
+	defer stopTrace()
 	if steps > 0 {
 		t0 := time.Now()
 		if last, err = trainLoop(trainer, trainSrc, steps, o, stdout, stderr); err != nil {
@@ -471,6 +459,24 @@ func profileSteps(t *unet.Trainer, train unet.Source, o *options, stdout io.Writ
 		o.profileSteps, ms(conv/n), ms((all-conv)/n), ms(all/n), ms(wall/n))
 	fmt.Fprint(stdout, device.FormatProfile(p))
 	return nil
+}
+
+// recordTo starts a recorder (CPU profile, execution trace) writing to
+// the file at path and returns the function that stops it and closes the
+// file; an empty path records nothing.
+func recordTo(path string, start func(io.Writer) error, stop func()) (func(), error) {
+	if path == "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := start(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() { stop(); f.Close() }, nil
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
