@@ -105,12 +105,41 @@ const (
 	pairsWideMin   = 256
 )
 
+// hopperDefault returns the Hopper gather tile (kernels.HopperTiles) the
+// fixed heuristic prefers for a gather GEMM with cols output columns and
+// a reduction of kc per tap in arithmetic mth, or "" where none applies.
+// Measured on the H200 (docs/PERF_NOTES.md, step 6): the 128×256 tile
+// beats every mma.sync tile at C = 256 and 1024 at every row count of
+// the benchmark (by 25–45 %), while the 128×128 one loses to
+// m128n128k64w2x4s3 at C = 128–256; so: at least 256 columns and one
+// full 128-byte K stage per tap.
+func hopperDefault(mth kernels.Math, cols, kc int64) string {
+	for _, t := range kernels.HopperTiles {
+		if t.Supports(mth) && t.BN == 256 && cols >= 256 && kc >= int64(t.BK) {
+			return t.Name()
+		}
+	}
+	return ""
+}
+
+// EnvNoHopper names the environment variable that, set to 1, keeps the
+// fixed heuristic off the Hopper gather tiles (they stay available to
+// Options.Tile and the autotuner).
+const EnvNoHopper = "FLEXGEMM_NO_HOPPER"
+
 // defaultTiles returns the tiles the fixed heuristic tries, best first,
 // for a GEMM of use with an output of rows × cols and a reduction of kc
-// per tap, in arithmetic mth on sms multiprocessors. The autotuner ranks
-// its candidates and picks its heuristic with the same function
+// per tap, in arithmetic mth on sms multiprocessors; hopper says whether
+// the Hopper gather tiles of mth are loaded (then they come first for the
+// gather GEMMs they suit, see hopperDefault). The autotuner ranks its
+// candidates and picks its heuristic with the same function
 // (preferredTiles in tune.go), so both always agree.
-func defaultTiles(mth kernels.Math, use tileUse, rows, cols, kc, sms int64) []string {
+func defaultTiles(mth kernels.Math, use tileUse, rows, cols, kc, sms int64, hopper bool) []string {
+	if hopper && use == useGather {
+		if h := hopperDefault(mth, cols, kc); h != "" {
+			return append([]string{h}, defaultTiles(mth, use, rows, cols, kc, sms, false)...)
+		}
+	}
 	narrow := mth.ElemSize() == 2
 	if use == usePairs && narrow && rows >= pairsWideMin && cols >= pairsWideMin {
 		return []string{pairsWideTile, "m64n64k32w2x2s4", "m128n64k32w2x2s4"}
@@ -137,8 +166,12 @@ func defaultTiles(mth kernels.Math, use tileUse, rows, cols, kc, sms int64) []st
 // mth with an output of rows × cols and a reduction of kc per tap (see
 // tileUse): o.Tile if set, else the first of defaultTiles with o.TileRows
 // rows (if set) that mth supports. A forced tile that mth has no kernel
-// for (a Narrow tile in F32 or TF32) is an error naming the tile, whatever
-// the problem's size (also for N = 0, where nothing would be launched).
+// for (a Narrow tile in F32 or TF32, a Hopper tile whose BK elements of
+// mth do not fill 128 bytes, or a Hopper tile on a device without them)
+// is an error naming the tile, whatever the problem's size (also for
+// N = 0, where nothing would be launched). A forced Hopper tile applies
+// to the gather GEMMs (forward, input gradient); the weight gradient
+// takes its default tile.
 func (e *Engine) chooseTile(o Options, mth kernels.Math, use tileUse, rows, cols, kc int64) (kernels.Tile, error) {
 	if o.Tile != "" {
 		t, err := kernels.ParseTile(o.Tile)
@@ -146,15 +179,26 @@ func (e *Engine) chooseTile(o Options, mth kernels.Math, use tileUse, rows, cols
 			return t, fmt.Errorf("%w: %v", sparse.ErrShape, err)
 		}
 		if !t.Supports(mth) {
+			if t.Hopper {
+				return t, fmt.Errorf("%w: Hopper tile %s is not instantiated for %v (its BK elements must fill 128 bytes)", sparse.ErrShape, t.Name(), mth)
+			}
 			return t, fmt.Errorf("%w: tile %s is not instantiated for %v (16-bit arithmetics only)", sparse.ErrShape, t.Name(), mth)
+		}
+		if t.Hopper && !e.d.hopperTiles(mth) {
+			return t, fmt.Errorf("%w: Hopper tile %s needs a compute capability 9.0 GPU whose driver compiles sm_90a PTX (%s is sm_%d%d)",
+				sparse.ErrShape, t.Name(), e.d.info.Name, e.d.info.Major, e.d.info.Minor)
 		}
 		if o.TileRows > 0 && t.BM != o.TileRows {
 			return t, fmt.Errorf("%w: tile %s has %d rows but TileRows is %d", sparse.ErrShape, o.Tile, t.BM, o.TileRows)
 		}
+		if t.Hopper && use != useGather {
+			o.Tile = ""
+			return e.chooseTile(o, mth, use, rows, cols, kc)
+		}
 		return t, nil
 	}
 	fits := func(t kernels.Tile) bool { return t.Supports(mth) && (o.TileRows == 0 || t.BM == o.TileRows) }
-	for _, name := range defaultTiles(mth, use, rows, cols, kc, int64(e.d.info.SMs)) {
+	for _, name := range defaultTiles(mth, use, rows, cols, kc, int64(e.d.info.SMs), e.hopperDefaults(mth)) {
 		if t, err := kernels.ParseTile(name); err == nil && fits(t) {
 			return t, nil
 		}
@@ -404,8 +448,12 @@ func (e *Engine) transposeW(w *Buffer, co, V, ci int64) (rawBuf, error) {
 	if w.dtype.Size() == 2 {
 		name = "spconv_transpose_w_b16"
 	}
-	g, b := d.elementwise(n)
-	if err := d.launch(name, g, b, 0, w.ptr, buf.ptr, co, V, ci); err != nil {
+	if V > 65535 || ceilDiv(co, 32) > 65535 {
+		d.freeTemp(buf)
+		return rawBuf{}, fmt.Errorf("%w: weight transpose: %d taps × %d output channels exceed the grid", sparse.ErrShape, V, co)
+	}
+	g := dim3{X: int(ceilDiv(ci, 32)), Y: int(ceilDiv(co, 32)), Z: int(V)}
+	if err := d.launch(name, g, dim3{X: 32, Y: 8}, 0, w.ptr, buf.ptr, co, V, ci); err != nil {
 		d.freeTemp(buf)
 		return rawBuf{}, err
 	}
@@ -607,10 +655,13 @@ func (e *Engine) InputGrad(m *kmap.Map, dy, w sparse.Matrix, o Options) (sparse.
 			return nil
 		}
 		// The gather kernel reads the weight [Co, V, Ci] transposed (wt);
-		// only the explicit algorithm, whose im2col GEMM has one fused
-		// K axis of V·Co, multiplies a materialised transpose [Ci, V, Co].
+		// the explicit algorithm, whose im2col GEMM has one fused K axis of
+		// V·Co, and the Hopper tiles multiply a materialised transpose
+		// [Ci, V, Co].
 		j := gatherJob{math: math, tile: tile, w: wb.ptr, wt: true, M: M, N: ci, splitAlg: isSplit(alg), userSplits: o.SplitK, out: out}
-		if alg == sparse.Explicit {
+		// Hopper tiles read their weight K-major only: they multiply the
+		// transpose too (one pass over the weight, small next to the GEMM).
+		if alg == sparse.Explicit || tile.Hopper {
 			wt, err := e.transposeW(wb, co, V, ci)
 			if err != nil {
 				return err

@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"unsafe"
@@ -133,7 +134,13 @@ func (d *Device) setup(ordinal int) error {
 	}
 	for _, im := range images {
 		// A module that fails to load (a broken experimental image) only
-		// fails the kernels it holds.
+		// fails the kernels it holds. The Hopper modules (sm_90a PTX) are
+		// loaded on compute capability 9.0 only.
+		if strings.HasSuffix(im.Name, "_sm90a") && !(info.Major == 9 && info.Minor == 0) {
+			d.modules = append(d.modules, loadedModule{name: im.Name, source: im.Source,
+				err: fmt.Errorf("cudaext: kernel module %q holds sm_90a (Hopper) kernels; %s is sm_%d%d", im.Name, info.Name, info.Major, info.Minor)})
+			continue
+		}
 		mod, err := moduleLoad(im.Data)
 		if err != nil {
 			err = fmt.Errorf("cudaext: loading kernel module %q (%s): %w", im.Name, im.Source, err)
@@ -229,6 +236,19 @@ func (d *Device) drainPending() {
 	for _, f := range p {
 		f()
 	}
+}
+
+// hopperTiles reports whether the Hopper gather kernels of arithmetic m
+// (kernels.HopperTiles) are loaded: a compute capability 9.0 device whose
+// driver compiled their sm_90a PTX. Safe from any goroutine after open.
+func (d *Device) hopperTiles(m kernels.Math) bool {
+	name := strings.TrimSuffix(kernels.HopperInstanceFile(m), ".cu")
+	for _, mod := range d.modules {
+		if mod.name == name {
+			return mod.err == nil
+		}
+	}
+	return false
 }
 
 // function returns the kernel named name from the loaded modules.

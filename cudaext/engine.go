@@ -5,10 +5,12 @@ package cudaext
 import (
 	"fmt"
 	"math"
+	"os"
 	"sync"
 	"sync/atomic"
 	"unsafe"
 
+	"github.com/flexgemm-go/flexgemm/cudaext/kernels"
 	"github.com/flexgemm-go/flexgemm/sparse"
 )
 
@@ -18,11 +20,14 @@ import (
 // matrices to it. Its methods are safe for concurrent use (the work is
 // serialised by the device's lock, on one stream).
 type Engine struct {
-	d      *Device
-	tf32   atomic.Bool
-	poison atomic.Bool
-	maps   mapCache     // worker only
-	src    *tableSource // Source of the maps built here
+	d    *Device
+	tf32 atomic.Bool
+	// noHopper keeps the fixed heuristic off the Hopper gather tiles
+	// (SetHopperDefaults, EnvNoHopper).
+	noHopper atomic.Bool
+	poison   atomic.Bool
+	maps     mapCache     // worker only
+	src      *tableSource // Source of the maps built here
 }
 
 var (
@@ -45,6 +50,7 @@ func Open(ordinal int) (*Engine, error) {
 		return nil, err
 	}
 	e := &Engine{d: d}
+	e.noHopper.Store(os.Getenv(EnvNoHopper) == "1")
 	e.src = &tableSource{e: e}
 	e.maps.entries = map[mapKey]*mapEntry{}
 	opened[ordinal] = e
@@ -83,6 +89,24 @@ func (e *Engine) SetTF32(on bool) { e.tf32.Store(on) }
 
 // TF32 reports whether float32 convolutions use tf32 tensor cores.
 func (e *Engine) TF32() bool { return e.tf32.Load() }
+
+// SetHopperDefaults says whether the fixed heuristic may pick the Hopper
+// gather tiles (wgmma kernels, compute capability 9.0 only) where they
+// suit; true by default, false when FLEXGEMM_NO_HOPPER=1 at Open. The
+// tiles stay available to Options.Tile and the autotuner either way.
+func (e *Engine) SetHopperDefaults(on bool) { e.noHopper.Store(!on) }
+
+// HopperTiles reports whether the Hopper gather kernels of the arithmetic
+// of dtype dt are loaded (an sm_90 GPU whose driver compiled their PTX);
+// with TF32 set, float32 means the tf32 kernels.
+func (e *Engine) HopperTiles(dt sparse.DType) bool {
+	m, err := e.mathFor(dt)
+	return err == nil && e.d.hopperTiles(m)
+}
+
+// hopperDefaults reports whether the fixed heuristic offers Hopper tiles
+// in arithmetic m.
+func (e *Engine) hopperDefaults(m kernels.Math) bool { return !e.noHopper.Load() && e.d.hopperTiles(m) }
 
 // SetPoisonOutputs makes every result buffer start filled with NaN before
 // the kernels write it, so an element a kernel forgets to write shows up

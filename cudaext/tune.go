@@ -438,10 +438,17 @@ func (e *Engine) convKey(dir autotune.Direction, m *kmap.Map, mth kernels.Math, 
 type tuneLimits struct {
 	maxSmem  int   // dynamic shared memory per block, bytes (0: unknown)
 	totalMem int64 // device memory, bytes (0: unknown)
+	// hopper[m]: the Hopper gather tiles of arithmetic m are loaded and
+	// offered (candidates, and the heuristic as the engine's defaults).
+	hopper [4]bool
 }
 
 func (e *Engine) tuneLimits() tuneLimits {
-	return tuneLimits{maxSmem: e.d.info.MaxSmemBlock, totalMem: e.d.info.TotalMem}
+	lim := tuneLimits{maxSmem: e.d.info.MaxSmemBlock, totalMem: e.d.info.TotalMem}
+	for _, m := range kernels.Maths {
+		lim.hopper[m] = e.hopperDefaults(m)
+	}
+	return lim
 }
 
 // algorithmsFor lists the algorithms offered for a direction, the
@@ -554,13 +561,14 @@ func rowRange(k autotune.Key) (lo, mid, hi int64) {
 // same function, with the use, output and reduction per tap that conv.go
 // passes for g's launch (kLen: the channels reduced per tap, V·C for the
 // explicit gather; unused by the weight gradient's rules).
-func preferredTiles(mth kernels.Math, g gemmShape, sms int64) []string {
-	return defaultTiles(mth, g.use, g.rows, g.cols, g.kLen, sms)
+func preferredTiles(mth kernels.Math, g gemmShape, sms int64, hopper bool) []string {
+	return defaultTiles(mth, g.use, g.rows, g.cols, g.kLen, sms, hopper)
 }
 
-// heuristicTile is the tile chooseTile picks for Options{} on g.
-func heuristicTile(mth kernels.Math, g gemmShape, sms int64) kernels.Tile {
-	for _, name := range preferredTiles(mth, g, sms) {
+// heuristicTile is the tile chooseTile picks for Options{} on g (hopper:
+// the Hopper tiles of mth are offered).
+func heuristicTile(mth kernels.Math, g gemmShape, sms int64, hopper bool) kernels.Tile {
+	for _, name := range preferredTiles(mth, g, sms, hopper) {
 		if t, err := kernels.ParseTile(name); err == nil && t.Supports(mth) {
 			return t
 		}
@@ -600,17 +608,21 @@ func tileRank(pref []string, t kernels.Tile) int {
 	if i := slices.Index(pref, t.Name()); i >= 0 {
 		return i
 	}
-	return len(pref) + slices.Index(kernels.Tiles, t)
+	return len(pref) + slices.Index(kernels.AllTiles(), t)
 }
 
 // usableTiles returns the tiles of the table that compile for mth (the
-// Narrow tiles only for the 16-bit arithmetics) and fit the device,
-// without those much wider than cols or taller than the rows can fill
-// (BN > 2·max(32, cols), or BM > 64 and BM ≥ 2·rows), unless that leaves
-// none.
+// Narrow tiles only for the 16-bit arithmetics; the Hopper tiles for the
+// gather family where lim offers them) and fit the device, without those
+// much wider than cols or taller than the rows can fill (BN >
+// 2·max(32, cols), or BM > 64 and BM ≥ 2·rows), unless that leaves none.
 func usableTiles(mth kernels.Math, g gemmShape, rowsHi int64, lim tuneLimits) []kernels.Tile {
 	var valid, kept []kernels.Tile
-	for _, t := range kernels.Tiles {
+	tiles := kernels.Tiles
+	if lim.hopper[mth] && g.family == kernels.Gather {
+		tiles = kernels.AllTiles()
+	}
+	for _, t := range tiles {
 		if t.Validate(mth) != nil || (lim.maxSmem > 0 && kernels.SmemBytes(g.family, mth, t) > lim.maxSmem) {
 			continue
 		}
@@ -653,7 +665,7 @@ func convCandidates(k autotune.Key, lim tuneLimits) []autotune.Candidate {
 		if k.Dir == autotune.WGrad {
 			rowsHi = gLo.rows
 		}
-		pref := preferredTiles(mth, gMid, sms)
+		pref := preferredTiles(mth, gMid, sms, lim.hopper[mth])
 		for _, t := range usableTiles(mth, gLo, rowsHi, lim) {
 			rank := tileRank(pref, t)
 			if !isSplit(alg) {
@@ -694,7 +706,12 @@ func convHeuristic(k autotune.Key, cands []autotune.Candidate) autotune.Candidat
 	_, mid, _ := rowRange(k)
 	sms := int64(max(k.Device.SMs, 1))
 	g := shapeOf(k, splitAlg, mid, mth.ElemSize())
-	t := heuristicTile(mth, g, sms)
+	// The Hopper tiles were offered exactly when some candidate has one.
+	hopper := slices.ContainsFunc(cands, func(c autotune.Candidate) bool {
+		t, err := kernels.ParseTile(c.Tile)
+		return err == nil && t.Hopper
+	})
+	t := heuristicTile(mth, g, sms, hopper)
 	s := pow2Floor(g.splits(t, sms), g.maxSplits())
 	want := autotune.Candidate{Algorithm: splitAlg.String(), Tile: t.Name(), SplitK: s}
 	if s == 1 {

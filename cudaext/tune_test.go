@@ -205,7 +205,7 @@ func TestAutotuneCandidates(t *testing.T) {
 						name := k.String()
 						cands := convCandidates(k, lim)
 						require.NotEmpty(t, cands, name)
-						require.LessOrEqual(t, len(cands), len(kernels.Tiles)*(3+2*len(splitsFor(dir))), name)
+						require.LessOrEqual(t, len(cands), len(kernels.AllTiles())*(3+2*len(splitsFor(dir))), name)
 						require.Equal(t, cands, convCandidates(k, lim), "%s: not a pure function of the key", name)
 						seen := map[autotune.Candidate]bool{}
 						for _, c := range cands {
@@ -280,8 +280,8 @@ func TestAutotuneHeuristicMirrorsConv(t *testing.T) {
 						require.NoError(t, err, what)
 						require.True(t, want.Supports(mth), what)
 						g := gemmShape{use: use, rows: rows, cols: cols, kLen: kc}
-						require.Equal(t, want, heuristicTile(mth, g, sms), what)
-						require.Equal(t, want.Name(), preferredTiles(mth, g, sms)[0], what)
+						require.Equal(t, want, heuristicTile(mth, g, sms, gpu.hopperDefaults(mth)), what)
+						require.Equal(t, want.Name(), preferredTiles(mth, g, sms, gpu.hopperDefaults(mth))[0], what)
 					}
 				}
 			}
@@ -361,6 +361,10 @@ func TestAutotuneHeuristicMirrorsConv(t *testing.T) {
 // take the measured winners at C ≥ 256, float32 and TF32 the old tiles
 // (the new ones are Narrow), and C = 64 stays where it was.
 func TestDefaultTiles(t *testing.T) {
+	// The mma.sync table first (Hopper defaults off), then what the Hopper
+	// tiles change on a device that has them.
+	gpu.SetHopperDefaults(false)
+	defer gpu.SetHopperDefaults(os.Getenv(EnvNoHopper) != "1")
 	for _, tc := range []struct {
 		use              tileUse
 		rows, cols, kc   int64
@@ -387,6 +391,49 @@ func TestDefaultTiles(t *testing.T) {
 			require.NoError(t, err)
 			require.Equal(t, want, got.Name(), "%v use %d rows %d cols %d kc %d", mth, tc.use, tc.rows, tc.cols, tc.kc)
 		}
+	}
+	if gpu.d.hopperTiles(kernels.F16) {
+		gpu.SetHopperDefaults(true)
+		for _, tc := range []struct {
+			use            tileUse
+			rows, cols, kc int64
+			narrow, tf32   string // "": the mma.sync default
+		}{
+			{useGather, 15192, 1024, 1024, "m128n256k64w8x1s4h", "m128n256k32w8x1s4h"},
+			{useGather, 848, 1024, 1024, "m128n256k64w8x1s4h", "m128n256k32w8x1s4h"}, // small M: split-K fills the GPU
+			{useGather, 252392, 256, 256, "m128n256k64w8x1s4h", "m128n256k32w8x1s4h"},
+			{useGather, 252392, 256, 32, "", "m128n256k32w8x1s4h"}, // 32 channels per tap: half a 16-bit stage
+			{useGather, 4113056, 128, 128, "", ""},                 // 128 columns: the mma.sync tile wins
+			{useGather, 4113056, 64, 64, "", ""},
+			{usePairs, 1024, 1024, 15192, "", ""}, // weight gradient: no Hopper tiles
+		} {
+			for _, mth := range kernels.Maths {
+				gpu.SetHopperDefaults(false)
+				old, err := gpu.chooseTile(Options{}, mth, tc.use, tc.rows, tc.cols, tc.kc)
+				require.NoError(t, err)
+				gpu.SetHopperDefaults(true)
+				want := map[kernels.Math]string{kernels.F16: tc.narrow, kernels.BF16: tc.narrow, kernels.TF32: tc.tf32}[mth]
+				if want == "" {
+					want = old.Name()
+				}
+				got, err := gpu.chooseTile(Options{}, mth, tc.use, tc.rows, tc.cols, tc.kc)
+				require.NoError(t, err)
+				require.Equal(t, want, got.Name(), "Hopper: %v use %d rows %d cols %d kc %d", mth, tc.use, tc.rows, tc.cols, tc.kc)
+			}
+		}
+		// A forced Hopper tile: the gather GEMMs take it, the weight
+		// gradient its default; in an arithmetic it does not serve it is
+		// an error naming it.
+		got, err := gpu.chooseTile(Options{Tile: "m128n128k64w8x1s6h"}, kernels.F16, useGather, 10, 64, 64)
+		require.NoError(t, err)
+		require.True(t, got.Hopper)
+		got, err = gpu.chooseTile(Options{Tile: "m128n128k64w8x1s6h"}, kernels.F16, usePairs, 1024, 1024, 15192)
+		require.NoError(t, err)
+		require.False(t, got.Hopper)
+		_, err = gpu.chooseTile(Options{Tile: "m128n128k64w8x1s6h"}, kernels.TF32, useGather, 10, 64, 64)
+		require.ErrorIs(t, err, sparse.ErrShape)
+		require.ErrorContains(t, err, "m128n128k64w8x1s6h")
+		gpu.SetHopperDefaults(false)
 	}
 	// TileRows restricts the choice to tiles the arithmetic has.
 	for _, mth := range kernels.Maths {

@@ -3,7 +3,11 @@
 #
 # Every kernels/*.cu file becomes one module image images/<name>.fatbin
 # holding sm_80 and sm_90 cubins and compute_90 PTX (the driver JIT-compiles
-# the PTX on newer GPUs). manifest.txt records the nvcc version and the
+# the PTX on newer GPUs), except the *_sm90a.cu files (Hopper wgmma
+# kernels): nvcc 11.8 does not know sm_90a, so they become PTX only,
+# images/<name>.ptx, emitted for compute_90 with the inline wgmma asm passed
+# through and the header raised to PTX ISA 8.0 / target sm_90a; the driver
+# JIT-compiles that PTX on Hopper GPUs (reference: GPU.md). manifest.txt records the nvcc version and the
 # sha256 of every input (*.cu, *.cuh, this script) and of every image, and
 # which module defines each kernel (read with cuobjdump), so the runtime
 # looks a kernel up in its own module only; the plain Go test
@@ -20,11 +24,29 @@ cd "$(dirname "$0")"
 NVCC=${NVCC:-nvcc}
 JOBS=${JOBS:-$(nproc)}
 FLAGS="-std=c++17 -O3 -Xfatbin=-compress-all -gencode=arch=compute_80,code=sm_80 -gencode=arch=compute_90,code=sm_90 -gencode=arch=compute_90,code=compute_90"
+PTXFLAGS="-std=c++17 -O3 -ptx -arch=compute_90"
+
+# compile SRC OUTDIR: one image of SRC in OUTDIR (fatbin, or patched PTX for
+# *_sm90a.cu), written under a temporary name first.
+compile() {
+  local src=$1 dir=$2 n
+  n=$(basename "$src" .cu)
+  if [[ $n == *_sm90a ]]; then
+    $NVCC $PTXFLAGS -o "$dir/$n.ptx.tmp" "$src"
+    sed -i -e 's/^\.version 7\.[0-9]*$/.version 8.0/' -e 's/^\.target sm_90$/.target sm_90a/' "$dir/$n.ptx.tmp"
+    grep -qx '.target sm_90a' "$dir/$n.ptx.tmp" || { echo "build.sh: $src: could not retarget the PTX to sm_90a" >&2; return 1; }
+    mv "$dir/$n.ptx.tmp" "$dir/$n.ptx"
+  else
+    $NVCC $FLAGS -fatbin -o "$dir/$n.fatbin.tmp" "$src" && mv "$dir/$n.fatbin.tmp" "$dir/$n.fatbin"
+  fi
+}
+export -f compile
+export NVCC FLAGS PTXFLAGS
 
 if [[ "${1:-}" == --check ]]; then
   tmp=$(mktemp -d)
   trap 'rm -rf "$tmp"' EXIT
-  ls *.cu | xargs -P "$JOBS" -I{} sh -c "$NVCC $FLAGS -fatbin -o $tmp/{}.fatbin {}"
+  ls *.cu | xargs -P "$JOBS" -I{} bash -c "compile {} $tmp"
   echo "build.sh --check: every .cu compiles with $("$NVCC" --version | grep -o 'release [0-9.]*')"
   exit 0
 fi
@@ -39,29 +61,30 @@ nvccver=$("$NVCC" --version | grep -o 'release [0-9.]*, V[0-9.]*')
 mkdir -p images
 
 # Fingerprint of everything every image depends on.
-common=$( { echo "nvcc $nvccver"; echo "flags $FLAGS"; sha256sum build.sh *.cuh; } | sha256sum | cut -d' ' -f1)
+common=$( { echo "nvcc $nvccver"; echo "flags $FLAGS"; echo "ptxflags $PTXFLAGS"; sha256sum build.sh *.cuh; } | sha256sum | cut -d' ' -f1)
 old_common=$(grep '^common ' manifest.txt 2>/dev/null | cut -d' ' -f2 || true)
 
 todo=()
 for cu in *.cu; do
   name=${cu%.cu}
   sum=$(sha256sum "$cu" | cut -d' ' -f1)
-  if [[ "$common" != "$old_common" || ! -f images/$name.fatbin ]] ||
+  img=images/$name.fatbin
+  [[ $name == *_sm90a ]] && img=images/$name.ptx
+  if [[ "$common" != "$old_common" || ! -f $img ]] ||
      ! grep -qx "source $sum $cu" manifest.txt 2>/dev/null; then
     todo+=("$cu")
   fi
 done
 # Images whose source is gone.
-for img in images/*.fatbin; do
+for img in images/*.fatbin images/*.ptx; do
   [[ -e "$img" ]] || continue
-  n=$(basename "$img" .fatbin)
+  n=$(basename "${img%.*}")
   [[ -f "$n.cu" ]] || rm -f "$img"
 done
 
 if ((${#todo[@]})); then
   echo "build.sh: compiling ${todo[*]}"
-  printf '%s\n' "${todo[@]}" | xargs -P "$JOBS" -I{} sh -c \
-    'n=$(basename {} .cu); '"$NVCC $FLAGS"' -fatbin -o images/$n.fatbin.tmp {} && mv images/$n.fatbin.tmp images/$n.fatbin'
+  printf '%s\n' "${todo[@]}" | xargs -P "$JOBS" -I{} bash -c 'compile {} images'
 else
   echo "build.sh: images up to date"
 fi
@@ -74,12 +97,15 @@ fi
   for f in $(ls build.sh *.cuh *.cu | LC_ALL=C sort); do
     echo "source $(sha256sum "$f" | cut -d' ' -f1) $f"
   done
-  for img in $(ls images/*.fatbin | LC_ALL=C sort); do
+  for img in $(ls images/*.fatbin images/*.ptx | LC_ALL=C sort); do
     echo "image $(sha256sum "$img" | cut -d' ' -f1) $(basename "$img")"
   done
   for img in $(ls images/*.fatbin | LC_ALL=C sort); do
     "${CUOBJDUMP:-cuobjdump}" --dump-elf-symbols "$img" | awk '$3 == "STO_ENTRY" {print $4}' | LC_ALL=C sort -u |
       sed "s/^/kernel $(basename "$img" .fatbin) /"
+  done
+  for img in $(ls images/*.ptx | LC_ALL=C sort); do
+    sed -n 's/^\.visible \.entry \([A-Za-z0-9_]*\)(.*/\1/p' "$img" | LC_ALL=C sort -u | sed "s/^/kernel $(basename "$img" .ptx) /"
   done
 } > manifest.txt.tmp
 mv manifest.txt.tmp manifest.txt

@@ -17,14 +17,20 @@ template <class S, class D> __device__ void convert(const S* in, D* out, long lo
   for (long long i = gtid(); i < n; i += gstride()) out[i] = from_f32<D>(to_f32(in[i]));
 }
 
-// out[ci, v, co] = in[co, v, ci]: [Co, V, Ci] -> [Ci, V, Co].
+// out[ci, v, co] = in[co, v, ci]: [Co, V, Ci] -> [Ci, V, Co], one 32×32
+// (co, ci) tile of tap v per block (grid ⌈Ci/32⌉ × ⌈Co/32⌉ × V, 32×8
+// threads) through shared memory, so reads and writes are both coalesced.
 template <class R> __device__ void transpose_w(const R* in, R* out, long long co_n, long long v_n, long long ci_n) {
-  const long long n = co_n * v_n * ci_n;
-  for (long long i = gtid(); i < n; i += gstride()) {
-    const long long co = i % co_n;
-    const long long rest = i / co_n;
-    const long long v = rest % v_n, ci = rest / v_n;
-    out[i] = in[(co * v_n + v) * ci_n + ci];
+  __shared__ R tile[32][33];
+  const long long c0 = (long long)blockIdx.x * 32, o0 = (long long)blockIdx.y * 32, v = blockIdx.z;
+  for (int j = threadIdx.y; j < 32; j += 8) {
+    const long long o = o0 + j, c = c0 + threadIdx.x;
+    if (o < co_n && c < ci_n) tile[j][threadIdx.x] = in[(o * v_n + v) * ci_n + c];
+  }
+  __syncthreads();
+  for (int j = threadIdx.y; j < 32; j += 8) {
+    const long long c = c0 + j, o = o0 + threadIdx.x;
+    if (o < co_n && c < ci_n) out[(c * v_n + v) * co_n + o] = tile[threadIdx.x][j];
   }
 }
 

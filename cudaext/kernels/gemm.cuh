@@ -73,8 +73,12 @@ template <> struct RawOf<4> { using type = unsigned int; };
 
 // Tile configuration. Go mirror: kernels.Tile (tiles.go); the generated
 // instantiations assert that the shared-memory sizes agree.
-template <Math M_, int BM_, int BN_, int BK_, int WM_, int WN_, int S_> struct TileCfg {
+// H_: a Hopper tile (wgmma.cuh): both gather operands staged K-major in
+// the 128-byte swizzled layout (BK·elem = 128, no padding), one warpgroup
+// per 64 rows (WM = BM/16 warps, WN = 1), prefetching S − 2 stages ahead.
+template <Math M_, int BM_, int BN_, int BK_, int WM_, int WN_, int S_, bool H_ = false> struct TileCfg {
   static constexpr Math kMath = M_;
+  static constexpr bool kHopper = H_;
   using T = typename MathTraits<M_>::T;
   using Raw = typename RawOf<sizeof(T)>::type;
   static constexpr int BM = BM_, BN = BN_, BK = BK_, WM = WM_, WN = WN_, S = S_;
@@ -93,7 +97,15 @@ template <Math M_, int BM_, int BN_, int BK_, int WM_, int WN_, int S_> struct T
   // gather family: one B stage holds BN K-major rows, or BK MN-major rows
   // when the weight is read transposed (wt), whichever is larger.
   static constexpr int kGatherBStage = BN * LdK > BK * LdMB ? BN * LdK : BK * LdMB;
-  static constexpr int kGatherSmem = S * (BM * LdK + kGatherBStage) * kElem + 4 * BM + 4 * kIdxRing * (BM + 1);
+  // Elements of one A and one B stage of the gather family. A Hopper tile
+  // also reserves 1 KiB to align its stages to the 1 KiB swizzle atom.
+  static constexpr int kGatherAStage = H_ ? BM * BK : BM * LdK;
+  static constexpr int kGatherBSt = H_ ? BN * BK : kGatherBStage;
+  static constexpr int kGatherSmem =
+      S * (kGatherAStage + kGatherBSt) * kElem + 4 * BM + 4 * kIdxRing * (BM + 1) + (H_ ? 1024 : 0);
+  // Stages the gather pipeline prefetches ahead: S − 1, or S − 2 for a
+  // Hopper tile (one wgmma group stays in flight over the refill).
+  static constexpr int kDist = H_ ? S - 2 : S - 1;
   static constexpr int kPairsSmem = S * BK * (LdMA + LdMB) * kElem + 2 * kIdxRing * BK * 4;
   // Minimum resident blocks per SM promised to the compiler (launch
   // bounds) for the kernels that need a cap: 8-warp 16-bit tiles whose
@@ -111,7 +123,20 @@ template <Math M_, int BM_, int BN_, int BK_, int WM_, int WN_, int S_> struct T
   static_assert(S >= 2, "need at least two pipeline stages");
   static_assert((LdK * kElem) % 16 == 0 && (LdMA * kElem) % 16 == 0 && (LdMB * kElem) % 16 == 0,
                 "shared rows must stay 16-byte aligned");
-  static_assert(kGatherSmem <= 227 * 1024 && kPairsSmem <= 227 * 1024, "too much shared memory");
+  static_assert(kGatherSmem <= 227 * 1024 && (H_ || kPairsSmem <= 227 * 1024), "too much shared memory");
+  static_assert(!H_ || (BK * kElem == 128 && WN == 1 && BM == 16 * WM && BM % 64 == 0 && S >= 3 &&
+                        (BN == 128 || BN == 256) && M_ != Math::F32),
+                "a Hopper tile has 128-byte K rows, one warp column, a warpgroup per 64 rows, BN 128 or 256");
+
+  // Element offset of (row i, k) in a K-major gather stage: padded rows of
+  // LdK, or 128-byte rows with 16-byte chunks swizzled by i mod 8.
+  __device__ __forceinline__ static int kOff(int i, int k) {
+    if constexpr (H_) {
+      return i * BK + ((((k / kChunk) ^ i) & 7) * kChunk) + k % kChunk;
+    } else {
+      return i * LdK + k;
+    }
+  }
 };
 
 // Kernel parameters, passed by value. Every field is 8 bytes so the Go
@@ -338,6 +363,12 @@ __device__ __forceinline__ void store2(T* dst, float v0, float v1, int n_valid, 
   }
 }
 
+}  // namespace fg
+
+#include "wgmma.cuh"
+
+namespace fg {
+
 // ---- gather family --------------------------------------------------------------
 
 // WT: the weight is stored [Kc, V, N] and read transposed (the _wt kernels,
@@ -345,10 +376,13 @@ __device__ __forceinline__ void store2(T* dst, float v0, float v1, int n_valid, 
 template <class C, bool WT> __device__ __forceinline__ void gather_gemm(const GatherParams& p) {
   using T = typename C::T;
   using Raw = typename C::Raw;
+  static_assert(!(C::kHopper && WT), "Hopper tiles read the weight as stored (dgrad multiplies a transpose)");
   extern __shared__ __align__(16) unsigned char smem[];
-  constexpr int BSt = C::kGatherBStage;
-  T* As = reinterpret_cast<T*>(smem);      // [S][BM][LdK]
-  T* Bs = As + C::S * C::BM * C::LdK;      // [S][BN][LdK], or [S][BK][LdMB] when wt
+  constexpr int ASt = C::kGatherAStage, BSt = C::kGatherBSt;
+  // A Hopper tile's stages start at the next 1 KiB boundary.
+  unsigned char* base = C::kHopper ? smem + ((1024 - (smem_addr(smem) & 1023)) & 1023) : smem;
+  T* As = reinterpret_cast<T*>(base);      // [S][BM][LdK], Hopper: [S][BM][BK] swizzled
+  T* Bs = As + C::S * ASt;                 // [S][BN][LdK], or [S][BK][LdMB] when wt; Hopper: [S][BN][BK]
   int* rows = reinterpret_cast<int*>(Bs + C::S * BSt);  // [BM] output row or -1
   // Neighbour indices and tap of the taps in flight: a ring of kIdxRing
   // slots keyed by the tap's position in this block's tap sequence. The
@@ -419,7 +453,7 @@ template <class C, bool WT> __device__ __forceinline__ void gather_gemm(const Ga
       return p.tbl ? ss[i] : orow;
     };
     const long long col0 = (long long)kc * C::BK;
-    T* as = As + s * C::BM * C::LdK;
+    T* as = As + s * ASt;
     T* bs = Bs + s * BSt;
     constexpr int CPR = C::BK / C::kChunk;  // 16-byte chunks per tile row
     constexpr int CPB = C::BN / C::kChunk;  // 16-byte chunks per MN-major B row (wt)
@@ -432,7 +466,7 @@ template <class C, bool WT> __device__ __forceinline__ void gather_gemm(const Ga
           const int src = srcOf(i);
           const long long col = col0 + kk;
           const bool ok = src >= 0 && col < p.Kc;
-          cp_async16(as + i * C::LdK + kk, ok ? x + (long long)src * p.Kc + col : x, ok);
+          cp_async16(as + C::kOff(i, kk), ok ? x + (long long)src * p.Kc + col : x, ok);
         }
       }
       if constexpr (WT) {
@@ -454,7 +488,7 @@ template <class C, bool WT> __device__ __forceinline__ void gather_gemm(const Ga
             const int i = c / CPR, kk = (c % CPR) * C::kChunk;
             const long long n = n0 + i, col = col0 + kk;
             const bool ok = n < p.N && col < p.Kc;
-            cp_async16(bs + i * C::LdK + kk, ok ? w + (n * p.V + v) * p.Kc + col : w, ok);
+            cp_async16(bs + C::kOff(i, kk), ok ? w + (n * p.V + v) * p.Kc + col : w, ok);
           }
         }
       }
@@ -467,7 +501,7 @@ template <class C, bool WT> __device__ __forceinline__ void gather_gemm(const Ga
         const int i = c / C::BK, kk = c % C::BK;
         const int src = srcOf(i);
         const long long col = col0 + kk;
-        ar[i * C::LdK + kk] = (src >= 0 && col < p.Kc) ? xr[(long long)src * p.Kc + col] : Raw(0);
+        ar[C::kOff(i, kk)] = (src >= 0 && col < p.Kc) ? xr[(long long)src * p.Kc + col] : Raw(0);
       }
       if constexpr (WT) {
         for (int c = tid; c < C::BK * C::BN; c += C::kThreads) {
@@ -479,7 +513,7 @@ template <class C, bool WT> __device__ __forceinline__ void gather_gemm(const Ga
         for (int c = tid; c < C::BN * C::BK; c += C::kThreads) {
           const int i = c / C::BK, kk = c % C::BK;
           const long long n = n0 + i, col = col0 + kk;
-          br[i * C::LdK + kk] = (n < p.N && col < p.Kc) ? wr[(n * p.V + v) * p.Kc + col] : Raw(0);
+          br[C::kOff(i, kk)] = (n < p.N && col < p.Kc) ? wr[(n * p.V + v) * p.Kc + col] : Raw(0);
         }
       }
     }
@@ -494,37 +528,45 @@ template <class C, bool WT> __device__ __forceinline__ void gather_gemm(const Ga
       for (int j = 0; j < 4; ++j) acc[mi][ni][j] = 0.f;
 
   // Group g holds the operands of iteration g and the indices of
-  // iteration g + S − 1 (when it starts a tap); the indices of iterations
-  // 0 … S − 2 come first, in a group of their own that is waited for. A
-  // slot is rewritten at least one barrier after its last reader (the ring
-  // holds 2·S taps and every tap takes at least one iteration).
-  for (int j = 0; j < C::S - 1; ++j)
+  // iteration g + D (when it starts a tap), D = kDist stages ahead; the
+  // indices of iterations 0 … D − 1 come first, in a group of their own
+  // that is waited for. A slot is rewritten at least one barrier after its
+  // last reader (the ring holds 2·S taps and every tap takes at least one
+  // iteration).
+  constexpr int D = C::kDist;
+  for (int j = 0; j < D; ++j)
     if (j < nIter) load_idx(t0 + j, j);
   cp_async_commit();
   cp_async_wait<0>();
   __syncthreads();
 #pragma unroll
-  for (int s = 0; s < C::S - 1; ++s) {
+  for (int s = 0; s < D; ++s) {
     if (s < nIter) load(t0 + s, s);
-    if (s + C::S - 1 < nIter) load_idx(t0 + s + C::S - 1, s + C::S - 1);
+    if (s + D < nIter) load_idx(t0 + s + D, s + D);
     cp_async_commit();
   }
   for (int it = 0; it < nIter; ++it) {
-    cp_async_wait<C::S - 2>();
+    cp_async_wait<D - 1>();
+    if constexpr (C::kHopper) fence_proxy_async();
     __syncthreads();
     const int s = it % C::S;
-    if constexpr (WT)
-      warp_mma<C, true, false>(acc, As + s * C::BM * C::LdK + wm * C::WTM * C::LdK, Bs + s * BSt + wn * C::WTN,
-                               C::LdK, C::LdMB, lane);
+    if constexpr (C::kHopper)
+      // Warpgroup warp/4 multiplies tile rows 64·(warp/4) …; on return at
+      // most this stage's wgmma group is in flight.
+      wgmma_stage<C>(&acc[0][0][0], smem_addr(As + s * ASt + (warp >> 2) * 64 * C::BK), smem_addr(Bs + s * BSt));
+    else if constexpr (WT)
+      warp_mma<C, true, false>(acc, As + s * ASt + wm * C::WTM * C::LdK, Bs + s * BSt + wn * C::WTN, C::LdK,
+                               C::LdMB, lane);
     else
-      warp_mma<C, true, true>(acc, As + s * C::BM * C::LdK + wm * C::WTM * C::LdK,
-                              Bs + s * BSt + wn * C::WTN * C::LdK, C::LdK, C::LdK, lane);
-    const int nx = it + C::S - 1;
+      warp_mma<C, true, true>(acc, As + s * ASt + wm * C::WTM * C::LdK, Bs + s * BSt + wn * C::WTN * C::LdK,
+                              C::LdK, C::LdK, lane);
+    const int nx = it + D;
     if (nx < nIter) load(t0 + nx, nx % C::S);
-    if (nx + C::S - 1 < nIter) load_idx(t0 + nx + C::S - 1, nx + C::S - 1);
+    if (nx + D < nIter) load_idx(t0 + nx + D, nx + D);
     cp_async_commit();
   }
   cp_async_wait<0>();
+  if constexpr (C::kHopper) wgmma_wait<0>();
 
   // Epilogue: direct fragment stores (bias added in float32 before rounding).
   const int g = lane >> 2, t4 = lane & 3;
@@ -735,6 +777,14 @@ template <class C> __device__ __forceinline__ void pairs_gemm(const PairsParams&
       NAME##_wt(const fg::GatherParams p) {                                                      \
     using Cfg = fg::TileCfg<MATH, BM, BN, BK, WM, WN, S>;                                        \
     fg::gather_gemm<Cfg, true>(p);                                                               \
+  }
+// A Hopper gather kernel (wgmma.cuh): the weight as stored only; compiled
+// by build.sh for sm_90a, PTX only, from the *_sm90a.cu files.
+#define FG_GATHER_H_KERNEL(NAME, MATH, BM, BN, BK, WM, WN, S, SMEM)                            \
+  extern "C" __global__ void __launch_bounds__(32 * (WM) * (WN), 1) NAME(const fg::GatherParams p) { \
+    using Cfg = fg::TileCfg<MATH, BM, BN, BK, WM, WN, S, true>;                                 \
+    static_assert(Cfg::kGatherSmem == (SMEM), "shared memory differs from the Go tile table");  \
+    fg::gather_gemm<Cfg, false>(p);                                                             \
   }
 #define FG_PAIRS_KERNEL(NAME, MATH, BM, BN, BK, WM, WN, S, SMEM)                               \
   extern "C" __global__ void __launch_bounds__(32 * (WM) * (WN)) NAME(const fg::PairsParams p) { \

@@ -11,7 +11,7 @@ import (
 	"sync"
 )
 
-//go:embed images/*.fatbin
+//go:embed images/*.fatbin images/*.ptx
 var imageFS embed.FS
 
 //go:embed manifest.txt
@@ -67,7 +67,11 @@ func Images() ([]Image, error) {
 		if err != nil {
 			return nil, fmt.Errorf("kernels: reading embedded image %s: %w", e.Name(), err)
 		}
-		name := strings.TrimSuffix(e.Name(), ".fatbin")
+		ext := filepath.Ext(e.Name())
+		if ext == ".ptx" {
+			data = append(data[:len(data):len(data)], 0) // the driver wants NUL-terminated PTX
+		}
+		name := strings.TrimSuffix(e.Name(), ext)
 		byName[name] = Image{Name: name, Data: data, Source: "embedded"}
 	}
 	if path := os.Getenv(EnvImage); path != "" {

@@ -45,7 +45,24 @@ func TestImagesUpToDate(t *testing.T) {
 		}
 	}
 	for name := range images {
-		require.Positivef(t, kernelsOf[strings.TrimSuffix(name, ".fatbin")], "manifest lists no kernels of %s", name)
+		require.Positivef(t, kernelsOf[strings.TrimSuffix(strings.TrimSuffix(name, ".fatbin"), ".ptx")], "manifest lists no kernels of %s", name)
+	}
+	// Hopper tiles: a gather kernel (no _wt twin) in the sm90a PTX module
+	// of every arithmetic they serve, none elsewhere.
+	for _, m := range Maths {
+		for _, tile := range HopperTiles {
+			mod, ok := KernelModule(KernelName(Gather, m, tile))
+			if !tile.Supports(m) {
+				require.Falsef(t, ok, "%s is instantiated but the tile does not serve %v", KernelName(Gather, m, tile), m)
+				continue
+			}
+			require.Truef(t, ok, "%s missing from the manifest", KernelName(Gather, m, tile))
+			require.Equal(t, strings.TrimSuffix(HopperInstanceFile(m), ".cu"), mod)
+			_, ok = KernelModule(TransposedName(m, tile))
+			require.False(t, ok, TransposedName(m, tile))
+			_, ok = KernelModule(KernelName(Pairs, m, tile))
+			require.False(t, ok, KernelName(Pairs, m, tile))
+		}
 	}
 	for _, f := range Families {
 		for _, m := range Maths {
@@ -87,6 +104,13 @@ func TestImagesUpToDate(t *testing.T) {
 	for _, f := range sources {
 		if strings.HasSuffix(f, ".cu") {
 			name := strings.TrimSuffix(f, ".cu") + ".fatbin"
+			if strings.HasSuffix(f, "_sm90a.cu") {
+				name = strings.TrimSuffix(f, ".cu") + ".ptx"
+				data, err := imageFS.ReadFile("images/" + name)
+				require.NoErrorf(t, err, "no embedded image for %s: run cudaext/kernels/build.sh", f)
+				require.Containsf(t, string(data), "\n.target sm_90a\n", "%s is not retargeted to sm_90a", name)
+				require.Containsf(t, string(data), "\n.version 8.0\n", "%s is not PTX ISA 8.0", name)
+			}
 			data, err := imageFS.ReadFile("images/" + name)
 			require.NoErrorf(t, err, "no embedded image for %s: run cudaext/kernels/build.sh", f)
 			require.Equalf(t, images[name], sha(data), "embedded %s differs from the manifest", name)
@@ -107,6 +131,13 @@ func TestInstancesUpToDate(t *testing.T) {
 				"%s is stale: run cudaext/kernels/build.sh (or go run ./cudaext/kernels/gen)", InstanceFile(f, m))
 		}
 	}
+	require.NotEmpty(t, HopperMaths())
+	for _, m := range HopperMaths() {
+		got, err := os.ReadFile(HopperInstanceFile(m))
+		require.NoError(t, err)
+		require.Truef(t, bytes.Equal(got, GenerateHopperInstances(m)),
+			"%s is stale: run cudaext/kernels/build.sh (or go run ./cudaext/kernels/gen)", HopperInstanceFile(m))
+	}
 }
 
 // TestTileTableMirrorsCpp checks the Go formulas against the C++ ones by
@@ -116,7 +147,9 @@ func TestTileTableMirrorsCpp(t *testing.T) {
 	require.NoError(t, err)
 	for _, expr := range []string{
 		"kGatherBStage = BN * LdK > BK * LdMB ? BN * LdK : BK * LdMB;",
-		"kGatherSmem = S * (BM * LdK + kGatherBStage) * kElem + 4 * BM + 4 * kIdxRing * (BM + 1);",
+		"kGatherAStage = H_ ? BM * BK : BM * LdK;",
+		"kGatherBSt = H_ ? BN * BK : kGatherBStage;",
+		"S * (kGatherAStage + kGatherBSt) * kElem + 4 * BM + 4 * kIdxRing * (BM + 1) + (H_ ? 1024 : 0);",
 		"kIdxRing = 2 * S;",
 		"kPairsSmem = S * BK * (LdMA + LdMB) * kElem + 2 * kIdxRing * BK * 4;",
 		"LdK = BK + kChunk;",
@@ -171,6 +204,43 @@ func TestTileTableMirrorsCpp(t *testing.T) {
 	}
 	_, err = ParseTile("m1n1k1w1x1s1")
 	require.Error(t, err)
+
+	// Hopper tiles: valid where they are instantiated, a clear error
+	// elsewhere, unique names ending in "h", and each serves exactly the
+	// arithmetics whose BK elements fill 128 bytes.
+	for _, tile := range HopperTiles {
+		require.True(t, tile.Hopper)
+		require.True(t, strings.HasSuffix(tile.Name(), "h"), tile.Name())
+		require.False(t, seen[tile.Name()], tile.Name())
+		seen[tile.Name()] = true
+		back, err := ParseTile(tile.Name())
+		require.NoError(t, err)
+		require.Equal(t, tile, back)
+		require.False(t, tile.Has(Pairs))
+		require.Zero(t, SmemBytes(Pairs, F16, tile))
+		served := 0
+		for _, m := range Maths {
+			if !tile.Supports(m) {
+				require.ErrorContains(t, tile.Validate(m), "128 bytes")
+				continue
+			}
+			served++
+			require.Equal(t, 128, tile.BK*m.ElemSize())
+			require.NoError(t, tile.Validate(m))
+			require.LessOrEqual(t, SmemBytes(Gather, m, tile), 227*1024)
+			require.Contains(t, string(GenerateHopperInstances(m)), KernelName(Gather, m, tile)+",")
+		}
+		require.Positive(t, served, tile.Name())
+	}
+	bad := HopperTiles[0]
+	bad.WN = 2
+	require.ErrorContains(t, bad.Validate(F16), "one warp column")
+	bad = HopperTiles[0]
+	bad.BN = 64
+	require.ErrorContains(t, bad.Validate(F16), "BN 128 or 256")
+	bad = HopperTiles[0]
+	bad.Stages = 2
+	require.ErrorContains(t, bad.Validate(F16), "3 stages")
 }
 
 func TestImagesOverride(t *testing.T) {

@@ -108,6 +108,12 @@ type Tile struct {
 	// would not fit its shared memory or whose SIMT / tf32 fragments
 	// would spill at its warp tile.
 	Narrow bool
+	// Hopper marks a tile of HopperTiles: a gather kernel on sm_90a
+	// warpgroup instructions (wgmma.cuh), instantiated only for the
+	// arithmetics whose BK elements fill 128 bytes (BK 64: F16 and BF16;
+	// BK 32: TF32), only in the gather family, and only reading the
+	// weight as stored (no TransposedName kernel).
+	Hopper bool
 }
 
 // Tiles is THE table of instantiated tile configurations: every family is
@@ -140,27 +146,59 @@ var Tiles = []Tile{
 	{BM: 64, BN: 128, BK: 64, WM: 2, WN: 2, Stages: 4, Narrow: true},
 }
 
-// Name returns the tile's short name, e.g. "m128n64k32w2x2s4".
+// HopperTiles is the table of Hopper gather tiles (Tile.Hopper): one
+// block of BM/64 warpgroups multiplies with wgmma.mma_async from
+// 128-byte-swizzled K-major stages, prefetching Stages − 2 stages ahead.
+// gen writes them to gemm_gather_<math>_sm90a.cu, which build.sh compiles
+// to PTX for the driver to JIT on sm_90 devices. One block per SM
+// (≈ 200 KB of shared memory each).
+var HopperTiles = []Tile{
+	{BM: 128, BN: 256, BK: 64, WM: 8, WN: 1, Stages: 4, Hopper: true},
+	{BM: 128, BN: 128, BK: 64, WM: 8, WN: 1, Stages: 6, Hopper: true},
+	{BM: 128, BN: 256, BK: 32, WM: 8, WN: 1, Stages: 4, Hopper: true},
+	{BM: 128, BN: 128, BK: 32, WM: 8, WN: 1, Stages: 6, Hopper: true},
+}
+
+// Name returns the tile's short name, e.g. "m128n64k32w2x2s4"; a Hopper
+// tile's ends in "h" ("m128n256k64w8x1s4h").
 func (t Tile) Name() string {
-	return fmt.Sprintf("m%dn%dk%dw%dx%ds%d", t.BM, t.BN, t.BK, t.WM, t.WN, t.Stages)
+	n := fmt.Sprintf("m%dn%dk%dw%dx%ds%d", t.BM, t.BN, t.BK, t.WM, t.WN, t.Stages)
+	if t.Hopper {
+		n += "h"
+	}
+	return n
 }
 
 // Supports reports whether the tile is instantiated for arithmetic m
-// (every tile is, except Narrow ones for F32 and TF32).
-func (t Tile) Supports(m Math) bool { return !t.Narrow || m.ElemSize() == 2 }
+// (every tile is, except Narrow ones for F32 and TF32, and Hopper ones
+// except where BK elements of m fill 128 bytes).
+func (t Tile) Supports(m Math) bool {
+	if t.Hopper {
+		return m != F32 && t.BK*m.ElemSize() == 128
+	}
+	return !t.Narrow || m.ElemSize() == 2
+}
+
+// Has reports whether the tile is instantiated in family f (Hopper tiles:
+// the gather family only).
+func (t Tile) Has(f Family) bool { return !t.Hopper || f == Gather }
 
 // Threads returns the threads per block.
 func (t Tile) Threads() int { return 32 * t.WM * t.WN }
 
-// ParseTile finds the tile of Tiles with the given Name.
+// AllTiles returns Tiles followed by HopperTiles (a new slice).
+func AllTiles() []Tile { return append(append([]Tile{}, Tiles...), HopperTiles...) }
+
+// ParseTile finds the tile of Tiles or HopperTiles with the given Name.
 func ParseTile(name string) (Tile, error) {
-	for _, t := range Tiles {
+	all := AllTiles()
+	for _, t := range all {
 		if t.Name() == name {
 			return t, nil
 		}
 	}
-	names := make([]string, len(Tiles))
-	for i, t := range Tiles {
+	names := make([]string, len(all))
+	for i, t := range all {
 		names[i] = t.Name()
 	}
 	return Tile{}, fmt.Errorf("kernels: unknown tile %q (have %s)", name, strings.Join(names, ", "))
@@ -170,6 +208,21 @@ func ParseTile(name string) (Tile, error) {
 // arithmetic the tile is not instantiated for (Supports).
 func (t Tile) Validate(m Math) error {
 	chunk := 16 / m.ElemSize()
+	if t.Hopper {
+		switch {
+		case !t.Supports(m):
+			return fmt.Errorf("kernels: tile %s: not instantiated for %v (Hopper tiles need BK·elem = 128 bytes, no F32)", t.Name(), m)
+		case t.WN != 1 || t.BM != 16*t.WM || t.BM%64 != 0:
+			return fmt.Errorf("kernels: tile %s: a Hopper tile has one warp column and a warpgroup per 64 rows", t.Name())
+		case t.BN != 128 && t.BN != 256:
+			return fmt.Errorf("kernels: tile %s: a Hopper tile has BN 128 or 256", t.Name())
+		case t.Stages < 3:
+			return fmt.Errorf("kernels: tile %s: a Hopper tile needs at least 3 stages", t.Name())
+		case SmemBytes(Gather, m, t) > 227*1024:
+			return fmt.Errorf("kernels: tile %s: too much shared memory for %v", t.Name(), m)
+		}
+		return nil
+	}
 	switch {
 	case !t.Supports(m):
 		return fmt.Errorf("kernels: tile %s: not instantiated for %v (16-bit arithmetics only)", t.Name(), m)
@@ -196,6 +249,15 @@ func (t Tile) Validate(m Math) error {
 func SmemBytes(f Family, m Math, t Tile) int {
 	esz := m.ElemSize()
 	chunk := 16 / esz
+	if t.Hopper {
+		// Swizzled stages without padding, the same row and index-ring
+		// words, and 1 KiB to align the stages to the swizzle atom
+		// (fg::TileCfg with H = true). Hopper tiles have no pairs kernel.
+		if f != Gather {
+			return 0
+		}
+		return t.Stages*(t.BM+t.BN)*t.BK*esz + 4*t.BM + 4*2*t.Stages*(t.BM+1) + 1024
+	}
 	if f == Gather {
 		ldk := t.BK + chunk
 		// Operand stages (a B stage is BN K-major rows or, for a weight
@@ -228,6 +290,43 @@ func TransposedName(m Math, t Tile) string {
 // kernels of one family and arithmetic, e.g. "gemm_gather_f16.cu".
 func InstanceFile(f Family, m Math) string {
 	return fmt.Sprintf("gemm_%v_%v.cu", f, m)
+}
+
+// HopperInstanceFile returns the name of the generated source file holding
+// the Hopper gather kernels of arithmetic m, e.g.
+// "gemm_gather_f16_sm90a.cu" (build.sh compiles *_sm90a.cu to PTX).
+func HopperInstanceFile(m Math) string {
+	return fmt.Sprintf("gemm_%v_%v_sm90a.cu", Gather, m)
+}
+
+// HopperMaths lists the arithmetics that have Hopper tiles.
+func HopperMaths() []Math {
+	var out []Math
+	for _, m := range Maths {
+		for _, t := range HopperTiles {
+			if t.Supports(m) {
+				out = append(out, m)
+				break
+			}
+		}
+	}
+	return out
+}
+
+// GenerateHopperInstances returns the content of HopperInstanceFile(m):
+// one extern "C" kernel per tile of HopperTiles that supports m.
+func GenerateHopperInstances(m Math) []byte {
+	var b strings.Builder
+	fmt.Fprintf(&b, "// Code generated by cudaext/kernels/gen from tiles.go; DO NOT EDIT.\n\n")
+	fmt.Fprintf(&b, "#include \"gemm.cuh\"\n\n")
+	for _, t := range HopperTiles {
+		if !t.Supports(m) {
+			continue
+		}
+		fmt.Fprintf(&b, "FG_GATHER_H_KERNEL(%s, %s, %d, %d, %d, %d, %d, %d, %d)\n", KernelName(Gather, m, t), m.cppName(),
+			t.BM, t.BN, t.BK, t.WM, t.WN, t.Stages, SmemBytes(Gather, m, t))
+	}
+	return []byte(b.String())
 }
 
 // GenerateInstances returns the content of InstanceFile(f, m): one

@@ -1,4 +1,5 @@
 // Command gen writes the GEMM instantiation files gemm_<family>_<math>.cu
+// and gemm_gather_<math>_sm90a.cu (Hopper tiles)
 // of package kernels from its tile table (tiles.go). build.sh runs it
 // before compiling; TestInstancesUpToDate fails when its output drifts
 // from the files on disk.
@@ -36,6 +37,21 @@ func main() {
 				fmt.Fprintln(os.Stderr, "gen:", err)
 				os.Exit(1)
 			}
+		}
+	}
+	for _, m := range kernels.HopperMaths() {
+		for _, t := range kernels.HopperTiles {
+			if t.Supports(m) {
+				if err := t.Validate(m); err != nil {
+					fmt.Fprintln(os.Stderr, "gen:", err)
+					os.Exit(1)
+				}
+			}
+		}
+		path := filepath.Join(*dir, kernels.HopperInstanceFile(m))
+		if err := os.WriteFile(path, kernels.GenerateHopperInstances(m), 0o644); err != nil {
+			fmt.Fprintln(os.Stderr, "gen:", err)
+			os.Exit(1)
 		}
 	}
 }
