@@ -169,9 +169,9 @@ func defaultTiles(mth kernels.Math, use tileUse, rows, cols, kc, sms int64, hopp
 // for (a Narrow tile in F32 or TF32, a Hopper tile whose BK elements of
 // mth do not fill 128 bytes, or a Hopper tile on a device without them)
 // is an error naming the tile, whatever the problem's size (also for
-// N = 0, where nothing would be launched). A forced Hopper tile applies
-// to the gather GEMMs (forward, input gradient); the weight gradient
-// takes its default tile.
+// N = 0, where nothing would be launched). A forced tf32 Hopper tile
+// applies to the gather GEMMs (forward, input gradient) only: the weight
+// gradient, which has no tf32 Hopper kernel, takes its default tile.
 func (e *Engine) chooseTile(o Options, mth kernels.Math, use tileUse, rows, cols, kc int64) (kernels.Tile, error) {
 	if o.Tile != "" {
 		t, err := kernels.ParseTile(o.Tile)
@@ -191,7 +191,7 @@ func (e *Engine) chooseTile(o Options, mth kernels.Math, use tileUse, rows, cols
 		if o.TileRows > 0 && t.BM != o.TileRows {
 			return t, fmt.Errorf("%w: tile %s has %d rows but TileRows is %d", sparse.ErrShape, o.Tile, t.BM, o.TileRows)
 		}
-		if t.Hopper && use != useGather {
+		if use != useGather && !t.Has(kernels.Pairs, mth) {
 			o.Tile = ""
 			return e.chooseTile(o, mth, use, rows, cols, kc)
 		}
@@ -241,32 +241,38 @@ func (e *Engine) chooseSplits(user int, blocks, kIters int64) int {
 // SM. So the heuristic aims at pairsWaves blocks per SM (about two waves at
 // the 3–6 blocks per SM the pairs tiles fit), keeping at least
 // pairsMinIters iterations per split and the float32 partials within
-// pairsPartBytes.
+// pairsPartBytes. A Hopper tile holds one block per SM and keeps its
+// gathers in flight through a deep pipeline instead: it aims at
+// hopperPairsWaves blocks per SM.
 const (
-	pairsWaves     = 8
+	pairsWaves       = 8
+	hopperPairsWaves = 2
 	pairsMaxSplits = 64
 	pairsMinIters  = 8
 	pairsPartBytes = 512 << 20
 )
 
 // choosePairsSplits returns the split-K factor of a weight gradient with
-// blocks (tile, tap) blocks of kIters iterations each, whose output has
-// outElems elements: the user's, or the heuristic's above.
-func (e *Engine) choosePairsSplits(user int, blocks, kIters, outElems int64) int {
+// blocks (tile, tap) blocks of tile t of kIters iterations each, whose
+// output has outElems elements: the user's, or the heuristic's above.
+func (e *Engine) choosePairsSplits(user int, t kernels.Tile, blocks, kIters, outElems int64) int {
 	if user > 0 {
 		return user
 	}
-	return pairsSplits(blocks, kIters, outElems, int64(e.d.info.SMs))
+	return pairsSplits(t, blocks, kIters, outElems, int64(e.d.info.SMs))
 }
 
 // pairsSplits is the weight-gradient split heuristic of choosePairsSplits
-// on sms multiprocessors; the autotuner ranks its candidates with the same
-// function (tune.go), so both always agree.
-func pairsSplits(blocks, kIters, outElems, sms int64) int {
+// for tile t on sms multiprocessors; the autotuner ranks its candidates
+// with the same function (tune.go), so both always agree.
+func pairsSplits(t kernels.Tile, blocks, kIters, outElems, sms int64) int {
 	if blocks <= 0 || kIters <= 1 {
 		return 1
 	}
 	target := pairsWaves * sms
+	if t.Hopper {
+		target = hopperPairsWaves * sms
+	}
 	s := ceilDiv(target, blocks)
 	s = min(s, pairsMaxSplits, max(kIters/pairsMinIters, 1))
 	if outElems > 0 {
@@ -371,13 +377,13 @@ func (e *Engine) runPairs(j pairsJob) error {
 		return nil
 	}
 	t := j.tile
-	if !t.Supports(j.math) {
-		return fmt.Errorf("%w: tile %s is not instantiated for %v (16-bit arithmetics only)", sparse.ErrShape, t.Name(), j.math)
+	if !t.Has(kernels.Pairs, j.math) {
+		return fmt.Errorf("%w: tile %s has no %v weight-gradient kernel", sparse.ErrShape, t.Name(), j.math)
 	}
 	tiles := ceilDiv(j.M, int64(t.BM)) * ceilDiv(j.N, int64(t.BN))
 	splits := 1
 	if j.splitAlg {
-		splits = e.choosePairsSplits(j.userSplits, tiles*j.V, ceilDiv(j.maxPairs, int64(t.BK)), j.M*j.V*j.N)
+		splits = e.choosePairsSplits(j.userSplits, t, tiles*j.V, ceilDiv(j.maxPairs, int64(t.BK)), j.M*j.V*j.N)
 	}
 	esz := int64(j.math.ElemSize())
 	p := pairsParams{
@@ -656,12 +662,13 @@ func (e *Engine) InputGrad(m *kmap.Map, dy, w sparse.Matrix, o Options) (sparse.
 		}
 		// The gather kernel reads the weight [Co, V, Ci] transposed (wt);
 		// the explicit algorithm, whose im2col GEMM has one fused K axis of
-		// V·Co, and the Hopper tiles multiply a materialised transpose
+		// V·Co, and the tf32 Hopper tiles multiply a materialised transpose
 		// [Ci, V, Co].
 		j := gatherJob{math: math, tile: tile, w: wb.ptr, wt: true, M: M, N: ci, splitAlg: isSplit(alg), userSplits: o.SplitK, out: out}
-		// Hopper tiles read their weight K-major only: they multiply the
-		// transpose too (one pass over the weight, small next to the GEMM).
-		if alg == sparse.Explicit || tile.Hopper {
+		// The tf32 Hopper tiles read their weight K-major only: they
+		// multiply the transpose too (one pass over the weight, small next
+		// to the GEMM).
+		if alg == sparse.Explicit || !tile.HasTransposed(math) {
 			wt, err := e.transposeW(wb, co, V, ci)
 			if err != nil {
 				return err

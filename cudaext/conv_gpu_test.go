@@ -1121,7 +1121,7 @@ func BenchmarkConvTiles(b *testing.B) {
 		for _, dir := range []string{"fwd", "dgrad", "wgrad"} {
 			for _, tile := range kernels.AllTiles() {
 				if !tile.Supports(mth) || !envSelected("FLEXGEMM_TEST_TILES", tile.Name()) ||
-					(tile.Hopper && (dir == "wgrad" || !gpu.d.hopperTiles(mth))) {
+					(tile.Hopper && ((dir == "wgrad" && !tile.Has(kernels.Pairs, mth)) || !gpu.d.hopperTiles(mth))) {
 					continue
 				}
 				o := Options{ConvOptions: sparse.ConvOptions{Algorithm: sparse.MaskedImplicitSplitK}, Tile: tile.Name()}

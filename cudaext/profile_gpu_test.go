@@ -92,15 +92,9 @@ func TestProfilePhases(t *testing.T) {
 	require.True(t, has("fwd", "spconv_gather_f16_"))
 	require.True(t, has("wgrad", "spconv_pairs_f16_"))
 	// The input gradient reads the weight transposed inside the gather
-	// kernel (its _wt variant): no separate transpose launch, except for
-	// a Hopper tile, which multiplies a materialised transpose.
-	hopper := false
-	for _, ph := range p.Phases {
-		for _, k := range ph.Kernels {
-			hopper = hopper || (ph.Name == "dgrad" && strings.HasPrefix(k.Name, "spconv_gather_f16_") && strings.HasSuffix(k.Name, "h"))
-		}
-	}
-	require.Equal(t, hopper, has("dgrad", "spconv_transpose_w"), "dgrad: Hopper tile %v, weight transpose launched %v", hopper, !hopper)
+	// kernel (its _wt variant, MN-major on a Hopper tile): no separate
+	// transpose launch.
+	require.False(t, has("dgrad", "spconv_transpose_w"), "dgrad launched a weight transpose")
 	require.True(t, has("dgrad", "spconv_gather_f16_"))
 
 	// Without a profile, Phase is a no-op.

@@ -491,7 +491,7 @@ func (g gemmShape) outElems() int64 { return g.rows * g.cols * g.taps }
 // choosePairsSplits (pairsSplits) for the pairs family.
 func (g gemmShape) splits(t kernels.Tile, sms int64) int {
 	if g.family == kernels.Pairs {
-		return pairsSplits(g.blocks(t), g.kIters(t), g.outElems(), sms)
+		return pairsSplits(t, g.blocks(t), g.kIters(t), g.outElems(), sms)
 	}
 	return heuristicSplits(g.blocks(t), g.kIters(t), sms)
 }
@@ -619,11 +619,11 @@ func tileRank(pref []string, t kernels.Tile) int {
 func usableTiles(mth kernels.Math, g gemmShape, rowsHi int64, lim tuneLimits) []kernels.Tile {
 	var valid, kept []kernels.Tile
 	tiles := kernels.Tiles
-	if lim.hopper[mth] && g.family == kernels.Gather {
+	if lim.hopper[mth] {
 		tiles = kernels.AllTiles()
 	}
 	for _, t := range tiles {
-		if t.Validate(mth) != nil || (lim.maxSmem > 0 && kernels.SmemBytes(g.family, mth, t) > lim.maxSmem) {
+		if !t.Has(g.family, mth) || t.Validate(mth) != nil || (lim.maxSmem > 0 && kernels.SmemBytes(g.family, mth, t) > lim.maxSmem) {
 			continue
 		}
 		valid = append(valid, t)

@@ -333,7 +333,9 @@ func TestAutotuneHeuristicMirrorsConv(t *testing.T) {
 	for _, blocks := range []int64{0, 1, 27, 54, 108, 432, 1728, 10000} {
 		for _, kIters := range []int64{0, 1, 2, 9, 100, 3700, 100000} {
 			for _, out := range []int64{0, 1 << 10, 27 << 20} {
-				require.Equal(t, gpu.choosePairsSplits(0, blocks, kIters, out), pairsSplits(blocks, kIters, out, sms), "blocks %d kIters %d out %d", blocks, kIters, out)
+				for _, tile := range []kernels.Tile{kernels.Tiles[0], kernels.HopperTiles[0]} {
+					require.Equal(t, gpu.choosePairsSplits(0, tile, blocks, kIters, out), pairsSplits(tile, blocks, kIters, out, sms), "blocks %d kIters %d out %d", blocks, kIters, out)
+				}
 			}
 		}
 	}
@@ -345,7 +347,7 @@ func TestAutotuneHeuristicMirrorsConv(t *testing.T) {
 			tile, err := gpu.chooseTile(Options{}, kernels.F16, usePairs, int64(c), int64(c), mid)
 			require.NoError(t, err)
 			blocks := ceilDiv(int64(c), int64(tile.BM)) * ceilDiv(int64(c), int64(tile.BN)) * 27
-			want := gpu.choosePairsSplits(0, blocks, ceilDiv(mid, int64(tile.BK)), int64(c*c*27))
+			want := gpu.choosePairsSplits(0, tile, blocks, ceilDiv(mid, int64(tile.BK)), int64(c*c*27))
 			require.Equal(t, want, g.splits(tile, sms), "%v", k)
 			h := convHeuristic(k, convCandidates(k, gpu.tuneLimits()))
 			if want >= 2 {
@@ -421,13 +423,18 @@ func TestDefaultTiles(t *testing.T) {
 				require.Equal(t, want, got.Name(), "Hopper: %v use %d rows %d cols %d kc %d", mth, tc.use, tc.rows, tc.cols, tc.kc)
 			}
 		}
-		// A forced Hopper tile: the gather GEMMs take it, the weight
-		// gradient its default; in an arithmetic it does not serve it is
-		// an error naming it.
+		// A forced Hopper tile: every GEMM takes it in 16 bits; in tf32
+		// the weight gradient (no tf32 Hopper pairs kernel) its default;
+		// in an arithmetic it does not serve it is an error naming it.
 		got, err := gpu.chooseTile(Options{Tile: "m128n128k64w8x1s6h"}, kernels.F16, useGather, 10, 64, 64)
 		require.NoError(t, err)
 		require.True(t, got.Hopper)
 		got, err = gpu.chooseTile(Options{Tile: "m128n128k64w8x1s6h"}, kernels.F16, usePairs, 1024, 1024, 15192)
+		require.NoError(t, err)
+		require.True(t, got.Hopper)
+		gpu.SetTF32(true)
+		got, err = gpu.chooseTile(Options{Tile: "m128n256k32w8x1s4h"}, kernels.TF32, usePairs, 1024, 1024, 15192)
+		gpu.SetTF32(false)
 		require.NoError(t, err)
 		require.False(t, got.Hopper)
 		_, err = gpu.chooseTile(Options{Tile: "m128n128k64w8x1s6h"}, kernels.TF32, useGather, 10, 64, 64)

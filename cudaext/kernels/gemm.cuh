@@ -73,9 +73,11 @@ template <> struct RawOf<4> { using type = unsigned int; };
 
 // Tile configuration. Go mirror: kernels.Tile (tiles.go); the generated
 // instantiations assert that the shared-memory sizes agree.
-// H_: a Hopper tile (wgmma.cuh): both gather operands staged K-major in
-// the 128-byte swizzled layout (BK·elem = 128, no padding), one warpgroup
-// per 64 rows (WM = BM/16 warps, WN = 1), prefetching S − 2 stages ahead.
+// H_: a Hopper tile (wgmma.cuh): operands staged in the 128-byte swizzled
+// layouts, no padding — the gather operands K-major (BK·elem = 128), a
+// weight read transposed and the pairs operands MN-major (16-bit only) —
+// one warpgroup per 64 rows (WM = BM/16 warps, WN = 1), prefetching S − 2
+// stages ahead.
 template <Math M_, int BM_, int BN_, int BK_, int WM_, int WN_, int S_, bool H_ = false> struct TileCfg {
   static constexpr Math kMath = M_;
   static constexpr bool kHopper = H_;
@@ -106,7 +108,9 @@ template <Math M_, int BM_, int BN_, int BK_, int WM_, int WN_, int S_, bool H_ 
   // Stages the gather pipeline prefetches ahead: S − 1, or S − 2 for a
   // Hopper tile (one wgmma group stays in flight over the refill).
   static constexpr int kDist = H_ ? S - 2 : S - 1;
-  static constexpr int kPairsSmem = S * BK * (LdMA + LdMB) * kElem + 2 * kIdxRing * BK * 4;
+  static constexpr int kPairsAStage = H_ ? BK * BM : BK * LdMA;
+  static constexpr int kPairsBStage = H_ ? BK * BN : BK * LdMB;
+  static constexpr int kPairsSmem = S * (kPairsAStage + kPairsBStage) * kElem + 2 * kIdxRing * BK * 4 + (H_ ? 1024 : 0);
   // Minimum resident blocks per SM promised to the compiler (launch
   // bounds) for the kernels that need a cap: 8-warp 16-bit tiles whose
   // warp tile holds at most 64 float32 accumulators (MI·NI ≤ 16, e.g.
@@ -123,7 +127,7 @@ template <Math M_, int BM_, int BN_, int BK_, int WM_, int WN_, int S_, bool H_ 
   static_assert(S >= 2, "need at least two pipeline stages");
   static_assert((LdK * kElem) % 16 == 0 && (LdMA * kElem) % 16 == 0 && (LdMB * kElem) % 16 == 0,
                 "shared rows must stay 16-byte aligned");
-  static_assert(kGatherSmem <= 227 * 1024 && (H_ || kPairsSmem <= 227 * 1024), "too much shared memory");
+  static_assert(kGatherSmem <= 227 * 1024 && kPairsSmem <= 227 * 1024, "too much shared memory");
   static_assert(!H_ || (BK * kElem == 128 && WN == 1 && BM == 16 * WM && BM % 64 == 0 && S >= 3 &&
                         (BN == 128 || BN == 256) && M_ != Math::F32),
                 "a Hopper tile has 128-byte K rows, one warp column, a warpgroup per 64 rows, BN 128 or 256");
@@ -137,6 +141,20 @@ template <Math M_, int BM_, int BN_, int BK_, int WM_, int WN_, int S_, bool H_ 
       return i * LdK + k;
     }
   }
+  // Element offset of (k, r) in an MN-major stage (r along M or N): padded
+  // lines of ld, or 128-byte lines (L elements) in blocks of L along r,
+  // each block BK lines, 16-byte chunks swizzled by k mod 8.
+  __device__ __forceinline__ static int mnOff(int k, int r, int ld) {
+    if constexpr (H_) {
+      constexpr int L = 128 / kElem;
+      return (r / L) * (BK * L) + k * L + (((((r % L) / kChunk) ^ k) & 7) * kChunk) + r % kChunk;
+    } else {
+      return k * ld + r;
+    }
+  }
+  // Bytes between the 64-element blocks along MN of an MN-major Hopper
+  // stage (the descriptors' leading offset).
+  static constexpr unsigned kMnLbo = BK * 128;
 };
 
 // Kernel parameters, passed by value. Every field is 8 bytes so the Go
@@ -376,7 +394,7 @@ namespace fg {
 template <class C, bool WT> __device__ __forceinline__ void gather_gemm(const GatherParams& p) {
   using T = typename C::T;
   using Raw = typename C::Raw;
-  static_assert(!(C::kHopper && WT), "Hopper tiles read the weight as stored (dgrad multiplies a transpose)");
+  static_assert(!(C::kHopper && WT) || C::kElem == 2, "a tf32 Hopper tile reads the weight as stored (dgrad multiplies a transpose)");
   extern __shared__ __align__(16) unsigned char smem[];
   constexpr int ASt = C::kGatherAStage, BSt = C::kGatherBSt;
   // A Hopper tile's stages start at the next 1 KiB boundary.
@@ -477,7 +495,7 @@ template <class C, bool WT> __device__ __forceinline__ void gather_gemm(const Ga
             const int kk = c / CPB, nn = (c % CPB) * C::kChunk;
             const long long n = n0 + nn, col = col0 + kk;
             const bool ok = n < p.N && col < p.Kc;
-            cp_async16(bs + kk * C::LdMB + nn, ok ? w + (col * p.V + v) * p.N + n : w, ok);
+            cp_async16(bs + C::mnOff(kk, nn, C::LdMB), ok ? w + (col * p.V + v) * p.N + n : w, ok);
           }
         }
       } else {
@@ -507,7 +525,7 @@ template <class C, bool WT> __device__ __forceinline__ void gather_gemm(const Ga
         for (int c = tid; c < C::BK * C::BN; c += C::kThreads) {
           const int kk = c / C::BN, nn = c % C::BN;
           const long long n = n0 + nn, col = col0 + kk;
-          br[kk * C::LdMB + nn] = (n < p.N && col < p.Kc) ? wr[(col * p.V + v) * p.N + n] : Raw(0);
+          br[C::mnOff(kk, nn, C::LdMB)] = (n < p.N && col < p.Kc) ? wr[(col * p.V + v) * p.N + n] : Raw(0);
         }
       } else {
         for (int c = tid; c < C::BN * C::BK; c += C::kThreads) {
@@ -553,7 +571,8 @@ template <class C, bool WT> __device__ __forceinline__ void gather_gemm(const Ga
     if constexpr (C::kHopper)
       // Warpgroup warp/4 multiplies tile rows 64·(warp/4) …; on return at
       // most this stage's wgmma group is in flight.
-      wgmma_stage<C>(&acc[0][0][0], smem_addr(As + s * ASt + (warp >> 2) * 64 * C::BK), smem_addr(Bs + s * BSt));
+      wgmma_stage<C, false, WT>(&acc[0][0][0], smem_addr(As + s * ASt + (warp >> 2) * 64 * C::BK),
+                                smem_addr(Bs + s * BSt), 16, C::kMnLbo);
     else if constexpr (WT)
       warp_mma<C, true, false>(acc, As + s * ASt + wm * C::WTM * C::LdK, Bs + s * BSt + wn * C::WTN, C::LdK,
                                C::LdMB, lane);
@@ -603,16 +622,20 @@ template <class C, bool WT> __device__ __forceinline__ void gather_gemm(const Ga
 template <class C> __device__ __forceinline__ void pairs_gemm(const PairsParams& p) {
   using T = typename C::T;
   using Raw = typename C::Raw;
+  static_assert(!C::kHopper || C::kElem == 2, "Hopper pairs tiles are 16-bit only (tf32 wgmma reads K-major operands)");
   extern __shared__ __align__(16) unsigned char smem[];
-  T* As = reinterpret_cast<T*>(smem);    // [S][BK][LdMA]
-  T* Bs = As + C::S * C::BK * C::LdMA;   // [S][BK][LdMB]
+  constexpr int ASt = C::kPairsAStage, BSt = C::kPairsBStage;
+  // A Hopper tile's stages start at the next 1 KiB boundary.
+  unsigned char* base = C::kHopper ? smem + ((1024 - (smem_addr(smem) & 1023)) & 1023) : smem;
+  T* As = reinterpret_cast<T*>(base);    // [S][BK][LdMA], Hopper: [S] MN-major swizzled
+  T* Bs = As + C::S * ASt;               // [S][BK][LdMB], Hopper: [S] MN-major swizzled
   // Pair indices of the iterations in flight: ring of kIdxRing slots of BK
   // entries for ia and for ib. The indices of iteration j travel with the
   // operands of iteration j − (S − 1) (one cp.async group), so when the
   // operands of j are issued their rows are already in shared memory: no
   // global index load stalls the pipeline.
   constexpr int R = C::kIdxRing;
-  int* sIA = reinterpret_cast<int*>(Bs + C::S * C::BK * C::LdMB);  // [R][BK]
+  int* sIA = reinterpret_cast<int*>(Bs + C::S * BSt);  // [R][BK]
   int* sIB = sIA + R * C::BK;                                         // [R][BK]
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -646,8 +669,8 @@ template <class C> __device__ __forceinline__ void pairs_gemm(const PairsParams&
 
   auto load = [&](long long t, int s, int j) {
     const long long pb = s0 + t * C::BK;
-    T* as = As + s * C::BK * C::LdMA;
-    T* bs = Bs + s * C::BK * C::LdMB;
+    T* as = As + s * ASt;
+    T* bs = Bs + s * BSt;
     const int* ria = sIA + (j % R) * C::BK;
     const int* rib = sIB + (j % R) * C::BK;
     constexpr int CPA = C::BM / C::kChunk, CPB = C::BN / C::kChunk;
@@ -660,7 +683,7 @@ template <class C> __device__ __forceinline__ void pairs_gemm(const PairsParams&
           const long long pi = pb + kk, m = m0 + mm;
           const bool ok = pi < s1 && m < p.M;
           const long long row = ok ? (p.ia ? (long long)ria[kk] : pi) : 0;
-          cp_async16(as + kk * C::LdMA + mm, ok ? a + row * p.M + m : a, ok);
+          cp_async16(as + C::mnOff(kk, mm, C::LdMA), ok ? a + row * p.M + m : a, ok);
         }
       }
 #pragma unroll
@@ -671,7 +694,7 @@ template <class C> __device__ __forceinline__ void pairs_gemm(const PairsParams&
           const long long pi = pb + kk, n = n0 + nn;
           const bool ok = pi < s1 && n < p.N;
           const long long row = ok ? (p.ib ? (long long)rib[kk] : pi) : 0;
-          cp_async16(bs + kk * C::LdMB + nn, ok ? b + row * p.N + n : b, ok);
+          cp_async16(bs + C::mnOff(kk, nn, C::LdMB), ok ? b + row * p.N + n : b, ok);
         }
       }
     } else {
@@ -684,14 +707,14 @@ template <class C> __device__ __forceinline__ void pairs_gemm(const PairsParams&
         const long long pi = pb + kk, m = m0 + mm;
         Raw val = Raw(0);
         if (pi < s1 && m < p.M) val = ar[(p.ia ? (long long)ria[kk] : pi) * p.M + m];
-        asr[kk * C::LdMA + mm] = val;
+        asr[C::mnOff(kk, mm, C::LdMA)] = val;
       }
       for (int c = tid; c < C::BK * C::BN; c += C::kThreads) {
         const int kk = c / C::BN, nn = c % C::BN;
         const long long pi = pb + kk, n = n0 + nn;
         Raw val = Raw(0);
         if (pi < s1 && n < p.N) val = br[(p.ib ? (long long)rib[kk] : pi) * p.N + n];
-        bsr[kk * C::LdMB + nn] = val;
+        bsr[C::mnOff(kk, nn, C::LdMB)] = val;
       }
     }
   };
@@ -705,31 +728,39 @@ template <class C> __device__ __forceinline__ void pairs_gemm(const PairsParams&
       for (int j = 0; j < 4; ++j) acc[mi][ni][j] = 0.f;
 
   // Group g holds the operands of iteration g and the indices of
-  // iteration g + S − 1; the indices of iterations 0 … S − 2 come first,
-  // in a group of their own that is waited for.
-  for (int j = 0; j < C::S - 1; ++j)
+  // iteration g + D (D = kDist stages ahead); the indices of iterations
+  // 0 … D − 1 come first, in a group of their own that is waited for.
+  constexpr int D = C::kDist;
+  for (int j = 0; j < D; ++j)
     if (j < nIter) load_idx(t0 + j, j);
   cp_async_commit();
   cp_async_wait<0>();
   __syncthreads();
 #pragma unroll
-  for (int s = 0; s < C::S - 1; ++s) {
+  for (int s = 0; s < D; ++s) {
     if (s < nIter) load(t0 + s, s, s);
-    if (s + C::S - 1 < nIter) load_idx(t0 + s + C::S - 1, s + C::S - 1);
+    if (s + D < nIter) load_idx(t0 + s + D, s + D);
     cp_async_commit();
   }
   for (int it = 0; it < nIter; ++it) {
-    cp_async_wait<C::S - 2>();
+    cp_async_wait<D - 1>();
+    if constexpr (C::kHopper) fence_proxy_async();
     __syncthreads();
     const int s = it % C::S;
-    warp_mma<C, false, false>(acc, As + s * C::BK * C::LdMA + wm * C::WTM,
-                              Bs + s * C::BK * C::LdMB + wn * C::WTN, C::LdMA, C::LdMB, lane);
-    const int nx = it + C::S - 1;
+    if constexpr (C::kHopper)
+      // Warpgroup warp/4 multiplies output rows 64·(warp/4) …: the
+      // second 64-element block of the MN-major A stage.
+      wgmma_stage<C, true, true>(&acc[0][0][0], smem_addr(As + s * ASt + (warp >> 2) * 64 * C::BK),
+                                 smem_addr(Bs + s * BSt), C::kMnLbo, C::kMnLbo);
+    else
+      warp_mma<C, false, false>(acc, As + s * ASt + wm * C::WTM, Bs + s * BSt + wn * C::WTN, C::LdMA, C::LdMB, lane);
+    const int nx = it + D;
     if (nx < nIter) load(t0 + nx, nx % C::S, nx);
-    if (nx + C::S - 1 < nIter) load_idx(t0 + nx + C::S - 1, nx + C::S - 1);
+    if (nx + D < nIter) load_idx(t0 + nx + D, nx + D);
     cp_async_commit();
   }
   cp_async_wait<0>();
+  if constexpr (C::kHopper) wgmma_wait<0>();
 
   const int g = lane >> 2, t4 = lane & 3;
   const long long ldo = p.V * p.N;  // row pitch of [M, V, N]
@@ -778,13 +809,26 @@ template <class C> __device__ __forceinline__ void pairs_gemm(const PairsParams&
     using Cfg = fg::TileCfg<MATH, BM, BN, BK, WM, WN, S>;                                        \
     fg::gather_gemm<Cfg, true>(p);                                                               \
   }
-// A Hopper gather kernel (wgmma.cuh): the weight as stored only; compiled
-// by build.sh for sm_90a, PTX only, from the *_sm90a.cu files.
+// Hopper kernels (wgmma.cuh), compiled by build.sh for sm_90a, PTX only,
+// from the *_sm90a.cu files: a gather kernel NAME (and, in the 16-bit
+// arithmetics, NAME_wt reading the weight transposed, MN-major) and a
+// pairs kernel (16-bit only).
 #define FG_GATHER_H_KERNEL(NAME, MATH, BM, BN, BK, WM, WN, S, SMEM)                            \
   extern "C" __global__ void __launch_bounds__(32 * (WM) * (WN), 1) NAME(const fg::GatherParams p) { \
     using Cfg = fg::TileCfg<MATH, BM, BN, BK, WM, WN, S, true>;                                 \
     static_assert(Cfg::kGatherSmem == (SMEM), "shared memory differs from the Go tile table");  \
     fg::gather_gemm<Cfg, false>(p);                                                             \
+  }
+#define FG_GATHER_H_WT_KERNEL(NAME, MATH, BM, BN, BK, WM, WN, S)                               \
+  extern "C" __global__ void __launch_bounds__(32 * (WM) * (WN), 1) NAME##_wt(const fg::GatherParams p) { \
+    using Cfg = fg::TileCfg<MATH, BM, BN, BK, WM, WN, S, true>;                                 \
+    fg::gather_gemm<Cfg, true>(p);                                                              \
+  }
+#define FG_PAIRS_H_KERNEL(NAME, MATH, BM, BN, BK, WM, WN, S, SMEM)                             \
+  extern "C" __global__ void __launch_bounds__(32 * (WM) * (WN), 1) NAME(const fg::PairsParams p) { \
+    using Cfg = fg::TileCfg<MATH, BM, BN, BK, WM, WN, S, true>;                                 \
+    static_assert(Cfg::kPairsSmem == (SMEM), "shared memory differs from the Go tile table");   \
+    fg::pairs_gemm<Cfg>(p);                                                                     \
   }
 #define FG_PAIRS_KERNEL(NAME, MATH, BM, BN, BK, WM, WN, S, SMEM)                               \
   extern "C" __global__ void __launch_bounds__(32 * (WM) * (WN)) NAME(const fg::PairsParams p) { \

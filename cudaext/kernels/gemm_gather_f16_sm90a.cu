@@ -3,4 +3,8 @@
 #include "gemm.cuh"
 
 FG_GATHER_H_KERNEL(spconv_gather_f16_m128n256k64w8x1s4h, fg::Math::F16, 128, 256, 64, 8, 1, 4, 202272)
+FG_GATHER_H_WT_KERNEL(spconv_gather_f16_m128n256k64w8x1s4h, fg::Math::F16, 128, 256, 64, 8, 1, 4)
+FG_PAIRS_H_KERNEL(spconv_pairs_f16_m128n256k64w8x1s4h, fg::Math::F16, 128, 256, 64, 8, 1, 4, 201728)
 FG_GATHER_H_KERNEL(spconv_gather_f16_m128n128k64w8x1s6h, fg::Math::F16, 128, 128, 64, 8, 1, 6, 204336)
+FG_GATHER_H_WT_KERNEL(spconv_gather_f16_m128n128k64w8x1s6h, fg::Math::F16, 128, 128, 64, 8, 1, 6)
+FG_PAIRS_H_KERNEL(spconv_pairs_f16_m128n128k64w8x1s6h, fg::Math::F16, 128, 128, 64, 8, 1, 6, 203776)

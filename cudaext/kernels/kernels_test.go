@@ -58,10 +58,16 @@ func TestImagesUpToDate(t *testing.T) {
 			}
 			require.Truef(t, ok, "%s missing from the manifest", KernelName(Gather, m, tile))
 			require.Equal(t, strings.TrimSuffix(HopperInstanceFile(m), ".cu"), mod)
-			_, ok = KernelModule(TransposedName(m, tile))
-			require.False(t, ok, TransposedName(m, tile))
-			_, ok = KernelModule(KernelName(Pairs, m, tile))
-			require.False(t, ok, KernelName(Pairs, m, tile))
+			mod, ok = KernelModule(TransposedName(m, tile))
+			require.Equal(t, tile.HasTransposed(m), ok, TransposedName(m, tile))
+			if ok {
+				require.Equal(t, strings.TrimSuffix(HopperInstanceFile(m), ".cu"), mod)
+			}
+			mod, ok = KernelModule(KernelName(Pairs, m, tile))
+			require.Equal(t, tile.Has(Pairs, m), ok, KernelName(Pairs, m, tile))
+			if ok {
+				require.Equal(t, strings.TrimSuffix(HopperInstanceFile(m), ".cu"), mod)
+			}
 		}
 	}
 	for _, f := range Families {
@@ -149,9 +155,11 @@ func TestTileTableMirrorsCpp(t *testing.T) {
 		"kGatherBStage = BN * LdK > BK * LdMB ? BN * LdK : BK * LdMB;",
 		"kGatherAStage = H_ ? BM * BK : BM * LdK;",
 		"kGatherBSt = H_ ? BN * BK : kGatherBStage;",
+		"kPairsAStage = H_ ? BK * BM : BK * LdMA;",
+		"kPairsBStage = H_ ? BK * BN : BK * LdMB;",
+		"kPairsSmem = S * (kPairsAStage + kPairsBStage) * kElem + 2 * kIdxRing * BK * 4 + (H_ ? 1024 : 0);",
 		"S * (kGatherAStage + kGatherBSt) * kElem + 4 * BM + 4 * kIdxRing * (BM + 1) + (H_ ? 1024 : 0);",
 		"kIdxRing = 2 * S;",
-		"kPairsSmem = S * BK * (LdMA + LdMB) * kElem + 2 * kIdxRing * BK * 4;",
 		"LdK = BK + kChunk;",
 		"LdMA = BM + 8;",
 		"LdMB = BN + 8;",
@@ -216,8 +224,9 @@ func TestTileTableMirrorsCpp(t *testing.T) {
 		back, err := ParseTile(tile.Name())
 		require.NoError(t, err)
 		require.Equal(t, tile, back)
-		require.False(t, tile.Has(Pairs))
-		require.Zero(t, SmemBytes(Pairs, F16, tile))
+		require.False(t, tile.Has(Pairs, F32))
+		require.False(t, tile.Has(Pairs, TF32), "tf32 wgmma has no MN-major operands")
+		require.False(t, tile.HasTransposed(TF32))
 		served := 0
 		for _, m := range Maths {
 			if !tile.Supports(m) {
@@ -228,6 +237,9 @@ func TestTileTableMirrorsCpp(t *testing.T) {
 			require.Equal(t, 128, tile.BK*m.ElemSize())
 			require.NoError(t, tile.Validate(m))
 			require.LessOrEqual(t, SmemBytes(Gather, m, tile), 227*1024)
+			require.LessOrEqual(t, SmemBytes(Pairs, m, tile), 227*1024)
+			require.Equal(t, m.ElemSize() == 2, tile.Has(Pairs, m))
+			require.Equal(t, m.ElemSize() == 2, tile.HasTransposed(m))
 			require.Contains(t, string(GenerateHopperInstances(m)), KernelName(Gather, m, tile)+",")
 		}
 		require.Positive(t, served, tile.Name())

@@ -108,11 +108,12 @@ type Tile struct {
 	// would not fit its shared memory or whose SIMT / tf32 fragments
 	// would spill at its warp tile.
 	Narrow bool
-	// Hopper marks a tile of HopperTiles: a gather kernel on sm_90a
-	// warpgroup instructions (wgmma.cuh), instantiated only for the
-	// arithmetics whose BK elements fill 128 bytes (BK 64: F16 and BF16;
-	// BK 32: TF32), only in the gather family, and only reading the
-	// weight as stored (no TransposedName kernel).
+	// Hopper marks a tile of HopperTiles: kernels on sm_90a warpgroup
+	// instructions (wgmma.cuh), instantiated only for the arithmetics
+	// whose BK elements fill 128 bytes (BK 64: F16 and BF16; BK 32:
+	// TF32); in TF32 only the gather kernel that reads the weight as
+	// stored (tf32 wgmma reads K-major operands only), in F16 and BF16
+	// also its TransposedName twin and the pairs kernel (see Has).
 	Hopper bool
 }
 
@@ -146,9 +147,9 @@ var Tiles = []Tile{
 	{BM: 64, BN: 128, BK: 64, WM: 2, WN: 2, Stages: 4, Narrow: true},
 }
 
-// HopperTiles is the table of Hopper gather tiles (Tile.Hopper): one
-// block of BM/64 warpgroups multiplies with wgmma.mma_async from
-// 128-byte-swizzled K-major stages, prefetching Stages − 2 stages ahead.
+// HopperTiles is the table of Hopper tiles (Tile.Hopper): one block of
+// BM/64 warpgroups multiplies with wgmma.mma_async from 128-byte-swizzled
+// stages, prefetching Stages − 2 stages ahead.
 // gen writes them to gemm_gather_<math>_sm90a.cu, which build.sh compiles
 // to PTX for the driver to JIT on sm_90 devices. One block per SM
 // (≈ 200 KB of shared memory each).
@@ -179,9 +180,16 @@ func (t Tile) Supports(m Math) bool {
 	return !t.Narrow || m.ElemSize() == 2
 }
 
-// Has reports whether the tile is instantiated in family f (Hopper tiles:
-// the gather family only).
-func (t Tile) Has(f Family) bool { return !t.Hopper || f == Gather }
+// Has reports whether the tile has a kernel of family f in arithmetic m:
+// Supports(m), and for a Hopper tile in the pairs family a 16-bit m.
+func (t Tile) Has(f Family, m Math) bool {
+	return t.Supports(m) && (!t.Hopper || f == Gather || m.ElemSize() == 2)
+}
+
+// HasTransposed reports whether the gather kernel reading the weight
+// transposed (TransposedName) exists for the tile in arithmetic m: always
+// where Supports(m), except for the tf32 Hopper tiles.
+func (t Tile) HasTransposed(m Math) bool { return t.Supports(m) && (!t.Hopper || m.ElemSize() == 2) }
 
 // Threads returns the threads per block.
 func (t Tile) Threads() int { return 32 * t.WM * t.WN }
@@ -218,7 +226,7 @@ func (t Tile) Validate(m Math) error {
 			return fmt.Errorf("kernels: tile %s: a Hopper tile has BN 128 or 256", t.Name())
 		case t.Stages < 3:
 			return fmt.Errorf("kernels: tile %s: a Hopper tile needs at least 3 stages", t.Name())
-		case SmemBytes(Gather, m, t) > 227*1024:
+		case SmemBytes(Gather, m, t) > 227*1024 || SmemBytes(Pairs, m, t) > 227*1024:
 			return fmt.Errorf("kernels: tile %s: too much shared memory for %v", t.Name(), m)
 		}
 		return nil
@@ -252,11 +260,11 @@ func SmemBytes(f Family, m Math, t Tile) int {
 	if t.Hopper {
 		// Swizzled stages without padding, the same row and index-ring
 		// words, and 1 KiB to align the stages to the swizzle atom
-		// (fg::TileCfg with H = true). Hopper tiles have no pairs kernel.
-		if f != Gather {
-			return 0
+		// (fg::TileCfg with H = true).
+		if f == Gather {
+			return t.Stages*(t.BM+t.BN)*t.BK*esz + 4*t.BM + 4*2*t.Stages*(t.BM+1) + 1024
 		}
-		return t.Stages*(t.BM+t.BN)*t.BK*esz + 4*t.BM + 4*2*t.Stages*(t.BM+1) + 1024
+		return t.Stages*(t.BM+t.BN)*t.BK*esz + 2*2*t.Stages*t.BK*4 + 1024
 	}
 	if f == Gather {
 		ldk := t.BK + chunk
@@ -325,6 +333,14 @@ func GenerateHopperInstances(m Math) []byte {
 		}
 		fmt.Fprintf(&b, "FG_GATHER_H_KERNEL(%s, %s, %d, %d, %d, %d, %d, %d, %d)\n", KernelName(Gather, m, t), m.cppName(),
 			t.BM, t.BN, t.BK, t.WM, t.WN, t.Stages, SmemBytes(Gather, m, t))
+		if t.HasTransposed(m) {
+			fmt.Fprintf(&b, "FG_GATHER_H_WT_KERNEL(%s, %s, %d, %d, %d, %d, %d, %d)\n", KernelName(Gather, m, t), m.cppName(),
+				t.BM, t.BN, t.BK, t.WM, t.WN, t.Stages)
+		}
+		if t.Has(Pairs, m) {
+			fmt.Fprintf(&b, "FG_PAIRS_H_KERNEL(%s, %s, %d, %d, %d, %d, %d, %d, %d)\n", KernelName(Pairs, m, t), m.cppName(),
+				t.BM, t.BN, t.BK, t.WM, t.WN, t.Stages, SmemBytes(Pairs, m, t))
+		}
 	}
 	return []byte(b.String())
 }

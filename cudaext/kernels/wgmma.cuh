@@ -69,12 +69,15 @@ namespace fg {
   "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), \
   "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
 
-// wgmma matrix descriptor of a K-major operand in the 128-byte swizzled
-// layout whose first row is at shared address addr (8-row groups 1 KiB
-// apart; the leading offset is unused by this layout and set to 1).
-__device__ __forceinline__ unsigned long long wgmma_desc(unsigned addr) {
-  return (unsigned long long)((addr & 0x3FFFF) >> 4) | (1ull << 16) | ((unsigned long long)(1024 >> 4) << 32) |
-         (1ull << 62);
+// wgmma matrix descriptor of an operand in the 128-byte swizzled layout
+// starting at shared address addr: lbo and sbo are the leading and stride
+// byte offsets. K-major (rows of 128 bytes of K): sbo = 1 KiB between
+// 8-row groups, lbo unused (1). MN-major (lines of 128 bytes = 64 16-bit
+// elements along M or N, one line per k): lbo = the offset between
+// 64-element blocks along MN, sbo = 1 KiB between groups of 8 k-lines.
+__device__ __forceinline__ unsigned long long wgmma_desc(unsigned addr, unsigned lbo, unsigned sbo) {
+  return (unsigned long long)((addr & 0x3FFFF) >> 4) | ((unsigned long long)((lbo >> 4) & 0x3FFF) << 16) |
+         ((unsigned long long)((sbo >> 4) & 0x3FFF) << 32) | (1ull << 62);
 }
 
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
@@ -87,45 +90,46 @@ template <int N> __device__ __forceinline__ void wgmma_wait() {
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 
 // One wgmma of shape m64 × BN × (32 bytes of K) for arithmetic M:
-// d += A(desc a) · B(desc b)ᵀ, both K-major.
-template <Math M, int BN> struct Wgmma;
-template <> struct Wgmma<Math::F16, 128> {
+// d += A(desc a) · B(desc b); TA / TB: the operand is MN-major (16-bit
+// arithmetics only; tf32 reads K-major operands only).
+template <Math M, int BN, bool TA, bool TB> struct Wgmma;
+template <bool TA, bool TB> struct Wgmma<Math::F16, 128, TA, TB> {
   __device__ __forceinline__ static void run(float* d, unsigned long long a, unsigned long long b) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 " FG_WGMMA_D64 ", %64, %65, p, 1, 1, 0, 0;\n}\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 " FG_WGMMA_D64 ", %64, %65, p, 1, 1, %67, %68;\n}\n"
         : FG_WGMMA_OPS64(d)
-        : "l"(a), "l"(b), "r"(1));
+        : "l"(a), "l"(b), "r"(1), "n"(int(TA)), "n"(int(TB)));
   }
 };
-template <> struct Wgmma<Math::F16, 256> {
+template <bool TA, bool TB> struct Wgmma<Math::F16, 256, TA, TB> {
   __device__ __forceinline__ static void run(float* d, unsigned long long a, unsigned long long b) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 " FG_WGMMA_D128 ", %128, %129, p, 1, 1, 0, 0;\n}\n"
+        "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 " FG_WGMMA_D128 ", %128, %129, p, 1, 1, %131, %132;\n}\n"
         : FG_WGMMA_OPS128(d)
-        : "l"(a), "l"(b), "r"(1));
+        : "l"(a), "l"(b), "r"(1), "n"(int(TA)), "n"(int(TB)));
   }
 };
-template <> struct Wgmma<Math::BF16, 128> {
+template <bool TA, bool TB> struct Wgmma<Math::BF16, 128, TA, TB> {
   __device__ __forceinline__ static void run(float* d, unsigned long long a, unsigned long long b) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " FG_WGMMA_D64 ", %64, %65, p, 1, 1, 0, 0;\n}\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " FG_WGMMA_D64 ", %64, %65, p, 1, 1, %67, %68;\n}\n"
         : FG_WGMMA_OPS64(d)
-        : "l"(a), "l"(b), "r"(1));
+        : "l"(a), "l"(b), "r"(1), "n"(int(TA)), "n"(int(TB)));
   }
 };
-template <> struct Wgmma<Math::BF16, 256> {
+template <bool TA, bool TB> struct Wgmma<Math::BF16, 256, TA, TB> {
   __device__ __forceinline__ static void run(float* d, unsigned long long a, unsigned long long b) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 " FG_WGMMA_D128 ", %128, %129, p, 1, 1, 0, 0;\n}\n"
+        "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 " FG_WGMMA_D128 ", %128, %129, p, 1, 1, %131, %132;\n}\n"
         : FG_WGMMA_OPS128(d)
-        : "l"(a), "l"(b), "r"(1));
+        : "l"(a), "l"(b), "r"(1), "n"(int(TA)), "n"(int(TB)));
   }
 };
-template <> struct Wgmma<Math::TF32, 128> {
+template <> struct Wgmma<Math::TF32, 128, false, false> {
   __device__ __forceinline__ static void run(float* d, unsigned long long a, unsigned long long b) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
@@ -134,7 +138,7 @@ template <> struct Wgmma<Math::TF32, 128> {
         : "l"(a), "l"(b), "r"(1));
   }
 };
-template <> struct Wgmma<Math::TF32, 256> {
+template <> struct Wgmma<Math::TF32, 256, false, false> {
   __device__ __forceinline__ static void run(float* d, unsigned long long a, unsigned long long b) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
@@ -145,14 +149,22 @@ template <> struct Wgmma<Math::TF32, 256> {
 };
 
 // One stage of a warpgroup's multiply: acc (the m64 × BN fragment of this
-// warpgroup, mma.sync C-fragment order) += A(64 rows at a) · B(BN rows at
-// b)ᵀ over the stage's 128 bytes of K, then commit the group and wait
-// until at most one group (this one) is in flight.
-template <class C>
-__device__ __forceinline__ void wgmma_stage(float* acc, unsigned a, unsigned b) {
+// warpgroup, mma.sync C-fragment order) += A(64 rows at a) · B(BN columns
+// at b) over the stage's BK elements of K, then commit the group and wait
+// until at most one group (this one) is in flight. AMN / BMN: the operand
+// is staged MN-major (lines of 128 bytes along M or N, one per k; its
+// 64-element blocks lbo bytes apart), else K-major (128-byte rows of K).
+template <class C, bool AMN, bool BMN>
+__device__ __forceinline__ void wgmma_stage(float* acc, unsigned a, unsigned b, unsigned aLbo, unsigned bLbo) {
+  constexpr int kInst = MathTraits<C::kMath>::kInstK;
+  constexpr unsigned kStepK = kInst * C::kElem, kStepMN = kInst * 128;  // bytes of K per instruction
   wgmma_fence();
 #pragma unroll
-  for (int k = 0; k < 128; k += 32) Wgmma<C::kMath, C::BN>::run(acc, wgmma_desc(a + k), wgmma_desc(b + k));
+  for (int k = 0; k < C::BK / kInst; ++k) {
+    const unsigned long long da = AMN ? wgmma_desc(a + k * kStepMN, aLbo, 1024) : wgmma_desc(a + k * kStepK, 16, 1024);
+    const unsigned long long db = BMN ? wgmma_desc(b + k * kStepMN, bLbo, 1024) : wgmma_desc(b + k * kStepK, 16, 1024);
+    Wgmma<C::kMath, C::BN, AMN, BMN>::run(acc, da, db);
+  }
   wgmma_commit();
   wgmma_wait<1>();
 }
