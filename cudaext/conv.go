@@ -105,19 +105,37 @@ const (
 	pairsWideMin   = 256
 )
 
-// hopperDefault returns the Hopper gather tile (kernels.HopperTiles) the
-// fixed heuristic prefers for a gather GEMM with cols output columns and
-// a reduction of kc per tap in arithmetic mth, or "" where none applies.
-// Measured on the H200 (docs/PERF_NOTES.md, step 6): the 128×256 tile
-// beats every mma.sync tile at C = 256 and 1024 at every row count of
-// the benchmark (by 25–45 %), while the 128×128 one loses to
-// m128n128k64w2x4s3 at C = 128–256; so: at least 256 columns and one
-// full 128-byte K stage per tap.
-func hopperDefault(mth kernels.Math, cols, kc int64) string {
-	for _, t := range kernels.HopperTiles {
-		if t.Supports(mth) && t.BN == 256 && cols >= 256 && kc >= int64(t.BK) {
-			return t.Name()
+// hopperDefault returns the Hopper tile (kernels.HopperTiles) the fixed
+// heuristic prefers for a GEMM of use with an output of rows × cols and a
+// reduction of kc per tap in arithmetic mth, or "" where none applies.
+// Measured on the H200 (BenchmarkConvTiles, docs/PERF_NOTES.md step 6):
+//   - gather GEMMs (forward, input gradient) with ≥ 256 columns: the
+//     128×256 tile, 25–45 % faster than every mma.sync tile at C = 256,
+//     512 and 1024 at every row count of the benchmark;
+//   - gather GEMMs with 128–255 columns: the 256×128 tile (four
+//     warpgroups), 15 % faster than m128n128k64w2x4s3 at C = 128 (the
+//     128×128 Hopper tile is not: half the work per barrier);
+//   - the weight gradient (16-bit only) with Co and Ci ≥ 256: the 128×256
+//     tile, 14–31 % faster than m128n128k32w2x4s4; at C = 128 and 64 the
+//     mma.sync tiles stay (no Hopper tile wins there);
+//   - every gather tile needs one full 128-byte K stage per tap (kc ≥ BK);
+//     at C = 64 the mma.sync tiles stay.
+func hopperDefault(mth kernels.Math, use tileUse, rows, cols, kc int64) string {
+	pick := func(bm, bn int, fam kernels.Family) string {
+		for _, t := range kernels.HopperTiles {
+			if t.BM == bm && t.BN == bn && t.Has(fam, mth) && (fam == kernels.Pairs || kc >= int64(t.BK)) {
+				return t.Name()
+			}
 		}
+		return ""
+	}
+	switch {
+	case use == useGather && cols >= 256:
+		return pick(128, 256, kernels.Gather)
+	case use == useGather && cols >= 128:
+		return pick(256, 128, kernels.Gather)
+	case use == usePairs && rows >= 256 && cols >= 256:
+		return pick(128, 256, kernels.Pairs)
 	}
 	return ""
 }
@@ -130,13 +148,13 @@ const EnvNoHopper = "FLEXGEMM_NO_HOPPER"
 // defaultTiles returns the tiles the fixed heuristic tries, best first,
 // for a GEMM of use with an output of rows × cols and a reduction of kc
 // per tap, in arithmetic mth on sms multiprocessors; hopper says whether
-// the Hopper gather tiles of mth are loaded (then they come first for the
-// gather GEMMs they suit, see hopperDefault). The autotuner ranks its
+// the Hopper tiles of mth are loaded (then they come first for the GEMMs
+// they suit, see hopperDefault). The autotuner ranks its
 // candidates and picks its heuristic with the same function
 // (preferredTiles in tune.go), so both always agree.
 func defaultTiles(mth kernels.Math, use tileUse, rows, cols, kc, sms int64, hopper bool) []string {
-	if hopper && use == useGather {
-		if h := hopperDefault(mth, cols, kc); h != "" {
+	if hopper {
+		if h := hopperDefault(mth, use, rows, cols, kc); h != "" {
 			return append([]string{h}, defaultTiles(mth, use, rows, cols, kc, sms, false)...)
 		}
 	}
@@ -247,9 +265,9 @@ func (e *Engine) chooseSplits(user int, blocks, kIters int64) int {
 const (
 	pairsWaves       = 8
 	hopperPairsWaves = 2
-	pairsMaxSplits = 64
-	pairsMinIters  = 8
-	pairsPartBytes = 512 << 20
+	pairsMaxSplits   = 64
+	pairsMinIters    = 8
+	pairsPartBytes   = 512 << 20
 )
 
 // choosePairsSplits returns the split-K factor of a weight gradient with

@@ -248,7 +248,7 @@ func TestTileTableMirrorsCpp(t *testing.T) {
 	bad.WN = 2
 	require.ErrorContains(t, bad.Validate(F16), "one warp column")
 	bad = HopperTiles[0]
-	bad.BN = 64
+	bad.BN = 32
 	require.ErrorContains(t, bad.Validate(F16), "BN 128 or 256")
 	bad = HopperTiles[0]
 	bad.Stages = 2

@@ -158,6 +158,9 @@ var HopperTiles = []Tile{
 	{BM: 128, BN: 128, BK: 64, WM: 8, WN: 1, Stages: 6, Hopper: true},
 	{BM: 128, BN: 256, BK: 32, WM: 8, WN: 1, Stages: 4, Hopper: true},
 	{BM: 128, BN: 128, BK: 32, WM: 8, WN: 1, Stages: 6, Hopper: true},
+	{BM: 256, BN: 128, BK: 64, WM: 16, WN: 1, Stages: 4, Hopper: true},
+	{BM: 256, BN: 64, BK: 64, WM: 16, WN: 1, Stages: 5, Hopper: true},
+	{BM: 128, BN: 64, BK: 64, WM: 8, WN: 1, Stages: 8, Hopper: true},
 }
 
 // Name returns the tile's short name, e.g. "m128n64k32w2x2s4"; a Hopper
@@ -222,8 +225,8 @@ func (t Tile) Validate(m Math) error {
 			return fmt.Errorf("kernels: tile %s: not instantiated for %v (Hopper tiles need BK·elem = 128 bytes, no F32)", t.Name(), m)
 		case t.WN != 1 || t.BM != 16*t.WM || t.BM%64 != 0:
 			return fmt.Errorf("kernels: tile %s: a Hopper tile has one warp column and a warpgroup per 64 rows", t.Name())
-		case t.BN != 128 && t.BN != 256:
-			return fmt.Errorf("kernels: tile %s: a Hopper tile has BN 128 or 256", t.Name())
+		case t.BN != 128 && t.BN != 256 && (t.BN != 64 || m.ElemSize() != 2):
+			return fmt.Errorf("kernels: tile %s: a Hopper tile has BN 128 or 256 (or 64 in 16 bits)", t.Name())
 		case t.Stages < 3:
 			return fmt.Errorf("kernels: tile %s: a Hopper tile needs at least 3 stages", t.Name())
 		case SmemBytes(Gather, m, t) > 227*1024 || SmemBytes(Pairs, m, t) > 227*1024:

@@ -24,8 +24,17 @@
 
 namespace fg {
 
-// Operand-list macros of the accumulator registers (64 or 128 float32
-// per thread: m64n128 or m64n256).
+// Operand-list macros of the accumulator registers (32, 64 or 128 float32
+// per thread: m64n64, m64n128 or m64n256).
+#define FG_WGMMA_D32 "{" \
+  "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
+  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31" \
+  "}"
+#define FG_WGMMA_OPS32(d) \
+  "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+  "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
+  "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
+  "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
 #define FG_WGMMA_D64 "{" \
   "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
   "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
@@ -93,6 +102,24 @@ __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.
 // d += A(desc a) · B(desc b); TA / TB: the operand is MN-major (16-bit
 // arithmetics only; tf32 reads K-major operands only).
 template <Math M, int BN, bool TA, bool TB> struct Wgmma;
+template <bool TA, bool TB> struct Wgmma<Math::F16, 64, TA, TB> {
+  __device__ __forceinline__ static void run(float* d, unsigned long long a, unsigned long long b) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 " FG_WGMMA_D32 ", %32, %33, p, 1, 1, %35, %36;\n}\n"
+        : FG_WGMMA_OPS32(d)
+        : "l"(a), "l"(b), "r"(1), "n"(int(TA)), "n"(int(TB)));
+  }
+};
+template <bool TA, bool TB> struct Wgmma<Math::BF16, 64, TA, TB> {
+  __device__ __forceinline__ static void run(float* d, unsigned long long a, unsigned long long b) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " FG_WGMMA_D32 ", %32, %33, p, 1, 1, %35, %36;\n}\n"
+        : FG_WGMMA_OPS32(d)
+        : "l"(a), "l"(b), "r"(1), "n"(int(TA)), "n"(int(TB)));
+  }
+};
 template <bool TA, bool TB> struct Wgmma<Math::F16, 128, TA, TB> {
   __device__ __forceinline__ static void run(float* d, unsigned long long a, unsigned long long b) {
     asm volatile(
