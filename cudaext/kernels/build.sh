@@ -5,9 +5,10 @@
 # holding sm_80 and sm_90 cubins and compute_90 PTX (the driver JIT-compiles
 # the PTX on newer GPUs), except the *_sm90a.cu files (Hopper wgmma
 # kernels): nvcc 11.8 does not know sm_90a, so they become PTX only,
-# images/<name>.ptx, emitted for compute_90 with the inline wgmma asm passed
-# through and the header raised to PTX ISA 8.0 / target sm_90a; the driver
-# JIT-compiles that PTX on Hopper GPUs (reference: GPU.md). manifest.txt records the nvcc version and the
+# images/<name>.ptx.gz (gzip -9n: PTX text shrinks about tenfold), emitted
+# for compute_90 with the inline wgmma asm passed through and the header
+# raised to PTX ISA 8.0 / target sm_90a; the driver JIT-compiles that PTX
+# on Hopper GPUs (reference: GPU.md). manifest.txt records the nvcc version and the
 # sha256 of every input (*.cu, *.cuh, this script) and of every image, and
 # which module defines each kernel (read with cuobjdump), so the runtime
 # looks a kernel up in its own module only; the plain Go test
@@ -35,7 +36,7 @@ compile() {
     $NVCC $PTXFLAGS -o "$dir/$n.ptx.tmp" "$src"
     sed -i -e 's/^\.version 7\.[0-9]*$/.version 8.0/' -e 's/^\.target sm_90$/.target sm_90a/' "$dir/$n.ptx.tmp"
     grep -qx '.target sm_90a' "$dir/$n.ptx.tmp" || { echo "build.sh: $src: could not retarget the PTX to sm_90a" >&2; return 1; }
-    mv "$dir/$n.ptx.tmp" "$dir/$n.ptx"
+    gzip -9n -c "$dir/$n.ptx.tmp" > "$dir/$n.ptx.gz.tmp" && rm "$dir/$n.ptx.tmp" && mv "$dir/$n.ptx.gz.tmp" "$dir/$n.ptx.gz"
   else
     $NVCC $FLAGS -fatbin -o "$dir/$n.fatbin.tmp" "$src" && mv "$dir/$n.fatbin.tmp" "$dir/$n.fatbin"
   fi
@@ -69,16 +70,17 @@ for cu in *.cu; do
   name=${cu%.cu}
   sum=$(sha256sum "$cu" | cut -d' ' -f1)
   img=images/$name.fatbin
-  [[ $name == *_sm90a ]] && img=images/$name.ptx
+  [[ $name == *_sm90a ]] && img=images/$name.ptx.gz
   if [[ "$common" != "$old_common" || ! -f $img ]] ||
      ! grep -qx "source $sum $cu" manifest.txt 2>/dev/null; then
     todo+=("$cu")
   fi
 done
 # Images whose source is gone.
-for img in images/*.fatbin images/*.ptx; do
+rm -f images/*.ptx  # uncompressed PTX of earlier builds
+for img in images/*.fatbin images/*.ptx.gz; do
   [[ -e "$img" ]] || continue
-  n=$(basename "${img%.*}")
+  n=$(basename "${img%%.*}")
   [[ -f "$n.cu" ]] || rm -f "$img"
 done
 
@@ -97,15 +99,15 @@ fi
   for f in $(ls build.sh *.cuh *.cu | LC_ALL=C sort); do
     echo "source $(sha256sum "$f" | cut -d' ' -f1) $f"
   done
-  for img in $(ls images/*.fatbin images/*.ptx | LC_ALL=C sort); do
+  for img in $(ls images/*.fatbin images/*.ptx.gz | LC_ALL=C sort); do
     echo "image $(sha256sum "$img" | cut -d' ' -f1) $(basename "$img")"
   done
   for img in $(ls images/*.fatbin | LC_ALL=C sort); do
     "${CUOBJDUMP:-cuobjdump}" --dump-elf-symbols "$img" | awk '$3 == "STO_ENTRY" {print $4}' | LC_ALL=C sort -u |
       sed "s/^/kernel $(basename "$img" .fatbin) /"
   done
-  for img in $(ls images/*.ptx | LC_ALL=C sort); do
-    sed -n 's/^\.visible \.entry \([A-Za-z0-9_]*\)(.*/\1/p' "$img" | LC_ALL=C sort -u | sed "s/^/kernel $(basename "$img" .ptx) /"
+  for img in $(ls images/*.ptx.gz | LC_ALL=C sort); do
+    gzip -dc "$img" | sed -n 's/^\.visible \.entry \([A-Za-z0-9_]*\)(.*/\1/p' | LC_ALL=C sort -u | sed "s/^/kernel $(basename "$img" .ptx.gz) /"
   done
 } > manifest.txt.tmp
 mv manifest.txt.tmp manifest.txt

@@ -2,8 +2,11 @@ package kernels
 
 import (
 	"bufio"
+	"bytes"
+	"compress/gzip"
 	"embed"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"sort"
@@ -11,7 +14,7 @@ import (
 	"sync"
 )
 
-//go:embed images/*.fatbin images/*.ptx
+//go:embed images/*.fatbin images/*.ptx.gz
 var imageFS embed.FS
 
 //go:embed manifest.txt
@@ -68,8 +71,12 @@ func Images() ([]Image, error) {
 			return nil, fmt.Errorf("kernels: reading embedded image %s: %w", e.Name(), err)
 		}
 		ext := filepath.Ext(e.Name())
-		if ext == ".ptx" {
-			data = append(data[:len(data):len(data)], 0) // the driver wants NUL-terminated PTX
+		if strings.HasSuffix(e.Name(), ".ptx.gz") {
+			ext = ".ptx.gz"
+			if data, err = gunzip(data); err != nil {
+				return nil, fmt.Errorf("kernels: embedded image %s: %w", e.Name(), err)
+			}
+			data = append(data, 0) // the driver wants NUL-terminated PTX
 		}
 		name := strings.TrimSuffix(e.Name(), ext)
 		byName[name] = Image{Name: name, Data: data, Source: "embedded"}
@@ -89,6 +96,16 @@ func Images() ([]Image, error) {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, nil
+}
+
+// gunzip returns the decompressed content of a gzip stream.
+func gunzip(b []byte) ([]byte, error) {
+	r, err := gzip.NewReader(bytes.NewReader(b))
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	return io.ReadAll(r)
 }
 
 func overrides(path string) ([]Image, error) {

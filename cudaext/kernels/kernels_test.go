@@ -45,7 +45,7 @@ func TestImagesUpToDate(t *testing.T) {
 		}
 	}
 	for name := range images {
-		require.Positivef(t, kernelsOf[strings.TrimSuffix(strings.TrimSuffix(name, ".fatbin"), ".ptx")], "manifest lists no kernels of %s", name)
+		require.Positivef(t, kernelsOf[strings.TrimSuffix(strings.TrimSuffix(name, ".fatbin"), ".ptx.gz")], "manifest lists no kernels of %s", name)
 	}
 	// Hopper tiles: a gather kernel (no _wt twin) in the sm90a PTX module
 	// of every arithmetic they serve, none elsewhere.
@@ -111,9 +111,11 @@ func TestImagesUpToDate(t *testing.T) {
 		if strings.HasSuffix(f, ".cu") {
 			name := strings.TrimSuffix(f, ".cu") + ".fatbin"
 			if strings.HasSuffix(f, "_sm90a.cu") {
-				name = strings.TrimSuffix(f, ".cu") + ".ptx"
-				data, err := imageFS.ReadFile("images/" + name)
+				name = strings.TrimSuffix(f, ".cu") + ".ptx.gz"
+				gz, err := imageFS.ReadFile("images/" + name)
 				require.NoErrorf(t, err, "no embedded image for %s: run cudaext/kernels/build.sh", f)
+				data, err := gunzip(gz)
+				require.NoError(t, err, name)
 				require.Containsf(t, string(data), "\n.target sm_90a\n", "%s is not retargeted to sm_90a", name)
 				require.Containsf(t, string(data), "\n.version 8.0\n", "%s is not PTX ISA 8.0", name)
 			}
