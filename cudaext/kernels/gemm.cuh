@@ -569,8 +569,8 @@ template <class C, bool WT> __device__ __forceinline__ void gather_gemm(const Ga
     __syncthreads();
     const int s = it % C::S;
     if constexpr (C::kHopper)
-      // Warpgroup warp/4 multiplies tile rows 64·(warp/4) …; on return at
-      // most this stage's wgmma group is in flight.
+      // Warpgroup warp/4 multiplies tile rows 64·(warp/4) … (its group
+      // runs while the copies below are issued).
       wgmma_stage<C, false, WT>(&acc[0][0][0], smem_addr(As + s * ASt + (warp >> 2) * 64 * C::BK),
                                 smem_addr(Bs + s * BSt), 16, C::kMnLbo);
     else if constexpr (WT)
@@ -583,6 +583,10 @@ template <class C, bool WT> __device__ __forceinline__ void gather_gemm(const Ga
     if (nx < nIter) load(t0 + nx, nx % C::S);
     if (nx + D < nIter) load_idx(t0 + nx + D, nx + D);
     cp_async_commit();
+    // Hopper: retire the previous iteration's group, whose stage the next
+    // iteration's copies refill (the barrier there covers the other
+    // warpgroups).
+    if constexpr (C::kHopper) wgmma_wait<1>();
   }
   cp_async_wait<0>();
   if constexpr (C::kHopper) wgmma_wait<0>();
@@ -758,6 +762,7 @@ template <class C> __device__ __forceinline__ void pairs_gemm(const PairsParams&
     if (nx < nIter) load(t0 + nx, nx % C::S, nx);
     if (nx + D < nIter) load_idx(t0 + nx + D, nx + D);
     cp_async_commit();
+    if constexpr (C::kHopper) wgmma_wait<1>();
   }
   cp_async_wait<0>();
   if constexpr (C::kHopper) wgmma_wait<0>();

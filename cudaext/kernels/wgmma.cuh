@@ -11,10 +11,11 @@
 //
 // The operands arrive by cp.async (generic proxy); a fence.proxy.async
 // after each thread's copies land makes them visible to wgmma (async
-// proxy) before the stage's barrier. One wgmma group stays in flight while
-// the next stage's copies are issued, so a stage is refilled only after
-// every warpgroup's group that read it has retired: the pipeline prefetches
-// S − 2 stages ahead (TileCfg::kDist).
+// proxy) before the stage's barrier. A warpgroup issues its wgmma group for
+// stage i, then the copies of stage i + S − 2, then waits until only that
+// group is in flight: a stage is refilled only after every warpgroup's
+// group that read it has retired, so the pipeline prefetches S − 2 stages
+// ahead (TileCfg::kDist).
 //
 // These instructions need PTX ISA 8.0 and the sm_90a target. build.sh
 // compiles the *_sm90a.cu instantiations to PTX only and the driver
@@ -177,8 +178,9 @@ template <> struct Wgmma<Math::TF32, 256, false, false> {
 
 // One stage of a warpgroup's multiply: acc (the m64 × BN fragment of this
 // warpgroup, mma.sync C-fragment order) += A(64 rows at a) · B(BN columns
-// at b) over the stage's BK elements of K, then commit the group and wait
-// until at most one group (this one) is in flight. AMN / BMN: the operand
+// at b) over the stage's BK elements of K, then commit the group. The
+// caller waits (wgmma_wait<1>) before the next stage: it issues the
+// copies of a later stage first, while this group runs. AMN / BMN: the operand
 // is staged MN-major (lines of 128 bytes along M or N, one per k; its
 // 64-element blocks lbo bytes apart), else K-major (128-byte rows of K).
 template <class C, bool AMN, bool BMN>
@@ -193,7 +195,6 @@ __device__ __forceinline__ void wgmma_stage(float* acc, unsigned a, unsigned b, 
     Wgmma<C::kMath, C::BN, AMN, BMN>::run(acc, da, db);
   }
   wgmma_commit();
-  wgmma_wait<1>();
 }
 
 }  // namespace fg
