@@ -94,15 +94,15 @@ const (
 //   - pairsWideTile is the per-tap weight gradient's tile when Co and Ci
 //     are both at least pairsWideMin: a 128×128 tile gathers each pair's
 //     rows for 4× the outputs of m64n64 (1.78 against 2.58 ms at RES 64 C
-//     1024, 2.19 against 3.29 ms at RES 256 C 256; m64n64 stays best at C
-//     64).
+//     1024, 2.19 against 3.29 ms at RES 256 C 256, 2.20 against 3.77 ms
+//     at RES 512 C 128 (session 3); m64n64 stays best at C 64).
 //
 // Both are Narrow (no float32/TF32 instance); F32 and TF32 keep the old
 // tiles.
 const (
 	gatherDeepTile = "m128n128k64w2x4s3"
 	pairsWideTile  = "m128n128k32w2x4s4"
-	pairsWideMin   = 256
+	pairsWideMin   = 128
 )
 
 // hopperDefault returns the Hopper tile (kernels.HopperTiles) the fixed
@@ -140,9 +140,9 @@ func hopperDefault(mth kernels.Math, use tileUse, rows, cols, kc int64) string {
 	return ""
 }
 
-// EnvNoHopper names the environment variable that, set to 1, keeps the
-// fixed heuristic off the Hopper gather tiles (they stay available to
-// Options.Tile and the autotuner).
+// EnvNoHopper names the environment variable that, set to 1 when the
+// engine opens, keeps the fixed heuristic and the autotuner off the Hopper
+// tiles (Options.Tile can still force them).
 const EnvNoHopper = "FLEXGEMM_NO_HOPPER"
 
 // defaultTiles returns the tiles the fixed heuristic tries, best first,
@@ -859,9 +859,9 @@ func (e *Engine) BiasGradAs(dy sparse.Matrix, dt sparse.DType) (sparse.Matrix, e
 			db.ptr, part.ptr, rows, cols, chunkRows); err != nil {
 			return err
 		}
-		g, b := d.elementwise(cols)
-		// Stage 2 reads float32 partials whatever dy's dtype; its suffix
-		// is the output's.
+		// Stage 2: a warp per column. It reads float32 partials whatever
+		// dy's dtype; its suffix is the output's.
+		g, b := d.elementwise(32 * cols)
 		return d.launch("spconv_bias_grad2_"+outSfx, g, b, 0, part.ptr, out.ptr, chunks, cols)
 	})
 	if err != nil {

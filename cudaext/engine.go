@@ -90,10 +90,10 @@ func (e *Engine) SetTF32(on bool) { e.tf32.Store(on) }
 // TF32 reports whether float32 convolutions use tf32 tensor cores.
 func (e *Engine) TF32() bool { return e.tf32.Load() }
 
-// SetHopperDefaults says whether the fixed heuristic may pick the Hopper
-// gather tiles (wgmma kernels, compute capability 9.0 only) where they
-// suit; true by default, false when FLEXGEMM_NO_HOPPER=1 at Open. The
-// tiles stay available to Options.Tile and the autotuner either way.
+// SetHopperDefaults says whether the fixed heuristic and the autotuner may
+// pick the Hopper tiles (wgmma kernels, compute capability 9.0 only) where
+// they suit; true by default, false when FLEXGEMM_NO_HOPPER=1 at Open.
+// Options.Tile can force them either way.
 func (e *Engine) SetHopperDefaults(on bool) { e.noHopper.Store(!on) }
 
 // HopperTiles reports whether the Hopper gather kernels of the arithmetic

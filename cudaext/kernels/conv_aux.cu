@@ -80,12 +80,19 @@ __device__ void bias_grad1(const T* dy, float* part, long long rows, long long c
   }
 }
 
-// Bias gradient, stage 2: out[c] = Σ_chunk part[chunk, c] in chunk order.
+// Bias gradient, stage 2: out[c] = Σ_chunk part[chunk, c], one warp per
+// column (8 per 256-thread block): lane l sums chunks l, l + 32, … in
+// order, then a fixed xor-shuffle tree adds the 32 lane sums. The order is
+// fixed, so the result is deterministic; the chain of dependent loads per
+// thread is 32 times shorter than one thread walking every chunk.
 template <class T> __device__ void bias_grad2(const float* part, T* out, long long chunks, long long cols) {
-  for (long long c = gtid(); c < cols; c += gstride()) {
+  const int lane = threadIdx.x & 31;
+  for (long long c = gtid() >> 5; c < cols; c += gstride() >> 5) {
     float s = 0.f;
-    for (long long k = 0; k < chunks; ++k) s += part[k * cols + c];
-    out[c] = from_f32<T>(s);
+    for (long long k = lane; k < chunks; k += 32) s += part[k * cols + c];
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    if (lane == 0) out[c] = from_f32<T>(s);
   }
 }
 
