@@ -83,8 +83,9 @@ func (e *Engine) Owns(m sparse.Matrix) bool {
 }
 
 // SetTF32 selects the arithmetic of float32 convolutions: false (the
-// default) is IEEE float32 FMA, true rounds the operands to tf32 and uses
-// tensor cores (FlexGEMM's allow_tf32), about 10 bits of mantissa.
+// default) is IEEE float32 FMA, true multiplies on tensor cores with the
+// operands reduced to tf32 (FlexGEMM's allow_tf32), about 10 bits of
+// mantissa: rounded by the mma.sync tiles, truncated by the Hopper tiles.
 func (e *Engine) SetTF32(on bool) { e.tf32.Store(on) }
 
 // TF32 reports whether float32 convolutions use tf32 tensor cores.

@@ -17,6 +17,11 @@
 // group that read it has retired, so the pipeline prefetches S − 2 stages
 // ahead (TileCfg::kDist).
 //
+// tf32: wgmma reads the float32 operands as stored and uses their top 19
+// bits (truncation, where the mma.sync path rounds with cvt.rna): errors
+// up to about twice those of the mma.sync tf32 kernels, within the same
+// bound (tests: 2e-3 relative L2).
+//
 // These instructions need PTX ISA 8.0 and the sm_90a target. build.sh
 // compiles the *_sm90a.cu instantiations to PTX only and the driver
 // JIT-compiles them on Hopper GPUs; no other target ever instantiates
