@@ -108,78 +108,40 @@ __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.
 // d += A(desc a) · B(desc b); TA / TB: the operand is MN-major (16-bit
 // arithmetics only; tf32 reads K-major operands only).
 template <Math M, int BN, bool TA, bool TB> struct Wgmma;
-template <bool TA, bool TB> struct Wgmma<Math::F16, 64, TA, TB> {
-  __device__ __forceinline__ static void run(float* d, unsigned long long a, unsigned long long b) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 " FG_WGMMA_D32 ", %32, %33, p, 1, 1, %35, %36;\n}\n"
-        : FG_WGMMA_OPS32(d)
-        : "l"(a), "l"(b), "r"(1), "n"(int(TA)), "n"(int(TB)));
-  }
-};
-template <bool TA, bool TB> struct Wgmma<Math::BF16, 64, TA, TB> {
-  __device__ __forceinline__ static void run(float* d, unsigned long long a, unsigned long long b) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " FG_WGMMA_D32 ", %32, %33, p, 1, 1, %35, %36;\n}\n"
-        : FG_WGMMA_OPS32(d)
-        : "l"(a), "l"(b), "r"(1), "n"(int(TA)), "n"(int(TB)));
-  }
-};
-template <bool TA, bool TB> struct Wgmma<Math::F16, 128, TA, TB> {
-  __device__ __forceinline__ static void run(float* d, unsigned long long a, unsigned long long b) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 " FG_WGMMA_D64 ", %64, %65, p, 1, 1, %67, %68;\n}\n"
-        : FG_WGMMA_OPS64(d)
-        : "l"(a), "l"(b), "r"(1), "n"(int(TA)), "n"(int(TB)));
-  }
-};
-template <bool TA, bool TB> struct Wgmma<Math::F16, 256, TA, TB> {
-  __device__ __forceinline__ static void run(float* d, unsigned long long a, unsigned long long b) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 " FG_WGMMA_D128 ", %128, %129, p, 1, 1, %131, %132;\n}\n"
-        : FG_WGMMA_OPS128(d)
-        : "l"(a), "l"(b), "r"(1), "n"(int(TA)), "n"(int(TB)));
-  }
-};
-template <bool TA, bool TB> struct Wgmma<Math::BF16, 128, TA, TB> {
-  __device__ __forceinline__ static void run(float* d, unsigned long long a, unsigned long long b) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " FG_WGMMA_D64 ", %64, %65, p, 1, 1, %67, %68;\n}\n"
-        : FG_WGMMA_OPS64(d)
-        : "l"(a), "l"(b), "r"(1), "n"(int(TA)), "n"(int(TB)));
-  }
-};
-template <bool TA, bool TB> struct Wgmma<Math::BF16, 256, TA, TB> {
-  __device__ __forceinline__ static void run(float* d, unsigned long long a, unsigned long long b) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 " FG_WGMMA_D128 ", %128, %129, p, 1, 1, %131, %132;\n}\n"
-        : FG_WGMMA_OPS128(d)
-        : "l"(a), "l"(b), "r"(1), "n"(int(TA)), "n"(int(TB)));
-  }
-};
-template <> struct Wgmma<Math::TF32, 128, false, false> {
-  __device__ __forceinline__ static void run(float* d, unsigned long long a, unsigned long long b) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32 " FG_WGMMA_D64 ", %64, %65, p, 1, 1;\n}\n"
-        : FG_WGMMA_OPS64(d)
-        : "l"(a), "l"(b), "r"(1));
-  }
-};
-template <> struct Wgmma<Math::TF32, 256, false, false> {
-  __device__ __forceinline__ static void run(float* d, unsigned long long a, unsigned long long b) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n256k8.f32.tf32.tf32 " FG_WGMMA_D128 ", %128, %129, p, 1, 1;\n}\n"
-        : FG_WGMMA_OPS128(d)
-        : "l"(a), "l"(b), "r"(1));
-  }
-};
+// One specialisation per (arithmetic, BN): NACC accumulators per thread,
+// then the operand numbers of the descriptors (A, B), of the scale-d
+// register (P) and, for the 16-bit arithmetics, of the transpose
+// immediates (TA, TB).
+#define FG_WGMMA_16BIT(MATH, TY, BN, NACC, A, B, P, TA, TB)                                              \
+  template <bool TA_, bool TB_> struct Wgmma<Math::MATH, BN, TA_, TB_> {                                   \
+    __device__ __forceinline__ static void run(float* d, unsigned long long a, unsigned long long b) {    \
+      asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" #P ", 0;\n"                                        \
+                   "wgmma.mma_async.sync.aligned.m64n" #BN "k16.f32." #TY "." #TY " " FG_WGMMA_D##NACC       \
+                   ", %" #A ", %" #B ", p, 1, 1, %" #TA ", %" #TB ";\n}\n"                                   \
+                   : FG_WGMMA_OPS##NACC(d)                                                                 \
+                   : "l"(a), "l"(b), "r"(1), "n"(int(TA_)), "n"(int(TB_)));                                \
+    }                                                                                                      \
+  };
+#define FG_WGMMA_TF32(BN, NACC, A, B, P)                                                                    \
+  template <> struct Wgmma<Math::TF32, BN, false, false> {                                                 \
+    __device__ __forceinline__ static void run(float* d, unsigned long long a, unsigned long long b) {    \
+      asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" #P ", 0;\n"                                        \
+                   "wgmma.mma_async.sync.aligned.m64n" #BN "k8.f32.tf32.tf32 " FG_WGMMA_D##NACC               \
+                   ", %" #A ", %" #B ", p, 1, 1;\n}\n"                                                       \
+                   : FG_WGMMA_OPS##NACC(d)                                                                 \
+                   : "l"(a), "l"(b), "r"(1));                                                              \
+    }                                                                                                      \
+  };
+FG_WGMMA_16BIT(F16, f16, 64, 32, 32, 33, 34, 35, 36)
+FG_WGMMA_16BIT(F16, f16, 128, 64, 64, 65, 66, 67, 68)
+FG_WGMMA_16BIT(F16, f16, 256, 128, 128, 129, 130, 131, 132)
+FG_WGMMA_16BIT(BF16, bf16, 64, 32, 32, 33, 34, 35, 36)
+FG_WGMMA_16BIT(BF16, bf16, 128, 64, 64, 65, 66, 67, 68)
+FG_WGMMA_16BIT(BF16, bf16, 256, 128, 128, 129, 130, 131, 132)
+FG_WGMMA_TF32(128, 64, 64, 65, 66)
+FG_WGMMA_TF32(256, 128, 128, 129, 130)
+#undef FG_WGMMA_16BIT
+#undef FG_WGMMA_TF32
 
 // One stage of a warpgroup's multiply: acc (the m64 × BN fragment of this
 // warpgroup, mma.sync C-fragment order) += A(64 rows at a) · B(BN columns
