@@ -299,6 +299,39 @@ func pairsSplits(t kernels.Tile, blocks, kIters, outElems, sms int64) int {
 	return int(max(s, 1))
 }
 
+// balancedPairsSplits is the fixed heuristic's split of a per-tap weight
+// gradient with tiles output tiles per tap, whose longest tap takes
+// longest reduction steps of tile t and all taps together total: every
+// block gets about the same number of steps (chunk) instead of every tap
+// the same number of splits, so the long taps (the centre tap of a
+// submanifold map has a pair per voxel, the others far fewer) no longer
+// finish last. chunk spreads tiles·total steps over the blocks the
+// heuristic aims at (pairsSplits' waves), at least pairsMinIters; the
+// longest tap gets splits = ⌈longest/chunk⌉ slices (capped like
+// pairsSplits: pairsMaxSplits and pairsPartBytes of float32 partials, then
+// chunk grows to fit), a tap of n steps ⌈n/chunk⌉ of them, and the kernel
+// writes zeros into a tap's unused slices (PairsParams.chunk). chunk = 0
+// with splits = 1: no split.
+func balancedPairsSplits(t kernels.Tile, tiles, longest, total, outElems, sms int64) (splits int, chunk int64) {
+	if longest <= 1 || tiles <= 0 {
+		return 1, 0
+	}
+	waves := int64(pairsWaves)
+	if t.Hopper {
+		waves = hopperPairsWaves
+	}
+	chunk = max(ceilDiv(tiles*total, waves*sms), pairsMinIters)
+	s := ceilDiv(longest, chunk)
+	s = min(s, pairsMaxSplits)
+	if outElems > 0 {
+		s = min(s, max(pairsPartBytes/(4*outElems), 1))
+	}
+	if s <= 1 {
+		return 1, 0
+	}
+	return int(s), max(chunk, ceilDiv(longest, s))
+}
+
 func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
 
 // gatherJob is one launch of the gather family (see kernels/gemm.cuh).
@@ -383,7 +416,8 @@ type pairsJob struct {
 	ia, ib     devPtr // 0: identity
 	seg        devPtr // [V+1] int64, or 0 with K
 	M, N, V, K int64
-	maxPairs   int64 // longest segment, for the split heuristic
+	maxPairs   int64     // longest segment, for the split heuristic
+	stats      pairStats // per-tap segment lengths (seg != 0), for the balanced split
 	splitAlg   bool
 	userSplits int
 	out        *Buffer // [M, V·N]
@@ -403,11 +437,16 @@ func (e *Engine) runPairs(j pairsJob) error {
 	if j.splitAlg {
 		splits = e.choosePairsSplits(j.userSplits, t, tiles*j.V, ceilDiv(j.maxPairs, int64(t.BK)), j.M*j.V*j.N)
 	}
+	var chunk int64
+	if j.splitAlg && j.userSplits == 0 && j.seg != 0 && len(j.stats.iters) > 0 {
+		longest, total := j.stats.itersOf(int64(t.BK))
+		splits, chunk = balancedPairsSplits(t, tiles, longest, total, j.M*j.V*j.N, int64(d.info.SMs))
+	}
 	esz := int64(j.math.ElemSize())
 	p := pairsParams{
 		A: uint64(d.addr(j.a)), B: uint64(d.addr(j.b)), Out: uint64(j.out.ptr),
 		IA: uint64(j.ia), IB: uint64(j.ib), Seg: uint64(j.seg),
-		M: j.M, N: j.N, V: j.V, K: j.K, Splits: int64(splits),
+		M: j.M, N: j.N, V: j.V, K: j.K, Splits: int64(splits), Chunk: chunk,
 	}
 	if (j.M*esz)%16 == 0 && (j.N*esz)%16 == 0 {
 		p.Vec = 1
@@ -787,12 +826,12 @@ func (e *Engine) WeightGrad(m *kmap.Map, x, dy sparse.Matrix, o Options) (sparse
 			defer e.d.freeTemp(col)
 			return e.runPairs(pairsJob{math: math, tile: tile, a: db.ptr, b: col.ptr, M: co, N: V * ci, V: 1, K: M, maxPairs: M, out: out})
 		}
-		in, outIdx, seg, maxPairs, err := e.pairTables(m)
+		in, outIdx, seg, st, err := e.pairTables(m)
 		if err != nil {
 			return err
 		}
 		return e.runPairs(pairsJob{math: math, tile: tile, a: db.ptr, b: xb.ptr, ia: outIdx, ib: in, seg: seg,
-			M: co, N: ci, V: V, maxPairs: maxPairs, splitAlg: isSplit(alg), userSplits: o.SplitK, out: out})
+			M: co, N: ci, V: V, maxPairs: st.longest, stats: st, splitAlg: isSplit(alg), userSplits: o.SplitK, out: out})
 	})
 	if err != nil {
 		if out != nil {

@@ -731,17 +731,33 @@ func tileHeights() []int {
 // (kernels/kmap.cu kChunk).
 const pairsChunk = 256
 
+// pairStats summarises the tap segments of pair lists for the
+// weight-gradient split heuristic.
+type pairStats struct {
+	longest int64   // pairs of the longest tap segment
+	iters   []int64 // pairs of each tap's segment, by tap
+}
+
+// itersOf returns the reduction steps of bk pairs each of the longest
+// tap and of all taps together.
+func (s pairStats) itersOf(bk int64) (longest, total int64) {
+	for _, n := range s.iters {
+		total += ceilDiv(n, bk)
+	}
+	return ceilDiv(s.longest, bk), total
+}
+
 // pairs builds the pair lists of the table nbr [nOut, V] and returns the
-// longest tap segment. It waits for the device once, downloading the
+// tap segments' lengths. It waits for the device once, downloading the
 // segment table (V+1 int64) to size the lists.
-func (d *Device) pairs(nbr devPtr, nOut, V int) (pin, pout, psg rawBuf, maxPairs int64, err error) {
-	fail := func(e error) (rawBuf, rawBuf, rawBuf, int64, error) {
+func (d *Device) pairs(nbr devPtr, nOut, V int) (pin, pout, psg rawBuf, st pairStats, err error) {
+	fail := func(e error) (rawBuf, rawBuf, rawBuf, pairStats, error) {
 		for _, r := range []rawBuf{pin, pout, psg} {
 			if r.ptr != 0 {
 				d.freeTemp(r)
 			}
 		}
-		return rawBuf{}, rawBuf{}, rawBuf{}, 0, e
+		return rawBuf{}, rawBuf{}, rawBuf{}, pairStats{}, e
 	}
 	if psg, err = d.allocTemp(int64(V+1) * 8); err != nil {
 		return fail(err)
@@ -751,7 +767,7 @@ func (d *Device) pairs(nbr devPtr, nOut, V int) (pin, pout, psg rawBuf, maxPairs
 		if err := memsetD8(psg.ptr, 0, int64(V+1)*8, d.stream); err != nil {
 			return fail(err)
 		}
-		return rawBuf{ptr: d.zeroPage}, rawBuf{ptr: d.zeroPage}, psg, 0, nil
+		return rawBuf{ptr: d.zeroPage}, rawBuf{ptr: d.zeroPage}, psg, pairStats{}, nil
 	}
 	cnt, err := d.allocTemp(int64(V) * nc * 4)
 	if err != nil {
@@ -778,12 +794,14 @@ func (d *Device) pairs(nbr devPtr, nOut, V int) (pin, pout, psg rawBuf, maxPairs
 	if err != nil {
 		return fail(err)
 	}
+	st.iters = make([]int64, V)
 	for v := range V {
-		maxPairs = max(maxPairs, seg[v+1]-seg[v])
+		st.iters[v] = seg[v+1] - seg[v]
+		st.longest = max(st.longest, st.iters[v])
 	}
 	total := seg[V]
 	if total == 0 {
-		return rawBuf{ptr: d.zeroPage}, rawBuf{ptr: d.zeroPage}, psg, 0, nil
+		return rawBuf{ptr: d.zeroPage}, rawBuf{ptr: d.zeroPage}, psg, st, nil
 	}
 	if pin, err = d.allocTemp(total * 4); err != nil {
 		return fail(err)
@@ -794,7 +812,7 @@ func (d *Device) pairs(nbr devPtr, nOut, V int) (pin, pout, psg rawBuf, maxPairs
 	if err := d.launch("kmap_pairs_write", dim3{X: int(nc)}, blk, 0, nbr, int64(nOut), int32(V), off.ptr, nc, pin.ptr, pout.ptr); err != nil {
 		return fail(err)
 	}
-	return pin, pout, psg, maxPairs, nil
+	return pin, pout, psg, st, nil
 }
 
 // grayMasks computes the bitmasks [n, W] of the rows of table [n, V] and

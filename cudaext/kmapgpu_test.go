@@ -166,8 +166,8 @@ func gxSameDerived(t *testing.T, e *Engine, gpu, cpu *kmap.Map) {
 		if !me.havePairs {
 			return fmt.Errorf("pairs not cached")
 		}
-		if me.maxPairs != maxPairs {
-			return fmt.Errorf("longest pair segment %d, want %d", me.maxPairs, maxPairs)
+		if me.pairStats.longest != maxPairs {
+			return fmt.Errorf("longest pair segment %d, want %d", me.pairStats.longest, maxPairs)
 		}
 		var err error
 		if seg, err = download[int64](e.d, me.pairSg.ptr, V+1); err != nil {

@@ -63,7 +63,7 @@ type mapEntry struct {
 	haveNbr, haveRev        bool
 	pairIn, pairOut, pairSg rawBuf // pair lists and [V+1] int64 segments
 	havePairs               bool
-	maxPairs                int64          // longest tap segment of the pair lists
+	pairStats               pairStats      // tap segment lengths of the pair lists
 	gray                    [2]*grayTables // forward, reverse
 	tiles                   map[maskKey]tileTables
 	// Coordinates of a map built here ([NIn, 4], [NOut, 4] int32); one
@@ -312,20 +312,20 @@ func (e *Engine) revTable(m *kmap.Map) (devPtr, error) {
 // [P] int32, seg [V+1] int64) and the longest tap segment, computing them
 // on the device if they are not cached (which waits once for the device,
 // to size the lists). Worker only.
-func (e *Engine) pairTables(m *kmap.Map) (in, out, seg devPtr, maxPairs int64, err error) {
+func (e *Engine) pairTables(m *kmap.Map) (in, out, seg devPtr, st pairStats, err error) {
 	me := e.entry(m)
 	if !me.havePairs {
 		nbr, err := e.nbrTable(m)
 		if err != nil {
-			return 0, 0, 0, 0, err
+			return 0, 0, 0, pairStats{}, err
 		}
-		pin, pout, psg, mp, err := e.d.pairs(nbr, m.NOut, m.V())
+		pin, pout, psg, ps, err := e.d.pairs(nbr, m.NOut, m.V())
 		if err != nil {
-			return 0, 0, 0, 0, err
+			return 0, 0, 0, pairStats{}, err
 		}
-		me.pairIn, me.pairOut, me.pairSg, me.maxPairs, me.havePairs = pin, pout, psg, mp, true
+		me.pairIn, me.pairOut, me.pairSg, me.pairStats, me.havePairs = pin, pout, psg, ps, true
 	}
-	return me.pairIn.ptr, me.pairOut.ptr, me.pairSg.ptr, me.maxPairs, nil
+	return me.pairIn.ptr, me.pairOut.ptr, me.pairSg.ptr, me.pairStats, nil
 }
 
 // grayTablesFor returns the device masks and Gray order of m's forward

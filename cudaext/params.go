@@ -21,6 +21,7 @@ type pairsParams struct {
 	M, N, V, K      int64
 	Splits          int64
 	Vec             int64
+	Chunk           int64
 }
 
 func (p *gatherParams) argBytes() []byte {

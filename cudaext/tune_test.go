@@ -1097,3 +1097,37 @@ func ExampleEngine_TuneGrid() {
 		fmt.Println(err)
 	}
 }
+
+// TestBalancedPairsSplits checks the balanced weight-gradient split: the
+// longest tap fits its slices, every block gets at least pairsMinIters
+// steps, the caps hold, and a split of one means no chunking.
+func TestBalancedPairsSplits(t *testing.T) {
+	mma, hop := kernels.Tiles[0], kernels.HopperTiles[0]
+	for _, tc := range []struct {
+		tile                            kernels.Tile
+		tiles, longest, total, outElems int64
+	}{
+		{hop, 2, 3944, 44500, 27 * 256 * 256},    // RES 256 C 256: the centre tap is 2.5× the others
+		{hop, 32, 238, 2600, 27 * 1024 * 1024},   // RES 64 C 1024
+		{mma, 1, 16040, 200000, 27 * 128 * 128},  // RES 512 C 128
+		{mma, 1, 1, 27, 27 * 64 * 64},            // one step per tap: no split
+		{mma, 4, 100, 100, 1 << 30},              // partials capped: one slice
+		{hop, 1, 1 << 20, 1 << 21, 27 * 64 * 64}, // very long: capped at pairsMaxSplits
+	} {
+		s, chunk := balancedPairsSplits(tc.tile, tc.tiles, tc.longest, tc.total, tc.outElems, 132)
+		what := fmt.Sprintf("%+v", tc)
+		require.GreaterOrEqual(t, s, 1, what)
+		require.LessOrEqual(t, s, pairsMaxSplits, what)
+		if s == 1 {
+			require.Zero(t, chunk, what)
+			continue
+		}
+		require.GreaterOrEqual(t, chunk, int64(pairsMinIters), what)
+		require.GreaterOrEqual(t, int64(s)*chunk, tc.longest, "%s: the longest tap must fit its %d slices", what, s)
+		require.LessOrEqual(t, int64(s)*4*tc.outElems, int64(max(pairsPartBytes, 4*tc.outElems)), what)
+	}
+	// The centre-heavy RES 256 case: the long tap gets more slices than a
+	// short one (the point of balancing).
+	s, chunk := balancedPairsSplits(hop, 2, 3944, 44500, 27*256*256, 132)
+	require.Greater(t, int64(s), ceilDiv(1560, chunk))
+}

@@ -188,10 +188,12 @@ struct PairsParams {
   const int* ib;          // pair rows into b; null = identity
   const long long* seg;   // [V + 1] pair segments per tap; null = one segment [0, K)
   long long M, N, V, K;   // out rows, out cols per tap, taps, pairs (when seg is null)
-  long long splits;
+  long long splits;       // split-K factor: every tap's, or (chunk > 0) the most any tap gets
   long long vec;          // 1: M·elem and N·elem are multiples of 16 bytes
+  long long chunk;        // > 0: tap v gets min(splits, ⌈iters(v)/chunk⌉) splits (balanced
+                          // work per block); its other split slices are written as zeros
 };
-static_assert(sizeof(PairsParams) == 13 * 8, "PairsParams layout");
+static_assert(sizeof(PairsParams) == 14 * 8, "PairsParams layout");
 
 // ---- PTX wrappers -----------------------------------------------------------
 
@@ -650,8 +652,13 @@ template <class C> __device__ __forceinline__ void pairs_gemm(const PairsParams&
   const int v = blockIdx.y, z = blockIdx.z;
   const long long s0 = p.seg ? p.seg[v] : 0, s1 = p.seg ? p.seg[v + 1] : p.K;
   const long long total = (s1 - s0 + C::BK - 1) / C::BK;
-  const long long t0 = (total * z + p.splits - 1) / p.splits;
-  const long long t1 = (total * (z + 1) + p.splits - 1) / p.splits;
+  // Splits of this tap: all p.splits, or with p.chunk about one per chunk
+  // iterations (at least one); split slices z beyond them get no
+  // iterations and store zeros.
+  long long sv = p.splits;
+  if (p.chunk > 0) sv = min(p.splits, max(1ll, (total + p.chunk - 1) / p.chunk));
+  const long long t0 = z < sv ? (total * z + sv - 1) / sv : 0;
+  const long long t1 = z < sv ? (total * (z + 1) + sv - 1) / sv : 0;
   const int nIter = (int)(t1 - t0);
 
   const T* a = reinterpret_cast<const T*>(p.a);
