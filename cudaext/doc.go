@@ -60,8 +60,13 @@
 //     of each tile (kmap.Masked.Tiles); the split-K variants split the
 //     reduction and sum float32 partials in split order;
 //   - the weight gradient runs one GEMM per tap over the pair lists
-//     (kmap.Pairs), split-K for the split algorithms, and over the im2col
-//     matrix for Explicit.
+//     (kmap.Pairs), split-K for the split algorithms (the heuristic gives
+//     each tap split slices in proportion to its pairs), and over the
+//     im2col matrix for Explicit;
+//   - every family has mma.sync tiles (sm_80 and newer) and, on compute
+//     capability 9.0, Hopper tiles multiplying with wgmma.mma_async
+//     (kernels.HopperTiles; the fixed heuristic prefers them where they
+//     were measured faster, FLEXGEMM_NO_HOPPER=1 keeps it off them).
 //
 // Results are deterministic: fixed partitions, no atomics.
 //

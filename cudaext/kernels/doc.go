@@ -7,11 +7,16 @@
 //
 //	*.cu, *.cuh     kernel sources; each X.cu is one module image
 //	gemm.cuh        the GEMM kernels (fg::TileCfg, gather and pairs families)
-//	gemm_*.cu       generated instantiations, one per family × arithmetic
+//	wgmma.cuh       the Hopper multiply (wgmma.mma_async, swizzled stages)
+//	gemm_*.cu       generated instantiations, one per family × arithmetic;
+//	                gemm_gather_<math>_sm90a.cu: the Hopper tiles
 //	conv_aux.cu     conversion, transpose, im2col, split-K reduce, bias grad
-//	tiles.go        THE tile table; gen writes gemm_*.cu from it
+//	tiles.go        THE tile tables (Tiles, HopperTiles); gen writes
+//	                gemm_*.cu from them
 //	build.sh        compiles every X.cu into images/X.fatbin (sm_80, sm_90,
-//	                compute_90 PTX) and writes manifest.txt
+//	                compute_90 PTX), every X_sm90a.cu into sm_90a PTX
+//	                (images/X.ptx.gz, compiled by the driver on Hopper),
+//	                and writes manifest.txt
 //	images/         the compiled images, embedded with go:embed
 //
 // # Rebuilding
