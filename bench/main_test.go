@@ -408,3 +408,39 @@ func TestCommitID(t *testing.T) {
 	buildCommit = ""
 	require.NotEmpty(t, commitID(""))
 }
+
+// TestPaddingCommand runs `bench padding` on small shells: one row per
+// resolution, the map's voxel and pair counts, and a padding factor ≥ 1 per
+// tile height that grows with the tile height; bad lists are errors.
+func TestPaddingCommand(t *testing.T) {
+	var out, errb bytes.Buffer
+	require.Equal(t, 0, runMain([]string{"padding", "-res", "8,16", "-rows", "64,256"}, &out, &errb), errb.String())
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	require.Len(t, lines, 4, out.String())
+	require.Contains(t, lines[0], "padding BM 64")
+	require.Contains(t, lines[0], "padding BM 256")
+	for i, res := range []int{8, 16} {
+		coords, ext := synth.SphereShell(res, 1)
+		m, err := kmap.NewSubmanifold(coords, ext, [3]int{3, 3, 3}, [3]int{1, 1, 1})
+		require.NoError(t, err)
+		st := m.Stats(0)
+		cells := strings.Split(strings.Trim(lines[2+i], "| "), "|")
+		require.Len(t, cells, 6, lines[2+i])
+		require.Equal(t, fmt.Sprint(res), strings.TrimSpace(cells[0]))
+		require.Equal(t, fmt.Sprint(st.NOut), strings.TrimSpace(cells[1]))
+		require.Equal(t, fmt.Sprint(st.Pairs), strings.TrimSpace(cells[2]))
+		var p64, p256 float64
+		_, err = fmt.Sscanf(strings.TrimSpace(cells[4]), "%f×", &p64)
+		require.NoError(t, err)
+		_, err = fmt.Sscanf(strings.TrimSpace(cells[5]), "%f×", &p256)
+		require.NoError(t, err)
+		require.GreaterOrEqual(t, p64, 1.0)
+		require.GreaterOrEqual(t, p256, p64)
+		require.InDelta(t, m.Stats(64).Padding, p64, 0.005)
+	}
+	for _, bad := range [][]string{{"padding", "-res", "0"}, {"padding", "-rows", "x"}, {"padding", "-res", ""}} {
+		errb.Reset()
+		require.Equal(t, 1, runMain(bad, &out, &errb), "%v", bad)
+		require.Contains(t, errb.String(), "bench:")
+	}
+}

@@ -1,0 +1,76 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"strconv"
+
+	"github.com/flexgemm-go/flexgemm/sparse/kmap"
+	"github.com/flexgemm-go/flexgemm/sparse/synth"
+)
+
+// paddingMain is `bench padding`: for the sphere shells of the benchmark
+// grid, how much work the masked algorithms waste in padding. Each tile of
+// BM rows of the Gray-code order multiplies the union of its rows' taps,
+// so it computes Σ_tiles |union|·rows (row, tap) products where the
+// convolution needs only the map's pairs; the ratio (kmap.Stats.Padding,
+// ≥ 1) bounds the useful share of a masked GEMM's tensor-core work. CPU
+// only: the maps are built by package kmap (the GPU builds the same maps
+// and the same Gray order on the device).
+func paddingMain(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("bench padding", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	res := fs.String("res", "8,16,32,64,128,256,512,1024", "sphere-shell resolutions")
+	rows := fs.String("rows", "64,128,256", "tile heights (BM) to report")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	rs, err := positiveInts(*res, "-res")
+	if err != nil {
+		return err
+	}
+	bms, err := positiveInts(*rows, "-rows")
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "| RES | N | pairs | taps present |")
+	for _, bm := range bms {
+		fmt.Fprintf(stdout, " padding BM %d |", bm)
+	}
+	fmt.Fprintf(stdout, "\n|---:|---:|---:|---:|")
+	for range bms {
+		fmt.Fprintf(stdout, "---:|")
+	}
+	fmt.Fprintln(stdout)
+	for _, r := range rs {
+		coords, ext := synth.SphereShell(r, 1)
+		m, err := kmap.NewSubmanifold(coords, ext, [3]int{3, 3, 3}, [3]int{1, 1, 1})
+		if err != nil {
+			return fmt.Errorf("RES %d: %w", r, err)
+		}
+		st := m.Stats(0)
+		fmt.Fprintf(stdout, "| %d | %d | %d | %.1f %% |", r, st.NOut, st.Pairs, 100*st.Density)
+		for _, bm := range bms {
+			fmt.Fprintf(stdout, " %.2f× |", m.Stats(bm).Padding)
+		}
+		fmt.Fprintln(stdout)
+	}
+	return nil
+}
+
+// positiveInts parses a comma-separated list of positive integers.
+func positiveInts(s, flagName string) ([]int, error) {
+	var out []int
+	for _, f := range parseList(s) {
+		v, err := strconv.Atoi(f)
+		if err != nil || v <= 0 {
+			return nil, fmt.Errorf("%s: %q is not a positive integer", flagName, f)
+		}
+		out = append(out, v)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("%s: empty list", flagName)
+	}
+	return out, nil
+}
