@@ -21,10 +21,11 @@
 // Operands are staged in shared memory by cp.async (16-byte copies with
 // zero fill) when rows are 16-byte aligned, and by plain loads otherwise, so
 // any channel count works. Arithmetic: F32 = SIMT FMA, TF32 = mma.sync
-// m16n8k8, F16/BF16 = mma.sync m16n8k16 with ldmatrix; float32 accumulators
-// everywhere. Split-K partials are float32 [splits, rows, cols] and are
-// summed in split order by spconv_reduce_* (conv_aux.cu): results are
-// deterministic. No atomics.
+// m16n8k8, F16/BF16 = mma.sync m16n8k16 with ldmatrix; Hopper tiles
+// (TileCfg H = true, sm_90a only) = wgmma.mma_async from swizzled stages
+// (wgmma.cuh); float32 accumulators everywhere. Split-K partials are
+// float32 [splits, rows, cols] and are summed in split order by
+// spconv_reduce_* (conv_aux.cu): results are deterministic. No atomics.
 //
 // Index arithmetic on feature rows is 64-bit, so N·C may exceed 2^31.
 #pragma once
@@ -105,8 +106,8 @@ template <Math M_, int BM_, int BN_, int BK_, int WM_, int WN_, int S_, bool H_ 
   static constexpr int kGatherBSt = H_ ? BN * BK : kGatherBStage;
   static constexpr int kGatherSmem =
       S * (kGatherAStage + kGatherBSt) * kElem + 4 * BM + 4 * kIdxRing * (BM + 1) + (H_ ? 1024 : 0);
-  // Stages the gather pipeline prefetches ahead: S − 1, or S − 2 for a
-  // Hopper tile (one wgmma group stays in flight over the refill).
+  // Stages both pipelines prefetch ahead: S − 1, or S − 2 for a Hopper
+  // tile (one wgmma group stays in flight over the refill).
   static constexpr int kDist = H_ ? S - 2 : S - 1;
   static constexpr int kPairsAStage = H_ ? BK * BM : BK * LdMA;
   static constexpr int kPairsBStage = H_ ? BK * BN : BK * LdMB;
