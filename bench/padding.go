@@ -1,10 +1,10 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"strconv"
 
 	"github.com/flexgemm-go/flexgemm/sparse/kmap"
 	"github.com/flexgemm-go/flexgemm/sparse/synth"
@@ -26,13 +26,19 @@ func paddingMain(args []string, stdout, stderr io.Writer) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	rs, err := positiveInts(*res, "-res")
-	if err != nil {
-		return err
+	rs, err := parseInts(*res)
+	if err == nil && len(rs) == 0 {
+		err = errors.New("empty list")
 	}
-	bms, err := positiveInts(*rows, "-rows")
 	if err != nil {
-		return err
+		return fmt.Errorf("-res: %w", err)
+	}
+	bms, err := parseInts(*rows)
+	if err == nil && len(bms) == 0 {
+		err = errors.New("empty list")
+	}
+	if err != nil {
+		return fmt.Errorf("-rows: %w", err)
 	}
 	fmt.Fprintf(stdout, "| RES | N | pairs | taps present |")
 	for _, bm := range bms {
@@ -57,20 +63,4 @@ func paddingMain(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintln(stdout)
 	}
 	return nil
-}
-
-// positiveInts parses a comma-separated list of positive integers.
-func positiveInts(s, flagName string) ([]int, error) {
-	var out []int
-	for _, f := range parseList(s) {
-		v, err := strconv.Atoi(f)
-		if err != nil || v <= 0 {
-			return nil, fmt.Errorf("%s: %q is not a positive integer", flagName, f)
-		}
-		out = append(out, v)
-	}
-	if len(out) == 0 {
-		return nil, fmt.Errorf("%s: empty list", flagName)
-	}
-	return out, nil
 }

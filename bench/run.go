@@ -51,6 +51,20 @@ func parseConfigs(s string) ([]config, error) {
 	return out, nil
 }
 
+// parseInts parses a comma-separated list of positive integers (bench
+// tune, bench padding).
+func parseInts(s string) ([]int, error) {
+	var out []int
+	for _, f := range parseList(s) {
+		n, err := strconv.Atoi(f)
+		if err != nil || n <= 0 {
+			return nil, fmt.Errorf("%q is not a positive integer", f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
 func parseList(s string) []string {
 	var out []string
 	for f := range strings.SplitSeq(s, ",") {
