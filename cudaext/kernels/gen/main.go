@@ -23,35 +23,29 @@ func main() {
 	flag.Parse()
 	for _, f := range kernels.Families {
 		for _, m := range kernels.Maths {
-			for _, t := range kernels.Tiles {
-				if !t.Supports(m) {
-					continue
-				}
-				if err := t.Validate(m); err != nil {
-					fmt.Fprintln(os.Stderr, "gen:", err)
-					os.Exit(1)
-				}
-			}
-			path := filepath.Join(*dir, kernels.InstanceFile(f, m))
-			if err := os.WriteFile(path, kernels.GenerateInstances(f, m), 0o644); err != nil {
-				fmt.Fprintln(os.Stderr, "gen:", err)
-				os.Exit(1)
-			}
+			write(filepath.Join(*dir, kernels.InstanceFile(f, m)), kernels.Tiles, m, kernels.GenerateInstances(f, m))
 		}
 	}
 	for _, m := range kernels.HopperMaths() {
-		for _, t := range kernels.HopperTiles {
-			if t.Supports(m) {
-				if err := t.Validate(m); err != nil {
-					fmt.Fprintln(os.Stderr, "gen:", err)
-					os.Exit(1)
-				}
-			}
+		write(filepath.Join(*dir, kernels.HopperInstanceFile(m)), kernels.HopperTiles, m, kernels.GenerateHopperInstances(m))
+	}
+}
+
+// write validates the tiles of table that arithmetic m is instantiated
+// for, then writes the instantiation file content to path; it exits on
+// the first error.
+func write(path string, table []kernels.Tile, m kernels.Math, content []byte) {
+	for _, t := range table {
+		if !t.Supports(m) {
+			continue
 		}
-		path := filepath.Join(*dir, kernels.HopperInstanceFile(m))
-		if err := os.WriteFile(path, kernels.GenerateHopperInstances(m), 0o644); err != nil {
+		if err := t.Validate(m); err != nil {
 			fmt.Fprintln(os.Stderr, "gen:", err)
 			os.Exit(1)
 		}
+	}
+	if err := os.WriteFile(path, content, 0o644); err != nil {
+		fmt.Fprintln(os.Stderr, "gen:", err)
+		os.Exit(1)
 	}
 }
