@@ -287,11 +287,7 @@ func pairsSplits(t kernels.Tile, blocks, kIters, outElems, sms int64) int {
 	if blocks <= 0 || kIters <= 1 {
 		return 1
 	}
-	target := pairsWaves * sms
-	if t.Hopper {
-		target = hopperPairsWaves * sms
-	}
-	s := ceilDiv(target, blocks)
+	s := ceilDiv(pairsTarget(t, sms), blocks)
 	s = min(s, pairsMaxSplits, max(kIters/pairsMinIters, 1))
 	if outElems > 0 {
 		s = min(s, max(pairsPartBytes/(4*outElems), 1))
@@ -316,11 +312,7 @@ func balancedPairsSplits(t kernels.Tile, tiles, longest, total, outElems, sms in
 	if longest <= 1 || tiles <= 0 {
 		return 1, 0
 	}
-	waves := int64(pairsWaves)
-	if t.Hopper {
-		waves = hopperPairsWaves
-	}
-	chunk = max(ceilDiv(tiles*total, waves*sms), pairsMinIters)
+	chunk = max(ceilDiv(tiles*total, pairsTarget(t, sms)), pairsMinIters)
 	s := ceilDiv(longest, chunk)
 	s = min(s, pairsMaxSplits)
 	if outElems > 0 {
@@ -330,6 +322,16 @@ func balancedPairsSplits(t kernels.Tile, tiles, longest, total, outElems, sms in
 		return 1, 0
 	}
 	return int(s), max(chunk, ceilDiv(longest, s))
+}
+
+// pairsTarget is the number of blocks the weight-gradient split
+// heuristics aim at with tile t on sms multiprocessors: pairsWaves per SM,
+// hopperPairsWaves for a Hopper tile.
+func pairsTarget(t kernels.Tile, sms int64) int64 {
+	if t.Hopper {
+		return hopperPairsWaves * sms
+	}
+	return pairsWaves * sms
 }
 
 func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }

@@ -47,10 +47,13 @@ type Device struct {
 	waits, downloads, downloadBytes atomic.Int64
 
 	// State used only inside do ("worker only" below means: under mu).
-	cdev     cuDevice
-	ctx      cuContext
-	stream   cuStream
-	modules  []loadedModule
+	cdev    cuDevice
+	ctx     cuContext
+	stream  cuStream
+	modules []loadedModule
+	// hopper[m]: the Hopper kernels of arithmetic m are loaded (set once
+	// by open, read-only afterwards; see hopperTiles).
+	hopper   [4]bool
 	funcs    map[string]*kernelFunc
 	mem      allocator
 	args     argStage
@@ -147,6 +150,14 @@ func (d *Device) setup(ordinal int) error {
 		}
 		d.modules = append(d.modules, loadedModule{name: im.Name, source: im.Source, mod: mod, err: err})
 	}
+	for _, m := range kernels.Maths {
+		name := strings.TrimSuffix(kernels.HopperInstanceFile(m), ".cu")
+		for _, mod := range d.modules {
+			if mod.name == name {
+				d.hopper[m] = mod.err == nil
+			}
+		}
+	}
 	if d.zeroPage, _, err = d.allocRaw(256); err != nil {
 		return err
 	}
@@ -238,18 +249,12 @@ func (d *Device) drainPending() {
 	}
 }
 
-// hopperTiles reports whether the Hopper gather kernels of arithmetic m
+// hopperTiles reports whether the Hopper kernels of arithmetic m
 // (kernels.HopperTiles) are loaded: a compute capability 9.0 device whose
-// driver compiled their sm_90a PTX. Safe from any goroutine after open.
-func (d *Device) hopperTiles(m kernels.Math) bool {
-	name := strings.TrimSuffix(kernels.HopperInstanceFile(m), ".cu")
-	for _, mod := range d.modules {
-		if mod.name == name {
-			return mod.err == nil
-		}
-	}
-	return false
-}
+// driver compiled their sm_90a PTX. Decided once when the device opens
+// (every convolution asks, through the tile heuristic); safe from any
+// goroutine.
+func (d *Device) hopperTiles(m kernels.Math) bool { return d.hopper[m] }
 
 // function returns the kernel named name from the loaded modules.
 func (d *Device) function(name string) (*kernelFunc, error) {
