@@ -390,6 +390,27 @@ __device__ __forceinline__ void store2(T* dst, float v0, float v1, int n_valid, 
 
 namespace fg {
 
+// ---- Hopper stage copies ---------------------------------------------------------
+
+// Thread layout of a Hopper tile's stage copies: ROWS rows of CPR 16-byte
+// chunks, each row 128 bytes of K (a K-major row) or of M/N (one k-line of
+// an MN-major block). CPR consecutive lanes take the chunks of one row, so
+// every warp-wide copy reads whole 128-byte lines and fills whole
+// shared-memory rows; a thread keeps chunk q = tid mod CPR of kRows rows
+// kStep apart. Since kStep is a multiple of 8, the swizzle (row mod 8) is
+// the same for all of a thread's rows: their shared-memory offsets differ
+// by a constant (kDst elements per row), and the caller advances their
+// global addresses by a constant stride where it can — the address
+// arithmetic of the copies, issued by the warps that feed the tensor
+// cores, is then a few instructions per row instead of dozens.
+template <class C, int ROWS, int CPR> struct StageCopy {
+  static constexpr int kStep = C::kThreads / CPR;
+  static constexpr int kRows = ROWS * CPR / C::kThreads;
+  static constexpr int kDst = kStep * (128 / C::kElem);
+  static_assert(CPR <= 32 && C::kThreads % CPR == 0 && (ROWS * CPR) % C::kThreads == 0 && kStep % 8 == 0,
+                "StageCopy: rows of at most 32 chunks, split evenly over the threads, 8-row steps");
+};
+
 // ---- gather family --------------------------------------------------------------
 
 // WT: the weight is stored [Kc, V, N] and read transposed (the _wt kernels,
@@ -445,9 +466,30 @@ template <class C, bool WT> __device__ __forceinline__ void gather_gemm(const Ga
 
   // Issues the copies of the tap and neighbour indices needed by iteration
   // j (= t − t0) when j starts a tap (its first iteration in this split).
+  // Hopper tiles: tap position and K chunk of the next index load and of
+  // the next operand load, each advanced by one iteration per call (both
+  // lambdas are called for consecutive iterations) instead of a 64-bit
+  // division per call.
+  long long ixV = vi0, ldV = vi0;
+  int ixKc = (int)(t0 - vi0 * nkc), ldKc = ixKc;
+  auto advance = [&](long long& vv, int& kc) {
+    if (++kc == nkc) {
+      kc = 0;
+      ++vv;
+    }
+  };
   auto load_idx = [&](long long t, int j) {
-    const long long vi = t / nkc;
-    if (j != 0 && t - vi * nkc != 0) return;
+    long long vi;
+    int kc;
+    if constexpr (C::kHopper) {
+      vi = ixV;
+      kc = ixKc;
+      advance(ixV, ixKc);
+    } else {
+      vi = t / nkc;
+      kc = (int)(t - vi * nkc);
+    }
+    if (j != 0 && kc != 0) return;
     const int slot = (int)(vi - vi0) % R;
     const int v = p.tile_taps ? p.tile_taps[tapBase + vi] : (int)vi;
     if (tid == 0) sTap[slot] = v;
@@ -462,8 +504,16 @@ template <class C, bool WT> __device__ __forceinline__ void gather_gemm(const Ga
   };
 
   auto load = [&](long long t, int s) {
-    const long long vi = t / nkc;
-    const int kc = (int)(t - vi * nkc);
+    long long vi;
+    int kc;
+    if constexpr (C::kHopper) {
+      vi = ldV;
+      kc = ldKc;
+      advance(ldV, ldKc);
+    } else {
+      vi = t / nkc;
+      kc = (int)(t - vi * nkc);
+    }
     const int slot = (int)(vi - vi0) % R;
     const int v = sTap[slot];
     const int* ss = sSrc + slot * C::BM;
@@ -478,6 +528,48 @@ template <class C, bool WT> __device__ __forceinline__ void gather_gemm(const Ga
     T* bs = Bs + s * BSt;
     constexpr int CPR = C::BK / C::kChunk;  // 16-byte chunks per tile row
     constexpr int CPB = C::BN / C::kChunk;  // 16-byte chunks per MN-major B row (wt)
+    if constexpr (C::kHopper) {
+      if (p.vec) {
+        // A: tile rows gathered by source row (one shared-memory read and
+        // one 32-bit multiply per row).
+        using SA = StageCopy<C, C::BM, CPR>;
+        const int q = tid % CPR, r0 = tid / CPR;
+        const int kq = q * C::kChunk;
+        const bool qok = col0 + kq < p.Kc;
+        const T* xq = x + col0 + kq;
+        T* da = as + C::kOff(r0, kq);
+#pragma unroll
+        for (int j = 0; j < SA::kRows; ++j) {
+          const int src = srcOf(r0 + j * SA::kStep);
+          cp_async16(da + j * SA::kDst, xq + (long long)src * (int)p.Kc, qok && src >= 0);
+        }
+        // B: weight rows a constant stride apart.
+        if constexpr (WT) {
+          using SB = StageCopy<C, C::BK, CPB>;
+          const int qb = tid % CPB, k0 = tid / CPB;
+          const bool nok = n0 + qb * C::kChunk < p.N;
+          const long long stride = p.V * p.N;
+          const T* wp = w + ((col0 + k0) * p.V + v) * p.N + n0 + qb * C::kChunk;
+          T* db = bs + C::mnOff(k0, qb * C::kChunk, C::LdMB);
+#pragma unroll
+          for (int j = 0; j < SB::kRows; ++j) {
+            cp_async16(db + j * SB::kDst, wp, nok && col0 + k0 + j * SB::kStep < p.Kc);
+            wp += SB::kStep * stride;
+          }
+        } else {
+          using SB = StageCopy<C, C::BN, CPR>;
+          const long long stride = p.V * p.Kc;
+          const T* wp = w + ((n0 + r0) * p.V + v) * p.Kc + col0 + kq;
+          T* db = bs + C::kOff(r0, kq);
+#pragma unroll
+          for (int j = 0; j < SB::kRows; ++j) {
+            cp_async16(db + j * SB::kDst, wp, qok && n0 + r0 + j * SB::kStep < p.N);
+            wp += SB::kStep * stride;
+          }
+        }
+        return;
+      }
+    }
     if (p.vec) {
 #pragma unroll
       for (int c0 = 0; c0 < C::BM * CPR; c0 += C::kThreads) {
@@ -686,6 +778,34 @@ template <class C> __device__ __forceinline__ void pairs_gemm(const PairsParams&
     const int* ria = sIA + (j % R) * C::BK;
     const int* rib = sIB + (j % R) * C::BK;
     constexpr int CPA = C::BM / C::kChunk, CPB = C::BN / C::kChunk;
+    if constexpr (C::kHopper) {
+      if (p.vec) {
+        // One k-line per pair: a row of a (ia) and of b (ib), MN-major.
+        using SA = StageCopy<C, C::BK, CPA>;
+        using SB = StageCopy<C, C::BK, CPB>;
+        const int qa = tid % CPA, ka = tid / CPA, qb = tid % CPB, kb = tid / CPB;
+        const bool mok = m0 + qa * C::kChunk < p.M, nok = n0 + qb * C::kChunk < p.N;
+        const T* aq = a + m0 + qa * C::kChunk;
+        const T* bq = b + n0 + qb * C::kChunk;
+        T* da = as + C::mnOff(ka, qa * C::kChunk, C::LdMA);
+        T* db = bs + C::mnOff(kb, qb * C::kChunk, C::LdMB);
+#pragma unroll
+        for (int jj = 0; jj < SA::kRows; ++jj) {
+          const int k = ka + jj * SA::kStep;
+          const long long pi = pb + k;
+          const long long off = p.ia ? (long long)ria[k] * (int)p.M : pi * p.M;
+          cp_async16(da + jj * SA::kDst, aq + off, mok && pi < s1);
+        }
+#pragma unroll
+        for (int jj = 0; jj < SB::kRows; ++jj) {
+          const int k = kb + jj * SB::kStep;
+          const long long pi = pb + k;
+          const long long off = p.ib ? (long long)rib[k] * (int)p.N : pi * p.N;
+          cp_async16(db + jj * SB::kDst, bq + off, nok && pi < s1);
+        }
+        return;
+      }
+    }
     if (p.vec) {
 #pragma unroll
       for (int c0 = 0; c0 < C::BK * CPA; c0 += C::kThreads) {
