@@ -100,9 +100,12 @@ const (
 // Both are Narrow (no float32/TF32 instance); F32 and TF32 keep the old
 // tiles.
 const (
-	gatherDeepTile = "m128n128k64w2x4s3"
-	pairsWideTile  = "m128n128k32w2x4s4"
-	pairsWideMin   = 128
+	// hopperNarrowRows is the fewest rows for which the heuristic takes
+	// the 256×64 Hopper tile for a 64-column gather GEMM (hopperDefault).
+	hopperNarrowRows = 1 << 20
+	gatherDeepTile   = "m128n128k64w2x4s3"
+	pairsWideTile    = "m128n128k32w2x4s4"
+	pairsWideMin     = 128
 )
 
 // hopperDefault returns the Hopper tile (kernels.HopperTiles) the fixed
@@ -118,8 +121,13 @@ const (
 //   - the weight gradient (16-bit only) with Co and Ci ≥ 256: the 128×256
 //     tile, 14–31 % faster than m128n128k32w2x4s4; at C = 128 and 64 the
 //     mma.sync tiles stay (no Hopper tile wins there);
-//   - every gather tile needs one full 128-byte K stage per tap (kc ≥ BK);
-//     at C = 64 the mma.sync tiles stay.
+//   - gather GEMMs with 64–127 columns and at least hopperNarrowRows
+//     rows: the 256×64 tile (four warpgroups), since the copies of the
+//     Hopper tiles were made lean (step 10): 3.14 / 3.16 ms forward /
+//     input gradient at RES 1024 C 64 against 3.46 / 3.79 for the best
+//     mma.sync tile (m128n64k32w2x2s4); smaller row counts keep mma.sync
+//     (not measured);
+//   - every gather tile needs one full 128-byte K stage per tap (kc ≥ BK).
 func hopperDefault(mth kernels.Math, use tileUse, rows, cols, kc int64) string {
 	pick := func(bm, bn int, fam kernels.Family) string {
 		for _, t := range kernels.HopperTiles {
@@ -134,6 +142,8 @@ func hopperDefault(mth kernels.Math, use tileUse, rows, cols, kc int64) string {
 		return pick(128, 256, kernels.Gather)
 	case use == useGather && cols >= 128:
 		return pick(256, 128, kernels.Gather)
+	case use == useGather && cols >= 64 && rows >= hopperNarrowRows:
+		return pick(256, 64, kernels.Gather)
 	case use == usePairs && rows >= 256 && cols >= 256:
 		return pick(128, 256, kernels.Pairs)
 	}

@@ -464,12 +464,12 @@ template <class C, bool WT> __device__ __forceinline__ void gather_gemm(const Ga
   const T* x = reinterpret_cast<const T*>(p.x);
   const T* w = reinterpret_cast<const T*>(p.w);
 
-  // Issues the copies of the tap and neighbour indices needed by iteration
-  // j (= t − t0) when j starts a tap (its first iteration in this split).
-  // Hopper tiles: tap position and K chunk of the next index load and of
-  // the next operand load, each advanced by one iteration per call (both
-  // lambdas are called for consecutive iterations) instead of a 64-bit
-  // division per call.
+  // load_idx(j) issues the copies of the tap and neighbour indices needed
+  // by iteration j when j starts a tap (its first iteration in this
+  // split); load(s) the operands of the next iteration into stage s. Both
+  // are called once per iteration, in order, so each keeps a cursor (tap
+  // position, K chunk) advanced by one iteration per call instead of a
+  // 64-bit division per call.
   long long ixV = vi0, ldV = vi0;
   int ixKc = (int)(t0 - vi0 * nkc), ldKc = ixKc;
   auto advance = [&](long long& vv, int& kc) {
@@ -478,17 +478,10 @@ template <class C, bool WT> __device__ __forceinline__ void gather_gemm(const Ga
       ++vv;
     }
   };
-  auto load_idx = [&](long long t, int j) {
-    long long vi;
-    int kc;
-    if constexpr (C::kHopper) {
-      vi = ixV;
-      kc = ixKc;
-      advance(ixV, ixKc);
-    } else {
-      vi = t / nkc;
-      kc = (int)(t - vi * nkc);
-    }
+  auto load_idx = [&](int j) {
+    const long long vi = ixV;
+    const int kc = ixKc;
+    advance(ixV, ixKc);
     if (j != 0 && kc != 0) return;
     const int slot = (int)(vi - vi0) % R;
     const int v = p.tile_taps ? p.tile_taps[tapBase + vi] : (int)vi;
@@ -503,17 +496,10 @@ template <class C, bool WT> __device__ __forceinline__ void gather_gemm(const Ga
     }
   };
 
-  auto load = [&](long long t, int s) {
-    long long vi;
-    int kc;
-    if constexpr (C::kHopper) {
-      vi = ldV;
-      kc = ldKc;
-      advance(ldV, ldKc);
-    } else {
-      vi = t / nkc;
-      kc = (int)(t - vi * nkc);
-    }
+  auto load = [&](int s) {
+    const long long vi = ldV;
+    const int kc = ldKc;
+    advance(ldV, ldKc);
     const int slot = (int)(vi - vi0) % R;
     const int v = sTap[slot];
     const int* ss = sSrc + slot * C::BM;
@@ -648,14 +634,14 @@ template <class C, bool WT> __device__ __forceinline__ void gather_gemm(const Ga
   // iteration).
   constexpr int D = C::kDist;
   for (int j = 0; j < D; ++j)
-    if (j < nIter) load_idx(t0 + j, j);
+    if (j < nIter) load_idx(j);
   cp_async_commit();
   cp_async_wait<0>();
   __syncthreads();
 #pragma unroll
   for (int s = 0; s < D; ++s) {
-    if (s < nIter) load(t0 + s, s);
-    if (s + D < nIter) load_idx(t0 + s + D, s + D);
+    if (s < nIter) load(s);
+    if (s + D < nIter) load_idx(s + D);
     cp_async_commit();
   }
   for (int it = 0; it < nIter; ++it) {
@@ -675,8 +661,8 @@ template <class C, bool WT> __device__ __forceinline__ void gather_gemm(const Ga
       warp_mma<C, true, true>(acc, As + s * ASt + wm * C::WTM * C::LdK, Bs + s * BSt + wn * C::WTN * C::LdK,
                               C::LdK, C::LdK, lane);
     const int nx = it + D;
-    if (nx < nIter) load(t0 + nx, nx % C::S);
-    if (nx + D < nIter) load_idx(t0 + nx + D, nx + D);
+    if (nx < nIter) load(nx % C::S);
+    if (nx + D < nIter) load_idx(nx + D);
     cp_async_commit();
     // Hopper: retire the previous iteration's group, whose stage the next
     // iteration's copies refill (the barrier there covers the other
