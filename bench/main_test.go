@@ -44,14 +44,39 @@ func TestParseRunFlags(t *testing.T) {
 	require.Equal(t, deviceCPU, o.device)
 	require.Equal(t, kmapAuto, o.kmap)
 	require.Equal(t, 0, o.measure.iters, "automatic on the CPU")
+	require.Equal(t, wgradAuto, o.wgrad)
 	for _, bad := range [][]string{
 		{"-dtypes", "fp16"}, {"-algo", "fastest"}, {"-op", "pool"}, {"-modes", "eval"},
 		{"-batch", "0"}, {"-repeats", "0"}, {"-splitk", "-1"}, {"extra"},
 		{"-device", "tpu"}, {"-kmap", "disk"}, {"-kmap", "gpu"}, {"-device", "cuda", "-dtypes", "fp64"},
 		{"-device", "cuda", "-op", "grid_sample"}, {"-device", "cuda", "-gpu", "-1"}, {"-peaktflops", "-1"},
+		{"-wgrad", "fp8"},
 	} {
 		_, err := parseRunFlags(bad, &stderr)
 		require.Error(t, err, "%v", bad)
+	}
+}
+
+func TestWeightGradDType(t *testing.T) {
+	cuda, cpu := deviceDTypes[deviceCUDA], deviceDTypes[deviceCPU]
+	for _, tc := range []struct {
+		kind   string
+		dt     dtypeInfo
+		narrow bool
+		name   string
+	}{
+		{wgradAuto, cuda["fp16"], true, "fp16"}, // FlexGEMM's .grad
+		{wgradAuto, cuda["bf16"], true, "bf16"},
+		{wgradAuto, cuda["tf32"], false, "fp32"},
+		{wgradAuto, cuda["fp32"], false, "fp32"},
+		{wgradAuto, cpu["fp64"], false, "fp64"},
+		{wgradNarrow, cuda["fp16"], true, "fp16"},
+		{wgradNarrow, cuda["tf32"], false, "fp32"}, // float32 storage: nothing to round to
+		{wgradF32, cuda["fp16"], false, "fp32"},
+		{wgradF32, cuda["bf16"], false, "fp32"},
+	} {
+		require.Equal(t, tc.narrow, narrowWeightGrad(tc.kind, tc.dt), "%s %s", tc.kind, tc.dt.name)
+		require.Equal(t, tc.name, wgradDTypeName(tc.kind, tc.dt), "%s %s", tc.kind, tc.dt.name)
 	}
 }
 

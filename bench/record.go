@@ -40,6 +40,10 @@ type Record struct {
 	AllocMBPerStep *float64 `json:"alloc_mb_per_step,omitempty"`
 	// Source is "sphere" or the coordinate file the voxels came from.
 	Source string `json:"source,omitempty"`
+	// WGradDType is the element type of the weight gradients a train
+	// step returns (-wgrad): the input's for fp16 and bf16 by default,
+	// as FlexGEMM's .grad, else fp32; empty for inference.
+	WGradDType string `json:"wgrad_dtype,omitempty"`
 	// Device describes the processor, e.g. "cpu: AMD EPYC 9654, 2 cores"
 	// or "cuda: NVIDIA H200, sm_90, 132 SMs, 140 GiB, driver 13000".
 	Device string `json:"device,omitempty"`

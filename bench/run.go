@@ -113,6 +113,33 @@ type runOptions struct {
 	kmap       string  // kmapAuto until openBackend resolves it
 	peakTFLOPS float64 // -peaktflops (0: by device)
 	phases     int     // profiled steps per record (-phases, -phasesteps); 0: none
+	wgrad      string  // -wgrad: wgradAuto, wgradNarrow or wgradF32
+}
+
+// Weight-gradient element types of a train step (-wgrad).
+const (
+	wgradAuto   = "auto"   // narrow for fp16 and bf16 (FlexGEMM's .grad), else fp32
+	wgradNarrow = "narrow" // the input's element type (sparse.ConvOptions.NarrowWeightGrad)
+	wgradF32    = "fp32"   // float32 whatever the input (the engine's default)
+)
+
+// wgradDTypeName names the element type of the weight gradients of train
+// steps of dt under -wgrad kind (tf32 stores float32).
+func wgradDTypeName(kind string, dt dtypeInfo) string {
+	switch {
+	case narrowWeightGrad(kind, dt):
+		return dt.name
+	case dt.device == sparse.Float16 || dt.device == sparse.BFloat16 || dt.tf32:
+		return "fp32"
+	}
+	return dt.name
+}
+
+// narrowWeightGrad says whether train steps of dt round their weight
+// gradients to dt's element type under -wgrad kind.
+func narrowWeightGrad(kind string, dt dtypeInfo) bool {
+	half := dt.device == sparse.Float16 || dt.device == sparse.BFloat16
+	return half && (kind == wgradNarrow || kind == wgradAuto)
 }
 
 func parseRunFlags(args []string, stderr io.Writer) (*runOptions, error) {
@@ -143,6 +170,7 @@ func parseRunFlags(args []string, stderr io.Writer) (*runOptions, error) {
 	impl := fs.String("impl", "flexgemm-go", "impl name to record")
 	phases := fs.Bool("phases", false, "after timing each record, profile -phasesteps more steps (-device cuda): per-phase device time, kernel time and gaps, in the record's phases field and a table")
 	phaseSteps := fs.Int("phasesteps", 3, "profiled steps per record with -phases")
+	wgrad := fs.String("wgrad", wgradAuto, "weight-gradient dtype of train steps: auto (fp16/bf16 gradients of fp16/bf16 inputs, as FlexGEMM's .grad; else fp32), narrow (the input's), fp32 (float32 always, the engine's default)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -164,13 +192,18 @@ func parseRunFlags(args []string, stderr io.Writer) (*runOptions, error) {
 			*dts = "fp16"
 		}
 	}
+	switch *wgrad {
+	case wgradAuto, wgradNarrow, wgradF32:
+	default:
+		return nil, fmt.Errorf("unknown -wgrad %q (want %s, %s or %s)", *wgrad, wgradAuto, wgradNarrow, wgradF32)
+	}
 	switch *kmapKind {
 	case kmapAuto, kmapCPU, kmapGPU:
 	default:
 		return nil, fmt.Errorf("unknown -kmap %q (want %s, %s or %s)", *kmapKind, kmapAuto, kmapCPU, kmapGPU)
 	}
 	o := &runOptions{batch: *batch, coordsFile: *coords, seed: *seed, out: *out, commit: *commit, impl: *impl,
-		device: *device, gpu: *gpu, kmap: *kmapKind, peakTFLOPS: *peakTFLOPS,
+		device: *device, gpu: *gpu, kmap: *kmapKind, peakTFLOPS: *peakTFLOPS, wgrad: *wgrad,
 		conv:    sparse.ConvOptions{SplitK: *splitK, TileRows: *tileRows},
 		measure: measureOpts{warmups: *warmups, repeats: *repeats, iters: *iters, maxIters: *maxIters, minRepeat: *minTime, memSample: *memSample}}
 	if *phases {
@@ -343,6 +376,7 @@ func runBench(o *runOptions, stdout, stderr io.Writer) ([]Record, error) {
 					if err == nil {
 						p := params{op: op, C: cfg.C, L: cfg.L, dtype: dt, conv: o.conv, seed: o.seed, be: be, maps: src}
 						p.conv.Algorithm = algo
+						p.conv.NarrowWeightGrad = narrowWeightGrad(o.wgrad, dt)
 						err = safely(func() (err error) { w, err = newWorkload(*sc, p); return err })
 					}
 					if err != nil {
@@ -372,6 +406,9 @@ func runBench(o *runOptions, stdout, stderr io.Writer) ([]Record, error) {
 							continue
 						}
 						rec := makeRecord(o, op, mode, dt.name, algoName, *sc, cfg, w, t)
+						if mode == "train" && op != opSample {
+							rec.WGradDType = wgradDTypeName(o.wgrad, dt)
+						}
 						if o.phases > 0 {
 							var ps *PhaseSummary
 							err := safely(func() (err error) { ps, err = profileSteps(w.steps[mode], be, o.phases); return err })
