@@ -437,6 +437,24 @@ func TestCommitID(t *testing.T) {
 // TestPaddingCommand runs `bench padding` on small shells: one row per
 // resolution, the map's voxel and pair counts, and a padding factor ≥ 1 per
 // tile height that grows with the tile height; bad lists are errors.
+func TestPaddingRegroupColumns(t *testing.T) {
+	var out, errb bytes.Buffer
+	require.Equal(t, 0, runMain([]string{"padding", "-res", "16", "-rows", "64", "-regroup", "256"}, &out, &errb), errb.String())
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	require.Len(t, lines, 3, out.String())
+	require.Contains(t, lines[0], "regrouped BM 64")
+	cells := strings.Split(strings.Trim(lines[2], "| "), "|")
+	require.Len(t, cells, 6, lines[2])
+	var gray, regrouped float64
+	_, err := fmt.Sscanf(strings.TrimSpace(cells[4]), "%f×", &gray)
+	require.NoError(t, err)
+	_, err = fmt.Sscanf(strings.TrimSpace(cells[5]), "%f×", &regrouped)
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, regrouped, 1.0)
+	require.LessOrEqual(t, regrouped, gray)
+	require.NotEqual(t, 0, runMain([]string{"padding", "-regroup", "-1"}, &out, &errb))
+}
+
 func TestPaddingCommand(t *testing.T) {
 	var out, errb bytes.Buffer
 	require.Equal(t, 0, runMain([]string{"padding", "-res", "8,16", "-rows", "64,256"}, &out, &errb), errb.String())

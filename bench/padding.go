@@ -17,12 +17,15 @@ import (
 // convolution needs only the map's pairs; the ratio (kmap.Stats.Padding,
 // ≥ 1) bounds the useful share of a masked GEMM's tensor-core work. CPU
 // only: the maps are built by package kmap (the GPU builds the same maps
-// and the same Gray order on the device).
+// and the same Gray order on the device). With -regroup W it also reports
+// the padding of an experimental greedy regrouping of that order into
+// tiles (regroupTiles), which no engine uses yet.
 func paddingMain(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("bench padding", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	res := fs.String("res", "8,16,32,64,128,256,512,1024", "sphere-shell resolutions")
 	rows := fs.String("rows", "64,128,256", "tile heights (BM) to report")
+	regroup := fs.Int("regroup", 0, "also report the padding after a greedy regrouping of the Gray order into tiles, each row chosen among the next `W` rows (0: off; maps of at most 2^19 rows)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -40,13 +43,26 @@ func paddingMain(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("-rows: %w", err)
 	}
+	if *regroup < 0 {
+		return fmt.Errorf("-regroup %d must not be negative", *regroup)
+	}
 	fmt.Fprintf(stdout, "| RES | N | pairs | taps present |")
 	for _, bm := range bms {
 		fmt.Fprintf(stdout, " padding BM %d |", bm)
 	}
+	if *regroup > 0 {
+		for _, bm := range bms {
+			fmt.Fprintf(stdout, " regrouped BM %d |", bm)
+		}
+	}
 	fmt.Fprintf(stdout, "\n|---:|---:|---:|---:|")
 	for range bms {
 		fmt.Fprintf(stdout, "---:|")
+	}
+	if *regroup > 0 {
+		for range bms {
+			fmt.Fprintf(stdout, "---:|")
+		}
 	}
 	fmt.Fprintln(stdout)
 	for _, r := range rs {
@@ -59,6 +75,17 @@ func paddingMain(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stdout, "| %d | %d | %d | %.1f %% |", r, st.NOut, st.Pairs, 100*st.Density)
 		for _, bm := range bms {
 			fmt.Fprintf(stdout, " %.2f× |", m.Stats(bm).Padding)
+		}
+		if *regroup > 0 {
+			for _, bm := range bms {
+				if st.NOut > regroupMaxRows || st.Pairs == 0 {
+					fmt.Fprintf(stdout, " – |")
+					continue
+				}
+				ms := m.Masked()
+				w := orderWork(ms, regroupTiles(ms, bm, *regroup), bm)
+				fmt.Fprintf(stdout, " %.2f× |", float64(w)/float64(st.Pairs))
+			}
 		}
 		fmt.Fprintln(stdout)
 	}

@@ -1,0 +1,91 @@
+package main
+
+import (
+	"math/bits"
+
+	"github.com/flexgemm-go/flexgemm/sparse/kmap"
+)
+
+// regroupMaxRows bounds the maps `bench padding -regroup` regroups: the
+// greedy below costs rows × window mask comparisons.
+const regroupMaxRows = 1 << 19
+
+// regroupTiles is an experiment of `bench padding -regroup`: it regroups
+// the Gray order of ms into tiles of bm rows greedily and returns the new
+// order. Each tile starts with the first row of the Gray order not yet
+// placed; then, bm − 1 times, it takes the unplaced row among the next
+// window rows of the order that adds the fewest taps to the tile's union
+// (the earliest on ties). The masked kernels would accept any such order
+// (a tile's taps are the union of its rows'); whether it pays depends on
+// how many (row, tap) products it saves, which Padding of the result
+// tells.
+func regroupTiles(ms *kmap.Masked, bm, window int) []int32 {
+	n, W := len(ms.Order), ms.Words
+	placed := make([]bool, n) // by position in ms.Order
+	out := make([]int32, 0, n)
+	union := make([]uint64, W)
+	cands := make([]int, 0, window)
+	mask := func(pos int) []uint64 { r := int(ms.Order[pos]); return ms.Mask[r*W : r*W+W] }
+	next := 0 // first unplaced position
+	for len(out) < n {
+		for placed[next] {
+			next++
+		}
+		placed[next] = true
+		out = append(out, ms.Order[next])
+		copy(union, mask(next))
+		cands = cands[:0]
+		for p := next + 1; p < n && len(cands) < window; p++ {
+			if !placed[p] {
+				cands = append(cands, p)
+			}
+		}
+		for k := 1; k < bm && len(cands) > 0; k++ {
+			best, bestAdd := 0, -1
+			for i, p := range cands {
+				add := 0
+				for w, x := range mask(p) {
+					add += bits.OnesCount64(x &^ union[w])
+				}
+				if bestAdd < 0 || add < bestAdd {
+					best, bestAdd = i, add
+					if add == 0 {
+						break
+					}
+				}
+			}
+			p := cands[best]
+			placed[p] = true
+			out = append(out, ms.Order[p])
+			for w, x := range mask(p) {
+				union[w] |= x
+			}
+			cands = append(cands[:best], cands[best+1:]...)
+		}
+	}
+	return out
+}
+
+// orderWork returns Σ over tiles of bm consecutive rows of order of
+// |tap union| · rows: the (row, tap) products a masked GEMM computes with
+// that order, counted as kmap.Tiles.Work counts them.
+func orderWork(ms *kmap.Masked, order []int32, bm int) int64 {
+	W := ms.Words
+	union := make([]uint64, W)
+	var work int64
+	for t := 0; t < len(order); t += bm {
+		clear(union)
+		rows := order[t:min(len(order), t+bm)]
+		for _, r := range rows {
+			for w, x := range ms.Mask[int(r)*W : int(r)*W+W] {
+				union[w] |= x
+			}
+		}
+		c := 0
+		for _, x := range union {
+			c += bits.OnesCount64(x)
+		}
+		work += int64(c) * int64(len(rows))
+	}
+	return work
+}

@@ -1,0 +1,46 @@
+package main
+
+import (
+	"slices"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/flexgemm-go/flexgemm/sparse/kmap"
+	"github.com/flexgemm-go/flexgemm/sparse/synth"
+)
+
+func TestRegroupTilesByHand(t *testing.T) {
+	// Rows alternate between two taps: the order as given puts one of
+	// each in every 2-row tile (2 taps per tile); regrouping pairs equal
+	// rows (1 tap per tile).
+	ms := &kmap.Masked{V: 2, Words: 1, Mask: []uint64{0b01, 0b10, 0b01, 0b10}, Order: []int32{0, 1, 2, 3}}
+	require.Equal(t, int64(8), orderWork(ms, ms.Order, 2))
+	got := regroupTiles(ms, 2, 4)
+	require.Equal(t, []int32{0, 2, 1, 3}, got)
+	require.Equal(t, int64(4), orderWork(ms, got, 2))
+	// A window of one row cannot look past the next row: the order stays.
+	require.Equal(t, ms.Order, regroupTiles(ms, 2, 1))
+}
+
+func TestRegroupTilesSphere(t *testing.T) {
+	for _, res := range []int{16, 32} {
+		coords, ext := synth.SphereShell(res, 1)
+		m, err := kmap.NewSubmanifold(coords, ext, [3]int{3, 3, 3}, [3]int{1, 1, 1})
+		require.NoError(t, err)
+		ms := m.Masked()
+		for _, bm := range []int{64, 128} {
+			// orderWork counts as kmap does.
+			require.Equal(t, ms.Tiles(bm).Work, orderWork(ms, ms.Order, bm), "RES %d BM %d", res, bm)
+			got := regroupTiles(ms, bm, 1024)
+			// A permutation of the rows …
+			sorted := slices.Clone(got)
+			slices.Sort(sorted)
+			want := slices.Clone(ms.Order)
+			slices.Sort(want)
+			require.Equal(t, want, sorted, "RES %d BM %d", res, bm)
+			// … that on these shells needs no more products than the Gray order.
+			require.LessOrEqual(t, orderWork(ms, got, bm), ms.Tiles(bm).Work, "RES %d BM %d", res, bm)
+		}
+	}
+}
