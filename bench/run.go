@@ -124,22 +124,21 @@ const (
 )
 
 // wgradDTypeName names the element type of the weight gradients of train
-// steps of dt under -wgrad kind (tf32 stores float32).
+// steps of dt under -wgrad kind, by the engines' rule
+// (sparse.WeightGradDType); tf32 stores float32.
 func wgradDTypeName(kind string, dt dtypeInfo) string {
-	switch {
-	case narrowWeightGrad(kind, dt):
-		return dt.name
-	case dt.device == sparse.Float16 || dt.device == sparse.BFloat16 || dt.tf32:
+	if sparse.WeightGradDType(dt.device, narrowWeightGrad(kind, dt)) != dt.device || dt.tf32 {
 		return "fp32"
 	}
 	return dt.name
 }
 
 // narrowWeightGrad says whether train steps of dt round their weight
-// gradients to dt's element type under -wgrad kind.
+// gradients to dt's element type under -wgrad kind: for every kind but
+// fp32, where the engines would widen them (16-bit dtypes).
 func narrowWeightGrad(kind string, dt dtypeInfo) bool {
-	half := dt.device == sparse.Float16 || dt.device == sparse.BFloat16
-	return half && (kind == wgradNarrow || kind == wgradAuto)
+	widened := sparse.WeightGradDType(dt.device, false) != dt.device
+	return widened && kind != wgradF32
 }
 
 func parseRunFlags(args []string, stderr io.Writer) (*runOptions, error) {

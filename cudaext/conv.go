@@ -804,7 +804,7 @@ func (e *Engine) WeightGrad(m *kmap.Map, x, dy sparse.Matrix, o Options) (sparse
 		return sparse.Matrix{}, err
 	}
 	alg := resolve(o.Algorithm)
-	outDT := weightGradDType(xb.dtype, o.NarrowWeightGrad)
+	outDT := sparse.WeightGradDType(xb.dtype, o.NarrowWeightGrad)
 	// The tile is chosen before anything runs, so that a forced tile the
 	// arithmetic has no kernel for is an error also for an empty problem.
 	var tile kernels.Tile
@@ -852,15 +852,6 @@ func (e *Engine) WeightGrad(m *kmap.Map, x, dy sparse.Matrix, o Options) (sparse
 		return sparse.Matrix{}, err
 	}
 	return sparse.Matrix{Rows: int(co), Cols: int(V * ci), Data: out}, nil
-}
-
-// weightGradDType is the dtype of a weight gradient of inputs of dtype dt:
-// float32 for float16/bfloat16 unless narrow is set, dt otherwise.
-func weightGradDType(dt sparse.DType, narrow bool) sparse.DType {
-	if !narrow && (dt == sparse.Float16 || dt == sparse.BFloat16) {
-		return sparse.Float32
-	}
-	return dt
 }
 
 // BiasGrad returns db [1, Co], the column sums of dy, summed in a fixed

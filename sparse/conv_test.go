@@ -263,3 +263,22 @@ func ExampleConv() {
 	fmt.Println(y.F32(), err)
 	// Output: [21 2] <nil>
 }
+
+func TestWeightGradDType(t *testing.T) {
+	for _, tc := range []struct {
+		dt     sparse.DType
+		narrow bool
+		want   sparse.DType
+	}{
+		{sparse.Float16, false, sparse.Float32},
+		{sparse.BFloat16, false, sparse.Float32},
+		{sparse.Float16, true, sparse.Float16},
+		{sparse.BFloat16, true, sparse.BFloat16},
+		{sparse.Float32, false, sparse.Float32},
+		{sparse.Float32, true, sparse.Float32},
+		{sparse.Float64, false, sparse.Float64},
+		{sparse.Float64, true, sparse.Float64},
+	} {
+		require.Equal(t, tc.want, sparse.WeightGradDType(tc.dt, tc.narrow), "%v narrow=%v", tc.dt, tc.narrow)
+	}
+}

@@ -28,6 +28,17 @@ type ConvOptions struct {
 	NarrowWeightGrad bool
 }
 
+// WeightGradDType returns the dtype ConvWeightGrad gives for inputs of
+// dtype dt: float32 for float16/bfloat16 inputs unless narrow
+// (ConvOptions.NarrowWeightGrad) is set, dt otherwise. Engines with narrow
+// dtypes follow it; the CPU engine has none.
+func WeightGradDType(dt DType, narrow bool) DType {
+	if !narrow && (dt == Float16 || dt == BFloat16) {
+		return Float32
+	}
+	return dt
+}
+
 // ConvEngine computes sparse convolutions over a kernel map m with V taps.
 // Shapes: x [m.NIn, Ci], w [Co, V·Ci] (the weight [Co, Kx, Ky, Kz, Ci]
 // flattened), bias [1, Co] or the zero Matrix, dy [m.NOut, Co]. Arguments

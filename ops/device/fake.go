@@ -349,10 +349,7 @@ func (f *Fake) ConvWeightGrad(m *kmap.Map, x, dy sparse.Matrix, opt sparse.ConvO
 	if err != nil {
 		return sparse.Matrix{}, err
 	}
-	if opt.NarrowWeightGrad {
-		return f.result(dw, xb.dt)
-	}
-	return f.result(dw, sparse.Float32)
+	return f.result(dw, sparse.WeightGradDType(xb.dt, opt.NarrowWeightGrad))
 }
 
 // BiasGrad implements sparse.ConvEngine; like the CUDA engine's, the
