@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/flexgemm-go/flexgemm/sparse/kmap"
 	"github.com/flexgemm-go/flexgemm/sparse/synth"
@@ -46,25 +47,16 @@ func paddingMain(args []string, stdout, stderr io.Writer) error {
 	if *regroup < 0 {
 		return fmt.Errorf("-regroup %d must not be negative", *regroup)
 	}
-	fmt.Fprintf(stdout, "| RES | N | pairs | taps present |")
+	cols := []string{"RES", "N", "pairs", "taps present"}
 	for _, bm := range bms {
-		fmt.Fprintf(stdout, " padding BM %d |", bm)
+		cols = append(cols, fmt.Sprintf("padding BM %d", bm))
 	}
 	if *regroup > 0 {
 		for _, bm := range bms {
-			fmt.Fprintf(stdout, " regrouped BM %d |", bm)
+			cols = append(cols, fmt.Sprintf("regrouped BM %d", bm))
 		}
 	}
-	fmt.Fprintf(stdout, "\n|---:|---:|---:|---:|")
-	for range bms {
-		fmt.Fprintf(stdout, "---:|")
-	}
-	if *regroup > 0 {
-		for range bms {
-			fmt.Fprintf(stdout, "---:|")
-		}
-	}
-	fmt.Fprintln(stdout)
+	fmt.Fprintf(stdout, "| %s |\n|%s\n", strings.Join(cols, " | "), strings.Repeat("---:|", len(cols)))
 	for _, r := range rs {
 		coords, ext := synth.SphereShell(r, 1)
 		m, err := kmap.NewSubmanifold(coords, ext, [3]int{3, 3, 3}, [3]int{1, 1, 1})

@@ -66,26 +66,9 @@ func regroupTiles(ms *kmap.Masked, bm, window int) []int32 {
 	return out
 }
 
-// orderWork returns Σ over tiles of bm consecutive rows of order of
-// |tap union| · rows: the (row, tap) products a masked GEMM computes with
-// that order, counted as kmap.Tiles.Work counts them.
+// orderWork returns the (row, tap) products a masked GEMM computes with
+// tiles of bm consecutive rows of order over the masks of ms: kmap's
+// Tiles(bm).Work of the same masks in that order.
 func orderWork(ms *kmap.Masked, order []int32, bm int) int64 {
-	W := ms.Words
-	union := make([]uint64, W)
-	var work int64
-	for t := 0; t < len(order); t += bm {
-		clear(union)
-		rows := order[t:min(len(order), t+bm)]
-		for _, r := range rows {
-			for w, x := range ms.Mask[int(r)*W : int(r)*W+W] {
-				union[w] |= x
-			}
-		}
-		c := 0
-		for _, x := range union {
-			c += bits.OnesCount64(x)
-		}
-		work += int64(c) * int64(len(rows))
-	}
-	return work
+	return (&kmap.Masked{V: ms.V, Words: ms.Words, Mask: ms.Mask, Order: order}).Tiles(bm).Work
 }

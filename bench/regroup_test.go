@@ -30,7 +30,6 @@ func TestRegroupTilesSphere(t *testing.T) {
 		require.NoError(t, err)
 		ms := m.Masked()
 		for _, bm := range []int{64, 128} {
-			// orderWork counts as kmap does.
 			require.Equal(t, ms.Tiles(bm).Work, orderWork(ms, ms.Order, bm), "RES %d BM %d", res, bm)
 			got := regroupTiles(ms, bm, 1024)
 			// A permutation of the rows …
