@@ -353,6 +353,7 @@ type gatherJob struct {
 	in, w, bias            devPtr
 	tbl                    devPtr // 0: identity
 	wt                     bool   // w is stored [Kc, V, N]: read transposed (input gradient)
+	mirror                 bool   // table tap v multiplies weight tap V−1−v (submanifold input gradient over Nbr)
 	order, tileSeg, tileTp devPtr // masked, or 0
 	M, N, Kc, V            int64
 	splitAlg               bool // split-K algorithm (splits chosen here)
@@ -388,6 +389,9 @@ func (e *Engine) runGather(j gatherJob) error {
 	}
 	if j.wt {
 		p.WT = 1
+	}
+	if j.mirror {
+		p.Mirror = 1
 	}
 	var part rawBuf
 	if splits > 1 {
@@ -639,10 +643,17 @@ func (e *Engine) Forward(m *kmap.Map, x, w, bias sparse.Matrix, o Options) (spar
 // forward (reverse = false: table Nbr) or input-gradient (table Rev)
 // direction of algorithm alg. For Explicit it materialises the im2col
 // matrix in j.tmp; the caller frees it. Worker only.
+//
+// The input gradient of a submanifold map gathers through Nbr itself, with
+// the forward masked tables, and mirrors the weight's tap (j.mirror): tap
+// V−1−v is tap v's offset negated, so Rev[i, v] = Nbr[i, V−1−v] and
+// dx[i] = Σ_v dy[Nbr[i, v]] · w[:, V−1−v, :]ᵀ. A training step then never
+// builds the reverse table, its masks, its Gray order or its tile unions.
 func (e *Engine) gatherInput(j *gatherJob, m *kmap.Map, reverse bool, alg sparse.Algorithm, in devPtr, dt sparse.DType, c, V int64) error {
+	mirror := reverse && m.Kind == kmap.Submanifold && alg != sparse.Explicit
 	var tbl devPtr
 	var err error
-	if reverse {
+	if reverse && !mirror {
 		tbl, err = e.revTable(m)
 	} else {
 		tbl, err = e.nbrTable(m)
@@ -659,9 +670,9 @@ func (e *Engine) gatherInput(j *gatherJob, m *kmap.Map, reverse bool, alg sparse
 		j.in, j.tbl, j.Kc, j.V = col.ptr, 0, V*c, 1
 		return nil
 	}
-	j.in, j.tbl, j.Kc, j.V = in, tbl, c, V
+	j.in, j.tbl, j.Kc, j.V, j.mirror = in, tbl, c, V, mirror
 	if isMasked(alg) {
-		mt, err := e.maskedTablesFor(m, reverse, j.tile.BM)
+		mt, err := e.maskedTablesFor(m, reverse && !mirror, j.tile.BM)
 		if err != nil {
 			return err
 		}
@@ -671,10 +682,11 @@ func (e *Engine) gatherInput(j *gatherJob, m *kmap.Map, reverse bool, alg sparse
 }
 
 // InputGrad computes dx [m.NIn, Ci] = Σ_v w[:, v, :]ᵀ · dy[Rev[i, v]] (see
-// sparse.ConvEngine.ConvInputGrad): the gather GEMM over the reverse table,
-// reading the weight [Co, V, Ci] transposed in the kernel (the explicit
-// algorithm multiplies a materialised transpose); output-stationary, no
-// atomics.
+// sparse.ConvEngine.ConvInputGrad): the gather GEMM over the reverse table
+// (over Nbr with mirrored weight taps for a submanifold map, see
+// gatherInput), reading the weight [Co, V, Ci] transposed in the kernel
+// (the explicit algorithm multiplies a materialised transpose);
+// output-stationary, no atomics.
 func (e *Engine) InputGrad(m *kmap.Map, dy, w sparse.Matrix, o Options) (sparse.Matrix, error) {
 	const op = "cudaext: InputGrad"
 	if err := e.checkMap(op, m); err != nil {

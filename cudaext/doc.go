@@ -53,7 +53,11 @@
 //     (out[r] = Σ_v in[tbl[r, v]] · w[:, v, :]ᵀ); the input gradient uses
 //     the reverse table and reads the weight transposed inside the kernel
 //     (no transposed copy; Explicit alone materialises [Ci, V, Co]), so it
-//     is output-stationary without atomics;
+//     is output-stationary without atomics. For a submanifold map the
+//     reverse table is Nbr with its taps mirrored, so the input gradient
+//     gathers through Nbr in the forward Gray order and reads weight tap
+//     V−1−v for table tap v (GatherParams.mirror): no reverse table, masks,
+//     order or tile unions are built for it;
 //   - Explicit materialises the im2col matrix and runs the same kernel with
 //     the identity table; Implicit gathers inside the kernel; the masked
 //     algorithms visit rows in Gray-code order and only the union of taps

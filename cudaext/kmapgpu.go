@@ -654,8 +654,10 @@ const (
 	// of the masked forward algorithms, and the tile tap unions
 	// (kmap.Masked.Tiles) for the tile heights asked for.
 	TableMasked
-	// TableReverseMasked is TableMasked for the reverse table (masked input
-	// gradient); it implies TableReverse.
+	// TableReverseMasked is what the masked input gradient reads: TableMasked
+	// for the reverse table, implying TableReverse, except for submanifold
+	// maps, whose input gradient gathers through Nbr with mirrored taps and
+	// reads the forward tables (TableMasked; no reverse table).
 	TableReverseMasked
 	// TableReverse is the reverse table (kmap.Map.Reverse) of the input
 	// gradient. Maps built by StridedMap, TransposedMap and InverseMap have
@@ -669,11 +671,11 @@ const (
 // DeriveTables computes the selected derived tables of m on the device
 // from its device Nbr (uploaded once if m was built on the host) and keeps
 // them in the engine's map cache, so the convolutions that need them find
-// them there. The reverse table is derived for TableReverse and
-// TableReverseMasked (inference needs neither). For TableMasked and
-// TableReverseMasked it derives the masks and Gray order, plus the tile
-// tap unions for each height in tileRows (tile rows, kernels.Tile.BM);
-// the unions of any other height are derived by the first masked
+// them there. The reverse table is derived for TableReverse and, except
+// for submanifold maps, TableReverseMasked (inference needs neither). For
+// TableMasked and TableReverseMasked it derives the masks and Gray order,
+// plus the tile tap unions for each height in tileRows (tile rows,
+// kernels.Tile.BM); the unions of any other height are derived by the first masked
 // convolution that uses it, cheaply and without a host wait. Tables
 // already cached are kept. Deriving the pair lists waits for the device
 // once (to size them); nothing else does.
@@ -686,6 +688,9 @@ func (e *Engine) DeriveTables(m *kmap.Map, which Tables, tileRows ...int) error 
 		if r <= 0 {
 			return fmt.Errorf("%w: %s: tile rows %d (want > 0)", sparse.ErrShape, op, r)
 		}
+	}
+	if m.Kind == kmap.Submanifold && which&TableReverseMasked != 0 {
+		which = which&^TableReverseMasked | TableMasked
 	}
 	return e.d.do(func() error {
 		if which&(TableReverse|TableReverseMasked) != 0 {

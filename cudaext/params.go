@@ -12,6 +12,7 @@ type gatherParams struct {
 	Splits                       int64
 	Vec                          int64
 	WT                           int64
+	Mirror                       int64
 }
 
 // pairsParams mirrors fg::PairsParams (kernels/gemm.cuh).

@@ -174,8 +174,10 @@ struct GatherParams {
   long long splits;       // split-K factor (>= 1)
   long long vec;          // 1: Kc·elem (and N·elem when wt) is a multiple of 16 bytes (cp.async path)
   long long wt;           // 1: w is stored [Kc, V, N] (read transposed)
+  long long mirror;       // 1: table tap v multiplies weight tap V − 1 − v (the input
+                          // gradient of a submanifold map, gathered through Nbr)
 };
-static_assert(sizeof(GatherParams) == 16 * 8, "GatherParams layout");
+static_assert(sizeof(GatherParams) == 17 * 8, "GatherParams layout");
 
 struct PairsParams {
   const void* a;          // [*, M] operand gathered by ia (dy)
@@ -434,7 +436,7 @@ template <class C, bool WT> __device__ __forceinline__ void gather_gemm(const Ga
   // already in shared memory: no global index load stalls an iteration.
   constexpr int R = C::kIdxRing;
   int* sSrc = rows + C::BM;   // [R][BM] source row of each tile row (valid where rows[i] >= 0)
-  int* sTap = sSrc + R * C::BM;  // [R] tap v of each slot
+  int* sTap = sSrc + R * C::BM;  // [R] weight tap of each slot
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int wm = warp / C::WN, wn = warp % C::WN;
@@ -478,20 +480,39 @@ template <class C, bool WT> __device__ __forceinline__ void gather_gemm(const Ga
       ++vv;
     }
   };
+  // The tap of the next tap position is read from global memory one
+  // tap-starting call ahead (vNext): a load consumed in the same call
+  // would put an L2 round trip before every tap's index copies, and the
+  // next barrier makes every warp wait for it.
+  auto tapAt = [&](long long vi) -> int {
+    if (vi >= nTaps) return 0;
+    return p.tile_taps ? p.tile_taps[tapBase + vi] : (int)vi;
+  };
+  int vNext = tapAt(vi0);
   auto load_idx = [&](int j) {
     const long long vi = ixV;
     const int kc = ixKc;
     advance(ixV, ixKc);
     if (j != 0 && kc != 0) return;
     const int slot = (int)(vi - vi0) % R;
-    const int v = p.tile_taps ? p.tile_taps[tapBase + vi] : (int)vi;
-    if (tid == 0) sTap[slot] = v;
+    const int v = vNext;  // tap position vi: tap-starting calls visit vi0, vi0 + 1, …
+    vNext = tapAt(vi + 1);
+    if (tid == 0) sTap[slot] = p.mirror ? (int)p.V - 1 - v : v;  // the weight's tap
     if (p.tbl) {
       int* d = sSrc + slot * C::BM;
-      for (int i = tid; i < C::BM; i += C::kThreads) {
-        const int orow = rows[i];
-        const bool ok = orow >= 0;
-        cp_async4(d + i, ok ? p.tbl + (long long)orow * p.V + v : p.tbl, ok);
+#pragma unroll
+      for (int k = 0; k < (C::BM + C::kThreads - 1) / C::kThreads; ++k) {
+        const int i = tid + k * C::kThreads;
+        if (C::BM % C::kThreads == 0 || i < C::BM) {
+          // Absent rows (past M) get −1 by a plain store (visible to the
+          // readers after the barriers between), so a reader needs only
+          // the slot; row offsets are unsigned 32 × 32 → 64-bit products.
+          const int orow = rows[i];
+          if (orow >= 0)
+            cp_async4(d + i, p.tbl + (unsigned long long)(unsigned)orow * (unsigned)p.V + v, true);
+          else
+            d[i] = -1;
+        }
       }
     }
   };
@@ -504,10 +525,11 @@ template <class C, bool WT> __device__ __forceinline__ void gather_gemm(const Ga
     const int v = sTap[slot];
     const int* ss = sSrc + slot * C::BM;
     // Source row of tile row i for this tap, or -1 (absent / past M).
-    auto srcOf = [&](int i) -> int {
-      const int orow = rows[i];
-      if (orow < 0) return -1;
-      return p.tbl ? ss[i] : orow;
+    auto srcOf = [&](int i) -> int { return p.tbl ? ss[i] : rows[i]; };
+    // Element offset of source row src (clamped to row 0 when absent: the
+    // copy is then masked off but its address stays inside x).
+    auto rowOff = [&](int src) -> unsigned long long {
+      return (unsigned long long)(unsigned)max(src, 0) * (unsigned)p.Kc;
     };
     const long long col0 = (long long)kc * C::BK;
     T* as = As + s * ASt;
@@ -527,7 +549,7 @@ template <class C, bool WT> __device__ __forceinline__ void gather_gemm(const Ga
 #pragma unroll
         for (int j = 0; j < SA::kRows; ++j) {
           const int src = srcOf(r0 + j * SA::kStep);
-          cp_async16(da + j * SA::kDst, xq + (long long)src * (int)p.Kc, qok && src >= 0);
+          cp_async16(da + j * SA::kDst, xq + rowOff(src), qok && src >= 0);
         }
         // B: weight rows a constant stride apart.
         if constexpr (WT) {
@@ -565,7 +587,7 @@ template <class C, bool WT> __device__ __forceinline__ void gather_gemm(const Ga
           const int src = srcOf(i);
           const long long col = col0 + kk;
           const bool ok = src >= 0 && col < p.Kc;
-          cp_async16(as + C::kOff(i, kk), ok ? x + (long long)src * p.Kc + col : x, ok);
+          cp_async16(as + C::kOff(i, kk), ok ? x + rowOff(src) + col : x, ok);
         }
       }
       if constexpr (WT) {
@@ -779,14 +801,14 @@ template <class C> __device__ __forceinline__ void pairs_gemm(const PairsParams&
         for (int jj = 0; jj < SA::kRows; ++jj) {
           const int k = ka + jj * SA::kStep;
           const long long pi = pb + k;
-          const long long off = p.ia ? (long long)ria[k] * (int)p.M : pi * p.M;
+          const unsigned long long off = p.ia ? (unsigned long long)(unsigned)ria[k] * (unsigned)p.M : pi * p.M;
           cp_async16(da + jj * SA::kDst, aq + off, mok && pi < s1);
         }
 #pragma unroll
         for (int jj = 0; jj < SB::kRows; ++jj) {
           const int k = kb + jj * SB::kStep;
           const long long pi = pb + k;
-          const long long off = p.ib ? (long long)rib[k] * (int)p.N : pi * p.N;
+          const unsigned long long off = p.ib ? (unsigned long long)(unsigned)rib[k] * (unsigned)p.N : pi * p.N;
           cp_async16(db + jj * SB::kDst, bq + off, nok && pi < s1);
         }
         return;
@@ -800,8 +822,8 @@ template <class C> __device__ __forceinline__ void pairs_gemm(const PairsParams&
           const int kk = c / CPA, mm = (c % CPA) * C::kChunk;
           const long long pi = pb + kk, m = m0 + mm;
           const bool ok = pi < s1 && m < p.M;
-          const long long row = ok ? (p.ia ? (long long)ria[kk] : pi) : 0;
-          cp_async16(as + C::mnOff(kk, mm, C::LdMA), ok ? a + row * p.M + m : a, ok);
+          const T* ar = p.ia ? a + (unsigned long long)(unsigned)ria[kk] * (unsigned)p.M : a + pi * p.M;
+          cp_async16(as + C::mnOff(kk, mm, C::LdMA), ok ? ar + m : a, ok);
         }
       }
 #pragma unroll
@@ -811,8 +833,8 @@ template <class C> __device__ __forceinline__ void pairs_gemm(const PairsParams&
           const int kk = c / CPB, nn = (c % CPB) * C::kChunk;
           const long long pi = pb + kk, n = n0 + nn;
           const bool ok = pi < s1 && n < p.N;
-          const long long row = ok ? (p.ib ? (long long)rib[kk] : pi) : 0;
-          cp_async16(bs + C::mnOff(kk, nn, C::LdMB), ok ? b + row * p.N + n : b, ok);
+          const T* br = p.ib ? b + (unsigned long long)(unsigned)rib[kk] * (unsigned)p.N : b + pi * p.N;
+          cp_async16(bs + C::mnOff(kk, nn, C::LdMB), ok ? br + n : b, ok);
         }
       }
     } else {

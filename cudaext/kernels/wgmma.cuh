@@ -143,13 +143,15 @@ template <class C, bool AMN, bool BMN>
 __device__ __forceinline__ void wgmma_stage(float* acc, unsigned a, unsigned b, unsigned aLbo, unsigned bLbo) {
   constexpr int kInst = MathTraits<C::kMath>::kInstK;
   constexpr unsigned kStepK = kInst * C::kElem, kStepMN = kInst * 128;  // bytes of K per instruction
+  // The K steps' descriptors differ from the first's in the address field
+  // only (address >> 4, 14 bits; shared memory is below 256 KiB, so the
+  // sums never carry out of it): one descriptor build per operand.
+  const unsigned long long da0 = wgmma_desc(a, AMN ? aLbo : 16, 1024);
+  const unsigned long long db0 = wgmma_desc(b, BMN ? bLbo : 16, 1024);
+  constexpr unsigned kStepA = (AMN ? kStepMN : kStepK) >> 4, kStepB = (BMN ? kStepMN : kStepK) >> 4;
   wgmma_fence();
 #pragma unroll
-  for (int k = 0; k < C::BK / kInst; ++k) {
-    const unsigned long long da = AMN ? wgmma_desc(a + k * kStepMN, aLbo, 1024) : wgmma_desc(a + k * kStepK, 16, 1024);
-    const unsigned long long db = BMN ? wgmma_desc(b + k * kStepMN, bLbo, 1024) : wgmma_desc(b + k * kStepK, 16, 1024);
-    Wgmma<C::kMath, C::BN, AMN, BMN>::run(acc, da, db);
-  }
+  for (int k = 0; k < C::BK / kInst; ++k) Wgmma<C::kMath, C::BN, AMN, BMN>::run(acc, da0 + k * kStepA, db0 + k * kStepB);
   wgmma_commit();
 }
 
