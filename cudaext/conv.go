@@ -101,7 +101,8 @@ const (
 // tiles.
 const (
 	// hopperNarrowRows is the fewest rows for which the heuristic takes
-	// the 256×64 Hopper tile for a 64-column gather GEMM (hopperDefault).
+	// the two-blocks-per-SM 128×64 Hopper tile for a 64-column gather GEMM
+	// (hopperDefault).
 	hopperNarrowRows = 1 << 20
 	gatherDeepTile   = "m128n128k64w2x4s3"
 	pairsWideTile    = "m128n128k32w2x4s4"
@@ -122,16 +123,19 @@ const (
 //     tile, 14–31 % faster than m128n128k32w2x4s4; at C = 128 and 64 the
 //     mma.sync tiles stay (no Hopper tile wins there);
 //   - gather GEMMs with 64–127 columns and at least hopperNarrowRows
-//     rows: the 256×64 tile (four warpgroups), since the copies of the
-//     Hopper tiles were made lean (step 10): 3.14 / 3.16 ms forward /
-//     input gradient at RES 1024 C 64 against 3.46 / 3.79 for the best
-//     mma.sync tile (m128n64k32w2x2s4); smaller row counts keep mma.sync
-//     (not measured);
+//     rows: the 128×64 tile with 4 stages, two blocks per SM (step 13):
+//     2.51 / 2.42 ms forward / input gradient at RES 1024 C 64 against
+//     2.98 / 2.94 for the 256×64 tile of one block per SM and 3.46 / 3.79
+//     for the best mma.sync tile (m128n64k32w2x2s4, session 4); smaller
+//     row counts keep mma.sync (not measured);
 //   - every gather tile needs one full 128-byte K stage per tap (kc ≥ BK).
 func hopperDefault(mth kernels.Math, use tileUse, rows, cols, kc int64) string {
-	pick := func(bm, bn int, fam kernels.Family) string {
+	// pick returns the first Hopper tile of bm × bn (and stages, unless 0)
+	// that fam has in mth and that fits kc.
+	pick := func(bm, bn, stages int, fam kernels.Family) string {
 		for _, t := range kernels.HopperTiles {
-			if t.BM == bm && t.BN == bn && t.Has(fam, mth) && (fam == kernels.Pairs || kc >= int64(t.BK)) {
+			if t.BM == bm && t.BN == bn && (stages == 0 || t.Stages == stages) && t.Has(fam, mth) &&
+				(fam == kernels.Pairs || kc >= int64(t.BK)) {
 				return t.Name()
 			}
 		}
@@ -139,13 +143,13 @@ func hopperDefault(mth kernels.Math, use tileUse, rows, cols, kc int64) string {
 	}
 	switch {
 	case use == useGather && cols >= 256:
-		return pick(128, 256, kernels.Gather)
+		return pick(128, 256, 0, kernels.Gather)
 	case use == useGather && cols >= 128:
-		return pick(256, 128, kernels.Gather)
+		return pick(256, 128, 0, kernels.Gather)
 	case use == useGather && cols >= 64 && rows >= hopperNarrowRows:
-		return pick(256, 64, kernels.Gather)
+		return pick(128, 64, 4, kernels.Gather)
 	case use == usePairs && rows >= 256 && cols >= 256:
-		return pick(128, 256, kernels.Pairs)
+		return pick(128, 256, 0, kernels.Pairs)
 	}
 	return ""
 }

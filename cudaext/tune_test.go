@@ -407,7 +407,7 @@ func TestDefaultTiles(t *testing.T) {
 			{useGather, 252392, 256, 256, "m128n256k64w8x1s4h", "m128n256k32w8x1s4h"},
 			{useGather, 252392, 256, 32, "", "m128n256k32w8x1s4h"},    // 32 channels per tap: half a 16-bit stage
 			{useGather, 1026536, 128, 128, "m256n128k64w16x1s4h", ""}, // 128 columns: four warpgroups (no tf32 instance)
-			{useGather, 4113056, 64, 64, "m256n64k64w16x1s5h", ""},    // 64 columns, ≥ hopperNarrowRows rows (no tf32 instance)
+			{useGather, 4113056, 64, 64, "m128n64k64w8x1s4h", ""},     // 64 columns, ≥ hopperNarrowRows rows (no tf32 instance)
 			{useGather, 252392, 64, 64, "", ""},                       // 64 columns, fewer rows: mma.sync
 			{usePairs, 1024, 1024, 15192, "m128n256k64w8x1s4h", ""},   // weight gradient: 16-bit only
 			{usePairs, 256, 256, 252392, "m128n256k64w8x1s4h", ""},

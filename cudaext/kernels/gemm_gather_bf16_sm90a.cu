@@ -17,3 +17,6 @@ FG_PAIRS_H_KERNEL(spconv_pairs_bf16_m256n64k64w16x1s5h, fg::Math::BF16, 256, 64,
 FG_GATHER_H_KERNEL(spconv_gather_bf16_m128n64k64w8x1s8h, fg::Math::BF16, 128, 64, 64, 8, 1, 8, 206400)
 FG_GATHER_H_WT_KERNEL(spconv_gather_bf16_m128n64k64w8x1s8h, fg::Math::BF16, 128, 64, 64, 8, 1, 8)
 FG_PAIRS_H_KERNEL(spconv_pairs_bf16_m128n64k64w8x1s8h, fg::Math::BF16, 128, 64, 64, 8, 1, 8, 205824)
+FG_GATHER_H_KERNEL(spconv_gather_bf16_m128n64k64w8x1s4h, fg::Math::BF16, 128, 64, 64, 8, 1, 4, 103968)
+FG_GATHER_H_WT_KERNEL(spconv_gather_bf16_m128n64k64w8x1s4h, fg::Math::BF16, 128, 64, 64, 8, 1, 4)
+FG_PAIRS_H_KERNEL(spconv_pairs_bf16_m128n64k64w8x1s4h, fg::Math::BF16, 128, 64, 64, 8, 1, 4, 103424)

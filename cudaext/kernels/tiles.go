@@ -153,7 +153,7 @@ var Tiles = []Tile{
 // stages, prefetching Stages − 2 stages ahead.
 // gen writes them to gemm_gather_<math>_sm90a.cu, which build.sh compiles
 // to PTX for the driver to JIT on sm_90 devices. One block per SM
-// (≈ 200 KB of shared memory each).
+// (≈ 200 KB of shared memory each) except where noted.
 var HopperTiles = []Tile{
 	{BM: 128, BN: 256, BK: 64, WM: 8, WN: 1, Stages: 4, Hopper: true},
 	{BM: 128, BN: 128, BK: 64, WM: 8, WN: 1, Stages: 6, Hopper: true},
@@ -162,6 +162,10 @@ var HopperTiles = []Tile{
 	{BM: 256, BN: 128, BK: 64, WM: 16, WN: 1, Stages: 4, Hopper: true},
 	{BM: 256, BN: 64, BK: 64, WM: 16, WN: 1, Stages: 5, Hopper: true},
 	{BM: 128, BN: 64, BK: 64, WM: 8, WN: 1, Stages: 8, Hopper: true},
+	// Two blocks per SM (96 KiB of stages each): one block's tile start
+	// (row order, tap list and index loads, pipeline fill) overlaps the
+	// other's main loop.
+	{BM: 128, BN: 64, BK: 64, WM: 8, WN: 1, Stages: 4, Hopper: true},
 }
 
 // Name returns the tile's short name, e.g. "m128n64k32w2x2s4"; a Hopper
