@@ -11,7 +11,7 @@
 //	bash bench/gpu_run.sh         # ours and FlexGEMM side by side, ratio table last
 //	.gpu/bench tune [-res 64,128,256] [-c 16,…] [-o autotune/pretuned/h200.json]
 //	                              # offline autotuning of a shell grid (GPU build)
-//	go run ./bench padding [-res 8,…,1024] [-rows 64,128,256] [-regroup W]
+//	go run ./bench padding [-res 8,…,1024] [-rows 64,128,256] [-regroup W] [-wgrad G,…]
 //	                              # masked-GEMM padding of the benchmark shells (CPU)
 //
 // The default workload is FlexGEMM's submanifold training benchmark

@@ -434,9 +434,8 @@ func TestCommitID(t *testing.T) {
 	require.NotEmpty(t, commitID(""))
 }
 
-// TestPaddingCommand runs `bench padding` on small shells: one row per
-// resolution, the map's voxel and pair counts, and a padding factor ≥ 1 per
-// tile height that grows with the tile height; bad lists are errors.
+// TestPaddingRegroupColumns checks the -regroup columns of `bench
+// padding`: a regrouped padding of at least 1 and at most the Gray order's.
 func TestPaddingRegroupColumns(t *testing.T) {
 	var out, errb bytes.Buffer
 	require.Equal(t, 0, runMain([]string{"padding", "-res", "16", "-rows", "64", "-regroup", "256"}, &out, &errb), errb.String())
@@ -455,6 +454,38 @@ func TestPaddingRegroupColumns(t *testing.T) {
 	require.NotEqual(t, 0, runMain([]string{"padding", "-regroup", "-1"}, &out, &errb))
 }
 
+// TestPaddingWgradColumns checks the -wgrad columns of `bench padding`:
+// the slab products (≥ 1× the pairs), then per tap group the rows read
+// relative to the pairs kernels — (1 + products) / 2 for one tap, fewer for
+// larger groups — and that bad groups and slab heights are errors.
+func TestPaddingWgradColumns(t *testing.T) {
+	var out, errb bytes.Buffer
+	require.Equal(t, 0, runMain([]string{"padding", "-res", "16", "-rows", "64", "-wgrad", "1,9", "-wgradrows", "32"}, &out, &errb), errb.String())
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	require.Len(t, lines, 3, out.String())
+	require.Contains(t, lines[0], "wgrad products, 32-row slabs")
+	require.Contains(t, lines[0], "wgrad rows read, 9-tap groups")
+	cells := strings.Split(strings.Trim(lines[2], "| "), "|")
+	require.Len(t, cells, 8, lines[2])
+	var v [3]float64
+	for i := range v {
+		_, err := fmt.Sscanf(strings.TrimSpace(cells[5+i]), "%f×", &v[i])
+		require.NoError(t, err)
+	}
+	products, one, nine := v[0], v[1], v[2]
+	require.GreaterOrEqual(t, products, 1.0)
+	require.InDelta(t, (1+products)/2, one, 0.01)
+	require.Less(t, nine, one)
+	for _, bad := range [][]string{{"padding", "-wgrad", "0"}, {"padding", "-wgrad", "4", "-wgradrows", "0"}} {
+		errb.Reset()
+		require.Equal(t, 1, runMain(bad, &out, &errb), "%v", bad)
+		require.Contains(t, errb.String(), "bench:")
+	}
+}
+
+// TestPaddingCommand runs `bench padding` on small shells: one row per
+// resolution, the map's voxel and pair counts, and a padding factor ≥ 1 per
+// tile height that grows with the tile height; bad lists are errors.
 func TestPaddingCommand(t *testing.T) {
 	var out, errb bytes.Buffer
 	require.Equal(t, 0, runMain([]string{"padding", "-res", "8,16", "-rows", "64,256"}, &out, &errb), errb.String())

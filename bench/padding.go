@@ -20,13 +20,17 @@ import (
 // only: the maps are built by package kmap (the GPU builds the same maps
 // and the same Gray order on the device). With -regroup W it also reports
 // the padding of an experimental greedy regrouping of that order into
-// tiles (regroupTiles), which no engine uses yet.
+// tiles (regroupTiles), which no engine uses yet; with -wgrad G,… the
+// products and rows read of a multi-tap weight gradient over the Gray order
+// (multiTapTraffic, a design) relative to the pairs kernels.
 func paddingMain(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("bench padding", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	res := fs.String("res", "8,16,32,64,128,256,512,1024", "sphere-shell resolutions")
 	rows := fs.String("rows", "64,128,256", "tile heights (BM) to report")
 	regroup := fs.Int("regroup", 0, "also report the padding after a greedy regrouping of the Gray order into tiles, each row chosen among the next `W` rows (0: off; maps of at most 2^19 rows)")
+	wgrad := fs.String("wgrad", "", "also report, for these tap-group sizes `G,…`, the rows a multi-tap weight gradient over the Gray order would read, relative to the pairs kernels (multiTapTraffic)")
+	wgradRows := fs.Int("wgradrows", 32, "rows per K slab of the multi-tap weight gradient (-wgrad)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -47,6 +51,15 @@ func paddingMain(args []string, stdout, stderr io.Writer) error {
 	if *regroup < 0 {
 		return fmt.Errorf("-regroup %d must not be negative", *regroup)
 	}
+	var groups []int
+	if *wgrad != "" {
+		if groups, err = parseInts(*wgrad); err != nil {
+			return fmt.Errorf("-wgrad: %w", err)
+		}
+		if *wgradRows <= 0 {
+			return fmt.Errorf("-wgradrows %d must be positive", *wgradRows)
+		}
+	}
 	cols := []string{"RES", "N", "pairs", "taps present"}
 	for _, bm := range bms {
 		cols = append(cols, fmt.Sprintf("padding BM %d", bm))
@@ -54,6 +67,12 @@ func paddingMain(args []string, stdout, stderr io.Writer) error {
 	if *regroup > 0 {
 		for _, bm := range bms {
 			cols = append(cols, fmt.Sprintf("regrouped BM %d", bm))
+		}
+	}
+	if len(groups) > 0 {
+		cols = append(cols, fmt.Sprintf("wgrad products, %d-row slabs", *wgradRows))
+		for _, g := range groups {
+			cols = append(cols, fmt.Sprintf("wgrad rows read, %d-tap groups", g))
 		}
 	}
 	fmt.Fprintf(stdout, "| %s |\n|%s\n", strings.Join(cols, " | "), strings.Repeat("---:|", len(cols)))
@@ -77,6 +96,22 @@ func paddingMain(args []string, stdout, stderr io.Writer) error {
 				ms := m.Masked()
 				w := orderWork(ms, regroupTiles(ms, bm, *regroup), bm)
 				fmt.Fprintf(stdout, " %.2f× |", float64(w)/float64(st.Pairs))
+			}
+		}
+		if len(groups) > 0 {
+			if st.Pairs == 0 {
+				fmt.Fprint(stdout, strings.Repeat(" – |", 1+len(groups)))
+			} else {
+				// Relative to the pairs kernels: pairs products, one dy row
+				// and one x row per pair.
+				ms := m.Masked()
+				for i, g := range groups {
+					dy, w := multiTapTraffic(ms, ms.Order, *wgradRows, g)
+					if i == 0 {
+						fmt.Fprintf(stdout, " %.2f× |", float64(w)/float64(st.Pairs))
+					}
+					fmt.Fprintf(stdout, " %.2f× |", float64(st.Pairs+dy)/float64(2*st.Pairs))
+				}
 			}
 		}
 		fmt.Fprintln(stdout)
