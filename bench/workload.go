@@ -157,9 +157,14 @@ func newWorkload(sc scene, p params) (*workload, error) {
 // train, backward with an all-ones gradient; layer 0 gets no input
 // gradient. Every matrix it makes goes to h (the caller frees them at the
 // end of the step; weight and bias gradients live that long in the anchor
-// too, as .grad).
+// too, as .grad), except that inference frees each intermediate output as
+// soon as the next layer has read it, as the anchor's h = conv(h) drops
+// it.
 func convStack(h *holder, maps []*kmap.Map, x sparse.Matrix, ws, bs []sparse.Matrix, ones sparse.Matrix, opt sparse.ConvOptions, train bool) error {
 	L := len(ws)
+	if !train {
+		return inferStack(h, maps, x, ws, bs, opt)
+	}
 	acts := make([]sparse.Matrix, L)
 	y := x
 	var err error
@@ -169,9 +174,6 @@ func convStack(h *holder, maps []*kmap.Map, x sparse.Matrix, ws, bs []sparse.Mat
 		if y, err = h.keep(sparse.Conv(maps[l], y, ws[l], bs[l], opt)); err != nil {
 			return fmt.Errorf("layer %d forward: %w", l, err)
 		}
-	}
-	if !train {
-		return nil
 	}
 	dy := ones
 	for l := L - 1; l >= 0; l-- {
@@ -191,6 +193,25 @@ func convStack(h *holder, maps []*kmap.Map, x sparse.Matrix, ws, bs []sparse.Mat
 		}
 	}
 	return nil
+}
+
+// inferStack is convStack's forward-only pass: layer l's output is freed
+// once layer l + 1 has been computed from it, and the last one goes to h.
+func inferStack(h *holder, maps []*kmap.Map, x sparse.Matrix, ws, bs []sparse.Matrix, opt sparse.ConvOptions) error {
+	y := x
+	for l := range ws {
+		h.be.phasef("fwd L%d", l)
+		next, err := sparse.Conv(maps[l], y, ws[l], bs[l], opt)
+		if l > 0 {
+			h.be.free(y) // made by layer l − 1, read by this one
+		}
+		if err != nil {
+			return fmt.Errorf("layer %d forward: %w", l, err)
+		}
+		y = next
+	}
+	_, err := h.keep(y, nil)
+	return err
 }
 
 var (
