@@ -9,7 +9,8 @@
 #   bash bench/gpu_run.sh
 #   1. ours: FlexGEMM's fp16 grid (train + infer), one process per config,
 #      then tf32 and bf16 for 64,1024,2 and 256,256,2;
-#   2. FlexGEMM: its pre-tuned autotune cache installed, then the fp16 grid,
+#   2. FlexGEMM: its pre-tuned autotune cache installed, then the fp16 grid
+#      (configs a timed-out grid step did not reach rerun one per process),
 #      bf16 and tf32 for the same two configs (flexgemm_bench.py);
 #   3. with what is left of the budget, ours again on the two configs in
 #      fp16 with kernel maps built on the host (impl flexgemm-go/kmap-cpu),
@@ -21,8 +22,9 @@
 # /tmp/flexgemm-bench), 7 in all: env.txt, ours.jsonl, ours.log,
 # flexgemm.jsonl, flexgemm.log, compare.md, ratios.png.
 # Knobs (environment): BUDGET, OURS_CFG_TIMEOUT (60), OURS_GRID_TIMEOUT
-# (140), OURS_EXTRA_TIMEOUT (40), FLEX_FP16_TIMEOUT (150), FLEX_BF16_TIMEOUT
-# (50), FLEX_TF32_TIMEOUT (90), OURS_KMAP_CPU_TIMEOUT (30), GRID and PAIR
+# (140), OURS_EXTRA_TIMEOUT (40), FLEX_FP16_TIMEOUT (150), FLEX_CFG_TIMEOUT
+# (60: each fp16 config the grid step did not reach, rerun on its own),
+# FLEX_BF16_TIMEOUT (50), FLEX_TF32_TIMEOUT (90), OURS_KMAP_CPU_TIMEOUT (30), GRID and PAIR
 # (config lists), KMAP_CPU=0 skips the host-map runs, FLEX=0 skips
 # FlexGEMM.
 set -o pipefail
@@ -91,12 +93,37 @@ else
   echo "== ours: $BENCH is missing (build it on the dev machine: bash bench/gpu_run.sh build, and carry .gpu)"
 fi
 
+# flex_missing DTYPE CFG…: the configs RES,C,L without a FlexGEMM record of
+# DTYPE (either mode) in $OUT/flexgemm.jsonl.
+flex_missing() {
+  python3 - "$OUT/flexgemm.jsonl" "$@" <<'PY'
+import json, sys
+path, dtype, cfgs = sys.argv[1], sys.argv[2], sys.argv[3:]
+have = set()
+try:
+    for line in open(path):
+        if line.startswith("{"):
+            r = json.loads(line)
+            if r.get("dtype") == dtype:
+                have.add("%d,%d,%d" % (r["RES"], r["C"], r["L"]))
+except OSError:
+    pass
+print(" ".join(c for c in cfgs if c not in have))
+PY
+}
+
 # 2. FlexGEMM.
 if [[ "${FLEX:-1}" == 1 && -f .anchor/flexgemm_bench.py ]]; then
   mkdir -p ~/.flex_gemm && cp .anchor/flexgemm_autotune_h200.json ~/.flex_gemm/autotune_cache.json
   export PYTHONUNBUFFERED=1
   step "flexgemm fp16 grid" "${FLEX_FP16_TIMEOUT:-150}" "$OUT/flexgemm.log" \
     python3 .anchor/flexgemm_bench.py "$OUT/flexgemm.jsonl" fp16
+  # A grid cut short (cold Triton compiles can take minutes) is finished
+  # one config per process, each under FLEX_CFG_TIMEOUT, budget permitting.
+  for cfg in $(flex_missing fp16 $GRID); do
+    step "flexgemm fp16 $cfg (missing from the grid)" "${FLEX_CFG_TIMEOUT:-60}" "$OUT/flexgemm.log" \
+      env CFGS="$cfg" python3 .anchor/flexgemm_bench.py "$OUT/flexgemm.jsonl" fp16
+  done
   step "flexgemm bf16 $PAIR" "${FLEX_BF16_TIMEOUT:-50}" "$OUT/flexgemm.log" \
     env CFGS="$PAIR" python3 .anchor/flexgemm_bench.py "$OUT/flexgemm.jsonl" bf16
   step "flexgemm tf32 $PAIR (not pre-tuned: autotunes)" "${FLEX_TF32_TIMEOUT:-90}" "$OUT/flexgemm.log" \
