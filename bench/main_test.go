@@ -494,9 +494,7 @@ func TestPaddingCommand(t *testing.T) {
 	require.Contains(t, lines[0], "padding BM 64")
 	require.Contains(t, lines[0], "padding BM 256")
 	for i, res := range []int{8, 16} {
-		coords, ext := synth.SphereShell(res, 1)
-		m, err := kmap.NewSubmanifold(coords, ext, [3]int{3, 3, 3}, [3]int{1, 1, 1})
-		require.NoError(t, err)
+		m := shellMap(t, res)
 		st := m.Stats(0)
 		cells := strings.Split(strings.Trim(lines[2+i], "| "), "|")
 		require.Len(t, cells, 6, lines[2+i])
@@ -504,7 +502,7 @@ func TestPaddingCommand(t *testing.T) {
 		require.Equal(t, fmt.Sprint(st.NOut), strings.TrimSpace(cells[1]))
 		require.Equal(t, fmt.Sprint(st.Pairs), strings.TrimSpace(cells[2]))
 		var p64, p256 float64
-		_, err = fmt.Sscanf(strings.TrimSpace(cells[4]), "%f×", &p64)
+		_, err := fmt.Sscanf(strings.TrimSpace(cells[4]), "%f×", &p64)
 		require.NoError(t, err)
 		_, err = fmt.Sscanf(strings.TrimSpace(cells[5]), "%f×", &p256)
 		require.NoError(t, err)

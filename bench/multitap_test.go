@@ -6,7 +6,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flexgemm-go/flexgemm/sparse/kmap"
-	"github.com/flexgemm-go/flexgemm/sparse/synth"
 )
 
 func TestMultiTapTrafficByHand(t *testing.T) {
@@ -32,9 +31,7 @@ func TestMultiTapTrafficByHand(t *testing.T) {
 }
 
 func TestMultiTapTrafficSphere(t *testing.T) {
-	coords, ext := synth.SphereShell(16, 1)
-	m, err := kmap.NewSubmanifold(coords, ext, [3]int{3, 3, 3}, [3]int{1, 1, 1})
-	require.NoError(t, err)
+	m := shellMap(t, 16)
 	ms := m.Masked()
 	for _, rows := range []int{32, 64} {
 		dy1, w1 := multiTapTraffic(ms, ms.Order, rows, 1)

@@ -10,6 +10,16 @@ import (
 	"github.com/flexgemm-go/flexgemm/sparse/synth"
 )
 
+// shellMap returns the 3×3×3 submanifold map of the benchmark's sphere
+// shell of resolution res (one batch), built on the host.
+func shellMap(t testing.TB, res int) *kmap.Map {
+	t.Helper()
+	coords, ext := synth.SphereShell(res, 1)
+	m, err := kmap.NewSubmanifold(coords, ext, [3]int{3, 3, 3}, [3]int{1, 1, 1})
+	require.NoError(t, err)
+	return m
+}
+
 func TestRegroupTilesByHand(t *testing.T) {
 	// Rows alternate between two taps: the order as given puts one of
 	// each in every 2-row tile (2 taps per tile); regrouping pairs equal
@@ -25,10 +35,7 @@ func TestRegroupTilesByHand(t *testing.T) {
 
 func TestRegroupTilesSphere(t *testing.T) {
 	for _, res := range []int{16, 32} {
-		coords, ext := synth.SphereShell(res, 1)
-		m, err := kmap.NewSubmanifold(coords, ext, [3]int{3, 3, 3}, [3]int{1, 1, 1})
-		require.NoError(t, err)
-		ms := m.Masked()
+		ms := shellMap(t, res).Masked()
 		for _, bm := range []int{64, 128} {
 			require.Equal(t, ms.Tiles(bm).Work, orderWork(ms, ms.Order, bm), "RES %d BM %d", res, bm)
 			got := regroupTiles(ms, bm, 1024)
