@@ -494,7 +494,7 @@ func TestPaddingCommand(t *testing.T) {
 	require.Contains(t, lines[0], "padding BM 64")
 	require.Contains(t, lines[0], "padding BM 256")
 	for i, res := range []int{8, 16} {
-		m := shellMap(t, res)
+		m := mustShellMap(t, res)
 		st := m.Stats(0)
 		cells := strings.Split(strings.Trim(lines[2+i], "| "), "|")
 		require.Len(t, cells, 6, lines[2+i])

@@ -7,15 +7,12 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flexgemm-go/flexgemm/sparse/kmap"
-	"github.com/flexgemm-go/flexgemm/sparse/synth"
 )
 
-// shellMap returns the 3×3×3 submanifold map of the benchmark's sphere
-// shell of resolution res (one batch), built on the host.
-func shellMap(t testing.TB, res int) *kmap.Map {
+// mustShellMap is shellMap for tests.
+func mustShellMap(t testing.TB, res int) *kmap.Map {
 	t.Helper()
-	coords, ext := synth.SphereShell(res, 1)
-	m, err := kmap.NewSubmanifold(coords, ext, [3]int{3, 3, 3}, [3]int{1, 1, 1})
+	m, err := shellMap(res)
 	require.NoError(t, err)
 	return m
 }
@@ -35,7 +32,7 @@ func TestRegroupTilesByHand(t *testing.T) {
 
 func TestRegroupTilesSphere(t *testing.T) {
 	for _, res := range []int{16, 32} {
-		ms := shellMap(t, res).Masked()
+		ms := mustShellMap(t, res).Masked()
 		for _, bm := range []int{64, 128} {
 			require.Equal(t, ms.Tiles(bm).Work, orderWork(ms, ms.Order, bm), "RES %d BM %d", res, bm)
 			got := regroupTiles(ms, bm, 1024)
