@@ -302,11 +302,19 @@ func pairsSplits(t kernels.Tile, blocks, kIters, outElems, sms int64) int {
 		return 1
 	}
 	s := ceilDiv(pairsTarget(t, sms), blocks)
-	s = min(s, pairsMaxSplits, max(kIters/pairsMinIters, 1))
+	s = min(s, max(kIters/pairsMinIters, 1))
+	return int(max(capPairsSplits(s, outElems), 1))
+}
+
+// capPairsSplits bounds a weight-gradient split factor s by
+// pairsMaxSplits and, for an output of outElems elements (0: unknown), by
+// pairsPartBytes of float32 partials (a cap of at least 1).
+func capPairsSplits(s, outElems int64) int64 {
+	s = min(s, pairsMaxSplits)
 	if outElems > 0 {
 		s = min(s, max(pairsPartBytes/(4*outElems), 1))
 	}
-	return int(max(s, 1))
+	return s
 }
 
 // balancedPairsSplits is the fixed heuristic's split of a per-tap weight
@@ -327,11 +335,7 @@ func balancedPairsSplits(t kernels.Tile, tiles, longest, total, outElems, sms in
 		return 1, 0
 	}
 	chunk = max(ceilDiv(tiles*total, pairsTarget(t, sms)), pairsMinIters)
-	s := ceilDiv(longest, chunk)
-	s = min(s, pairsMaxSplits)
-	if outElems > 0 {
-		s = min(s, max(pairsPartBytes/(4*outElems), 1))
-	}
+	s := capPairsSplits(ceilDiv(longest, chunk), outElems)
 	if s <= 1 {
 		return 1, 0
 	}
@@ -453,14 +457,14 @@ func (e *Engine) runPairs(j pairsJob) error {
 		return fmt.Errorf("%w: tile %s has no %v weight-gradient kernel", sparse.ErrShape, t.Name(), j.math)
 	}
 	tiles := ceilDiv(j.M, int64(t.BM)) * ceilDiv(j.N, int64(t.BN))
-	splits := 1
-	if j.splitAlg {
-		splits = e.choosePairsSplits(j.userSplits, t, tiles*j.V, ceilDiv(j.maxPairs, int64(t.BK)), j.M*j.V*j.N)
-	}
-	var chunk int64
-	if j.splitAlg && j.userSplits == 0 && j.seg != 0 && len(j.stats.iters) > 0 {
+	splits, chunk := 1, int64(0)
+	switch {
+	case !j.splitAlg:
+	case j.userSplits == 0 && j.seg != 0 && len(j.stats.iters) > 0:
 		longest, total := j.stats.itersOf(int64(t.BK))
 		splits, chunk = balancedPairsSplits(t, tiles, longest, total, j.M*j.V*j.N, int64(d.info.SMs))
+	default:
+		splits = e.choosePairsSplits(j.userSplits, t, tiles*j.V, ceilDiv(j.maxPairs, int64(t.BK)), j.M*j.V*j.N)
 	}
 	esz := int64(j.math.ElemSize())
 	p := pairsParams{
