@@ -191,13 +191,19 @@ func (t Tile) Supports(m Math) bool {
 // Has reports whether the tile has a kernel of family f in arithmetic m:
 // Supports(m), and for a Hopper tile in the pairs family a 16-bit m.
 func (t Tile) Has(f Family, m Math) bool {
-	return t.Supports(m) && (!t.Hopper || f == Gather || m.ElemSize() == 2)
+	return t.Supports(m) && (f == Gather || t.readsMNMajor(m))
 }
 
 // HasTransposed reports whether the gather kernel reading the weight
 // transposed (TransposedName) exists for the tile in arithmetic m: always
 // where Supports(m), except for the tf32 Hopper tiles.
-func (t Tile) HasTransposed(m Math) bool { return t.Supports(m) && (!t.Hopper || m.ElemSize() == 2) }
+func (t Tile) HasTransposed(m Math) bool { return t.Supports(m) && t.readsMNMajor(m) }
+
+// readsMNMajor reports whether the tile can stage MN-major operands (a
+// weight read transposed, the pairs family's operands) in arithmetic m:
+// every mma.sync tile; a Hopper tile in 16 bits only, since tf32 wgmma
+// reads K-major operands.
+func (t Tile) readsMNMajor(m Math) bool { return !t.Hopper || m.ElemSize() == 2 }
 
 // Threads returns the threads per block.
 func (t Tile) Threads() int { return 32 * t.WM * t.WN }
