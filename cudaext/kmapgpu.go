@@ -675,8 +675,8 @@ const (
 // for submanifold maps, TableReverseMasked (inference needs neither). For
 // TableMasked and TableReverseMasked it derives the masks and Gray order,
 // plus the tile tap unions for each height in tileRows (tile rows,
-// kernels.Tile.BM); the unions of any other height are derived by the first masked
-// convolution that uses it, cheaply and without a host wait. Tables
+// kernels.Tile.BM); the unions of any other height are derived by the
+// first masked convolution that uses it, cheaply and without a host wait. Tables
 // already cached are kept. Deriving the pair lists waits for the device
 // once (to size them); nothing else does.
 func (e *Engine) DeriveTables(m *kmap.Map, which Tables, tileRows ...int) error {

@@ -435,7 +435,7 @@ template <class C, bool WT> __device__ __forceinline__ void gather_gemm(const Ga
   // iteration, so when its row gathers are issued the source rows are
   // already in shared memory: no global index load stalls an iteration.
   constexpr int R = C::kIdxRing;
-  int* sSrc = rows + C::BM;   // [R][BM] source row of each tile row (valid where rows[i] >= 0)
+  int* sSrc = rows + C::BM;   // [R][BM] source row of each tile row, −1 where absent or past M
   int* sTap = sSrc + R * C::BM;  // [R] weight tap of each slot
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
