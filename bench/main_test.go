@@ -434,23 +434,44 @@ func TestCommitID(t *testing.T) {
 	require.NotEmpty(t, commitID(""))
 }
 
+// paddingTable runs `bench padding` with args, requires success and
+// resolutions results rows of cols cells, and returns the table's header
+// line and the cells of its rows (trimmed).
+func paddingTable(t *testing.T, results, cols int, args ...string) (header string, rows [][]string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	require.Equal(t, 0, runMain(append([]string{"padding"}, args...), &out, &errb), errb.String())
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	require.Len(t, lines, 2+results, out.String())
+	for _, l := range lines[2:] {
+		cells := strings.Split(strings.Trim(l, "| "), "|")
+		require.Len(t, cells, cols, l)
+		for i := range cells {
+			cells[i] = strings.TrimSpace(cells[i])
+		}
+		rows = append(rows, cells)
+	}
+	return lines[0], rows
+}
+
+// factorCell parses a table cell such as "1.68×".
+func factorCell(t *testing.T, cell string) float64 {
+	t.Helper()
+	var v float64
+	_, err := fmt.Sscanf(cell, "%f×", &v)
+	require.NoError(t, err, "cell %q", cell)
+	return v
+}
+
 // TestPaddingRegroupColumns checks the -regroup columns of `bench
 // padding`: a regrouped padding of at least 1 and at most the Gray order's.
 func TestPaddingRegroupColumns(t *testing.T) {
-	var out, errb bytes.Buffer
-	require.Equal(t, 0, runMain([]string{"padding", "-res", "16", "-rows", "64", "-regroup", "256"}, &out, &errb), errb.String())
-	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
-	require.Len(t, lines, 3, out.String())
-	require.Contains(t, lines[0], "regrouped BM 64")
-	cells := strings.Split(strings.Trim(lines[2], "| "), "|")
-	require.Len(t, cells, 6, lines[2])
-	var gray, regrouped float64
-	_, err := fmt.Sscanf(strings.TrimSpace(cells[4]), "%f×", &gray)
-	require.NoError(t, err)
-	_, err = fmt.Sscanf(strings.TrimSpace(cells[5]), "%f×", &regrouped)
-	require.NoError(t, err)
+	header, rows := paddingTable(t, 1, 6, "-res", "16", "-rows", "64", "-regroup", "256")
+	require.Contains(t, header, "regrouped BM 64")
+	gray, regrouped := factorCell(t, rows[0][4]), factorCell(t, rows[0][5])
 	require.GreaterOrEqual(t, regrouped, 1.0)
 	require.LessOrEqual(t, regrouped, gray)
+	var out, errb bytes.Buffer
 	require.NotEqual(t, 0, runMain([]string{"padding", "-regroup", "-1"}, &out, &errb))
 }
 
@@ -459,23 +480,14 @@ func TestPaddingRegroupColumns(t *testing.T) {
 // relative to the pairs kernels — (1 + products) / 2 for one tap, fewer for
 // larger groups — and that bad groups and slab heights are errors.
 func TestPaddingWgradColumns(t *testing.T) {
-	var out, errb bytes.Buffer
-	require.Equal(t, 0, runMain([]string{"padding", "-res", "16", "-rows", "64", "-wgrad", "1,9", "-wgradrows", "32"}, &out, &errb), errb.String())
-	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
-	require.Len(t, lines, 3, out.String())
-	require.Contains(t, lines[0], "wgrad products, 32-row slabs")
-	require.Contains(t, lines[0], "wgrad rows read, 9-tap groups")
-	cells := strings.Split(strings.Trim(lines[2], "| "), "|")
-	require.Len(t, cells, 8, lines[2])
-	var v [3]float64
-	for i := range v {
-		_, err := fmt.Sscanf(strings.TrimSpace(cells[5+i]), "%f×", &v[i])
-		require.NoError(t, err)
-	}
-	products, one, nine := v[0], v[1], v[2]
+	header, rows := paddingTable(t, 1, 8, "-res", "16", "-rows", "64", "-wgrad", "1,9", "-wgradrows", "32")
+	require.Contains(t, header, "wgrad products, 32-row slabs")
+	require.Contains(t, header, "wgrad rows read, 9-tap groups")
+	products, one, nine := factorCell(t, rows[0][5]), factorCell(t, rows[0][6]), factorCell(t, rows[0][7])
 	require.GreaterOrEqual(t, products, 1.0)
 	require.InDelta(t, (1+products)/2, one, 0.01)
 	require.Less(t, nine, one)
+	var out, errb bytes.Buffer
 	for _, bad := range [][]string{{"padding", "-wgrad", "0"}, {"padding", "-wgrad", "4", "-wgradrows", "0"}} {
 		errb.Reset()
 		require.Equal(t, 1, runMain(bad, &out, &errb), "%v", bad)
@@ -487,29 +499,22 @@ func TestPaddingWgradColumns(t *testing.T) {
 // resolution, the map's voxel and pair counts, and a padding factor ≥ 1 per
 // tile height that grows with the tile height; bad lists are errors.
 func TestPaddingCommand(t *testing.T) {
-	var out, errb bytes.Buffer
-	require.Equal(t, 0, runMain([]string{"padding", "-res", "8,16", "-rows", "64,256"}, &out, &errb), errb.String())
-	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
-	require.Len(t, lines, 4, out.String())
-	require.Contains(t, lines[0], "padding BM 64")
-	require.Contains(t, lines[0], "padding BM 256")
+	header, rows := paddingTable(t, 2, 6, "-res", "8,16", "-rows", "64,256")
+	require.Contains(t, header, "padding BM 64")
+	require.Contains(t, header, "padding BM 256")
 	for i, res := range []int{8, 16} {
 		m := mustShellMap(t, res)
 		st := m.Stats(0)
-		cells := strings.Split(strings.Trim(lines[2+i], "| "), "|")
-		require.Len(t, cells, 6, lines[2+i])
-		require.Equal(t, fmt.Sprint(res), strings.TrimSpace(cells[0]))
-		require.Equal(t, fmt.Sprint(st.NOut), strings.TrimSpace(cells[1]))
-		require.Equal(t, fmt.Sprint(st.Pairs), strings.TrimSpace(cells[2]))
-		var p64, p256 float64
-		_, err := fmt.Sscanf(strings.TrimSpace(cells[4]), "%f×", &p64)
-		require.NoError(t, err)
-		_, err = fmt.Sscanf(strings.TrimSpace(cells[5]), "%f×", &p256)
-		require.NoError(t, err)
+		cells := rows[i]
+		require.Equal(t, fmt.Sprint(res), cells[0])
+		require.Equal(t, fmt.Sprint(st.NOut), cells[1])
+		require.Equal(t, fmt.Sprint(st.Pairs), cells[2])
+		p64, p256 := factorCell(t, cells[4]), factorCell(t, cells[5])
 		require.GreaterOrEqual(t, p64, 1.0)
 		require.GreaterOrEqual(t, p256, p64)
 		require.InDelta(t, m.Stats(64).Padding, p64, 0.005)
 	}
+	var out, errb bytes.Buffer
 	for _, bad := range [][]string{{"padding", "-res", "0"}, {"padding", "-rows", "x"}, {"padding", "-res", ""}} {
 		errb.Reset()
 		require.Equal(t, 1, runMain(bad, &out, &errb), "%v", bad)
