@@ -23,10 +23,8 @@
 set -o pipefail
 cd "$(dirname "$0")/.." || exit 1
 if [[ "${1:-}" == build ]]; then
-  grep -qx '/.gpu/' .git/info/exclude 2>/dev/null || echo '/.gpu/' >> .git/info/exclude
-  mkdir -p .gpu
+  bash bench/gpu_run.sh build > /dev/null || exit 1 # .gpu/bench, stamped with the commit
   go test -c -tags cudaext -ldflags='-s -w' -o .gpu/cudaext.test ./cudaext || exit 1
-  go build -tags cudaext -ldflags="-s -w -X main.buildCommit=$(git rev-parse --short=12 HEAD)$(git diff --quiet HEAD -- . 2>/dev/null || echo -dirty)" -o .gpu/bench ./bench || exit 1
   tar -C .gpu -czf .gpu/bins.tgz cudaext.test bench || exit 1
   echo "built .gpu/bins.tgz ($(du -h .gpu/bins.tgz | cut -f1)); carry .gpu/bins.tgz, run: bash cudaext/perf_run.sh"
   exit 0
