@@ -392,25 +392,32 @@ __device__ __forceinline__ void store2(T* dst, float v0, float v1, int n_valid, 
 
 namespace fg {
 
-// ---- Hopper stage copies ---------------------------------------------------------
+// ---- stage copies ----------------------------------------------------------------
 
-// Thread layout of a Hopper tile's stage copies: ROWS rows of CPR 16-byte
-// chunks, each row 128 bytes of K (a K-major row) or of M/N (one k-line of
-// an MN-major block). CPR consecutive lanes take the chunks of one row, so
-// every warp-wide copy reads whole 128-byte lines and fills whole
-// shared-memory rows; a thread keeps chunk q = tid mod CPR of kRows rows
-// kStep apart. Since kStep is a multiple of 8, the swizzle (row mod 8) is
-// the same for all of a thread's rows: their shared-memory offsets differ
-// by a constant (kDst elements per row), and the caller advances their
-// global addresses by a constant stride where it can — the address
-// arithmetic of the copies, issued by the warps that feed the tensor
-// cores, is then a few instructions per row instead of dozens.
+// Thread layout of the 16-byte stage copies (the vec paths of both
+// families, every tile): ROWS rows of CPR 16-byte chunks — a K-major row
+// of a gather stage, or one k-line of an MN-major stage. CPR consecutive
+// lanes take the chunks of one row, so every warp-wide copy reads whole
+// lines and fills whole shared-memory rows; a thread keeps chunk
+// q = tid mod CPR of kRows rows kStep apart. Its column bounds and
+// shared-memory offsets are then fixed: consecutive rows of a thread are
+// Dst(ld) elements apart (kStep·ld in a padded mma.sync stage of pitch
+// ld; in a Hopper tile kDst, since kStep is a multiple of 8 and the
+// 128-byte swizzle, row mod 8, is the same for all of a thread's rows), and
+// the caller advances global addresses by a constant stride where it can.
+// The address arithmetic of a copy, issued by the warps that feed the
+// tensor cores, is a few instructions per row instead of dozens. A layout
+// that does not Fit (a Hopper tile must) takes the generic copy loops.
 template <class C, int ROWS, int CPR> struct StageCopy {
+  static constexpr bool Fits = CPR <= 32 && C::kThreads % CPR == 0 && (ROWS * CPR) % C::kThreads == 0 &&
+                               (C::kThreads / CPR) % (C::kHopper ? 8 : 1) == 0;
   static constexpr int kStep = C::kThreads / CPR;
   static constexpr int kRows = ROWS * CPR / C::kThreads;
   static constexpr int kDst = kStep * (128 / C::kElem);
-  static_assert(CPR <= 32 && C::kThreads % CPR == 0 && (ROWS * CPR) % C::kThreads == 0 && kStep % 8 == 0,
-                "StageCopy: rows of at most 32 chunks, split evenly over the threads, 8-row steps");
+  // Elements between a thread's consecutive rows in a stage of row pitch
+  // ld (padded mma.sync stages) or of 128-byte rows (Hopper).
+  __host__ __device__ static constexpr int Dst(int ld) { return C::kHopper ? kDst : kStep * ld; }
+  static_assert(!C::kHopper || Fits, "StageCopy: rows of at most 32 chunks, split evenly over the threads, 8-row steps");
 };
 
 // ---- gather family --------------------------------------------------------------
@@ -536,11 +543,12 @@ template <class C, bool WT> __device__ __forceinline__ void gather_gemm(const Ga
     T* bs = Bs + s * BSt;
     constexpr int CPR = C::BK / C::kChunk;  // 16-byte chunks per tile row
     constexpr int CPB = C::BN / C::kChunk;  // 16-byte chunks per MN-major B row (wt)
-    if constexpr (C::kHopper) {
+    using SA = StageCopy<C, C::BM, CPR>;
+    using SB = StageCopy<C, WT ? C::BK : C::BN, WT ? CPB : CPR>;
+    if constexpr (SA::Fits && SB::Fits) {
       if (p.vec) {
         // A: tile rows gathered by source row (one shared-memory read and
         // one 32-bit multiply per row).
-        using SA = StageCopy<C, C::BM, CPR>;
         const int q = tid % CPR, r0 = tid / CPR;
         const int kq = q * C::kChunk;
         const bool qok = col0 + kq < p.Kc;
@@ -549,11 +557,10 @@ template <class C, bool WT> __device__ __forceinline__ void gather_gemm(const Ga
 #pragma unroll
         for (int j = 0; j < SA::kRows; ++j) {
           const int src = srcOf(r0 + j * SA::kStep);
-          cp_async16(da + j * SA::kDst, xq + rowOff(src), qok && src >= 0);
+          cp_async16(da + j * SA::Dst(C::LdK), xq + rowOff(src), qok && src >= 0);
         }
         // B: weight rows a constant stride apart.
         if constexpr (WT) {
-          using SB = StageCopy<C, C::BK, CPB>;
           const int qb = tid % CPB, k0 = tid / CPB;
           const bool nok = n0 + qb * C::kChunk < p.N;
           const long long stride = p.V * p.N;
@@ -561,17 +568,16 @@ template <class C, bool WT> __device__ __forceinline__ void gather_gemm(const Ga
           T* db = bs + C::mnOff(k0, qb * C::kChunk, C::LdMB);
 #pragma unroll
           for (int j = 0; j < SB::kRows; ++j) {
-            cp_async16(db + j * SB::kDst, wp, nok && col0 + k0 + j * SB::kStep < p.Kc);
+            cp_async16(db + j * SB::Dst(C::LdMB), wp, nok && col0 + k0 + j * SB::kStep < p.Kc);
             wp += SB::kStep * stride;
           }
         } else {
-          using SB = StageCopy<C, C::BN, CPR>;
           const long long stride = p.V * p.Kc;
           const T* wp = w + ((n0 + r0) * p.V + v) * p.Kc + col0 + kq;
           T* db = bs + C::kOff(r0, kq);
 #pragma unroll
           for (int j = 0; j < SB::kRows; ++j) {
-            cp_async16(db + j * SB::kDst, wp, qok && n0 + r0 + j * SB::kStep < p.N);
+            cp_async16(db + j * SB::Dst(C::LdK), wp, qok && n0 + r0 + j * SB::kStep < p.N);
             wp += SB::kStep * stride;
           }
         }
@@ -771,11 +777,17 @@ template <class C> __device__ __forceinline__ void pairs_gemm(const PairsParams&
     const long long pb = s0 + t * C::BK;
     int* da = sIA + (j % R) * C::BK;
     int* db = sIB + (j % R) * C::BK;
-    for (int k = tid; k < C::BK; k += C::kThreads) {
-      const long long pi = pb + k;
-      const bool ok = pi < s1;
-      if (p.ia) cp_async4(da + k, ok ? p.ia + pi : p.ia, ok);
-      if (p.ib) cp_async4(db + k, ok ? p.ib + pi : p.ib, ok);
+    // Pairs past the segment (k ≥ lim) get index 0: their operand copies
+    // are masked off, so the row they name is never read.
+    const int lim = (int)min((long long)C::BK, s1 - pb);
+#pragma unroll
+    for (int r = 0; r < (C::BK + C::kThreads - 1) / C::kThreads; ++r) {
+      const int k = tid + r * C::kThreads;
+      if (C::BK % C::kThreads == 0 || k < C::BK) {
+        const bool ok = k < lim;
+        if (p.ia) cp_async4(da + k, p.ia + (ok ? pb + k : 0), ok);
+        if (p.ib) cp_async4(db + k, p.ib + (ok ? pb + k : 0), ok);
+      }
     }
   };
 
@@ -786,13 +798,17 @@ template <class C> __device__ __forceinline__ void pairs_gemm(const PairsParams&
     const int* ria = sIA + (j % R) * C::BK;
     const int* rib = sIB + (j % R) * C::BK;
     constexpr int CPA = C::BM / C::kChunk, CPB = C::BN / C::kChunk;
-    if constexpr (C::kHopper) {
+    using SA = StageCopy<C, C::BK, CPA>;
+    using SB = StageCopy<C, C::BK, CPB>;
+    if constexpr (SA::Fits && SB::Fits) {
       if (p.vec) {
         // One k-line per pair: a row of a (ia) and of b (ib), MN-major.
-        using SA = StageCopy<C, C::BK, CPA>;
-        using SB = StageCopy<C, C::BK, CPB>;
+        // A thread copies chunk qa of k-lines ka + jj·kStep (and qb of
+        // kb + …): its column bounds and destinations are fixed, only
+        // the pair's row changes.
         const int qa = tid % CPA, ka = tid / CPA, qb = tid % CPB, kb = tid / CPB;
         const bool mok = m0 + qa * C::kChunk < p.M, nok = n0 + qb * C::kChunk < p.N;
+        const int lim = (int)min((long long)C::BK, s1 - pb);
         const T* aq = a + m0 + qa * C::kChunk;
         const T* bq = b + n0 + qb * C::kChunk;
         T* da = as + C::mnOff(ka, qa * C::kChunk, C::LdMA);
@@ -800,16 +816,16 @@ template <class C> __device__ __forceinline__ void pairs_gemm(const PairsParams&
 #pragma unroll
         for (int jj = 0; jj < SA::kRows; ++jj) {
           const int k = ka + jj * SA::kStep;
-          const long long pi = pb + k;
-          const unsigned long long off = p.ia ? (unsigned long long)(unsigned)ria[k] * (unsigned)p.M : pi * p.M;
-          cp_async16(da + jj * SA::kDst, aq + off, mok && pi < s1);
+          const unsigned long long off =
+              (unsigned long long)(unsigned)(p.ia ? ria[k] : pb + k) * (unsigned)p.M;
+          cp_async16(da + jj * SA::Dst(C::LdMA), aq + off, mok && k < lim);
         }
 #pragma unroll
         for (int jj = 0; jj < SB::kRows; ++jj) {
           const int k = kb + jj * SB::kStep;
-          const long long pi = pb + k;
-          const unsigned long long off = p.ib ? (unsigned long long)(unsigned)rib[k] * (unsigned)p.N : pi * p.N;
-          cp_async16(db + jj * SB::kDst, bq + off, nok && pi < s1);
+          const unsigned long long off =
+              (unsigned long long)(unsigned)(p.ib ? rib[k] : pb + k) * (unsigned)p.N;
+          cp_async16(db + jj * SB::Dst(C::LdMB), bq + off, nok && k < lim);
         }
         return;
       }
