@@ -120,8 +120,14 @@ const (
 //     warpgroups), 15 % faster than m128n128k64w2x4s3 at C = 128 (the
 //     128×128 Hopper tile is not: half the work per barrier);
 //   - the weight gradient (16-bit only) with Co and Ci ≥ 256: the 128×256
-//     tile, 14–31 % faster than m128n128k32w2x4s4; at C = 128 and 64 the
-//     mma.sync tiles stay (no Hopper tile wins there);
+//     tile, 14–31 % faster than m128n128k32w2x4s4;
+//   - the weight gradient with Co and Ci of 128–255: the 128×128 tile, 6
+//     stages (session 6, after the lean pairs copies): 1.88 ms at RES 512
+//     C 128 against 2.31 for pairsWideTile and 2.14 for m128n128k32w2x4s3;
+//   - the weight gradient with Co and Ci of 64–127: the 64×64 tile with
+//     4 stages (one warpgroup, three blocks per SM; session 6): 2.76 ms at
+//     RES 1024 C 64 against 4.08 for m64n64k32w2x2s4 (3.76 before the
+//     lean pairs copies) and 4.02 for the same tile with 6 stages;
 //   - gather GEMMs with 64–127 columns and at least hopperNarrowRows
 //     rows: the 128×64 tile with 4 stages, two blocks per SM (step 13):
 //     2.51 / 2.42 ms forward / input gradient at RES 1024 C 64 against
@@ -150,6 +156,10 @@ func hopperDefault(mth kernels.Math, use tileUse, rows, cols, kc int64) string {
 		return pick(128, 64, 4, kernels.Gather)
 	case use == usePairs && rows >= 256 && cols >= 256:
 		return pick(128, 256, 0, kernels.Pairs)
+	case use == usePairs && rows >= 128 && cols >= 128:
+		return pick(128, 128, 6, kernels.Pairs)
+	case use == usePairs && rows >= 64 && cols >= 64 && rows < 128 && cols < 128:
+		return pick(64, 64, 4, kernels.Pairs)
 	}
 	return ""
 }

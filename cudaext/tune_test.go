@@ -411,7 +411,11 @@ func TestDefaultTiles(t *testing.T) {
 			{useGather, 252392, 64, 64, "", ""},                       // 64 columns, fewer rows: mma.sync
 			{usePairs, 1024, 1024, 15192, "m128n256k64w8x1s4h", ""},   // weight gradient: 16-bit only
 			{usePairs, 256, 256, 252392, "m128n256k64w8x1s4h", ""},
-			{usePairs, 128, 128, 252392, "", ""},
+			{usePairs, 128, 128, 252392, "m128n128k64w8x1s6h", ""},
+			{usePairs, 256, 128, 1026536, "m128n128k64w8x1s6h", ""}, // Co 256, Ci 128
+			{usePairs, 64, 64, 4113056, "m64n64k64w4x1s4h", ""},
+			{usePairs, 64, 128, 4113056, "", ""}, // Co 64, Ci 128: mma.sync
+			{usePairs, 32, 32, 4113056, "", ""},
 		} {
 			for _, mth := range kernels.Maths {
 				gpu.SetHopperDefaults(false)

@@ -166,9 +166,9 @@ var HopperTiles = []Tile{
 	// (row order, tap list and index loads, pipeline fill) overlaps the
 	// other's main loop.
 	{BM: 128, BN: 64, BK: 64, WM: 8, WN: 1, Stages: 4, Hopper: true},
+	// One warpgroup, three blocks per SM (64 KiB of stages each): the
+	// weight gradient at C = 64.
 	{BM: 64, BN: 64, BK: 64, WM: 4, WN: 1, Stages: 4, Hopper: true},
-	{BM: 64, BN: 64, BK: 64, WM: 4, WN: 1, Stages: 6, Hopper: true},
-	{BM: 64, BN: 128, BK: 64, WM: 4, WN: 1, Stages: 4, Hopper: true},
 }
 
 // Name returns the tile's short name, e.g. "m128n64k32w2x2s4"; a Hopper
