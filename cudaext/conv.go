@@ -448,8 +448,9 @@ type pairsJob struct {
 	tile       kernels.Tile
 	a, b       devPtr // [*, M], [*, N]
 	ia, ib     devPtr // 0: identity
-	seg        devPtr // [V+1] int64, or 0 with K
+	seg        devPtr // [V+1] int64 ([taps+1] with mirror), or 0 with K
 	M, N, V, K int64
+	mirror     bool // seg holds the taps before the centre (see fg::PairsParams.mirror; K = rows)
 	maxPairs   int64     // longest segment, for the split heuristic
 	stats      pairStats // per-tap segment lengths (seg != 0), for the balanced split
 	splitAlg   bool
@@ -481,6 +482,9 @@ func (e *Engine) runPairs(j pairsJob) error {
 		A: uint64(d.addr(j.a)), B: uint64(d.addr(j.b)), Out: uint64(j.out.ptr),
 		IA: uint64(j.ia), IB: uint64(j.ib), Seg: uint64(j.seg),
 		M: j.M, N: j.N, V: j.V, K: j.K, Splits: int64(splits), Chunk: chunk,
+	}
+	if j.mirror {
+		p.Mirror = 1
 	}
 	if (j.M*esz)%16 == 0 && (j.N*esz)%16 == 0 {
 		p.Vec = 1
@@ -868,12 +872,13 @@ func (e *Engine) WeightGrad(m *kmap.Map, x, dy sparse.Matrix, o Options) (sparse
 			defer e.d.freeTemp(col)
 			return e.runPairs(pairsJob{math: math, tile: tile, a: db.ptr, b: col.ptr, M: co, N: V * ci, V: 1, K: M, maxPairs: M, out: out})
 		}
-		in, outIdx, seg, st, err := e.pairTables(m)
+		in, outIdx, seg, st, half, err := e.pairTables(m)
 		if err != nil {
 			return err
 		}
 		return e.runPairs(pairsJob{math: math, tile: tile, a: db.ptr, b: xb.ptr, ia: outIdx, ib: in, seg: seg,
-			M: co, N: ci, V: V, maxPairs: st.longest, stats: st, splitAlg: isSplit(alg), userSplits: o.SplitK, out: out})
+			M: co, N: ci, V: V, K: int64(m.NOut), mirror: half, maxPairs: st.longest, stats: st, splitAlg: isSplit(alg),
+			userSplits: o.SplitK, out: out})
 	})
 	if err != nil {
 		if out != nil {

@@ -648,7 +648,10 @@ type Tables uint8
 // The derived tables.
 const (
 	// TablePairs is the per-tap pair lists (kmap.Pairs) of the weight
-	// gradient.
+	// gradient. For a submanifold map they hold the taps before the centre
+	// only: tap V−1−v's pairs are tap v's reversed and the centre's are
+	// the identity, so the weight gradient reads them mirrored
+	// (PairsParams.mirror) — half the lists' time and memory.
 	TablePairs Tables = 1 << iota
 	// TableMasked is the bitmasks and Gray-code order of Nbr (kmap.Masked)
 	// of the masked forward algorithms, and the tile tap unions
@@ -699,7 +702,7 @@ func (e *Engine) DeriveTables(m *kmap.Map, which Tables, tileRows ...int) error 
 			}
 		}
 		if which&TablePairs != 0 {
-			if _, _, _, _, err := e.pairTables(m); err != nil {
+			if _, _, _, _, _, err := e.pairTables(m); err != nil {
 				return err
 			}
 		}
@@ -752,10 +755,13 @@ func (s pairStats) itersOf(bk int64) (longest, total int64) {
 	return ceilDiv(s.longest, bk), total
 }
 
-// pairs builds the pair lists of the table nbr [nOut, V] and returns the
-// tap segments' lengths. It waits for the device once, downloading the
-// segment table (V+1 int64) to size the lists.
-func (d *Device) pairs(nbr devPtr, nOut, V int) (pin, pout, psg rawBuf, st pairStats, err error) {
+// pairs builds the pair lists of the first taps taps of the table nbr
+// [nOut, V] and returns the tap segments' lengths. It waits for the
+// device once, downloading the segment table (taps+1 int64) to size the
+// lists. With half (a submanifold map) it builds the taps before the
+// centre, taps = (V−1)/2, and the lengths it returns are those of all V
+// taps: tap V−1−v's is tap v's and the centre's nOut.
+func (d *Device) pairs(nbr devPtr, nOut, V int, half bool) (pin, pout, psg rawBuf, st pairStats, err error) {
 	fail := func(e error) (rawBuf, rawBuf, rawBuf, pairStats, error) {
 		for _, r := range []rawBuf{pin, pout, psg} {
 			if r.ptr != 0 {
@@ -764,47 +770,65 @@ func (d *Device) pairs(nbr devPtr, nOut, V int) (pin, pout, psg rawBuf, st pairS
 		}
 		return rawBuf{}, rawBuf{}, rawBuf{}, pairStats{}, e
 	}
-	if psg, err = d.allocTemp(int64(V+1) * 8); err != nil {
+	taps := V
+	if half {
+		taps = (V - 1) / 2
+	}
+	if psg, err = d.allocTemp(int64(taps+1) * 8); err != nil {
 		return fail(err)
 	}
 	nc := int64((nOut + pairsChunk - 1) / pairsChunk)
 	if nc == 0 {
-		if err := memsetD8(psg.ptr, 0, int64(V+1)*8, d.stream); err != nil {
+		if err := memsetD8(psg.ptr, 0, int64(taps+1)*8, d.stream); err != nil {
 			return fail(err)
 		}
 		return rawBuf{ptr: d.zeroPage}, rawBuf{ptr: d.zeroPage}, psg, pairStats{}, nil
 	}
-	cnt, err := d.allocTemp(int64(V) * nc * 4)
+	st.iters = make([]int64, V)
+	if half {
+		st.iters[taps] = int64(nOut)
+		st.longest = int64(nOut)
+	}
+	if taps == 0 {
+		// A 1×1×1 submanifold map: the centre (identity) alone.
+		if err := memsetD8(psg.ptr, 0, 8, d.stream); err != nil {
+			return fail(err)
+		}
+		return rawBuf{ptr: d.zeroPage}, rawBuf{ptr: d.zeroPage}, psg, st, nil
+	}
+	cnt, err := d.allocTemp(int64(taps) * nc * 4)
 	if err != nil {
 		return fail(err)
 	}
 	defer d.freeTemp(cnt)
-	off, err := d.allocTemp(int64(V) * nc * 8)
+	off, err := d.allocTemp(int64(taps) * nc * 8)
 	if err != nil {
 		return fail(err)
 	}
 	defer d.freeTemp(off)
 	blk := dim3{X: pairsChunk}
-	if err := d.launch("kmap_pairs_count", dim3{X: int(nc)}, blk, 0, nbr, int64(nOut), int32(V), cnt.ptr, nc); err != nil {
+	if err := d.launch("kmap_pairs_count", dim3{X: int(nc)}, blk, 0, nbr, int64(nOut), int32(V), int32(taps), cnt.ptr, nc); err != nil {
 		return fail(err)
 	}
-	if err := d.scan(scanI32I64, cnt.ptr, off.ptr, int64(V)*nc, psg.ptr+devPtr(8*V)); err != nil {
+	if err := d.scan(scanI32I64, cnt.ptr, off.ptr, int64(taps)*nc, psg.ptr+devPtr(8*taps)); err != nil {
 		return fail(err)
 	}
-	g, b := d.elementwise(int64(V))
-	if err := d.launch("kmap_pairs_seg", g, b, 0, off.ptr, nc, int32(V), psg.ptr); err != nil {
+	g, b := d.elementwise(int64(taps))
+	if err := d.launch("kmap_pairs_seg", g, b, 0, off.ptr, nc, int32(taps), psg.ptr); err != nil {
 		return fail(err)
 	}
-	seg, err := download[int64](d, psg.ptr, V+1)
+	seg, err := download[int64](d, psg.ptr, taps+1)
 	if err != nil {
 		return fail(err)
 	}
-	st.iters = make([]int64, V)
-	for v := range V {
+	for v := range taps {
 		st.iters[v] = seg[v+1] - seg[v]
+		if half {
+			st.iters[V-1-v] = st.iters[v]
+		}
 		st.longest = max(st.longest, st.iters[v])
 	}
-	total := seg[V]
+	total := seg[taps]
 	if total == 0 {
 		return rawBuf{ptr: d.zeroPage}, rawBuf{ptr: d.zeroPage}, psg, st, nil
 	}
@@ -814,7 +838,7 @@ func (d *Device) pairs(nbr devPtr, nOut, V int) (pin, pout, psg rawBuf, st pairS
 	if pout, err = d.allocTemp(total * 4); err != nil {
 		return fail(err)
 	}
-	if err := d.launch("kmap_pairs_write", dim3{X: int(nc)}, blk, 0, nbr, int64(nOut), int32(V), off.ptr, nc, pin.ptr, pout.ptr); err != nil {
+	if err := d.launch("kmap_pairs_write", dim3{X: int(nc)}, blk, 0, nbr, int64(nOut), int32(V), int32(taps), off.ptr, nc, pin.ptr, pout.ptr); err != nil {
 		return fail(err)
 	}
 	return pin, pout, psg, st, nil

@@ -61,8 +61,9 @@ type maskedTables struct {
 type mapEntry struct {
 	nbr, rev                rawBuf // [NOut·V], [NIn·V] int32
 	haveNbr, haveRev        bool
-	pairIn, pairOut, pairSg rawBuf // pair lists and [V+1] int64 segments
+	pairIn, pairOut, pairSg rawBuf // pair lists and [taps+1] int64 segments
 	havePairs               bool
+	pairsHalf               bool // the lists hold the taps before the centre (submanifold; TablePairs)
 	pairStats               pairStats      // tap segment lengths of the pair lists
 	gray                    [2]*grayTables // forward, reverse
 	tiles                   map[maskKey]tileTables
@@ -309,23 +310,26 @@ func (e *Engine) revTable(m *kmap.Map) (devPtr, error) {
 }
 
 // pairTables returns the device pair lists of m (kmap.Map.Pairs: in, out
-// [P] int32, seg [V+1] int64) and the longest tap segment, computing them
-// on the device if they are not cached (which waits once for the device,
-// to size the lists). Worker only.
-func (e *Engine) pairTables(m *kmap.Map) (in, out, seg devPtr, st pairStats, err error) {
+// [P] int32, seg [taps+1] int64), the segment lengths of all V taps, and
+// whether the lists hold only the taps before the centre (half: a
+// submanifold map, read mirrored; see TablePairs), computing them on the
+// device if they are not cached (which waits once for the device, to
+// size the lists). Worker only.
+func (e *Engine) pairTables(m *kmap.Map) (in, out, seg devPtr, st pairStats, half bool, err error) {
 	me := e.entry(m)
 	if !me.havePairs {
 		nbr, err := e.nbrTable(m)
 		if err != nil {
-			return 0, 0, 0, pairStats{}, err
+			return 0, 0, 0, pairStats{}, false, err
 		}
-		pin, pout, psg, ps, err := e.d.pairs(nbr, m.NOut, m.V())
+		half := m.Kind == kmap.Submanifold
+		pin, pout, psg, ps, err := e.d.pairs(nbr, m.NOut, m.V(), half)
 		if err != nil {
-			return 0, 0, 0, pairStats{}, err
+			return 0, 0, 0, pairStats{}, false, err
 		}
-		me.pairIn, me.pairOut, me.pairSg, me.pairStats, me.havePairs = pin, pout, psg, ps, true
+		me.pairIn, me.pairOut, me.pairSg, me.pairStats, me.pairsHalf, me.havePairs = pin, pout, psg, ps, half, true
 	}
-	return me.pairIn.ptr, me.pairOut.ptr, me.pairSg.ptr, me.pairStats, nil
+	return me.pairIn.ptr, me.pairOut.ptr, me.pairSg.ptr, me.pairStats, me.pairsHalf, nil
 }
 
 // grayTablesFor returns the device masks and Gray order of m's forward

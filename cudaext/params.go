@@ -23,6 +23,7 @@ type pairsParams struct {
 	Splits          int64
 	Vec             int64
 	Chunk           int64
+	Mirror          int64
 }
 
 func (p *gatherParams) argBytes() []byte {

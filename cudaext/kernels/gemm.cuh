@@ -195,8 +195,12 @@ struct PairsParams {
   long long vec;          // 1: M·elem and N·elem are multiples of 16 bytes
   long long chunk;        // > 0: tap v gets min(splits, ⌈iters(v)/chunk⌉) splits (balanced
                           // work per block); its other split slices are written as zeros
+  long long mirror;       // 1: the lists hold the taps v < H = (V − 1)/2 of a submanifold
+                          // map only (seg [H + 1]): tap V − 1 − v multiplies the pairs of
+                          // tap v with ia and ib swapped, and the centre tap H is the
+                          // identity over K rows
 };
-static_assert(sizeof(PairsParams) == 14 * 8, "PairsParams layout");
+static_assert(sizeof(PairsParams) == 15 * 8, "PairsParams layout");
 
 // ---- PTX wrappers -----------------------------------------------------------
 
@@ -757,7 +761,16 @@ template <class C> __device__ __forceinline__ void pairs_gemm(const PairsParams&
   const long long m0 = ((long long)blockIdx.x / tilesN) * C::BM;
   const long long n0 = ((long long)blockIdx.x % tilesN) * C::BN;
   const int v = blockIdx.y, z = blockIdx.z;
-  const long long s0 = p.seg ? p.seg[v] : 0, s1 = p.seg ? p.seg[v + 1] : p.K;
+  // The pair list of tap v: its own segment, or with p.mirror for a tap
+  // past the centre the segment of tap V − 1 − v read the other way round
+  // (a pair (i, o) of tap v is the pair (o, i) of its mirror tap), and
+  // for the centre the identity.
+  const int H = (int)(p.V - 1) / 2;
+  const bool centre = p.mirror && v == H, flip = p.mirror && v > H;
+  const int vs = flip ? (int)p.V - 1 - v : v;
+  const int* ia = centre ? nullptr : flip ? p.ib : p.ia;
+  const int* ib = centre ? nullptr : flip ? p.ia : p.ib;
+  const long long s0 = p.seg && !centre ? p.seg[vs] : 0, s1 = p.seg && !centre ? p.seg[vs + 1] : p.K;
   const long long total = (s1 - s0 + C::BK - 1) / C::BK;
   // Splits of this tap: all p.splits, or with p.chunk about one per chunk
   // iterations (at least one); split slices z beyond them get no
@@ -785,8 +798,8 @@ template <class C> __device__ __forceinline__ void pairs_gemm(const PairsParams&
       const int k = tid + r * C::kThreads;
       if (C::BK % C::kThreads == 0 || k < C::BK) {
         const bool ok = k < lim;
-        if (p.ia) cp_async4(da + k, p.ia + (ok ? pb + k : 0), ok);
-        if (p.ib) cp_async4(db + k, p.ib + (ok ? pb + k : 0), ok);
+        if (ia) cp_async4(da + k, ia + (ok ? pb + k : 0), ok);
+        if (ib) cp_async4(db + k, ib + (ok ? pb + k : 0), ok);
       }
     }
   };
@@ -817,14 +830,14 @@ template <class C> __device__ __forceinline__ void pairs_gemm(const PairsParams&
         for (int jj = 0; jj < SA::kRows; ++jj) {
           const int k = ka + jj * SA::kStep;
           const unsigned long long off =
-              (unsigned long long)(unsigned)(p.ia ? ria[k] : pb + k) * (unsigned)p.M;
+              (unsigned long long)(unsigned)(ia ? ria[k] : pb + k) * (unsigned)p.M;
           cp_async16(da + jj * SA::Dst(C::LdMA), aq + off, mok && k < lim);
         }
 #pragma unroll
         for (int jj = 0; jj < SB::kRows; ++jj) {
           const int k = kb + jj * SB::kStep;
           const unsigned long long off =
-              (unsigned long long)(unsigned)(p.ib ? rib[k] : pb + k) * (unsigned)p.N;
+              (unsigned long long)(unsigned)(ib ? rib[k] : pb + k) * (unsigned)p.N;
           cp_async16(db + jj * SB::Dst(C::LdMB), bq + off, nok && k < lim);
         }
         return;
@@ -838,7 +851,7 @@ template <class C> __device__ __forceinline__ void pairs_gemm(const PairsParams&
           const int kk = c / CPA, mm = (c % CPA) * C::kChunk;
           const long long pi = pb + kk, m = m0 + mm;
           const bool ok = pi < s1 && m < p.M;
-          const T* ar = p.ia ? a + (unsigned long long)(unsigned)ria[kk] * (unsigned)p.M : a + pi * p.M;
+          const T* ar = ia ? a + (unsigned long long)(unsigned)ria[kk] * (unsigned)p.M : a + pi * p.M;
           cp_async16(as + C::mnOff(kk, mm, C::LdMA), ok ? ar + m : a, ok);
         }
       }
@@ -849,7 +862,7 @@ template <class C> __device__ __forceinline__ void pairs_gemm(const PairsParams&
           const int kk = c / CPB, nn = (c % CPB) * C::kChunk;
           const long long pi = pb + kk, n = n0 + nn;
           const bool ok = pi < s1 && n < p.N;
-          const T* br = p.ib ? b + (unsigned long long)(unsigned)rib[kk] * (unsigned)p.N : b + pi * p.N;
+          const T* br = ib ? b + (unsigned long long)(unsigned)rib[kk] * (unsigned)p.N : b + pi * p.N;
           cp_async16(bs + C::mnOff(kk, nn, C::LdMB), ok ? br + n : b, ok);
         }
       }
@@ -862,14 +875,14 @@ template <class C> __device__ __forceinline__ void pairs_gemm(const PairsParams&
         const int kk = c / C::BM, mm = c % C::BM;
         const long long pi = pb + kk, m = m0 + mm;
         Raw val = Raw(0);
-        if (pi < s1 && m < p.M) val = ar[(p.ia ? (long long)ria[kk] : pi) * p.M + m];
+        if (pi < s1 && m < p.M) val = ar[(ia ? (long long)ria[kk] : pi) * p.M + m];
         asr[C::mnOff(kk, mm, C::LdMA)] = val;
       }
       for (int c = tid; c < C::BK * C::BN; c += C::kThreads) {
         const int kk = c / C::BN, nn = c % C::BN;
         const long long pi = pb + kk, n = n0 + nn;
         Raw val = Raw(0);
-        if (pi < s1 && n < p.N) val = br[(p.ib ? (long long)rib[kk] : pi) * p.N + n];
+        if (pi < s1 && n < p.N) val = br[(ib ? (long long)rib[kk] : pi) * p.N + n];
         bsr[C::mnOff(kk, nn, C::LdMB)] = val;
       }
     }

@@ -28,7 +28,9 @@
 //   kmap_decode        output keys → [M, 4] coordinates
 //   kmap_rev_mirror    submanifold reverse: Rev[i, v] = Nbr[i, V−1−v]
 //   kmap_rev_scatter   other reverse tables (each entry has one writer)
-//   kmap_pairs_count   pair counts per (tap, chunk of 256 output rows)
+//   kmap_pairs_count   pair counts per (tap, chunk of 256 output rows) of
+//                      the first taps taps (a submanifold map's lists hold
+//                      the taps before the centre only, see PairsParams)
 //   kmap_pairs_seg     Seg[v] = first pair of tap v
 //   kmap_pairs_write   pair lists (block scan per tap inside a chunk)
 #include <cub/block/block_scan.cuh>
@@ -192,10 +194,11 @@ __device__ void rev_scatter(const int* nbr, i64 n_out, int V, int* rev) {
   }
 }
 
-// cnt[v·nc + chunk] = number of present taps v among the chunk's rows.
-__device__ void pairs_count(const int* nbr, i64 n_out, int V, int* cnt, i64 nc) {
+// cnt[v·nc + chunk] = number of present taps v among the chunk's rows,
+// for the first taps taps of the table (row pitch V).
+__device__ void pairs_count(const int* nbr, i64 n_out, int V, int taps, int* cnt, i64 nc) {
   const i64 o = (i64)blockIdx.x * kChunk + threadIdx.x;
-  for (int v = 0; v < V; ++v) {
+  for (int v = 0; v < taps; ++v) {
     const int f = o < n_out && nbr[o * V + v] >= 0;
     const int c = __syncthreads_count(f);
     if (threadIdx.x == 0) cnt[(i64)v * nc + blockIdx.x] = c;
@@ -206,11 +209,12 @@ __device__ void pairs_seg(const i64* off, i64 nc, int V, i64* seg) {
   for (i64 v = gtid(); v < V; v += gstride()) seg[v] = off[v * nc];
 }
 
-__device__ void pairs_write(const int* nbr, i64 n_out, int V, const i64* off, i64 nc, int* pin, int* pout) {
+__device__ void pairs_write(const int* nbr, i64 n_out, int V, int taps, const i64* off, i64 nc, int* pin,
+                            int* pout) {
   using BS = cub::BlockScan<int, kChunk>;
   __shared__ typename BS::TempStorage tmp;
   const i64 o = (i64)blockIdx.x * kChunk + threadIdx.x;
-  for (int v = 0; v < V; ++v) {
+  for (int v = 0; v < taps; ++v) {
     const int i = o < n_out ? nbr[o * V + v] : -1;
     int rank;
     BS(tmp).ExclusiveSum(i >= 0 ? 1 : 0, rank);
@@ -262,17 +266,17 @@ __global__ void kmap_rev_mirror(const int* nbr, long long n, int V, int* rev) { 
 __global__ void kmap_rev_scatter(const int* nbr, long long n_out, int V, int* rev) {
   fgk::rev_scatter(nbr, n_out, V, rev);
 }
-__global__ void __launch_bounds__(fgk::kChunk) kmap_pairs_count(const int* nbr, long long n_out, int V, int* cnt,
-                                                                long long nc) {
-  fgk::pairs_count(nbr, n_out, V, cnt, nc);
+__global__ void __launch_bounds__(fgk::kChunk) kmap_pairs_count(const int* nbr, long long n_out, int V, int taps,
+                                                                int* cnt, long long nc) {
+  fgk::pairs_count(nbr, n_out, V, taps, cnt, nc);
 }
 __global__ void kmap_pairs_seg(const long long* off, long long nc, int V, long long* seg) {
   fgk::pairs_seg(off, nc, V, seg);
 }
-__global__ void __launch_bounds__(fgk::kChunk) kmap_pairs_write(const int* nbr, long long n_out, int V,
+__global__ void __launch_bounds__(fgk::kChunk) kmap_pairs_write(const int* nbr, long long n_out, int V, int taps,
                                                                 const long long* off, long long nc, int* pin,
                                                                 int* pout) {
-  fgk::pairs_write(nbr, n_out, V, off, nc, pin, pout);
+  fgk::pairs_write(nbr, n_out, V, taps, off, nc, pin, pout);
 }
 
 }  // extern "C"
