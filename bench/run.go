@@ -456,7 +456,7 @@ func kmapNote(kind string) string {
 	case kmapCPU:
 		return "built on the host (package kmap) in every step"
 	case kmapGPU:
-		return "built on the GPU in every step (SubmanifoldMap/StridedMap; the tables stay on the device, derived tables by DeriveTables, only the (V+1) pair-segment counts are read back)"
+		return "built on the GPU in every step (SubmanifoldMap/StridedMap; the tables stay on the device, derived tables by DeriveTables, only the pair-segment counts, (V−1)/2+1 of a submanifold map, are read back)"
 	case kmapUpload:
 		return "built on the host in every step; the engine uploads Nbr and derives Rev, pairs and masks on the device"
 	}

@@ -66,7 +66,9 @@
 //   - the weight gradient runs one GEMM per tap over the pair lists
 //     (kmap.Pairs), split-K for the split algorithms (the heuristic gives
 //     each tap split slices in proportion to its pairs), and over the
-//     im2col matrix for Explicit;
+//     im2col matrix for Explicit; a submanifold map's device lists hold
+//     the taps before the centre only, read swapped for their mirror taps
+//     and the centre as the identity (TablePairs);
 //   - every family has mma.sync tiles (sm_80 and newer) and, on compute
 //     capability 9.0, Hopper tiles multiplying with wgmma.mma_async
 //     (kernels.HopperTiles; the fixed heuristic prefers them where they
