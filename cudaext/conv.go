@@ -450,7 +450,7 @@ type pairsJob struct {
 	ia, ib     devPtr // 0: identity
 	seg        devPtr // [V+1] int64 ([taps+1] with mirror), or 0 with K
 	M, N, V, K int64
-	mirror     bool // seg holds the taps before the centre (see fg::PairsParams.mirror; K = rows)
+	mirror     bool      // seg holds the taps before the centre (see fg::PairsParams.mirror; K = rows)
 	maxPairs   int64     // longest segment, for the split heuristic
 	stats      pairStats // per-tap segment lengths (seg != 0), for the balanced split
 	splitAlg   bool

@@ -63,7 +63,7 @@ type mapEntry struct {
 	haveNbr, haveRev        bool
 	pairIn, pairOut, pairSg rawBuf // pair lists and [taps+1] int64 segments
 	havePairs               bool
-	pairsHalf               bool // the lists hold the taps before the centre (submanifold; TablePairs)
+	pairsHalf               bool           // the lists hold the taps before the centre (submanifold; TablePairs)
 	pairStats               pairStats      // tap segment lengths of the pair lists
 	gray                    [2]*grayTables // forward, reverse
 	tiles                   map[maskKey]tileTables
