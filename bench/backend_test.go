@@ -187,8 +187,10 @@ func TestRunBenchFailureRecords(t *testing.T) {
 	code := runMain([]string{"-device", "fake", "-cfgs", "8,4,2;16,4,2", "-iters", "1", "-repeats", "1", "-warmup", "0",
 		"-o", out, "-commit", "c1"}, &stdout, &stderr)
 	require.Equal(t, 1, code, "failures make the exit status 1")
-	require.Contains(t, stderr.String(), "2 of 4 measurements failed")
-	require.Equal(t, 2, recoveries)
+	// RES 16 training fails (its all-ones output gradient, made in the
+	// step, does not fit); RES 16 inference needs no such matrix.
+	require.Contains(t, stderr.String(), "1 of 4 measurements failed")
+	require.Equal(t, 1, recoveries)
 	data, err := os.ReadFile(out)
 	require.NoError(t, err)
 	recs, err := readRecords(bytes.NewReader(data), out)
@@ -199,8 +201,8 @@ func TestRunBenchFailureRecords(t *testing.T) {
 		require.Equal(t, "fake: test device", r.Device)
 		require.Equal(t, "c1", r.Commit)
 		require.Equal(t, kmapUpload, r.Kmap, "host maps on a device that is not the CPU")
-		if i < 2 {
-			require.Equal(t, 8, r.RES)
+		if i != 2 {
+			require.Equal(t, []int{8, 8, 0, 16}[i], r.RES)
 			require.Empty(t, r.Error)
 			require.Greater(t, r.MS, 0.0)
 			require.Equal(t, 0.25, *r.PeakMemGB)
@@ -217,7 +219,7 @@ func TestRunBenchFailureRecords(t *testing.T) {
 		require.Equal(t, 4, r.C)
 		require.Equal(t, 2, r.L)
 	}
-	require.Contains(t, stdout.String(), "failed: subm_conv train fp32 auto RES,C,L=16,4,2: out of device memory: [848, 4]")
+	require.Contains(t, stdout.String(), "failed: subm_conv train fp32 auto RES,C,L=16,4,2: repeat 0 step 0: output gradient: out of device memory: [848, 4]")
 	require.Equal(t, 1, strings.Count(stdout.String(), "| subm_conv | train |"), "the summary lists measured records only")
 
 	// compare skips the failed records and names them.
@@ -231,8 +233,8 @@ func TestRunBenchFailureRecords(t *testing.T) {
 	stdout.Reset()
 	stderr.Reset()
 	require.Equal(t, 0, runMain([]string{"compare", out, base}, &stdout, &stderr), stderr.String())
-	require.Equal(t, 2, strings.Count(stdout.String(), "| flexgemm-go |"))
-	require.Contains(t, stderr.String(), "compare: failed flexgemm-go subm_conv train fp32 auto 16,4,2: out of device memory")
+	require.Equal(t, 3, strings.Count(stdout.String(), "| flexgemm-go |"))
+	require.Contains(t, stderr.String(), "compare: failed flexgemm-go subm_conv train fp32 auto 16,4,2: repeat 0 step 0: output gradient: out of device memory")
 }
 
 func TestReadErrorRecord(t *testing.T) {

@@ -21,8 +21,9 @@
 // inside every step, then
 //
 //	train: forward through L layers, backward with an all-ones upstream
-//	       gradient (weight and bias gradients of every layer, input
-//	       gradients of layers 1…L−1: the input features need no gradient);
+//	       gradient made in the step, as the anchor's torch.ones_like(h)
+//	       (weight and bias gradients of every layer, input gradients of
+//	       layers 1…L−1: the input features need no gradient);
 //	infer: forward only.
 //
 // Each (workload, config, dtype, algorithm, mode) runs 2 warm-up steps and

@@ -42,6 +42,8 @@ func TestProfileStepsPhases(t *testing.T) {
 			return "spconv_pairs_f16_x"
 		case strings.HasPrefix(phase, "bias"):
 			return "spconv_bias_grad1_f16"
+		case phase == "ones":
+			return "fill_f16"
 		case phase == "map":
 			return "kmap_nbr_fine"
 		}
@@ -58,10 +60,10 @@ func TestProfileStepsPhases(t *testing.T) {
 	s, err := profileSteps(w.steps["train"], be, 2)
 	require.NoError(t, err)
 	require.False(t, be.prof.on, "the profile ends with the steps")
-	require.Equal(t, []string{"step", "map", "derive", "fwd L0", "fwd L1", "wgrad L1", "bias L1", "dgrad L1", "wgrad L0", "bias L0", "release"}, s.phaseNames())
+	require.Equal(t, []string{"step", "map", "derive", "fwd L0", "fwd L1", "ones", "wgrad L1", "bias L1", "dgrad L1", "wgrad L0", "bias L0", "release"}, s.phaseNames())
 	require.Equal(t, 2, s.Steps)
-	require.InDelta(t, 11.0, s.StepMs, 1e-9, "11 phases of 1 ms per step")
-	require.InDelta(t, 11*0.25, s.KernelMs, 1e-9)
+	require.InDelta(t, 12.0, s.StepMs, 1e-9, "12 phases of 1 ms per step")
+	require.InDelta(t, 12*0.25, s.KernelMs, 1e-9)
 	require.InDelta(t, s.StepMs-s.KernelMs, s.GapMs, 1e-9)
 	for _, p := range s.Phases {
 		require.InDelta(t, 1.0, p.SpanMs, 1e-9, p.Phase)
@@ -77,6 +79,7 @@ func TestProfileStepsPhases(t *testing.T) {
 	require.InDelta(t, 0.5, s.ByKind["bias"], 1e-9)
 	require.InDelta(t, 0.25, s.ByKind["kmap"], 1e-9)
 	require.InDelta(t, 3*0.25, s.ByKind["reduce"], 1e-9, "step, derive, release")
+	require.InDelta(t, 0.25, s.ByKind["other"], 1e-9, "ones")
 	require.InDelta(t, 2.0, s.phaseGroup("fwd"), 1e-9)
 	require.InDelta(t, 1.0, s.phaseGroup("dgrad"), 1e-9)
 

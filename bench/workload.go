@@ -154,13 +154,14 @@ func newWorkload(sc scene, p params) (*workload, error) {
 }
 
 // convStack runs L convolutions over maps (one per layer) forward and, if
-// train, backward with an all-ones gradient; layer 0 gets no input
-// gradient. Every matrix it makes goes to h (the caller frees them at the
-// end of the step; weight and bias gradients live that long in the anchor
-// too, as .grad), except that inference frees each intermediate output as
-// soon as the next layer has read it, as the anchor's h = conv(h) drops
-// it.
-func convStack(h *holder, maps []*kmap.Map, x sparse.Matrix, ws, bs []sparse.Matrix, ones sparse.Matrix, opt sparse.ConvOptions, train bool) error {
+// train, backward with an all-ones gradient that ones makes after the
+// forward pass (the anchor's torch.ones_like(h): made in every training
+// step, absent from inference); layer 0 gets no input gradient. Every
+// matrix it makes goes to h (the caller frees them at the end of the step;
+// weight and bias gradients live that long in the anchor too, as .grad),
+// except that inference frees each intermediate output as soon as the next
+// layer has read it, as the anchor's h = conv(h) drops it.
+func convStack(h *holder, maps []*kmap.Map, x sparse.Matrix, ws, bs []sparse.Matrix, ones func(*holder) (sparse.Matrix, error), opt sparse.ConvOptions, train bool) error {
 	L := len(ws)
 	if !train {
 		return inferStack(h, maps, x, ws, bs, opt)
@@ -175,7 +176,11 @@ func convStack(h *holder, maps []*kmap.Map, x sparse.Matrix, ws, bs []sparse.Mat
 			return fmt.Errorf("layer %d forward: %w", l, err)
 		}
 	}
-	dy := ones
+	h.be.phase("ones")
+	dy, err := ones(h)
+	if err != nil {
+		return fmt.Errorf("output gradient: %w", err)
+	}
 	for l := L - 1; l >= 0; l-- {
 		h.be.phasef("wgrad L%d", l)
 		if _, err := h.keep(sparse.ConvWeightGrad(maps[l], acts[l], dy, opt)); err != nil {
@@ -295,10 +300,7 @@ func submWorkload(sc scene, p params) (_ *workload, err error) {
 	if err != nil {
 		return nil, err
 	}
-	ones, err := inputs.filled(p.dtype, n, p.C, 1)
-	if err != nil {
-		return nil, err
-	}
+	ones := func(h *holder) (sparse.Matrix, error) { return h.filled(p.dtype, n, p.C, 1) }
 	step := func(train bool) func() error {
 		// One map serves every layer, so it needs the input-gradient
 		// tables when a layer above 0 exists.
@@ -386,10 +388,7 @@ func downWorkload(sc scene, p params) (_ *workload, err error) {
 	if err != nil {
 		return nil, err
 	}
-	ones, err := inputs.filled(p.dtype, nOut, p.C, 1)
-	if err != nil {
-		return nil, err
-	}
+	ones := func(h *holder) (sparse.Matrix, error) { return h.filled(p.dtype, nOut, p.C, 1) }
 	step := func(train bool) func() error {
 		build := func() ([]*kmap.Map, error) {
 			return downMaps(p.maps, sc, p.L, func(l int) tableUse { return useFor(p, train, l > 0) })
