@@ -1124,15 +1124,40 @@ func BenchmarkConvTiles(b *testing.B) {
 					(tile.Hopper && ((dir == "wgrad" && !tile.Has(kernels.Pairs, mth)) || !gpu.d.hopperTiles(mth))) {
 					continue
 				}
-				o := Options{ConvOptions: sparse.ConvOptions{Algorithm: sparse.MaskedImplicitSplitK}, Tile: tile.Name()}
-				b.Run(fmt.Sprintf("res%d-c%d/%s/%s", res, c, dir, tile.Name()), func(b *testing.B) {
-					benchConvOn(b, m, c, mth, dir, o, x, w, dy)
-				})
+				for _, splits := range benchSplits(b, dir) {
+					o := Options{ConvOptions: sparse.ConvOptions{Algorithm: sparse.MaskedImplicitSplitK, SplitK: splits}, Tile: tile.Name()}
+					name := fmt.Sprintf("res%d-c%d/%s/%s", res, c, dir, tile.Name())
+					if splits > 0 {
+						name += fmt.Sprintf("/splitk=%d", splits)
+					}
+					b.Run(name, func(b *testing.B) {
+						benchConvOn(b, m, c, mth, dir, o, x, w, dy)
+					})
+				}
 			}
 		}
 		gpu.Free(x, w, dy)
 		gpu.ReleaseMap(m)
 	}
+}
+
+// benchSplits returns the split-K factors BenchmarkConvTiles times the
+// weight gradient with: FLEXGEMM_BENCH_SPLITS, a comma list (0: the
+// heuristic's), or the heuristic's alone; other directions always take
+// the heuristic's.
+func benchSplits(b *testing.B, dir string) []int {
+	v := os.Getenv("FLEXGEMM_BENCH_SPLITS")
+	if v == "" || dir != "wgrad" {
+		return []int{0}
+	}
+	var out []int
+	for _, f := range strings.Split(v, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		require.NoError(b, err, "FLEXGEMM_BENCH_SPLITS %q", v)
+		require.GreaterOrEqual(b, n, 0, "FLEXGEMM_BENCH_SPLITS %q", v)
+		out = append(out, n)
+	}
+	return out
 }
 
 // BenchmarkConvAlgorithms compares the algorithms in float16 on the res-128
