@@ -352,6 +352,38 @@ func balancedPairsSplits(t kernels.Tile, tiles, longest, total, outElems, sms in
 	return int(s), max(chunk, ceilDiv(longest, s))
 }
 
+// windowPairsSplits is the split-K factor that gives the per-tap weight
+// gradient over rows rows (output rows of the map, whose pair lists are in
+// row order) DRAM locality: every tap's list split evenly into s slices
+// (PairsParams.chunk = 0), slice z of every tap covers about the same rows
+// [z, z+1)·rows/s, and blocks run z-major, so the blocks resident at any
+// time read the dy and x rows of a few consecutive windows of
+// pairsWindowRows rows, shared by all taps through L2, instead of the
+// whole tensors once per tap. It applies when the operands (rows·(M+N)
+// elements of esz bytes) exceed pairsWindowMinBytes (the L2 holds less),
+// capped by pairsPartBytes of float32 partials of outElems each; 0 where
+// it does not apply. Measured (H200, session 6, BenchmarkConvTiles,
+// forced splits): RES 1024 C 64 2.64 → 2.47 ms at 256 slices (DRAM reads
+// 9.2 → 7.5 GB), RES 512 C 128 1.71 → 1.42 at 128, RES 256 C 256 1.29 →
+// 1.19 at 64; tf32 RES 1024 C 64 (mma.sync) 7.38 → 6.57 at 256.
+func windowPairsSplits(rows, M, N, esz, outElems int64) int {
+	if rows*(M+N)*esz < pairsWindowMinBytes || outElems <= 0 {
+		return 0
+	}
+	s := min(ceilDiv(rows, pairsWindowRows), max(pairsPartBytes/(4*outElems), 1))
+	if s < 2 {
+		return 0
+	}
+	return int(s)
+}
+
+// pairsWindowRows and pairsWindowMinBytes are windowPairsSplits' window
+// and threshold.
+const (
+	pairsWindowRows     = 8192
+	pairsWindowMinBytes = 192 << 20
+)
+
 // pairsTarget is the number of blocks the weight-gradient split
 // heuristics aim at with tile t on sms multiprocessors: pairsWaves per SM,
 // hopperPairsWaves for a Hopper tile.
@@ -474,6 +506,9 @@ func (e *Engine) runPairs(j pairsJob) error {
 	case j.userSplits == 0 && j.seg != 0 && len(j.stats.iters) > 0:
 		longest, total := j.stats.itersOf(int64(t.BK))
 		splits, chunk = balancedPairsSplits(t, tiles, longest, total, j.M*j.V*j.N, int64(d.info.SMs))
+		if w := windowPairsSplits(j.K, j.M, j.N, int64(j.math.ElemSize()), j.M*j.V*j.N); w > splits {
+			splits, chunk = w, 0
+		}
 	default:
 		splits = e.choosePairsSplits(j.userSplits, t, tiles*j.V, ceilDiv(j.maxPairs, int64(t.BK)), j.M*j.V*j.N)
 	}
