@@ -129,12 +129,12 @@ type Tile struct {
 // block; 64 Ki registers), f16 gather / gather_wt / pairs, from ptxas
 // (nvcc 11.8; "+8" is a stack frame of 8 bytes):
 //
-//	m128n128k64w2x4s3  114 200 B, 142/128+8/132 regs: 1 / 2 / 1 blocks
+//	m128n128k64w2x4s3  114 200 B, 142/128+8/142 regs: 1 / 2 / 1 blocks
 //	m128n128k32w2x4s4   86 560 B, 128+8/128+8/128 regs: 2 / 2 / 2 blocks
-//	m128n256k32w2x4s3   95 768 B, 228/236/242 regs: 1 / 1 / 1 block (64×64 warp tiles)
-//	m256n128k32w4x2s3   99 352 B, 228/242/242 regs: 1 / 1 / 1 block (64×64 warp tiles)
-//	m128n128k32w2x2s4   86 560 B, 227/244/232 regs: 2 / 2 / 2 blocks of 4 warps (64×64)
-//	m64n128k64w2x2s4   112 928 B, 130/176/164 regs: 2 / 2 / 2 blocks of 4 warps
+//	m128n256k32w2x4s3   95 768 B, 228/236/246 regs: 1 / 1 / 1 block (64×64 warp tiles)
+//	m256n128k32w4x2s3   99 352 B, 228/242/246 regs: 1 / 1 / 1 block (64×64 warp tiles)
+//	m128n128k32w2x2s4   86 560 B, 227/244/236 regs: 2 / 2 / 2 blocks of 4 warps (64×64)
+//	m64n128k64w2x2s4   112 928 B, 130/176/127 regs: 2 / 2 / 2 blocks of 4 warps
 var Tiles = []Tile{
 	{BM: 128, BN: 128, BK: 32, WM: 2, WN: 4, Stages: 3},
 	{BM: 128, BN: 64, BK: 32, WM: 2, WN: 2, Stages: 4},
