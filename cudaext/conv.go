@@ -360,17 +360,23 @@ func balancedPairsSplits(t kernels.Tile, tiles, longest, total, outElems, sms in
 // time read the dy and x rows of a few consecutive windows of
 // pairsWindowRows rows, shared by all taps through L2, instead of the
 // whole tensors once per tap. It applies when the operands (rows·(M+N)
-// elements of esz bytes) exceed pairsWindowMinBytes (the L2 holds less),
-// capped by pairsPartBytes of float32 partials of outElems each; 0 where
-// it does not apply. Measured (H200, session 6, BenchmarkConvTiles,
-// forced splits): RES 1024 C 64 2.64 → 2.47 ms at 256 slices (DRAM reads
-// 9.2 → 7.5 GB), RES 512 C 128 1.71 → 1.42 at 128, RES 256 C 256 1.29 →
-// 1.19 at 64; tf32 RES 1024 C 64 (mma.sync) 7.38 → 6.57 at 256.
+// elements of esz bytes) exceed pairsWindowMinBytes (the L2 holds less);
+// the float32 partials of outElems each are capped at an eighth of the
+// operands' bytes (and pairsPartBytes), so a step's peak memory grows by
+// at most that. 0 where it does not apply. Measured (H200, session 6,
+// BenchmarkConvTiles, forced splits): RES 1024 C 64 2.64 → 2.47 ms at 256
+// slices (DRAM reads 9.2 → 7.5 GB), RES 512 C 128 1.71 → 1.45 at 64,
+// RES 256 C 256 1.29 → 1.19 at 64; tf32 RES 1024 C 64 (mma.sync) 7.38 →
+// 6.57 at 256. With ⌈rows/8192⌉ slices and partials up to 512 MB the
+// training peak rose by ≈ 220 MB at RES 256–1024 (above FlexGEMM's at RES
+// 1024), hence the cap: 297 slices at RES 1024 C 64, 37 at RES 512 C 128,
+// none at RES 256 C 256.
 func windowPairsSplits(rows, M, N, esz, outElems int64) int {
-	if rows*(M+N)*esz < pairsWindowMinBytes || outElems <= 0 {
+	operands := rows * (M + N) * esz
+	if operands < pairsWindowMinBytes || outElems <= 0 {
 		return 0
 	}
-	s := min(ceilDiv(rows, pairsWindowRows), max(pairsPartBytes/(4*outElems), 1))
+	s := min(ceilDiv(rows, pairsWindowRows), max(min(pairsPartBytes, operands/8)/(4*outElems), 1))
 	if s < 2 {
 		return 0
 	}

@@ -1111,18 +1111,21 @@ func TestWindowPairsSplits(t *testing.T) {
 		rows, m, n, esz int64
 		want            int
 	}{
-		{4113056, 64, 64, 2, 503},   // RES 1024 C 64: windows of pairsWindowRows
-		{1026536, 128, 128, 2, 126}, // RES 512 C 128
-		{252392, 256, 256, 2, 31},   // RES 256 C 256
+		{4113056, 64, 64, 2, 297},   // RES 1024 C 64: partials capped at 1/8 of the operands (131 MB)
+		{1026536, 128, 128, 2, 37},  // RES 512 C 128
+		{252392, 256, 256, 2, 4},    // RES 256 C 256 (below the balanced split: not taken)
 		{64160, 512, 512, 2, 0},     // RES 128 C 512: operands 131 MB, below the threshold
 		{15192, 1024, 1024, 4, 0},   // RES 64 C 1024 tf32: 124 MB
-		{1 << 22, 1024, 1024, 2, 4}, // partials capped: 4 slices of 113 MB
+		{1 << 22, 1024, 1024, 2, 4}, // partials capped at pairsPartBytes: 4 slices of 113 MB
+		{1 << 24, 16, 16, 2, 2048},  // windows of pairsWindowRows: 2^24 / 8192 slices
 		{0, 64, 64, 2, 0},
 	} {
 		got := windowPairsSplits(tc.rows, tc.m, tc.n, tc.esz, tc.m*27*tc.n)
 		require.Equal(t, tc.want, got, "%+v", tc)
 		if got > 0 {
-			require.LessOrEqual(t, int64(got)*4*tc.m*27*tc.n, int64(pairsPartBytes), "%+v", tc)
+			part := int64(got) * 4 * tc.m * 27 * tc.n
+			require.LessOrEqual(t, part, int64(pairsPartBytes), "%+v", tc)
+			require.LessOrEqual(t, part, tc.rows*(tc.m+tc.n)*tc.esz/8, "%+v", tc)
 		}
 	}
 }
