@@ -59,6 +59,7 @@ type Device struct {
 	args     argStage
 	zeroPage devPtr    // 256 zero bytes: a valid address for empty operands
 	prof     *profiler // running profile (profile.go), or nil
+	noBricks bool      // EnvNoBricks: submanifold maps keep the per-tap hash search
 }
 
 type loadedModule struct {
@@ -78,6 +79,7 @@ func openDevice(ordinal int) (*Device, error) {
 	d := &Device{
 		funcs:    map[string]*kernelFunc{},
 		syncEach: os.Getenv(EnvSync) == "1",
+		noBricks: os.Getenv(EnvNoBricks) == "1",
 	}
 	d.mem.free = map[int64][]devPtr{}
 	runtime.LockOSThread()

@@ -42,6 +42,7 @@ import (
 	"github.com/flexgemm-go/flexgemm/cudaext/kernels"
 	"github.com/flexgemm-go/flexgemm/sparse"
 	"github.com/flexgemm-go/flexgemm/sparse/grid"
+	"github.com/flexgemm-go/flexgemm/sparse/hash"
 	"github.com/flexgemm-go/flexgemm/sparse/kmap"
 )
 
@@ -173,13 +174,26 @@ func (d *Device) submanifold(op string, c deviceCoords, ext grid.Extent, conv gr
 	if err := checkTable(op, c.n, V); err != nil {
 		return nil, err
 	}
-	t, err := d.hashCoordsPer(c.ptr, int64(c.n), ext, 0, mapSlotsPerKey, false, op+": ")
+	// The coordinate table checks the rows (range, duplicates) and, unless
+	// the brick search builds Nbr, answers its lookups (hence the lower load
+	// then: most lookups of a surface miss).
+	bricks := d.brickSearch(ext, conv)
+	perKey := int64(mapSlotsPerKey)
+	if bricks {
+		perKey = 2
+	}
+	t, err := d.hashCoordsPer(c.ptr, int64(c.n), ext, 0, perKey, false, op+": ")
 	if err != nil {
 		return nil, err
 	}
 	defer d.freeTable(t)
 	dm := &devMap{nIn: c.n, nOut: c.n, V: V}
-	if err := d.buildSubNbr(dm, c.ptr, ext, conv, t); err != nil {
+	if bricks {
+		err = d.buildSubNbrBricks(dm, c.ptr, ext)
+	} else {
+		err = d.buildSubNbr(dm, c.ptr, ext, conv, t)
+	}
+	if err != nil {
 		d.freeDevMap(dm)
 		return nil, err
 	}
@@ -207,6 +221,89 @@ func (d *Device) buildSubNbr(dm *devMap, coords devPtr, ext grid.Extent, conv gr
 	g, b := d.elementwise(int64(dm.nOut) * int64(max((dm.V-1)/2, 1)))
 	return d.launch("kmap_nbr_sub", g, b, 0, coords, int64(dm.nOut), extOf(ext), convOf(conv), t.arg(), dm.nbr.ptr)
 }
+
+// EnvNoBricks names the environment variable that, set to 1 when the
+// engine opens, keeps submanifold maps on the per-tap hash search
+// (kmap_nbr_sub) instead of the brick search.
+const EnvNoBricks = "FLEXGEMM_NO_BRICKS"
+
+// brickSearch reports whether buildSubNbrBricks builds the Nbr table of a
+// submanifold map of geometry conv over ext: 3×3×3 kernels of dilation 1
+// whose brick keys fit the narrow table layout, unless EnvNoBricks is set.
+func (d *Device) brickSearch(ext grid.Extent, conv grid.Conv) bool {
+	return !d.noBricks && conv.Kernel == [3]int{3, 3, 3} && conv.Dilation == [3]int{1, 1, 1} &&
+		brickExtent(ext).KeyBits() <= 32
+}
+
+// brickExtent is the extent of the 4×4×4 bricks of ext.
+func brickExtent(ext grid.Extent) grid.Extent {
+	return grid.Extent{Batch: ext.Batch, X: (ext.X + 3) / 4, Y: (ext.Y + 3) / 4, Z: (ext.Z + 3) / 4}
+}
+
+// buildSubNbrBricks fills dm.nbr of a 3×3×3 submanifold map of dilation 1
+// over coords (rows already checked: in ext, no duplicates) by the brick
+// search: the rows' 4×4×4 bricks go into a small hash table (one key per
+// brick, not per row: a 4.1 M-voxel shell has ≈ 0.3 M bricks, so the table
+// stays in L2), numbered densely, and a pool of 64 cells per brick holds
+// the rows; then one thread per row looks up its 2×2×2 neighbourhood of
+// bricks (usually 3–4 lookups, against 13 per-tap lookups of kmap_nbr_sub
+// in a table of one key per row) and reads its 27 neighbours from the pool.
+// Every entry is written once, coalesced: no −1 fill, no mirror writes.
+// Waits for the device once (the brick count sizes the pool).
+func (d *Device) buildSubNbrBricks(dm *devMap, coords devPtr, ext grid.Extent) error {
+	var err error
+	if dm.nbr, err = d.allocTable(dm.nOut, dm.V); err != nil {
+		return err
+	}
+	n := int64(dm.nOut)
+	if n == 0 {
+		return nil
+	}
+	bext := brickExtent(ext)
+	bt, err := d.newDevTable(tableLog(min(n, int64(min(bext.Sites(), uint64(math.MaxInt64/2))))), bext, maxProbeLimit, false)
+	if err != nil {
+		return err
+	}
+	defer d.freeTable(bt)
+	bt.probe = bt.limit // until the inserts report their longest probe
+	sb, err := d.newStatusBuf()
+	if err != nil {
+		return err
+	}
+	defer d.freeTemp(sb.raw)
+	g, b := d.elementwise(n)
+	if err := d.launch("kmap_brick_insert", g, b, 0, coords, n, extOf(bext), bt.arg(), sb.ptr()); err != nil {
+		return err
+	}
+	if err := d.launch("kmap_brick_number", g, b, 0, coords, n, extOf(bext), bt.arg(), sb.ptr()); err != nil {
+		return err
+	}
+	st, err := sb.read(d)
+	if err != nil {
+		return err
+	}
+	if st[stFlags]&flagFull != 0 {
+		return fmt.Errorf("%w: cudaext: brick table of %d slots holds no free slot within %d probes", hash.ErrFull, bt.slots(), bt.limit)
+	}
+	bt.probe = int(st[stMaxProbe]) + 1
+	nb := int64(st[stCount])
+	pool, err := d.allocTemp(max(nb, 1) * 64 * 4)
+	if err != nil {
+		return err
+	}
+	defer d.freeTemp(pool)
+	if err := d.fillI32(pool.ptr, -1, nb*64); err != nil {
+		return err
+	}
+	if err := d.launch("kmap_brick_scatter", g, b, 0, coords, n, extOf(bext), bt.arg(), pool.ptr); err != nil {
+		return err
+	}
+	blocks := min(ceilDiv(n, brickRows), int64(d.info.SMs)*16)
+	return d.launch("kmap_nbr_brick", dim3{X: int(blocks)}, dim3{X: brickRows}, 0, coords, n, extOf(ext), extOf(bext), bt.arg(), pool.ptr, dm.nbr.ptr)
+}
+
+// brickRows is kmap_nbr_brick's block size (kernels/kmap.cu kBrickRows).
+const brickRows = 128
 
 // reached generates the output sites of a strided (coarse) or transposed
 // (fine) map: every site of out that an input reaches through a tap,

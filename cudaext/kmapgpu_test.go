@@ -664,7 +664,7 @@ func (g *gxEvents) ms() ([]float64, error) {
 func BenchmarkGPUSubmanifoldMap(b *testing.B) {
 	e := gxEngine(b)
 	for _, res := range []int{256, 1024} {
-		for _, path := range []string{"sub", "fine"} {
+		for _, path := range []string{"brick", "sub", "fine"} {
 			b.Run(fmt.Sprintf("res%d/%s", res, path), func(b *testing.B) {
 				coords, ext := synth.SphereShell(res, 1)
 				n := len(coords) / 4
@@ -683,7 +683,7 @@ func BenchmarkGPUSubmanifoldMap(b *testing.B) {
 							return err
 						}
 						perKey := int64(mapSlotsPerKey)
-						if path == "fine" {
+						if path != "sub" {
 							perKey = 2
 						}
 						t, err := d.hashCoordsPer(c.ptr, int64(n), ext, 0, perKey, false, "")
@@ -696,9 +696,12 @@ func BenchmarkGPUSubmanifoldMap(b *testing.B) {
 						}
 						dm := &devMap{nIn: n, nOut: n, V: conv.Volume()}
 						defer d.freeDevMap(dm)
-						if path == "fine" {
+						switch path {
+						case "fine":
 							err = d.buildNbr(dm, c.ptr, ext, conv, t, false)
-						} else {
+						case "brick":
+							err = d.buildSubNbrBricks(dm, c.ptr, ext)
+						default:
 							err = d.buildSubNbr(dm, c.ptr, ext, conv, t)
 						}
 						if err != nil {

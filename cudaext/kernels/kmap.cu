@@ -28,6 +28,18 @@
 //   kmap_decode        output keys → [M, 4] coordinates
 //   kmap_rev_mirror    submanifold reverse: Rev[i, v] = Nbr[i, V−1−v]
 //   kmap_rev_scatter   other reverse tables (each entry has one writer)
+//   kmap_brick_insert  the 4×4×4 brick of every row into a brick table
+//                      (value: the brick's smallest row)
+//   kmap_brick_number  the smallest row of each brick numbers it (block-
+//                      aggregated atomicAdd on status[kCount]) and stores
+//                      the number, with the top bit set, as the slot value
+//   kmap_brick_scatter pool[brick · 64 + cell] = row (the pool is −1 first)
+//   kmap_nbr_brick     Nbr of 3×3×3 submanifold maps with dilation 1: one
+//                      thread per row looks its (at most 8, usually 3–4)
+//                      bricks up in the small brick table and reads the 27
+//                      neighbours from the pool; rows are staged in shared
+//                      memory and written out coalesced (no −1 fill, no
+//                      mirror writes)
 //   kmap_pairs_count   pair counts per (tap, chunk of 256 output rows) of
 //                      the first taps taps (a submanifold map's lists hold
 //                      the taps before the centre only, see PairsParams)
@@ -194,6 +206,123 @@ __device__ void rev_scatter(const int* nbr, i64 n_out, int V, int* rev) {
   }
 }
 
+// ---- brick neighbour search (3×3×3, dilation 1) ----
+
+constexpr int kBrickBits = 2;                // bricks of 4×4×4 cells
+constexpr u32 kBrickNumbered = 0x80000000u;  // slot value holds a brick number
+constexpr int kBrickRows = 128;              // rows per block of kmap_nbr_brick
+
+__device__ __forceinline__ u64 brick_key(const Ext& bext, int4 c) {
+  return bext.key(c.x, c.y >> kBrickBits, c.z >> kBrickBits, c.w >> kBrickBits);
+}
+__device__ __forceinline__ int brick_cell(int x, int y, int z) {
+  constexpr int m = (1 << kBrickBits) - 1;
+  return (((x & m) << kBrickBits | (y & m)) << kBrickBits) | (z & m);
+}
+
+// Narrow tables only (the host checks): the slot of a present key, or −1.
+__device__ __forceinline__ i64 table_slot(const Table& t, u64 key) {
+  u64 s = t.home(key);
+  const u64 m = t.mask();
+  for (int p = 0; p < t.probe; ++p) {
+    const u64 cur = t.slots[s];
+    if ((cur >> 32) == key) return (i64)s;
+    if (cur == kEmpty) return -1;
+    s = (s + 1) & m;
+  }
+  return -1;
+}
+
+__device__ void brick_insert(const int* coords, i64 n, Ext bext, Table bt, int* status) {
+  Acc acc;
+  for (i64 r = gtid(); r < n; r += gstride()) {
+    const int4 c = reinterpret_cast<const int4*>(coords)[r];
+    int dist = 0;
+    int res = table_insert(bt, brick_key(bext, c), (int)r, &dist);
+    if (res == kPresent) res = kInserted;  // a brick holds many rows
+    acc.note(res, dist);
+  }
+  block_flush(status, acc);
+}
+
+// Every block runs the same number of rounds (the barriers inside).
+__device__ void brick_number(const int* coords, i64 n, Ext bext, Table bt, int* status) {
+  __shared__ int sCount, sBase;
+  for (i64 base = (i64)blockIdx.x * blockDim.x; base < n; base += gstride()) {
+    const i64 r = base + threadIdx.x;
+    i64 slot = -1;
+    u64 key = 0;
+    if (r < n) {
+      key = brick_key(bext, reinterpret_cast<const int4*>(coords)[r]);
+      const i64 s = table_slot(bt, key);
+      // The smallest row of the brick numbers it. A slot already numbered
+      // holds a value with the top bit set, never equal to a row.
+      if (s >= 0 && (u32)bt.slots[s] == (u32)r) slot = s;
+    }
+    if (threadIdx.x == 0) sCount = 0;
+    __syncthreads();
+    const int mine = slot >= 0 ? atomicAdd(&sCount, 1) : 0;
+    __syncthreads();
+    if (threadIdx.x == 0) sBase = sCount > 0 ? atomicAdd(status + kCount, sCount) : 0;
+    __syncthreads();
+    if (slot >= 0) bt.slots[slot] = (key << 32) | ((u32)(sBase + mine) | kBrickNumbered);
+    __syncthreads();
+  }
+}
+
+__device__ void brick_scatter(const int* coords, i64 n, Ext bext, Table bt, int* pool) {
+  for (i64 r = gtid(); r < n; r += gstride()) {
+    const int4 c = reinterpret_cast<const int4*>(coords)[r];
+    const i64 s = table_slot(bt, brick_key(bext, c));
+    if (s < 0) continue;  // cannot happen after brick_insert
+    const u32 id = (u32)bt.slots[s] & ~kBrickNumbered;
+    pool[(i64)id * 64 + brick_cell(c.y, c.z, c.w)] = (int)r;
+  }
+}
+
+// One thread per row; tap v = (dx+1)·9 + (dy+1)·3 + (dz+1) is the
+// neighbour at (x+dx, y+dy, z+dz) (fgk::Conv::tap with K = 3, P = 1).
+__device__ void nbr_brick(const int* coords, i64 n, Ext ext, Ext bext, Table bt, const int* pool, int* nbr) {
+  __shared__ int rowsS[kBrickRows * 27];
+  for (i64 base = (i64)blockIdx.x * kBrickRows; base < n; base += (i64)gridDim.x * kBrickRows) {
+    const i64 o = base + threadIdx.x;
+    if (o < n) {
+      const int4 q = reinterpret_cast<const int4*>(coords)[o];
+      // Bricks of the 2×2×2 neighbourhood, looked up on first use (−2).
+      int brick[8];
+#pragma unroll
+      for (int k = 0; k < 8; ++k) brick[k] = -2;
+      const int bx0 = (q.y - 1) >> kBrickBits, by0 = (q.z - 1) >> kBrickBits, bz0 = (q.w - 1) >> kBrickBits;
+      int* row = rowsS + threadIdx.x * 27;
+#pragma unroll
+      for (int dx = -1; dx <= 1; ++dx)
+#pragma unroll
+        for (int dy = -1; dy <= 1; ++dy)
+#pragma unroll
+          for (int dz = -1; dz <= 1; ++dz) {
+            const int v = (dx + 1) * 9 + (dy + 1) * 3 + (dz + 1);
+            const int x = q.y + dx, y = q.z + dy, z = q.w + dz;
+            int j = -1;
+            if (ext.contains(q.x, x, y, z)) {
+              const int k = (((x >> kBrickBits) - bx0) << 2) | (((y >> kBrickBits) - by0) << 1) | ((z >> kBrickBits) - bz0);
+              if (brick[k] == -2) {
+                const int4 c = make_int4(q.x, x, y, z);
+                const i64 s = table_slot(bt, brick_key(bext, c));
+                brick[k] = s < 0 ? -1 : (int)((u32)bt.slots[s] & ~kBrickNumbered);
+              }
+              if (brick[k] >= 0) j = pool[(i64)brick[k] * 64 + brick_cell(x, y, z)];
+            }
+            row[v] = j;
+          }
+    }
+    __syncthreads();
+    const i64 rows = min((i64)kBrickRows, n - base);
+    int* out = nbr + base * 27;
+    for (int k = threadIdx.x; k < rows * 27; k += kBrickRows) out[k] = rowsS[k];
+    __syncthreads();
+  }
+}
+
 // cnt[v·nc + chunk] = number of present taps v among the chunk's rows,
 // for the first taps taps of the table (row pitch V).
 __device__ void pairs_count(const int* nbr, i64 n_out, int V, int taps, int* cnt, i64 nc) {
@@ -236,6 +365,21 @@ __global__ void kmap_nbr_fine(const int* out, long long n_out, fgx::Ext in, fgk:
 }
 __global__ void kmap_nbr_sub(const int* coords, long long n, fgx::Ext ext, fgk::Conv c, fgx::Table t, int* nbr) {
   fgk::nbr_sub(coords, n, ext, c, t, nbr);
+}
+__global__ void __launch_bounds__(256) kmap_brick_insert(const int* coords, long long n, fgx::Ext bext, fgx::Table bt,
+                                                          int* status) {
+  fgk::brick_insert(coords, n, bext, bt, status);
+}
+__global__ void kmap_brick_number(const int* coords, long long n, fgx::Ext bext, fgx::Table bt, int* status) {
+  fgk::brick_number(coords, n, bext, bt, status);
+}
+__global__ void kmap_brick_scatter(const int* coords, long long n, fgx::Ext bext, fgx::Table bt, int* pool) {
+  fgk::brick_scatter(coords, n, bext, bt, pool);
+}
+__global__ void __launch_bounds__(fgk::kBrickRows) kmap_nbr_brick(const int* coords, long long n, fgx::Ext ext,
+                                                                 fgx::Ext bext, fgx::Table bt, const int* pool,
+                                                                 int* nbr) {
+  fgk::nbr_brick(coords, n, ext, bext, bt, pool, nbr);
 }
 __global__ void kmap_nbr_coarse(const int* out, long long n_out, fgx::Ext in, fgk::Conv c, fgx::Table t, int* nbr) {
   fgk::nbr_coarse(out, n_out, in, c, t, nbr);
