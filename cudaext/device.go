@@ -60,6 +60,9 @@ type Device struct {
 	zeroPage devPtr    // 256 zero bytes: a valid address for empty operands
 	prof     *profiler // running profile (profile.go), or nil
 	noBricks bool      // EnvNoBricks: submanifold maps keep the per-tap hash search
+	// brickMinRows: the brick search builds submanifold maps from this
+	// many rows on (brickMinRows; the tests lower it).
+	brickMinRows int
 }
 
 type loadedModule struct {
@@ -77,9 +80,10 @@ type kernelFunc struct {
 // openDevice creates the context and loads every kernel image.
 func openDevice(ordinal int) (*Device, error) {
 	d := &Device{
-		funcs:    map[string]*kernelFunc{},
-		syncEach: os.Getenv(EnvSync) == "1",
-		noBricks: os.Getenv(EnvNoBricks) == "1",
+		funcs:        map[string]*kernelFunc{},
+		syncEach:     os.Getenv(EnvSync) == "1",
+		noBricks:     os.Getenv(EnvNoBricks) == "1",
+		brickMinRows: brickMinRows,
 	}
 	d.mem.free = map[int64][]devPtr{}
 	runtime.LockOSThread()

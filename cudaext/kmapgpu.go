@@ -177,7 +177,7 @@ func (d *Device) submanifold(op string, c deviceCoords, ext grid.Extent, conv gr
 	// The coordinate table checks the rows (range, duplicates) and, unless
 	// the brick search builds Nbr, answers its lookups (hence the lower load
 	// then: most lookups of a surface miss).
-	bricks := d.brickSearch(ext, conv)
+	bricks := d.brickSearch(c.n, ext, conv)
 	perKey := int64(mapSlotsPerKey)
 	if bricks {
 		perKey = 2
@@ -228,12 +228,22 @@ func (d *Device) buildSubNbr(dm *devMap, coords devPtr, ext grid.Extent, conv gr
 const EnvNoBricks = "FLEXGEMM_NO_BRICKS"
 
 // brickSearch reports whether buildSubNbrBricks builds the Nbr table of a
-// submanifold map of geometry conv over ext: 3×3×3 kernels of dilation 1
-// whose brick keys fit the narrow table layout, unless EnvNoBricks is set.
-func (d *Device) brickSearch(ext grid.Extent, conv grid.Conv) bool {
-	return !d.noBricks && conv.Kernel == [3]int{3, 3, 3} && conv.Dilation == [3]int{1, 1, 1} &&
-		brickExtent(ext).KeyBits() <= 32
+// submanifold map of n rows and geometry conv over ext: 3×3×3 kernels of
+// dilation 1 whose brick keys fit the narrow table layout, from
+// d.brickMinRows rows on (brickMinRows; tests lower it), unless
+// EnvNoBricks is set.
+func (d *Device) brickSearch(n int, ext grid.Extent, conv grid.Conv) bool {
+	return !d.noBricks && n >= d.brickMinRows && conv.Kernel == [3]int{3, 3, 3} &&
+		conv.Dilation == [3]int{1, 1, 1} && brickExtent(ext).KeyBits() <= 32
 }
+
+// brickMinRows is the fewest rows for which the engine takes the brick
+// search. Measured (H200, session 6, map phase of a training step, per-tap
+// search in call 4 against bricks in call 6): RES 1024 (4.1 M rows) 1.68 →
+// 1.52 ms; RES 512 (1.0 M) 0.38 → 0.42, RES 256 (252 K) 0.13 → 0.19 and
+// RES 64 (15 K) 0.07 → 0.20 — below a few million rows the second host wait
+// and the extra launches cost more than the shorter lookups save.
+const brickMinRows = 1 << 21
 
 // brickExtent is the extent of the 4×4×4 bricks of ext.
 func brickExtent(ext grid.Extent) grid.Extent {

@@ -293,6 +293,16 @@ func TestGPUSubmanifoldMap(t *testing.T) {
 				// Derive first (from the device tables alone), then load.
 				gxSameDerived(t, e, gpu, cpu)
 				gxSameMap(t, e, gpu, cpu)
+				// The brick search at every size (the engine takes it from
+				// brickMinRows rows on; it applies to 3×3×3 of dilation 1).
+				if g.k == [3]int{3, 3, 3} && g.d == [3]int{1, 1, 1} {
+					require.NoError(t, e.d.do(func() error { e.d.brickMinRows = 0; return nil }))
+					b := gxBuild(t, e, func() (*kmap.Map, error) {
+						return e.SubmanifoldMap(gxCoords(t, e, sc.coords), sc.ext, g.k, g.d)
+					})
+					require.NoError(t, e.d.do(func() error { e.d.brickMinRows = brickMinRows; return nil }))
+					gxSameMap(t, e, b, cpu)
+				}
 				// Host coordinates work too and alias the caller's slice.
 				h := gxBuild(t, e, func() (*kmap.Map, error) {
 					return e.SubmanifoldMap(sparse.Matrix{Rows: len(sc.coords) / 4, Cols: 4, Data: sc.coords}, sc.ext, g.k, g.d)
