@@ -10,6 +10,10 @@ package cudaext
 // take device coordinates, hash them on the device, generate output
 // coordinates where needed (candidate keys → radix sort → unique), and
 // fill the neighbour table Nbr and the reverse table Rev on the device.
+// A submanifold map's Nbr comes from half the taps (kmap_nbr_sub: tap
+// V−1−v mirrors tap v) or, for 3×3×3 kernels of dilation 1 from
+// brickMinRows rows on, from the brick search (buildSubNbrBricks;
+// FLEXGEMM_NO_BRICKS=1 turns it off).
 // Both tables and the input and output coordinates are registered in the
 // engine's map cache under the returned *kmap.Map, so convolutions and
 // pooling on this engine never upload them.
