@@ -15,8 +15,12 @@ import (
 // gradient and input gradient), so each phase reports its device span, the
 // summed time of its kernels and the difference: device time spent on
 // anything but kernels (idle while the host prepares or waits, copies,
-// memsets). The profiled steps run a little slower than timed ones (two
-// events per launch); the record's ms stays the timed number.
+// memsets). Where the backend measures its memory peak (the CUDA engine),
+// each phase also reports the largest memory in use during it (PeakMB):
+// the backend's peak is reset at every mark of a profiled step, after the
+// timed steps have reported theirs. The profiled steps run a little slower
+// than timed ones (two events per launch); the record's ms stays the timed
+// number.
 
 // phasef is phase with a formatted name, formatted only while a profile
 // runs.
@@ -51,6 +55,10 @@ type stepProfiler struct {
 	stop func() ([]phaseTime, error)
 	on   bool
 	err  error // first failed mark
+	// peaks holds, while a step is profiled on a backend that measures
+	// its memory peak, the peak in GiB of each phase that has ended, in
+	// phase order (the backend's peak is reset at every mark).
+	peaks []float64
 }
 
 // phase marks the start of a phase of the running step profile; a no-op
@@ -60,9 +68,20 @@ func (be *backend) phase(name string) {
 	if p == nil || !p.on {
 		return
 	}
+	be.endPhasePeak()
 	if err := p.mark(name); err != nil && p.err == nil {
 		p.err = err
 	}
+}
+
+// endPhasePeak records the memory peak of the phase that ends now and
+// resets the backend's peak for the next one (where it measures one).
+func (be *backend) endPhasePeak() {
+	if be.peakGB == nil {
+		return
+	}
+	be.prof.peaks = append(be.prof.peaks, be.peakGB())
+	be.resetPeak()
 }
 
 // PhaseRecord is one phase of Record.Phases: per-step averages over the
@@ -74,6 +93,10 @@ type PhaseRecord struct {
 	GapMs    float64 `json:"gap_ms"`
 	HostMs   float64 `json:"host_ms"`
 	Launches int     `json:"launches"`
+	// PeakMB is the largest device memory in use during the phase (MiB,
+	// the highest of the profiled steps), where the backend measures its
+	// memory peak (the record's peak_mem_gb is the whole step's).
+	PeakMB *float64 `json:"peak_mb,omitempty"`
 	// Top lists the phase's slowest kernels, "name ms×launches", slowest
 	// first (at most 3).
 	Top []string `json:"top,omitempty"`
@@ -136,12 +159,17 @@ func profileSteps(step func() error, be *backend, n int) (*PhaseSummary, error) 
 	sum := &PhaseSummary{Steps: n, ByKind: map[string]float64{}}
 	for i := range n {
 		p.err = nil
+		p.peaks = p.peaks[:0]
+		if be.peakGB != nil {
+			be.resetPeak()
+		}
 		if err := p.start("step"); err != nil {
 			return nil, err
 		}
 		p.on = true
 		err := step()
 		p.on = false
+		be.endPhasePeak()
 		phases, serr := p.stop()
 		if err != nil {
 			return nil, fmt.Errorf("profiled step %d: %w", i, err)
@@ -152,12 +180,21 @@ func profileSteps(step func() error, be *backend, n int) (*PhaseSummary, error) 
 		if p.err != nil {
 			return nil, p.err
 		}
-		for _, ph := range phases {
+		if be.peakGB != nil && len(p.peaks) != len(phases) {
+			return nil, fmt.Errorf("profiled step %d: %d memory peaks for %d phases", i, len(p.peaks), len(phases))
+		}
+		for j, ph := range phases {
 			a := byName[ph.name]
 			if a == nil {
 				a = &acc{PhaseRecord: PhaseRecord{Phase: ph.name}, kernels: map[string]kernelTime{}}
 				byName[ph.name] = a
 				order = append(order, ph.name)
+			}
+			if be.peakGB != nil {
+				mb := round(p.peaks[j]*1024, 1)
+				if a.PeakMB == nil || mb > *a.PeakMB {
+					a.PeakMB = &mb
+				}
 			}
 			a.SpanMs += ph.spanMs
 			a.KernelMs += ph.kernelMs

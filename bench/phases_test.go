@@ -101,6 +101,41 @@ func TestProfileStepsPhases(t *testing.T) {
 	require.Empty(t, buf.String(), "no table without profiled records")
 }
 
+// TestProfileStepsMemory: on a backend that measures its memory peak,
+// every phase gets the peak of its own span (the peak is reset at each
+// mark), the highest over the profiled steps.
+func TestProfileStepsMemory(t *testing.T) {
+	be := cpuBackend()
+	be.prof = fakeProfiler(func(string) string { return "k" })
+	var inUse, peak float64 // GiB
+	be.resetPeak = func() { peak = inUse }
+	be.peakGB = func() float64 { return peak }
+	use := func(gb float64) { inUse += gb; peak = max(peak, inUse) }
+	step := 0
+	s, err := profileSteps(func() error {
+		step++
+		use(1) // in "step"
+		be.phase("a")
+		use(0.5)
+		use(-0.5)
+		be.phase("b")
+		use(float64(step) / 4) // the second step peaks higher
+		use(-1 - float64(step)/4)
+		return nil
+	}, be, 2)
+	require.NoError(t, err)
+	require.Equal(t, []string{"step", "a", "b"}, s.phaseNames())
+	want := []float64{1024, 1536, 1024 + 512}
+	for i, p := range s.Phases {
+		require.NotNil(t, p.PeakMB, p.Phase)
+		require.InDelta(t, want[i], *p.PeakMB, 1e-9, p.Phase)
+	}
+	be.peakGB = nil
+	s, err = profileSteps(func() error { be.phase("a"); return nil }, be, 1)
+	require.NoError(t, err)
+	require.Nil(t, s.Phases[0].PeakMB, "no peak without a measuring backend")
+}
+
 func TestProfileStepsErrors(t *testing.T) {
 	be := cpuBackend()
 	_, err := profileSteps(func() error { return nil }, be, 1)
