@@ -181,6 +181,21 @@ __device__ __forceinline__ int table_find(const Table& t, u64 key) {
   return -1;
 }
 
+// table_slot is table_find for a narrow table that returns the index of
+// the key's slot instead of its value (−1 if absent), for kernels that
+// rewrite a stored value in place (kmap_brick_number).
+__device__ __forceinline__ i64 table_slot(const Table& t, u64 key) {
+  u64 s = t.home(key);
+  const u64 m = t.mask();
+  for (int p = 0; p < t.probe; ++p) {
+    const u64 cur = t.slots[s];
+    if ((cur >> 32) == key) return (i64)s;
+    if (cur == kEmpty) return -1;
+    s = (s + 1) & m;
+  }
+  return -1;
+}
+
 // Acc accumulates a thread's insert outcomes; block_flush merges them into
 // the status words with one atomic per block (hot single-address atomics
 // per thread would serialise millions of inserts).

@@ -220,19 +220,6 @@ __device__ __forceinline__ int brick_cell(int x, int y, int z) {
   return (((x & m) << kBrickBits | (y & m)) << kBrickBits) | (z & m);
 }
 
-// Narrow tables only (the host checks): the slot of a present key, or −1.
-__device__ __forceinline__ i64 table_slot(const Table& t, u64 key) {
-  u64 s = t.home(key);
-  const u64 m = t.mask();
-  for (int p = 0; p < t.probe; ++p) {
-    const u64 cur = t.slots[s];
-    if ((cur >> 32) == key) return (i64)s;
-    if (cur == kEmpty) return -1;
-    s = (s + 1) & m;
-  }
-  return -1;
-}
-
 __device__ void brick_insert(const int* coords, i64 n, Ext bext, Table bt, int* status) {
   Acc acc;
   for (i64 r = gtid(); r < n; r += gstride()) {
