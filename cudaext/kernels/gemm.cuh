@@ -415,6 +415,7 @@ namespace fg {
 template <class C, int ROWS, int CPR> struct StageCopy {
   static constexpr bool Fits = CPR <= 32 && C::kThreads % CPR == 0 && (ROWS * CPR) % C::kThreads == 0 &&
                                (C::kThreads / CPR) % (C::kHopper ? 8 : 1) == 0;
+  static constexpr int kCpr = CPR;
   static constexpr int kStep = C::kThreads / CPR;
   static constexpr int kRows = ROWS * CPR / C::kThreads;
   static constexpr int kDst = kStep * (128 / C::kElem);
@@ -816,30 +817,27 @@ template <class C> __device__ __forceinline__ void pairs_gemm(const PairsParams&
     if constexpr (SA::Fits && SB::Fits) {
       if (p.vec) {
         // One k-line per pair: a row of a (ia) and of b (ib), MN-major.
-        // A thread copies chunk qa of k-lines ka + jj·kStep (and qb of
-        // kb + …): its column bounds and destinations are fixed, only
-        // the pair's row changes.
-        const int qa = tid % CPA, ka = tid / CPA, qb = tid % CPB, kb = tid / CPB;
-        const bool mok = m0 + qa * C::kChunk < p.M, nok = n0 + qb * C::kChunk < p.N;
+        // A thread copies chunk q of k-lines k0 + jj·kStep of one operand
+        // (src [*, width], its columns c0 …, pair rows idx or pb + k): its
+        // column bound and destinations are fixed, only the pair's row
+        // changes.
         const int lim = (int)min((long long)C::BK, s1 - pb);
-        const T* aq = a + m0 + qa * C::kChunk;
-        const T* bq = b + n0 + qb * C::kChunk;
-        T* da = as + C::mnOff(ka, qa * C::kChunk, C::LdMA);
-        T* db = bs + C::mnOff(kb, qb * C::kChunk, C::LdMB);
+        auto copyLines = [&](auto layout, const T* src, long long c0, long long width, const int* idx,
+                             const int* ring, T* dst, int ld) {
+          using SC = decltype(layout);
+          const int q = tid % SC::kCpr, k0 = tid / SC::kCpr;
+          const bool ok = c0 + q * C::kChunk < width;
+          const T* sq = src + c0 + q * C::kChunk;
+          T* d = dst + C::mnOff(k0, q * C::kChunk, ld);
 #pragma unroll
-        for (int jj = 0; jj < SA::kRows; ++jj) {
-          const int k = ka + jj * SA::kStep;
-          const unsigned long long off =
-              (unsigned long long)(unsigned)(ia ? ria[k] : pb + k) * (unsigned)p.M;
-          cp_async16(da + jj * SA::Dst(C::LdMA), aq + off, mok && k < lim);
-        }
-#pragma unroll
-        for (int jj = 0; jj < SB::kRows; ++jj) {
-          const int k = kb + jj * SB::kStep;
-          const unsigned long long off =
-              (unsigned long long)(unsigned)(ib ? rib[k] : pb + k) * (unsigned)p.N;
-          cp_async16(db + jj * SB::Dst(C::LdMB), bq + off, nok && k < lim);
-        }
+          for (int jj = 0; jj < SC::kRows; ++jj) {
+            const int k = k0 + jj * SC::kStep;
+            const unsigned long long off = (unsigned long long)(unsigned)(idx ? ring[k] : pb + k) * (unsigned)width;
+            cp_async16(d + jj * SC::Dst(ld), sq + off, ok && k < lim);
+          }
+        };
+        copyLines(SA{}, a, m0, p.M, ia, ria, as, C::LdMA);
+        copyLines(SB{}, b, n0, p.N, ib, rib, bs, C::LdMB);
         return;
       }
     }
