@@ -229,20 +229,14 @@ func (d *Device) checkPoints(op string, pts devPtr, n int64, f64 bool) error {
 	if n == 0 {
 		return nil
 	}
-	sb, err := d.newStatusBuf()
-	if err != nil {
-		return err
-	}
-	defer d.freeTemp(sb.raw)
 	suf := "f32"
 	if f64 {
 		suf = "f64"
 	}
-	g, b := d.elementwise(3 * n)
-	if err := d.launch("gs_check_"+suf, g, b, 0, pts, 3*n, sb.ptr()); err != nil {
-		return err
-	}
-	st, err := sb.read(d)
+	st, err := d.statusOf(func(status devPtr) error {
+		g, b := d.elementwise(3 * n)
+		return d.launch("gs_check_"+suf, g, b, 0, pts, 3*n, status)
+	})
 	if err != nil {
 		return err
 	}

@@ -84,6 +84,21 @@ func (s statusBuf) read(d *Device) (deviceStatus, error) {
 	return out, err
 }
 
+// statusOf runs launch with a fresh device status array (its kernels'
+// status argument), waits for the device once and returns the status
+// words. Worker only.
+func (d *Device) statusOf(launch func(status devPtr) error) (deviceStatus, error) {
+	sb, err := d.newStatusBuf()
+	if err != nil {
+		return deviceStatus{}, err
+	}
+	defer d.freeTemp(sb.raw)
+	if err := launch(sb.ptr()); err != nil {
+		return deviceStatus{}, err
+	}
+	return sb.read(d)
+}
+
 // tableArg mirrors fgx::Table.
 type tableArg struct {
 	Slots                   uint64
@@ -269,33 +284,22 @@ func (d *Device) hashCoordsPer(coords devPtr, n int64, ext grid.Extent, lg int, 
 
 // insertCoords runs hash_insert_coords and returns the status.
 func (d *Device) insertCoords(t *devTable, coords devPtr, n int64, ext grid.Extent) (deviceStatus, error) {
-	st, err := d.newStatusBuf()
-	if err != nil {
-		return deviceStatus{}, err
-	}
-	defer d.freeTemp(st.raw)
-	if n > 0 {
-		g, b := d.elementwise(n)
-		if err := d.launch("hash_insert_coords", g, b, 0, d.addr(coords), n, extOf(ext), t.arg(), st.ptr()); err != nil {
-			return deviceStatus{}, err
+	return d.statusOf(func(status devPtr) error {
+		if n == 0 {
+			return nil
 		}
-	}
-	return st.read(d)
+		g, b := d.elementwise(n)
+		return d.launch("hash_insert_coords", g, b, 0, d.addr(coords), n, extOf(ext), t.arg(), status)
+	})
 }
 
 // findDups names the smallest duplicated row r and the first row q with
 // its coordinate, as the CPU builders do.
 func (d *Device) findDups(t *devTable, coords devPtr, n int64, ext grid.Extent, prefix string) error {
-	sb, err := d.newStatusBuf()
-	if err != nil {
-		return err
-	}
-	defer d.freeTemp(sb.raw)
-	g, b := d.elementwise(n)
-	if err := d.launch("hash_find_dups", g, b, 0, coords, n, extOf(ext), t.arg(), sb.ptr()); err != nil {
-		return err
-	}
-	st, err := sb.read(d)
+	st, err := d.statusOf(func(status devPtr) error {
+		g, b := d.elementwise(n)
+		return d.launch("hash_find_dups", g, b, 0, coords, n, extOf(ext), t.arg(), status)
+	})
 	if err != nil {
 		return err
 	}

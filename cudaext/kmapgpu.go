@@ -280,19 +280,13 @@ func (d *Device) buildSubNbrBricks(dm *devMap, coords devPtr, ext grid.Extent) e
 	}
 	defer d.freeTable(bt)
 	bt.probe = bt.limit // until the inserts report their longest probe
-	sb, err := d.newStatusBuf()
-	if err != nil {
-		return err
-	}
-	defer d.freeTemp(sb.raw)
 	g, b := d.elementwise(n)
-	if err := d.launch("kmap_brick_insert", g, b, 0, coords, n, extOf(bext), bt.arg(), sb.ptr()); err != nil {
-		return err
-	}
-	if err := d.launch("kmap_brick_number", g, b, 0, coords, n, extOf(bext), bt.arg(), sb.ptr()); err != nil {
-		return err
-	}
-	st, err := sb.read(d)
+	st, err := d.statusOf(func(status devPtr) error {
+		if err := d.launch("kmap_brick_insert", g, b, 0, coords, n, extOf(bext), bt.arg(), status); err != nil {
+			return err
+		}
+		return d.launch("kmap_brick_number", g, b, 0, coords, n, extOf(bext), bt.arg(), status)
+	})
 	if err != nil {
 		return err
 	}

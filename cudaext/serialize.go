@@ -42,16 +42,10 @@ func (d *Device) encode(op string, coords devPtr, n int64, ext grid.Extent, bits
 	if n == 0 {
 		return nil
 	}
-	sb, err := d.newStatusBuf()
-	if err != nil {
-		return err
-	}
-	defer d.freeTemp(sb.raw)
-	g, b := d.elementwise(n)
-	if err := d.launch("ser_encode", g, b, 0, coords, n, extOf(ext), bits, hilbert, codes, sb.ptr()); err != nil {
-		return err
-	}
-	st, err := sb.read(d)
+	st, err := d.statusOf(func(status devPtr) error {
+		g, b := d.elementwise(n)
+		return d.launch("ser_encode", g, b, 0, coords, n, extOf(ext), bits, hilbert, codes, status)
+	})
 	if err != nil {
 		return err
 	}
@@ -75,16 +69,10 @@ func (d *Device) decode(op string, codes devPtr, n int64, ext grid.Extent, mode 
 	if n == 0 {
 		return nil
 	}
-	sb, err := d.newStatusBuf()
-	if err != nil {
-		return err
-	}
-	defer d.freeTemp(sb.raw)
-	g, b := d.elementwise(n)
-	if err := d.launch("ser_decode", g, b, 0, codes, n, extOf(ext), bits, hilbert, coords, sb.ptr()); err != nil {
-		return err
-	}
-	st, err := sb.read(d)
+	st, err := d.statusOf(func(status devPtr) error {
+		g, b := d.elementwise(n)
+		return d.launch("ser_decode", g, b, 0, codes, n, extOf(ext), bits, hilbert, coords, status)
+	})
 	if err != nil {
 		return err
 	}
@@ -306,16 +294,10 @@ func (e *Engine) GatherRows(m, perm sparse.Matrix) (sparse.Matrix, error) {
 // checkRows reports the first of the n indices at idx outside [0, limit).
 // Worker only.
 func (d *Device) checkRows(op string, idx devPtr, n, limit int64) error {
-	sb, err := d.newStatusBuf()
-	if err != nil {
-		return err
-	}
-	defer d.freeTemp(sb.raw)
-	g, b := d.elementwise(n)
-	if err := d.launch("ser_check_rows", g, b, 0, idx, n, limit, sb.ptr()); err != nil {
-		return err
-	}
-	st, err := sb.read(d)
+	st, err := d.statusOf(func(status devPtr) error {
+		g, b := d.elementwise(n)
+		return d.launch("ser_check_rows", g, b, 0, idx, n, limit, status)
+	})
 	if err != nil {
 		return err
 	}

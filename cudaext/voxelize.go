@@ -187,11 +187,6 @@ func (e *Engine) voxelize(op string, points sparse.Matrix, fb *Buffer, C int, ba
 	}
 
 	// Pass 1: validate, find the largest kept coordinates.
-	sb, err := d.newStatusBuf()
-	if err != nil {
-		return err
-	}
-	defer d.freeTemp(sb.raw)
 	hi, err := d.allocTemp(16)
 	if err != nil {
 		return err
@@ -200,13 +195,13 @@ func (e *Engine) voxelize(op string, points sparse.Matrix, fb *Buffer, C int, ba
 	if err := d.fillI32(hi.ptr, -1, 4); err != nil {
 		return err
 	}
-	if P > 0 {
-		g, b := d.elementwise(P)
-		if err := d.launch("vox_check", g, b, 0, pts.ptr, bptr, P, o, sb.ptr(), hi.ptr); err != nil {
-			return err
+	st, err := d.statusOf(func(status devPtr) error {
+		if P == 0 {
+			return nil
 		}
-	}
-	st, err := sb.read(d)
+		g, b := d.elementwise(P)
+		return d.launch("vox_check", g, b, 0, pts.ptr, bptr, P, o, status, hi.ptr)
+	})
 	if err != nil {
 		return err
 	}
