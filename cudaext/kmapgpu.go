@@ -882,21 +882,16 @@ func (d *Device) pairs(nbr devPtr, nOut, V int, half bool) (pin, pout, psg rawBu
 	if psg, err = d.allocTemp(int64(taps+1) * 8); err != nil {
 		return fail(err)
 	}
-	nc := int64((nOut + pairsChunk - 1) / pairsChunk)
-	if nc == 0 {
-		if err := memsetD8(psg.ptr, 0, int64(taps+1)*8, d.stream); err != nil {
-			return fail(err)
-		}
-		return rawBuf{ptr: d.zeroPage}, rawBuf{ptr: d.zeroPage}, psg, pairStats{}, nil
-	}
 	st.iters = make([]int64, V)
 	if half {
 		st.iters[taps] = int64(nOut)
 		st.longest = int64(nOut)
 	}
-	if taps == 0 {
-		// A 1×1×1 submanifold map: the centre (identity) alone.
-		if err := memsetD8(psg.ptr, 0, 8, d.stream); err != nil {
+	nc := int64((nOut + pairsChunk - 1) / pairsChunk)
+	if nc == 0 || taps == 0 {
+		// No rows, or a 1×1×1 submanifold map (the centre, identity, alone):
+		// empty lists.
+		if err := memsetD8(psg.ptr, 0, int64(taps+1)*8, d.stream); err != nil {
 			return fail(err)
 		}
 		return rawBuf{ptr: d.zeroPage}, rawBuf{ptr: d.zeroPage}, psg, st, nil
