@@ -215,6 +215,11 @@ constexpr int kBrickRows = 128;              // rows per block of kmap_nbr_brick
 __device__ __forceinline__ u64 brick_key(const Ext& bext, int4 c) {
   return bext.key(c.x, c.y >> kBrickBits, c.z >> kBrickBits, c.w >> kBrickBits);
 }
+// The number of the brick holding c (after kmap_brick_number), or −1.
+__device__ __forceinline__ int brick_of(const Table& bt, const Ext& bext, int4 c) {
+  const i64 s = table_slot(bt, brick_key(bext, c));
+  return s < 0 ? -1 : (int)((u32)bt.slots[s] & ~kBrickNumbered);
+}
 __device__ __forceinline__ int brick_cell(int x, int y, int z) {
   constexpr int m = (1 << kBrickBits) - 1;
   return (((x & m) << kBrickBits | (y & m)) << kBrickBits) | (z & m);
@@ -260,9 +265,8 @@ __device__ void brick_number(const int* coords, i64 n, Ext bext, Table bt, int* 
 __device__ void brick_scatter(const int* coords, i64 n, Ext bext, Table bt, int* pool) {
   for (i64 r = gtid(); r < n; r += gstride()) {
     const int4 c = reinterpret_cast<const int4*>(coords)[r];
-    const i64 s = table_slot(bt, brick_key(bext, c));
-    if (s < 0) continue;  // cannot happen after brick_insert
-    const u32 id = (u32)bt.slots[s] & ~kBrickNumbered;
+    const int id = brick_of(bt, bext, c);
+    if (id < 0) continue;  // cannot happen after brick_insert
     pool[(i64)id * 64 + brick_cell(c.y, c.z, c.w)] = (int)r;
   }
 }
@@ -292,11 +296,7 @@ __device__ void nbr_brick(const int* coords, i64 n, Ext ext, Ext bext, Table bt,
             int j = -1;
             if (ext.contains(q.x, x, y, z)) {
               const int k = (((x >> kBrickBits) - bx0) << 2) | (((y >> kBrickBits) - by0) << 1) | ((z >> kBrickBits) - bz0);
-              if (brick[k] == -2) {
-                const int4 c = make_int4(q.x, x, y, z);
-                const i64 s = table_slot(bt, brick_key(bext, c));
-                brick[k] = s < 0 ? -1 : (int)((u32)bt.slots[s] & ~kBrickNumbered);
-              }
+              if (brick[k] == -2) brick[k] = brick_of(bt, bext, make_int4(q.x, x, y, z));
               if (brick[k] >= 0) j = pool[(i64)brick[k] * 64 + brick_cell(x, y, z)];
             }
             row[v] = j;
