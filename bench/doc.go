@@ -48,7 +48,9 @@
 // stream (2 warm-ups, 3 repeats of 20 steps unless -iters says otherwise,
 // median); peak_mem_gb is the engine allocator's peak of live buffers
 // after a reset that follows the warm-ups (like torch's
-// max_memory_allocated after reset_peak_memory_stats); pct_of_peak is
+// max_memory_allocated after reset_peak_memory_stats), with intermediate
+// activations and gradients freed when the anchor's autograd frees them
+// (convStack); pct_of_peak is
 // tflops as a percentage of 790 TFLOP/s on an H200 (-peaktflops for
 // others). A measurement that fails, out of device memory say, is written
 // as a record with an error field and the run goes on (exit status 1 at

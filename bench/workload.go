@@ -156,29 +156,44 @@ func newWorkload(sc scene, p params) (*workload, error) {
 // convStack runs L convolutions over maps (one per layer) forward and, if
 // train, backward with an all-ones gradient that ones makes after the
 // forward pass (the anchor's torch.ones_like(h): made in every training
-// step, absent from inference); layer 0 gets no input gradient. Every
-// matrix it makes goes to h (the caller frees them at the end of the step;
-// weight and bias gradients live that long in the anchor too, as .grad),
-// except that inference frees each intermediate output as soon as the next
-// layer has read it, as the anchor's h = conv(h) drops it.
+// step, absent from inference); layer 0 gets no input gradient. Matrices
+// are freed when the anchor's PyTorch frees its tensors: the output, the
+// all-ones gradient and the weight and bias gradients go to h (the caller
+// frees them at the end of the step; the anchor keeps its h, the argument
+// of h.backward and each .grad that long); each intermediate activation is
+// freed once its layer's backward pass is done with it and each
+// intermediate gradient once the layer below has read it, as autograd
+// frees saved tensors and gradients; inference frees each intermediate
+// output as soon as the next layer has read it, as the anchor's h = conv(h)
+// drops it.
 func convStack(h *holder, maps []*kmap.Map, x sparse.Matrix, ws, bs []sparse.Matrix, ones func(*holder) (sparse.Matrix, error), opt sparse.ConvOptions, train bool) error {
 	L := len(ws)
 	if !train {
 		return inferStack(h, maps, x, ws, bs, opt)
 	}
-	acts := make([]sparse.Matrix, L)
-	y := x
+	// acts[l] is layer l's input (acts[0] = x, the caller's), acts[L] the
+	// output; dy is the gradient of the layer's output, made here when
+	// madeDy. What the step has not freed yet is freed on return.
+	acts := make([]sparse.Matrix, L+1)
+	acts[0] = x
+	var dy sparse.Matrix
+	madeDy := false
+	defer func() {
+		h.be.free(acts[1:L]...)
+		if madeDy {
+			h.be.free(dy)
+		}
+	}()
 	var err error
 	for l := range L {
-		acts[l] = y
 		h.be.phasef("fwd L%d", l)
-		if y, err = h.keep(sparse.Conv(maps[l], y, ws[l], bs[l], opt)); err != nil {
+		if acts[l+1], err = sparse.Conv(maps[l], acts[l], ws[l], bs[l], opt); err != nil {
 			return fmt.Errorf("layer %d forward: %w", l, err)
 		}
 	}
+	h.keep(acts[L], nil)
 	h.be.phase("ones")
-	dy, err := ones(h)
-	if err != nil {
+	if dy, err = ones(h); err != nil {
 		return fmt.Errorf("output gradient: %w", err)
 	}
 	for l := L - 1; l >= 0; l-- {
@@ -192,9 +207,16 @@ func convStack(h *holder, maps []*kmap.Map, x sparse.Matrix, ws, bs []sparse.Mat
 		}
 		if l > 0 {
 			h.be.phasef("dgrad L%d", l)
-			if dy, err = h.keep(sparse.ConvInputGrad(maps[l], dy, ws[l], opt)); err != nil {
+			dx, err := sparse.ConvInputGrad(maps[l], dy, ws[l], opt)
+			if err != nil {
 				return fmt.Errorf("layer %d input gradient: %w", l, err)
 			}
+			if madeDy {
+				h.be.free(dy)
+			}
+			dy, madeDy = dx, true
+			h.be.free(acts[l])
+			acts[l] = sparse.Matrix{}
 		}
 	}
 	return nil

@@ -143,13 +143,22 @@ func human(n int64) string {
 // made it owns it. Call Free when done (the memory returns to the engine's
 // cache); a buffer that becomes unreachable is freed by the GC as a
 // fallback.
+//
+// A kernel map built from device coordinates borrows their buffer instead
+// of copying it (SubmanifoldMap, StridedMap, TransposedMap): Free may be
+// called at any time, and the memory returns to the cache once the buffer
+// is freed and every map holding it is dropped. Do not write into a
+// coordinate buffer while maps built from it are in use.
 type Buffer struct {
-	dev     *Device
-	ptr     devPtr
-	size    int64 // rounded bytes reserved
-	dtype   sparse.DType
-	n       int
-	freed   atomic.Bool
+	dev   *Device
+	ptr   devPtr
+	size  int64 // rounded bytes reserved
+	dtype sparse.DType
+	n     int
+	freed atomic.Bool
+	// holds counts who keeps the memory: the owner until Free, and each
+	// kernel map that borrowed the buffer (borrow, drop).
+	holds   atomic.Int32
 	cleanup runtime.Cleanup
 }
 
@@ -165,14 +174,37 @@ func (b *Buffer) Bytes() int64 { return int64(b.n) * int64(b.dtype.Size()) }
 // Ptr returns the device address (0 for an empty buffer).
 func (b *Buffer) Ptr() uint64 { return uint64(b.ptr) }
 
-// Free returns the memory to the engine's cache. Using the buffer
-// afterwards is an error (ErrFreed); freeing twice is a no-op.
+// Free returns the memory to the engine's cache, at once or, for
+// coordinates a kernel map borrowed, when the last such map is dropped.
+// Using the buffer afterwards is an error (ErrFreed); freeing twice is a
+// no-op.
 func (b *Buffer) Free() {
 	if b == nil || !b.freed.CompareAndSwap(false, true) {
 		return
 	}
 	b.cleanup.Stop()
-	if b.ptr != 0 {
+	b.drop()
+}
+
+// borrow makes the caller a holder of b's memory (a kernel map keeping
+// coordinates), or reports false when b was already freed by its owner
+// with no other holder left (its memory may be reused).
+func (b *Buffer) borrow() bool {
+	for {
+		h := b.holds.Load()
+		if h == 0 {
+			return false
+		}
+		if b.holds.CompareAndSwap(h, h+1) {
+			return true
+		}
+	}
+}
+
+// drop ends one hold of b's memory (Free ends the owner's); the last one
+// returns the memory to the cache after the work already queued.
+func (b *Buffer) drop() {
+	if b.holds.Add(-1) == 0 && b.ptr != 0 {
 		d, p, s := b.dev, b.ptr, b.size
 		d.later(func() { d.freeRaw(p, s) })
 	}
@@ -199,6 +231,7 @@ func (d *Device) newBuffer(dt sparse.DType, n int) (*Buffer, error) {
 		return nil, err
 	}
 	b := &Buffer{dev: d, ptr: p, size: size, dtype: dt, n: n}
+	b.holds.Store(1)
 	if p != 0 {
 		b.cleanup = runtime.AddCleanup(b, func(r blockRef) {
 			r.dev.later(func() { r.dev.freeRaw(r.ptr, r.size) })

@@ -413,10 +413,12 @@ func (ix *CoordIndex) Free() { ix.t.buf.Free() }
 type deviceCoords struct {
 	ptr devPtr
 	n   int
-	tmp rawBuf // non-zero when uploaded here
+	tmp rawBuf  // non-zero when uploaded here
+	buf *Buffer // the caller's buffer, when given on the device
 }
 
-func (c deviceCoords) release(d *Device) {
+// release frees the upload made for c, unless a map kept it (keepCoords).
+func (c *deviceCoords) release(d *Device) {
 	if c.tmp.ptr != 0 {
 		d.freeTemp(c.tmp)
 	}
@@ -456,5 +458,5 @@ func (e *Engine) int32RowsOn(op, what string, cols int, m sparse.Matrix) (device
 	if b.dtype != sparse.Int32 || m.Cols != cols {
 		return deviceCoords{}, fmt.Errorf("%w: cudaext: %s: %s are %v %s, want Int32 [N, %d]", sparse.ErrShape, op, what, b.dtype, m.Shape(), cols)
 	}
-	return deviceCoords{ptr: e.d.addr(b.ptr), n: m.Rows}, nil
+	return deviceCoords{ptr: e.d.addr(b.ptr), n: m.Rows, buf: b}, nil
 }

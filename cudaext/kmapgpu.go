@@ -449,6 +449,41 @@ func hostSlice(m sparse.Matrix) []int32 {
 	return h
 }
 
+// coordBlock is a coordinate array of the map cache: a block the cache
+// owns, or the caller's buffer, borrowed (lent) rather than copied.
+type coordBlock struct {
+	rawBuf
+	lent *Buffer
+}
+
+// release ends the cache's use of c. Worker only.
+func (c coordBlock) release(d *Device) {
+	if c.lent != nil {
+		c.lent.drop()
+		return
+	}
+	d.freeTemp(c.rawBuf)
+}
+
+// keepCoords returns the coordinates c as a block for the map cache,
+// copying them only when it must: an upload made for this call is taken
+// over (c releases nothing then), and a caller's buffer is borrowed (see
+// Buffer). Worker only.
+func (d *Device) keepCoords(c *deviceCoords) (coordBlock, error) {
+	switch {
+	case c.n == 0:
+		return coordBlock{rawBuf: rawBuf{ptr: d.zeroPage}}, nil
+	case c.tmp.ptr != 0:
+		blk := coordBlock{rawBuf: c.tmp}
+		c.tmp = rawBuf{}
+		return blk, nil
+	case c.buf != nil && c.buf.borrow():
+		return coordBlock{rawBuf: rawBuf{ptr: c.ptr}, lent: c.buf}, nil
+	}
+	r, err := d.copyCoords(*c)
+	return coordBlock{rawBuf: r}, err
+}
+
 // copyCoords returns a copy of the coordinates c in a new block (the zero
 // page when empty), owned by the map cache.
 func (d *Device) copyCoords(c deviceCoords) (rawBuf, error) {
@@ -470,7 +505,7 @@ func (d *Device) copyCoords(c deviceCoords) (rawBuf, error) {
 // and out (out == in for submanifold maps; out may be dm.out) in the map
 // cache under m, which owns them from then on, and makes the engine m's
 // Source. Nothing is downloaded.
-func (e *Engine) finish(m *kmap.Map, dm *devMap, in, out rawBuf) {
+func (e *Engine) finish(m *kmap.Map, dm *devMap, in, out coordBlock) {
 	me := e.entry(m)
 	me.nbr, me.haveNbr = dm.nbr, true
 	me.rev, me.haveRev = dm.rev, dm.rev.ptr != 0 // submanifold: derived on first use
@@ -513,7 +548,7 @@ func (e *Engine) SubmanifoldMap(coords sparse.Matrix, ext grid.Extent, kernel, d
 			return err
 		}
 		defer e.d.freeDevMap(dm)
-		in, err := e.d.copyCoords(c)
+		in, err := e.d.keepCoords(&c)
 		if err != nil {
 			return err
 		}
@@ -570,16 +605,16 @@ func (e *Engine) StridedMap(coords sparse.Matrix, ext grid.Extent, conv grid.Con
 			return err
 		}
 		defer e.d.freeDevMap(dm)
-		oc := dm.out
+		oc := coordBlock{rawBuf: dm.out}
 		if outs != nil {
-			if oc, err = e.d.copyCoords(*outs); err != nil {
+			if oc, err = e.d.keepCoords(outs); err != nil {
 				return err
 			}
 		}
-		in, err := e.d.copyCoords(c)
+		in, err := e.d.keepCoords(&c)
 		if err != nil {
 			if outs != nil {
-				e.d.freeTemp(oc)
+				oc.release(e.d)
 			}
 			return err
 		}
@@ -629,12 +664,12 @@ func (e *Engine) TransposedMap(coords sparse.Matrix, ext grid.Extent, conv grid.
 			return err
 		}
 		defer e.d.freeDevMap(dm)
-		in, err := e.d.copyCoords(c)
+		in, err := e.d.keepCoords(&c)
 		if err != nil {
 			return err
 		}
 		m = &kmap.Map{Kind: kmap.Transposed, Conv: conv, In: ext, Out: out, NIn: c.n, NOut: dm.nOut, InCoords: hostSlice(coords)}
-		e.finish(m, dm, in, dm.out)
+		e.finish(m, dm, in, coordBlock{rawBuf: dm.out})
 		return nil
 	})
 	if err != nil {
@@ -707,7 +742,7 @@ func (e *Engine) InverseMap(s *kmap.Map) (*kmap.Map, error) {
 		if err := memcpyDtoD(dm.rev.ptr, sn, int64(m.NIn)*int64(V)*4, d.stream); err != nil {
 			return fail(err)
 		}
-		e.finish(m, dm, in, out)
+		e.finish(m, dm, coordBlock{rawBuf: in}, coordBlock{rawBuf: out})
 		return nil
 	})
 	if err != nil {
@@ -737,10 +772,10 @@ func (e *Engine) swappedCoords(s *kmap.Map) (in, out rawBuf, err error) {
 	if s.Loaded() {
 		hostIn, hostOut = s.InCoords, s.OutCoords
 	}
-	if in, err = get(me.haveOut, me.outC, hostOut, s.NOut); err != nil {
+	if in, err = get(me.haveOut, me.outC.rawBuf, hostOut, s.NOut); err != nil {
 		return rawBuf{}, rawBuf{}, err
 	}
-	if out, err = get(me.haveIn, me.inC, hostIn, s.NIn); err != nil {
+	if out, err = get(me.haveIn, me.inC.rawBuf, hostIn, s.NIn); err != nil {
 		d.freeTemp(in)
 		return rawBuf{}, rawBuf{}, err
 	}

@@ -273,3 +273,67 @@ func TestGPUMapRelease(t *testing.T) {
 	gpu.ForgetMap(f)
 	require.True(t, f.Loaded())
 }
+
+// TestGPUMapBorrowsCoords checks that maps keep the caller's device
+// coordinates without a copy (keepCoords): building a map adds no
+// coordinate block, freeing the caller's buffer defers its release while
+// a map holds it — the map's coordinates survive a new buffer of the same
+// size, which would reuse a released block — and dropping the map gives
+// everything back.
+func TestGPUMapBorrowsCoords(t *testing.T) {
+	coords, ext := synth.SphereShell(12, 1)
+	n := len(coords) / 4
+	for _, tc := range []struct {
+		name  string
+		build func(dc sparse.Matrix) (*kmap.Map, error)
+	}{
+		{"submanifold", func(dc sparse.Matrix) (*kmap.Map, error) {
+			return gpu.SubmanifoldMap(dc, ext, [3]int{3, 3, 3}, [3]int{1, 1, 1})
+		}},
+		{"strided onto given outputs", func(dc sparse.Matrix) (*kmap.Map, error) {
+			return gpu.StridedMap(dc, ext, grid.Cube(3, 1, 1, 1), dc)
+		}},
+		{"transposed", func(dc sparse.Matrix) (*kmap.Map, error) {
+			return gpu.TransposedMap(dc, ext, grid.Cube(2, 2, 0, 1))
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			require.NoError(t, gpu.Synchronize())
+			before := gpu.MemStats().InUse
+			dc := gxCoords(t, gpu, coords)
+			withCoords := gpu.MemStats().InUse
+			m, err := tc.build(dc)
+			require.NoError(t, err)
+			built := gpu.MemStats().InUse
+			mine, err := gpu.SubmanifoldMap(sparse.Matrix{Rows: n, Cols: 4, Data: coords}, ext, [3]int{3, 3, 3}, [3]int{1, 1, 1})
+			require.NoError(t, err)
+			hostBuilt := gpu.MemStats().InUse
+			gpu.ReleaseMap(mine)
+			require.Equal(t, built, gpu.MemStats().InUse, "a map of host coordinates releases all it took")
+			if tc.name == "submanifold" {
+				// The same map from host coordinates owns its upload: it
+				// takes exactly one coordinate block more than the borrowing one.
+				require.Equal(t, hostBuilt-built, built-withCoords+roundSize(int64(n)*16))
+			}
+
+			gpu.Free(dc)
+			require.Equal(t, built, gpu.MemStats().InUse, "the map still holds the freed coordinates")
+			filler := make([]int32, len(coords))
+			for i := range filler {
+				filler[i] = -7
+			}
+			other := gxCoords(t, gpu, filler)
+			if tc.name != "transposed" {
+				oc, err := gpu.OutCoords(m)
+				require.NoError(t, err)
+				require.Equal(t, coords, gxI32(t, gpu, oc), "the map's coordinates survive the caller's Free")
+				gpu.Free(oc)
+			}
+			require.NoError(t, m.Load())
+			require.Equal(t, coords, m.InCoords)
+			gpu.Free(other)
+			gpu.ReleaseMap(m)
+			require.Equal(t, before, gpu.MemStats().InUse, "nothing is left once the map is dropped")
+		})
+	}
+}

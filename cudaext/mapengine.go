@@ -8,8 +8,9 @@ import "github.com/flexgemm-go/flexgemm/sparse"
 // sparse.SubmanifoldMapOf, StridedMapOf and TransposedMapOf of device
 // coordinates, and sparse.InverseMapOf of a strided map built here (its
 // Source, the engine's tableSource, is a sparse.MapSource naming the
-// engine). The builders copy the coordinates they keep into the map cache
-// (copyCoords), so a map outlives the coordinate matrix it was built from:
+// engine). The builders keep the coordinates in the map cache without a
+// copy (keepCoords: a host upload is taken over, a device buffer borrowed,
+// see Buffer), so a map outlives the coordinate matrix it was built from:
 // coordinates uploaded inside a training step may be freed at its end
 // while the maps are used in later steps.
 var (

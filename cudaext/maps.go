@@ -67,9 +67,9 @@ type mapEntry struct {
 	pairStats               pairStats      // tap segment lengths of the pair lists
 	gray                    [2]*grayTables // forward, reverse
 	tiles                   map[maskKey]tileTables
-	// Coordinates of a map built here ([NIn, 4], [NOut, 4] int32); one
-	// block when sameCoords (submanifold maps).
-	inC, outC       rawBuf
+	// Coordinates of a map built here ([NIn, 4], [NOut, 4] int32), owned
+	// or borrowed (keepCoords); one block when sameCoords (submanifold maps).
+	inC, outC       coordBlock
 	haveIn, haveOut bool
 	sameCoords      bool
 }
@@ -102,10 +102,11 @@ func (e *Engine) dropMap(k mapKey) {
 	}
 	delete(e.maps.entries, k)
 	d := e.d
-	bufs := []rawBuf{me.nbr, me.rev, me.pairIn, me.pairOut, me.pairSg, me.inC}
+	me.inC.release(d)
 	if !me.sameCoords {
-		bufs = append(bufs, me.outC)
+		me.outC.release(d)
 	}
+	bufs := []rawBuf{me.nbr, me.rev, me.pairIn, me.pairOut, me.pairSg}
 	for _, g := range me.gray {
 		if g != nil {
 			bufs = append(bufs, g.mask, g.order)
