@@ -739,6 +739,7 @@ func (e *Engine) gatherInput(j *gatherJob, m *kmap.Map, reverse bool, alg sparse
 		if err != nil {
 			return err
 		}
+		e.dropMasks(m, reverse && !mirror)
 		j.order, j.tileSeg, j.tileTp = mt.order, mt.seg, mt.taps
 	}
 	return nil

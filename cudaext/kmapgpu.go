@@ -1058,6 +1058,25 @@ func (d *Device) tileUnions(mask, order devPtr, n, V, rows int) (t tileTables, e
 	return t, nil
 }
 
+// tableMasks returns the bitmasks [n, W] of the rows of table [n, V] in a
+// new block (the zero page when n is 0), without the Gray order.
+func (d *Device) tableMasks(table devPtr, n, V int) (rawBuf, error) {
+	if n == 0 {
+		return rawBuf{ptr: d.zeroPage}, nil
+	}
+	W := (V + 63) / 64
+	mask, err := d.allocTemp(int64(n) * int64(W) * 8)
+	if err != nil {
+		return rawBuf{}, err
+	}
+	g, b := d.elementwise(int64(n))
+	if err := d.launch("masks_build", g, b, 0, table, int64(n), int32(V), int32(W), mask.ptr, devPtr(0), devPtr(0)); err != nil {
+		d.freeTemp(mask)
+		return rawBuf{}, err
+	}
+	return mask, nil
+}
+
 // grayOrder writes the masks [n, W] of table [n, V] to mask and the rows
 // sorted stably by the Gray rank of their masks to order.
 func (d *Device) grayOrder(table devPtr, n, V int, mask, order devPtr) error {

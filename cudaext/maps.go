@@ -40,7 +40,10 @@ type maskKey struct {
 }
 
 // grayTables are the device bitmasks [n, W] uint64 and the Gray-code
-// order [n] int32 of the forward or the reverse table.
+// order [n] int32 of the forward or the reverse table. The masks serve
+// only to compute tile unions: a convolution drops them once it has its
+// tiles' (dropMasks; mask.ptr 0), and unions of another tile height
+// rebuild them for the while (maskedTablesFor).
 type grayTables struct {
 	mask, order rawBuf
 }
@@ -345,13 +348,7 @@ func (e *Engine) grayTablesFor(m *kmap.Map, reverse bool) (*grayTables, error) {
 	if g := me.gray[i]; g != nil {
 		return g, nil
 	}
-	var table devPtr
-	var err error
-	if reverse {
-		table, err = e.revTable(m)
-	} else {
-		table, err = e.nbrTable(m)
-	}
+	table, err := e.tableOf(m, reverse)
 	if err != nil {
 		return nil, err
 	}
@@ -381,10 +378,44 @@ func (e *Engine) maskedTablesFor(m *kmap.Map, reverse bool, rows int) (maskedTab
 		if reverse {
 			n = m.NIn
 		}
-		if t, err = e.d.tileUnions(g.mask.ptr, g.order.ptr, n, m.V(), rows); err != nil {
+		mask := g.mask
+		if mask.ptr == 0 {
+			table, err := e.tableOf(m, reverse)
+			if err != nil {
+				return maskedTables{}, err
+			}
+			if mask, err = e.d.tableMasks(table, n, m.V()); err != nil {
+				return maskedTables{}, err
+			}
+			defer e.d.freeTemp(mask)
+		}
+		if t, err = e.d.tileUnions(mask.ptr, g.order.ptr, n, m.V(), rows); err != nil {
 			return maskedTables{}, err
 		}
 		me.tiles[k] = t
 	}
 	return maskedTables{order: g.order.ptr, seg: t.seg.ptr, taps: t.taps.ptr}, nil
+}
+
+// dropMasks frees the bitmasks of m's forward or reverse Gray tables (see
+// grayTables): at C = 64 and 4 M rows they are 32 MiB of the inference
+// peak. Worker only.
+func (e *Engine) dropMasks(m *kmap.Map, reverse bool) {
+	i := 0
+	if reverse {
+		i = 1
+	}
+	if g := e.entry(m).gray[i]; g != nil && g.mask.ptr != 0 {
+		e.d.freeTemp(g.mask)
+		g.mask = rawBuf{}
+	}
+}
+
+// tableOf returns m's device neighbour table, or its reverse table.
+// Worker only.
+func (e *Engine) tableOf(m *kmap.Map, reverse bool) (devPtr, error) {
+	if reverse {
+		return e.revTable(m)
+	}
+	return e.nbrTable(m)
 }
