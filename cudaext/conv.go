@@ -361,22 +361,25 @@ func balancedPairsSplits(t kernels.Tile, tiles, longest, total, outElems, sms in
 // pairsWindowRows rows, shared by all taps through L2, instead of the
 // whole tensors once per tap. It applies when the operands (rows·(M+N)
 // elements of esz bytes) exceed pairsWindowMinBytes (the L2 holds less);
-// the float32 partials of outElems each are capped at an eighth of the
-// operands' bytes (and pairsPartBytes), so a step's peak memory grows by
-// at most that. 0 where it does not apply. Measured (H200, session 6,
-// BenchmarkConvTiles, forced splits): RES 1024 C 64 2.64 → 2.47 ms at 256
-// slices (DRAM reads 9.2 → 7.5 GB), RES 512 C 128 1.71 → 1.45 at 64,
-// RES 256 C 256 1.29 → 1.19 at 64; tf32 RES 1024 C 64 (mma.sync) 7.38 →
-// 6.57 at 256. With ⌈rows/8192⌉ slices and partials up to 512 MB the
-// training peak rose by ≈ 220 MB at RES 256–1024 (above FlexGEMM's at RES
-// 1024), hence the cap: 297 slices at RES 1024 C 64, 37 at RES 512 C 128,
-// none at RES 256 C 256.
+// the float32 partials of outElems each are capped at half the operands'
+// bytes (and pairsPartBytes). 0 where it does not apply. Measured (H200,
+// BenchmarkConvTiles, forced splits): session 6, RES 1024 C 64 2.64 →
+// 2.47 ms at 256 slices (DRAM reads 9.2 → 7.5 GB), RES 512 C 128 1.71 →
+// 1.45 at 64, RES 256 C 256 1.29 → 1.19 at 64; tf32 RES 1024 C 64
+// (mma.sync) 7.38 → 6.57 at 256. Session 7 (Hopper tiles; the bench's
+// training peaks now 0.2–0.3 GiB under FlexGEMM's at RES 256–1024, so the
+// cap went from an eighth to half the operands): RES 256 C 256 1.153 ms
+// (the balanced split) → 1.046 at 16 slices, 1.090 at 64; RES 512 C 128
+// 1.386 at 37 → 1.353 at 150; RES 1024 C 64 2.19–2.20 from 297 to 600
+// (Nsight Compute: 1,200 slices read 5.8 GB from DRAM instead of 7.4, for
+// 2.02 ms of kernel against 2.14, and the partials cost it back). Now 18,
+// 126 and 503 slices there.
 func windowPairsSplits(rows, M, N, esz, outElems int64) int {
 	operands := rows * (M + N) * esz
 	if operands < pairsWindowMinBytes || outElems <= 0 {
 		return 0
 	}
-	s := min(ceilDiv(rows, pairsWindowRows), max(min(pairsPartBytes, operands/8)/(4*outElems), 1))
+	s := min(ceilDiv(rows, pairsWindowRows), max(min(pairsPartBytes, operands/2)/(4*outElems), 1))
 	if s < 2 {
 		return 0
 	}

@@ -1141,20 +1141,25 @@ func BenchmarkConvTiles(b *testing.B) {
 	}
 }
 
-// benchSplits returns the split-K factors BenchmarkConvTiles times the
-// weight gradient with: FLEXGEMM_BENCH_SPLITS, a comma list (0: the
-// heuristic's), or the heuristic's alone; other directions always take
-// the heuristic's.
+// benchSplits returns the split-K factors BenchmarkConvTiles times
+// direction dir with: a comma list (0: the heuristic's) from
+// FLEXGEMM_BENCH_SPLITS for the weight gradient and from
+// FLEXGEMM_BENCH_GATHER_SPLITS for the forward and input gradient, or the
+// heuristic's alone.
 func benchSplits(b *testing.B, dir string) []int {
-	v := os.Getenv("FLEXGEMM_BENCH_SPLITS")
-	if v == "" || dir != "wgrad" {
+	env := "FLEXGEMM_BENCH_SPLITS"
+	if dir != "wgrad" {
+		env = "FLEXGEMM_BENCH_GATHER_SPLITS"
+	}
+	v := os.Getenv(env)
+	if v == "" {
 		return []int{0}
 	}
 	var out []int
 	for _, f := range strings.Split(v, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
-		require.NoError(b, err, "FLEXGEMM_BENCH_SPLITS %q", v)
-		require.GreaterOrEqual(b, n, 0, "FLEXGEMM_BENCH_SPLITS %q", v)
+		require.NoError(b, err, "%s %q", env, v)
+		require.GreaterOrEqual(b, n, 0, "%s %q", env, v)
 		out = append(out, n)
 	}
 	return out

@@ -618,6 +618,11 @@ func (e *Engine) StridedMap(coords sparse.Matrix, ext grid.Extent, conv grid.Con
 			}
 			return err
 		}
+		if oc.lent != nil && oc.lent == in.lent {
+			// One buffer for both: one hold, released once (sameCoords).
+			oc.release(e.d)
+			oc = in
+		}
 		m = &kmap.Map{Kind: kmap.Strided, Conv: conv, In: ext, Out: out, NIn: c.n, NOut: dm.nOut, InCoords: hostSlice(coords)}
 		if outs != nil {
 			m.OutCoords = hostSlice(outCoords)
