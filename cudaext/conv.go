@@ -260,20 +260,14 @@ func (e *Engine) chooseTile(o Options, mth kernels.Math, use tileUse, rows, cols
 	return kernels.Tile{}, fmt.Errorf("%w: no %v tile configuration has %d rows (have %v)", sparse.ErrShape, mth, o.TileRows, have)
 }
 
-// chooseSplits returns the split-K factor: the user's, or one that gives
-// about two waves of blocks, at most 16 and at most the number of K
-// iterations.
-func (e *Engine) chooseSplits(user int, blocks, kIters int64) int {
+// chooseSplits returns the split-K factor of a gather GEMM of blocks
+// output tiles of tile t, kIters K iterations each: the user's, or the
+// heuristic's (heuristicSplits).
+func (e *Engine) chooseSplits(user int, t kernels.Tile, blocks, kIters int64) int {
 	if user > 0 {
 		return user
 	}
-	if blocks <= 0 || kIters <= 1 {
-		return 1
-	}
-	target := 2 * int64(e.d.info.SMs)
-	s := (target + blocks - 1) / blocks
-	s = min(s, 16, kIters)
-	return int(max(s, 1))
+	return heuristicSplits(t, blocks, kIters, int64(e.d.info.SMs))
 }
 
 // Weight-gradient split heuristic. The pairs kernels run one deep
@@ -287,11 +281,12 @@ func (e *Engine) chooseSplits(user int, blocks, kIters int64) int {
 // gathers in flight through a deep pipeline instead: it aims at
 // hopperPairsWaves blocks per SM.
 const (
-	pairsWaves       = 8
-	hopperPairsWaves = 2
-	pairsMaxSplits   = 64
-	pairsMinIters    = 8
-	pairsPartBytes   = 512 << 20
+	pairsWaves          = 8
+	hopperPairsWaves    = 2
+	hopperBalancedWaves = 6 // balancedPairsSplits' aim for a Hopper tile
+	pairsMaxSplits      = 64
+	pairsMinIters       = 8
+	pairsPartBytes      = 512 << 20
 )
 
 // choosePairsSplits returns the split-K factor of a weight gradient with
@@ -339,12 +334,25 @@ func capPairsSplits(s, outElems int64) int64 {
 // pairsSplits: pairsMaxSplits and pairsPartBytes of float32 partials, then
 // chunk grows to fit), a tap of n steps ⌈n/chunk⌉ of them, and the kernel
 // writes zeros into a tap's unused slices (PairsParams.chunk). chunk = 0
-// with splits = 1: no split.
-func balancedPairsSplits(t kernels.Tile, tiles, longest, total, outElems, sms int64) (splits int, chunk int64) {
+// with splits = 1: no split. A Hopper tile (one block per SM) aims at
+// hopperBalancedWaves blocks per SM instead, and is not split at all when
+// its tiles·taps blocks already reach that many: H200, session 7,
+// BenchmarkConvTiles, m128n256k64w8x1s4h: RES 128 C 512 (216 blocks)
+// 1.097 ms at the two-wave target's 3 slices against 0.959 with 4 slices
+// of every tap (864 blocks); RES 16–64 C 1024 (864 blocks) fastest
+// unsplit (RES 64: 0.829 ms, 0.972 at 2 slices).
+func balancedPairsSplits(t kernels.Tile, tiles, taps, longest, total, outElems, sms int64) (splits int, chunk int64) {
 	if longest <= 1 || tiles <= 0 {
 		return 1, 0
 	}
-	chunk = max(ceilDiv(tiles*total, pairsTarget(t, sms)), pairsMinIters)
+	target := pairsTarget(t, sms)
+	if t.Hopper {
+		target = hopperBalancedWaves * sms
+		if tiles*taps >= target {
+			return 1, 0
+		}
+	}
+	chunk = max(ceilDiv(tiles*total, target), pairsMinIters)
 	s := capPairsSplits(ceilDiv(longest, chunk), outElems)
 	if s <= 1 {
 		return 1, 0
@@ -435,7 +443,7 @@ func (e *Engine) runGather(j gatherJob) error {
 	tiles := ceilDiv(j.M, int64(t.BM)) * ceilDiv(j.N, int64(t.BN))
 	splits := 1
 	if j.splitAlg {
-		splits = e.chooseSplits(j.userSplits, tiles, j.V*ceilDiv(j.Kc, int64(t.BK)))
+		splits = e.chooseSplits(j.userSplits, t, tiles, j.V*ceilDiv(j.Kc, int64(t.BK)))
 	}
 	esz := int64(j.math.ElemSize())
 	p := gatherParams{
@@ -513,10 +521,12 @@ func (e *Engine) runPairs(j pairsJob) error {
 	switch {
 	case !j.splitAlg:
 	case j.userSplits == 0 && j.seg != 0 && len(j.stats.iters) > 0:
-		longest, total := j.stats.itersOf(int64(t.BK))
-		splits, chunk = balancedPairsSplits(t, tiles, longest, total, j.M*j.V*j.N, int64(d.info.SMs))
-		if w := windowPairsSplits(j.K, j.M, j.N, int64(j.math.ElemSize()), j.M*j.V*j.N); w > splits {
-			splits, chunk = w, 0
+		// Windows where they apply (large operands), else the balanced split.
+		if w := windowPairsSplits(j.K, j.M, j.N, int64(j.math.ElemSize()), j.M*j.V*j.N); w > 0 {
+			splits = w
+		} else {
+			longest, total := j.stats.itersOf(int64(t.BK))
+			splits, chunk = balancedPairsSplits(t, tiles, j.V, longest, total, j.M*j.V*j.N, int64(d.info.SMs))
 		}
 	default:
 		splits = e.choosePairsSplits(j.userSplits, t, tiles*j.V, ceilDiv(j.maxPairs, int64(t.BK)), j.M*j.V*j.N)

@@ -9,8 +9,10 @@ package cudaext
 import (
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -274,6 +276,26 @@ func TestGPUMapRelease(t *testing.T) {
 	require.True(t, f.Loaded())
 }
 
+// gxSettled returns the memory in use once the GC cleanups of maps and
+// buffers that earlier tests dropped have run (they free asynchronously):
+// after a GC, until two readings agree.
+func gxSettled(t *testing.T) int64 {
+	t.Helper()
+	prev := int64(-1)
+	for range 50 {
+		runtime.GC()
+		time.Sleep(2 * time.Millisecond)
+		require.NoError(t, gpu.Synchronize())
+		now := gpu.MemStats().InUse
+		if now == prev {
+			return now
+		}
+		prev = now
+	}
+	t.Fatal("memory in use did not settle")
+	return 0
+}
+
 // TestGPUMapBorrowsCoords checks that maps keep the caller's device
 // coordinates without a copy (keepCoords): building a map adds no
 // coordinate block, freeing the caller's buffer defers its release while
@@ -298,8 +320,7 @@ func TestGPUMapBorrowsCoords(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			require.NoError(t, gpu.Synchronize())
-			before := gpu.MemStats().InUse
+			before := gxSettled(t)
 			dc := gxCoords(t, gpu, coords)
 			withCoords := gpu.MemStats().InUse
 			m, err := tc.build(dc)

@@ -493,7 +493,7 @@ func (g gemmShape) splits(t kernels.Tile, sms int64) int {
 	if g.family == kernels.Pairs {
 		return pairsSplits(t, g.blocks(t), g.kIters(t), g.outElems(), sms)
 	}
-	return heuristicSplits(g.blocks(t), g.kIters(t), sms)
+	return heuristicSplits(t, g.blocks(t), g.kIters(t), sms)
 }
 
 // maxSplits is the largest split factor offered for g: 16 for the gather
@@ -581,16 +581,25 @@ func heuristicTile(mth kernels.Math, g gemmShape, sms int64, hopper bool) kernel
 	return kernels.Tiles[0]
 }
 
-// heuristicSplits mirrors chooseSplits (the gather family's split
-// heuristic) with no user factor. The weight gradient's is pairsSplits,
-// shared with choosePairsSplits.
-func heuristicSplits(blocks, kIters, sms int64) int {
+// heuristicSplits is the gather family's split heuristic (chooseSplits,
+// and the tuner's ranking) for blocks output tiles of tile t with kIters K
+// iterations each on sms multiprocessors, at most 16 and kIters: a tile
+// of several blocks per SM (mma.sync) aims at two waves of blocks; a
+// Hopper tile holds one block per SM and aims at one wave at most, since
+// a second wave and a deeper split cost more than the SMs it leaves idle
+// (H200, session 7, BenchmarkConvTiles, m128n256k64w8x1s4h: RES 16 C
+// 1024 forward 0.159 ms at the two-wave rule's 10 splits, 0.118 at 4;
+// input gradient 0.169 → 0.132; RES 32 C 1024 forward 0.406 at 3 splits,
+// 0.391 at 1). The weight gradient's is pairsSplits.
+func heuristicSplits(t kernels.Tile, blocks, kIters, sms int64) int {
 	if blocks <= 0 || kIters <= 1 {
 		return 1
 	}
-	s := (2*sms + blocks - 1) / blocks
-	s = min(s, 16, kIters)
-	return int(max(s, 1))
+	s := ceilDiv(2*sms, blocks)
+	if t.Hopper {
+		s = sms / blocks
+	}
+	return int(max(min(s, 16, kIters), 1))
 }
 
 // pow2Floor rounds s ≥ 1 down to a power of two, at most hi (a power of

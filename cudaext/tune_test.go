@@ -317,9 +317,20 @@ func TestAutotuneHeuristicMirrorsConv(t *testing.T) {
 			require.Equal(t, want, launch{g.use, g.rows, g.cols, g.kLen}, "%v %v", dir, alg)
 		}
 	}
-	for _, blocks := range []int64{0, 1, 7, 100, 264, 265, 10000} {
-		for _, kIters := range []int64{0, 1, 2, 5, 27, 1000} {
-			require.Equal(t, gpu.chooseSplits(0, blocks, kIters), heuristicSplits(blocks, kIters, sms), "blocks %d kIters %d", blocks, kIters)
+	mma, hop := kernels.Tiles[0], kernels.HopperTiles[0]
+	for _, tc := range []struct {
+		t             kernels.Tile
+		blocks, iters int64
+		want          int
+	}{
+		{mma, 0, 1000, 1}, {mma, 7, 1, 1}, {mma, 7, 1000, 16}, {mma, 28, 432, 10}, {mma, 120, 432, 3},
+		{mma, 264, 1000, 1}, {mma, 265, 1000, 1}, {mma, 7, 5, 5},
+		{hop, 8, 432, 16}, {hop, 28, 432, 4}, {hop, 120, 432, 1}, {hop, 200, 1000, 1}, {hop, 28, 2, 2},
+	} {
+		got := heuristicSplits(tc.t, tc.blocks, tc.iters, 132)
+		require.Equal(t, tc.want, got, "%s blocks %d iters %d", tc.t.Name(), tc.blocks, tc.iters)
+		if sms == 132 {
+			require.Equal(t, got, gpu.chooseSplits(0, tc.t, tc.blocks, tc.iters))
 		}
 	}
 	for s, want := range map[int]int{0: 1, 1: 1, 2: 2, 3: 2, 7: 4, 8: 8, 15: 8, 16: 16, 40: 16} {
@@ -1146,7 +1157,7 @@ func TestBalancedPairsSplits(t *testing.T) {
 		{mma, 4, 100, 100, 1 << 30},              // partials capped: one slice
 		{hop, 1, 1 << 20, 1 << 21, 27 * 64 * 64}, // very long: capped at pairsMaxSplits
 	} {
-		s, chunk := balancedPairsSplits(tc.tile, tc.tiles, tc.longest, tc.total, tc.outElems, 132)
+		s, chunk := balancedPairsSplits(tc.tile, tc.tiles, 27, tc.longest, tc.total, tc.outElems, 132)
 		what := fmt.Sprintf("%+v", tc)
 		require.GreaterOrEqual(t, s, 1, what)
 		require.LessOrEqual(t, s, pairsMaxSplits, what)
@@ -1160,6 +1171,14 @@ func TestBalancedPairsSplits(t *testing.T) {
 	}
 	// The centre-heavy RES 256 case: the long tap gets more slices than a
 	// short one (the point of balancing).
-	s, chunk := balancedPairsSplits(hop, 2, 3944, 44500, 27*256*256, 132)
+	s, chunk := balancedPairsSplits(hop, 2, 27, 3944, 44500, 27*256*256, 132)
 	require.Greater(t, int64(s), ceilDiv(1560, chunk))
+	// A Hopper tile whose tiles·taps blocks fill hopperBalancedWaves per SM
+	// is not split (RES 64 C 1024: 32 tiles per tap); RES 128 C 512 is.
+	s, chunk = balancedPairsSplits(hop, 32, 27, 238, 2600, 27*1024*1024, 132)
+	require.Equal(t, 1, s)
+	require.Zero(t, chunk)
+	s, chunk = balancedPairsSplits(hop, 8, 27, 1003, 13000, 27*512*512, 132)
+	require.Equal(t, 8, s)
+	require.Equal(t, int64(132), chunk)
 }
