@@ -42,11 +42,12 @@
 //                      mirror writes)
 //   kmap_pairs_count   pair counts per (tap, chunk of 256 output rows) of
 //                      the first taps taps (a submanifold map's lists hold
-//                      the taps before the centre only, see PairsParams)
+//                      the taps before the centre only, see PairsParams):
+//                      a warp per 32 rows copies them to shared memory
+//                      coalesced (tables of ≤ 32 taps), one ballot per tap
 //   kmap_pairs_seg     Seg[v] = first pair of tap v
-//   kmap_pairs_write   pair lists (block scan per tap inside a chunk)
-#include <cub/block/block_scan.cuh>
-
+//   kmap_pairs_write   pair lists: a row's place is a ballot rank in its
+//                      warp plus the counts of the warps before it
 #include "hashtable.cuh"
 
 namespace fgk {
@@ -310,14 +311,62 @@ __device__ void nbr_brick(const int* coords, i64 n, Ext ext, Ext bext, Table bt,
   }
 }
 
+// The pair kernels run kChunk-row blocks, a warp per 32 rows (a lane per
+// row). PairRows gives a lane its row's entries: for tables of at most
+// kStagedTaps taps the warp first copies its 32 rows (32·V consecutive
+// entries) into shared memory with coalesced loads, otherwise each entry
+// is read from the table.
+constexpr int kChunkWarps = kChunk / 32;
+constexpr int kStagedTaps = 32;
+
+struct PairRows {
+  const int* nbr;
+  int* stage;  // this warp's rows when staged, else null
+  i64 o;       // this lane's row
+  int V;
+  bool valid;  // o < n_out
+  __device__ PairRows(const int* nbr_, i64 n_out, int V_, int* stage_) : nbr(nbr_), stage(nullptr), V(V_) {
+    const int lane = threadIdx.x & 31;
+    const i64 o0 = (i64)blockIdx.x * kChunk + (threadIdx.x & ~31);
+    o = o0 + lane;
+    valid = o < n_out;
+    if (V <= kStagedTaps) {
+      stage = stage_;
+      const int n = (int)max((i64)0, min((i64)32, n_out - o0)) * V;
+      const int* src = nbr + o0 * V;
+      for (int k = lane; k < n; k += 32) stage[k] = src[k];
+      __syncwarp();
+    }
+  }
+  // The entry of tap v of this lane's row, or −1 beyond the table.
+  __device__ __forceinline__ int at(int v) const {
+    if (!valid) return -1;
+    return stage ? stage[(threadIdx.x & 31) * V + v] : nbr[o * V + v];
+  }
+};
+
 // cnt[v·nc + chunk] = number of present taps v among the chunk's rows,
-// for the first taps taps of the table (row pitch V).
+// for the first taps taps of the table (row pitch V): a ballot per warp
+// and tap, then one barrier per 32 taps for the block's sums.
 __device__ void pairs_count(const int* nbr, i64 n_out, int V, int taps, int* cnt, i64 nc) {
-  const i64 o = (i64)blockIdx.x * kChunk + threadIdx.x;
-  for (int v = 0; v < taps; ++v) {
-    const int f = o < n_out && nbr[o * V + v] >= 0;
-    const int c = __syncthreads_count(f);
-    if (threadIdx.x == 0) cnt[(i64)v * nc + blockIdx.x] = c;
+  __shared__ int stage[kChunkWarps][32 * kStagedTaps];
+  __shared__ int wc[kChunkWarps][32];
+  const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const PairRows rows(nbr, n_out, V, stage[w]);
+  for (int v0 = 0; v0 < taps; v0 += 32) {
+    const int nt = min(32, taps - v0);
+    for (int t = 0; t < nt; ++t) {
+      const int c = __popc(__ballot_sync(0xffffffffu, rows.at(v0 + t) >= 0));
+      if (lane == 0) wc[w][t] = c;
+    }
+    __syncthreads();
+    if (threadIdx.x < nt) {
+      int c = 0;
+#pragma unroll
+      for (int k = 0; k < kChunkWarps; ++k) c += wc[k][threadIdx.x];
+      cnt[(i64)(v0 + threadIdx.x) * nc + blockIdx.x] = c;
+    }
+    __syncthreads();
   }
 }
 
@@ -325,19 +374,32 @@ __device__ void pairs_seg(const i64* off, i64 nc, int V, i64* seg) {
   for (i64 v = gtid(); v < V; v += gstride()) seg[v] = off[v * nc];
 }
 
+// pairs_write writes the chunk's pairs of each of the first taps taps at
+// off[v·nc + chunk] on: in row order, a lane's place is the rows before it
+// in its warp (ballot) and in the warps before (their counts).
 __device__ void pairs_write(const int* nbr, i64 n_out, int V, int taps, const i64* off, i64 nc, int* pin,
                             int* pout) {
-  using BS = cub::BlockScan<int, kChunk>;
-  __shared__ typename BS::TempStorage tmp;
-  const i64 o = (i64)blockIdx.x * kChunk + threadIdx.x;
-  for (int v = 0; v < taps; ++v) {
-    const int i = o < n_out ? nbr[o * V + v] : -1;
-    int rank;
-    BS(tmp).ExclusiveSum(i >= 0 ? 1 : 0, rank);
-    if (i >= 0) {
-      const i64 p = off[(i64)v * nc + blockIdx.x] + rank;
-      pin[p] = i;
-      pout[p] = (int)o;
+  __shared__ int stage[kChunkWarps][32 * kStagedTaps];
+  __shared__ int wc[kChunkWarps][32];
+  const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const unsigned below = (1u << lane) - 1;
+  const PairRows rows(nbr, n_out, V, stage[w]);
+  for (int v0 = 0; v0 < taps; v0 += 32) {
+    const int nt = min(32, taps - v0);
+    for (int t = 0; t < nt; ++t) {
+      const int c = __popc(__ballot_sync(0xffffffffu, rows.at(v0 + t) >= 0));
+      if (lane == 0) wc[w][t] = c;
+    }
+    __syncthreads();
+    for (int t = 0; t < nt; ++t) {
+      const int i = rows.at(v0 + t);
+      const unsigned b = __ballot_sync(0xffffffffu, i >= 0);
+      if (i >= 0) {
+        i64 p = off[(i64)(v0 + t) * nc + blockIdx.x] + __popc(b & below);
+        for (int k = 0; k < w; ++k) p += wc[k][t];
+        pin[p] = i;
+        pout[p] = (int)rows.o;
+      }
     }
     __syncthreads();
   }
