@@ -200,12 +200,15 @@ func TestGPUScan(t *testing.T) {
 func TestGPURadixSort(t *testing.T) {
 	e := gxEngine(t)
 	rng := rand.New(rand.NewPCG(3, 4))
-	sizes := []int{0, 1, 2, 64, 2047, 2049, 10_000, 1_000_003}
+	// Up to 4096 32-bit keys sort in one block (sort_small), more in passes.
+	sizes := []int{0, 1, 2, 64, 2047, 2049, 4096, 4097, 10_000, 1_000_003}
 	if testing.Short() {
-		sizes = sizes[:7]
+		sizes = sizes[:9]
 	}
 	for _, n := range sizes {
 		for _, nbits := range []int{0, 1, 5, 8, 17, 32, 41, 64} {
+			// Values are the original positions (iota) or carried along.
+			iota := nbits%2 == 0
 			wide := nbits > 32
 			keys := make([]uint64, n)
 			for i := range keys {
@@ -237,6 +240,15 @@ func TestGPURadixSort(t *testing.T) {
 					return err
 				}
 				defer d.freeTemp(vb)
+				if !iota && n > 0 {
+					idx := make([]int32, n)
+					for i := range idx {
+						idx[i] = int32(i)
+					}
+					if err := uploadTo(d, vb.ptr, idx); err != nil {
+						return err
+					}
+				}
 				if wide {
 					if err := uploadTo(d, kb.ptr, keys); err != nil {
 						return err
@@ -250,7 +262,7 @@ func TestGPURadixSort(t *testing.T) {
 						return err
 					}
 				}
-				if err := d.radixSort(kb.ptr, vb.ptr, int64(n), wide, nbits, true); err != nil {
+				if err := d.radixSort(kb.ptr, vb.ptr, int64(n), wide, nbits, iota); err != nil {
 					return err
 				}
 				if gotV, err = download[int32](d, vb.ptr, n); err != nil {

@@ -16,10 +16,13 @@ import (
 )
 
 // sortTile is the number of elements per block of the sort and scan
-// kernels (kernels/sort.cu kTile); sortThreads their block size.
+// kernels (kernels/sort.cu kTile); sortThreads their block size;
+// smallSort the most 32-bit keys sorted by one block in one launch
+// (kSmallSort).
 const (
 	sortTile    = 2048
 	sortThreads = 256
+	smallSort   = 4096
 )
 
 // scanType names the element types of a scan: input → output.
@@ -52,6 +55,9 @@ func (d *Device) scan(t scanType, in, out devPtr, n int64, total devPtr) error {
 		return nil
 	}
 	nb := (n + sortTile - 1) / sortTile
+	if nb == 1 {
+		return d.launch("scan_tile_"+fin, dim3{X: 1}, dim3{X: sortThreads}, 0, in, out, n, total)
+	}
 	tmp, err := d.allocTemp(nb * osz)
 	if err != nil {
 		return err
@@ -94,6 +100,13 @@ func (d *Device) radixSort(keys, vals devPtr, n int64, wide bool, nbits int, iot
 			return d.launch("sort_iota_i32", g, b, 0, vals, n)
 		}
 		return nil
+	}
+	if !wide && n <= smallSort {
+		var i int32
+		if iota {
+			i = 1
+		}
+		return d.launch("sort_small_u32", dim3{X: 1}, dim3{X: sortThreads}, 0, keys, vals, n, int32(nbits), i)
 	}
 	ksize := int64(4)
 	suffix := "u32"

@@ -4,13 +4,16 @@
 //
 // Every kernel works on tiles of kTile = 2048 elements, one block of 256
 // threads per tile (the grid has one block per tile), so partitions depend
-// only on n. The scan is reduce → scan of the block sums (one block) →
+// only on n. A scan of one tile is one launch (scan_tile), and a sort of at
+// most kSmallSort = 4096 32-bit keys one block (sort_small,
+// cub::BlockRadixSort). The scan is reduce → scan of the block sums (one block) →
 // downsweep. A radix pass is histogram (per tile and digit) → exclusive
 // scan of the digit-major counts → scatter, where each warp ranks its 256
 // keys in index order with __match_any_sync, so the sort is stable and
 // deterministic. Integer atomics only count; no result depends on their
 // order.
 #include <cub/block/block_load.cuh>
+#include <cub/block/block_radix_sort.cuh>
 #include <cub/block/block_reduce.cuh>
 #include <cub/block/block_scan.cuh>
 #include <cub/block/block_store.cuh>
@@ -97,6 +100,62 @@ template <class In, class Out> __device__ void scan_final(const In* in, Out* out
   for (int j = 0; j < kItems; ++j) v[j] += off;
   __syncthreads();
   BT(tmp.store).Store(out + base, v, valid);
+}
+
+// A scan of one tile (n ≤ kTile) in one launch: out = exclusive prefix
+// sums of in (in may equal out), *total = Σ in when total is not null.
+template <class In, class Out> __device__ void scan_tile(const In* in, Out* out, i64 n, Out* total) {
+  using BL = cub::BlockLoad<In, kThreads, kItems, cub::BLOCK_LOAD_WARP_TRANSPOSE>;
+  using BS = cub::BlockScan<Out, kThreads>;
+  using BT = cub::BlockStore<Out, kThreads, kItems, cub::BLOCK_STORE_WARP_TRANSPOSE>;
+  __shared__ union {
+    typename BL::TempStorage load;
+    typename BS::TempStorage scan;
+    typename BT::TempStorage store;
+  } tmp;
+  const int valid = (int)min((i64)kTile, n);
+  In raw[kItems];
+  BL(tmp.load).Load(in, raw, valid, In(0));
+  Out v[kItems];
+#pragma unroll
+  for (int j = 0; j < kItems; ++j) v[j] = (Out)raw[j];
+  __syncthreads();
+  Out agg;
+  BS(tmp.scan).ExclusiveSum(v, v, agg);
+  __syncthreads();
+  BT(tmp.store).Store(out, v, valid);
+  if (threadIdx.x == 0 && total) *total = agg;
+}
+
+// The whole stable sort of n ≤ kSmallSort 32-bit keys by their low bits
+// bits, in place, in one block (cub::BlockRadixSort; stable like the
+// multi-pass sort, so both give the same order): vals move with the keys,
+// or with iota become the original positions; vals may be null.
+constexpr int kSmallItems = 16;
+constexpr int kSmallSort = kThreads * kSmallItems;
+static_assert(kSmallSort == 4096, "cudaext/sort.go smallSort mirrors kSmallSort");
+__device__ void sort_small(u32* keys, int* vals, i64 n, int bits, bool iota) {
+  using BRS = cub::BlockRadixSort<u32, kThreads, kSmallItems, int>;
+  __shared__ typename BRS::TempStorage tmp;
+  u32 k[kSmallItems];
+  int v[kSmallItems];
+#pragma unroll
+  for (int j = 0; j < kSmallItems; ++j) {
+    // Blocked arrangement; the padding sorts after every key (its low bits
+    // are all ones, and stability keeps it behind equal keys).
+    const i64 i = (i64)threadIdx.x * kSmallItems + j;
+    k[j] = i < n ? keys[i] : ~0u;
+    v[j] = i < n ? (iota ? (int)i : vals ? vals[i] : 0) : 0;
+  }
+  BRS(tmp).Sort(k, v, 0, bits);
+#pragma unroll
+  for (int j = 0; j < kSmallItems; ++j) {
+    const i64 i = (i64)threadIdx.x * kSmallItems + j;
+    if (i < n) {
+      keys[i] = k[j];
+      if (vals) vals[i] = v[j];
+    }
+  }
 }
 
 // counts[d·ntiles + tile] = number of keys of the tile with digit d.
@@ -267,6 +326,21 @@ __global__ void sort_unique_write_u32(const unsigned* keys, const int* pos, long
 __global__ void sort_unique_write_u64(const unsigned long long* keys, const int* pos, long long n,
                                       unsigned long long sentinel, unsigned long long* out) {
   fgs::unique_write(keys, pos, n, sentinel, out);
+}
+
+__global__ void __launch_bounds__(fgs::kThreads) scan_tile_i32_i32(const int* in, int* out, long long n, int* total) {
+  fgs::scan_tile(in, out, n, total);
+}
+__global__ void __launch_bounds__(fgs::kThreads)
+    scan_tile_i32_i64(const int* in, long long* out, long long n, long long* total) {
+  fgs::scan_tile(in, out, n, total);
+}
+__global__ void __launch_bounds__(fgs::kThreads)
+    scan_tile_i64_i64(const long long* in, long long* out, long long n, long long* total) {
+  fgs::scan_tile(in, out, n, total);
+}
+__global__ void __launch_bounds__(fgs::kThreads) sort_small_u32(unsigned* keys, int* vals, long long n, int bits, int iota) {
+  fgs::sort_small(keys, vals, n, bits, iota != 0);
 }
 
 // out[i] = i for i < n.
