@@ -13,7 +13,8 @@ package cudaext
 // A submanifold map's Nbr comes from half the taps (kmap_nbr_sub: tap
 // V−1−v mirrors tap v) or, for 3×3×3 kernels of dilation 1 from
 // brickMinRows rows on, from the brick search (buildSubNbrBricks;
-// FLEXGEMM_NO_BRICKS=1 turns it off).
+// FLEXGEMM_NO_BRICKS=1 turns it off), which checks the rows itself and
+// builds no coordinate table unless one is bad.
 // Both tables and the input and output coordinates are registered in the
 // engine's map cache under the returned *kmap.Map, so convolutions and
 // pooling on this engine never upload them.
@@ -38,6 +39,7 @@ package cudaext
 // errors name the same rows.
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -178,26 +180,34 @@ func (d *Device) submanifold(op string, c deviceCoords, ext grid.Extent, conv gr
 	if err := checkTable(op, c.n, V); err != nil {
 		return nil, err
 	}
-	// The coordinate table checks the rows (range, duplicates) and, unless
-	// the brick search builds Nbr, answers its lookups (hence the lower load
-	// then: most lookups of a surface miss).
-	bricks := d.brickSearch(c.n, ext, conv)
-	perKey := int64(mapSlotsPerKey)
-	if bricks {
-		perKey = 2
+	dm := &devMap{nIn: c.n, nOut: c.n, V: V}
+	if d.brickSearch(c.n, ext, conv) {
+		// The brick search checks the rows itself; the coordinate table is
+		// built only to name the offending rows.
+		err := d.buildSubNbrBricks(dm, c.ptr, ext)
+		if errors.Is(err, errBrickRows) {
+			d.freeDevMap(dm)
+			t, err := d.hashCoordsPer(c.ptr, int64(c.n), ext, 0, 2, false, op+": ")
+			if err == nil {
+				d.freeTable(t)
+				err = fmt.Errorf("cudaext: %s: the brick search rejected rows the coordinate table accepts", op)
+			}
+			return nil, err
+		}
+		if err != nil {
+			d.freeDevMap(dm)
+			return nil, err
+		}
+		return dm, nil
 	}
-	t, err := d.hashCoordsPer(c.ptr, int64(c.n), ext, 0, perKey, false, op+": ")
+	// The coordinate table checks the rows (range, duplicates) and answers
+	// the neighbour lookups.
+	t, err := d.hashCoordsPer(c.ptr, int64(c.n), ext, 0, mapSlotsPerKey, false, op+": ")
 	if err != nil {
 		return nil, err
 	}
 	defer d.freeTable(t)
-	dm := &devMap{nIn: c.n, nOut: c.n, V: V}
-	if bricks {
-		err = d.buildSubNbrBricks(dm, c.ptr, ext)
-	} else {
-		err = d.buildSubNbr(dm, c.ptr, ext, conv, t)
-	}
-	if err != nil {
+	if err := d.buildSubNbr(dm, c.ptr, ext, conv, t); err != nil {
 		d.freeDevMap(dm)
 		return nil, err
 	}
@@ -254,8 +264,12 @@ func brickExtent(ext grid.Extent) grid.Extent {
 	return grid.Extent{Batch: ext.Batch, X: (ext.X + 3) / 4, Y: (ext.Y + 3) / 4, Z: (ext.Z + 3) / 4}
 }
 
+// errBrickRows reports that the brick search found a row outside the
+// extent or a duplicate coordinate (submanifold names them).
+var errBrickRows = errors.New("cudaext: rows outside the extent or duplicated")
+
 // buildSubNbrBricks fills dm.nbr of a 3×3×3 submanifold map of dilation 1
-// over coords (rows already checked: in ext, no duplicates) by the brick
+// over coords (errBrickRows when a row is outside ext or duplicated) by the brick
 // search: the rows' 4×4×4 bricks go into a small hash table (one key per
 // brick, not per row: a 4.1 M-voxel shell has ≈ 0.3 M bricks, so the table
 // stays in L2), numbered densely, and a pool of 64 cells per brick holds
@@ -280,15 +294,26 @@ func (d *Device) buildSubNbrBricks(dm *devMap, coords devPtr, ext grid.Extent) e
 	}
 	defer d.freeTable(bt)
 	bt.probe = bt.limit // until the inserts report their longest probe
+	cells, err := d.allocTemp(bt.slots() * 8)
+	if err != nil {
+		return err
+	}
+	defer d.freeTemp(cells)
+	if err := memsetD8(cells.ptr, 0, bt.slots()*8, d.stream); err != nil {
+		return err
+	}
 	g, b := d.elementwise(n)
 	st, err := d.statusOf(func(status devPtr) error {
-		if err := d.launch("kmap_brick_insert", g, b, 0, coords, n, extOf(bext), bt.arg(), status); err != nil {
+		if err := d.launch("kmap_brick_insert", g, b, 0, coords, n, extOf(ext), extOf(bext), bt.arg(), cells.ptr, status); err != nil {
 			return err
 		}
 		return d.launch("kmap_brick_number", g, b, 0, coords, n, extOf(bext), bt.arg(), status)
 	})
 	if err != nil {
 		return err
+	}
+	if st[stFlags]&(flagRange|flagDup) != 0 {
+		return errBrickRows
 	}
 	if st[stFlags]&flagFull != 0 {
 		return fmt.Errorf("%w: cudaext: brick table of %d slots holds no free slot within %d probes", hash.ErrFull, bt.slots(), bt.limit)

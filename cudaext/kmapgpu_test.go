@@ -3,6 +3,7 @@
 package cudaext
 
 import (
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -607,6 +608,55 @@ func TestGPUMapErrors(t *testing.T) {
 	_, err = e.InverseMap(nil)
 	require.ErrorIs(t, err, kmap.ErrMap)
 	require.ErrorIs(t, e.DeriveTables(nil, TablesAll), sparse.ErrShape)
+}
+
+// TestGPUBrickSearchErrors checks that the brick search, which builds no
+// coordinate table unless a row is bad, reports a duplicate or an
+// out-of-range row exactly as the per-tap search does (same error, same
+// rows), including a duplicate far from the first row and rows beyond the
+// extent in each axis and the batch.
+func TestGPUBrickSearchErrors(t *testing.T) {
+	e := gxEngine(t)
+	ext := grid.Extent{Batch: 2, X: 9, Y: 7, Z: 8}
+	k3, d1 := [3]int{3, 3, 3}, [3]int{1, 1, 1}
+	rng := rand.New(rand.NewPCG(21, 22))
+	good := gxShuffled(rng, synth.RandomScene(rng, ext, 0.4))
+	n := len(good) / 4
+	withRow := func(r int, c [4]int32) []int32 {
+		out := slices.Clone(good)
+		copy(out[4*r:], c[:])
+		return out
+	}
+	at := func(r int) [4]int32 { return [4]int32(good[4*r : 4*r+4]) }
+	cases := map[string][]int32{
+		"duplicate":            withRow(n-1, at(3)),
+		"duplicate neighbours": withRow(1, at(0)),
+		"x out":                withRow(n/2, [4]int32{0, 9, 1, 1}),
+		"z negative":           withRow(2, [4]int32{1, 1, 1, -1}),
+		"batch out":            withRow(n-2, [4]int32{2, 0, 0, 0}),
+	}
+	for name, coords := range cases {
+		t.Run(name, func(t *testing.T) {
+			_, want := e.SubmanifoldMap(gxCoords(t, e, coords), ext, k3, d1)
+			require.Error(t, want)
+			require.NoError(t, e.d.do(func() error { e.d.brickMinRows = 0; return nil }))
+			_, got := e.SubmanifoldMap(gxCoords(t, e, coords), ext, k3, d1)
+			require.NoError(t, e.d.do(func() error { e.d.brickMinRows = brickMinRows; return nil }))
+			require.Error(t, got)
+			require.Equal(t, want.Error(), got.Error())
+			for _, kind := range []error{kmap.ErrDuplicate, kmap.ErrOutOfRange} {
+				require.Equal(t, errors.Is(want, kind), errors.Is(got, kind), "%v", kind)
+			}
+		})
+	}
+	// And a valid scene still builds with bricks forced.
+	require.NoError(t, e.d.do(func() error { e.d.brickMinRows = 0; return nil }))
+	m, err := e.SubmanifoldMap(gxCoords(t, e, good), ext, k3, d1)
+	require.NoError(t, e.d.do(func() error { e.d.brickMinRows = brickMinRows; return nil }))
+	require.NoError(t, err)
+	cpu, err := kmap.NewSubmanifold(good, ext, k3, d1)
+	require.NoError(t, err)
+	gxSameMap(t, e, m, cpu)
 }
 
 // TestGPUMapEmpty builds every kind of map over no voxels.

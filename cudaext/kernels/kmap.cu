@@ -29,7 +29,8 @@
 //   kmap_rev_mirror    submanifold reverse: Rev[i, v] = Nbr[i, V−1−v]
 //   kmap_rev_scatter   other reverse tables (each entry has one writer)
 //   kmap_brick_insert  the 4×4×4 brick of every row into a brick table
-//                      (value: the brick's smallest row)
+//                      (value: the brick's smallest row); checks the rows
+//                      (extent, duplicates through per-brick cell masks)
 //   kmap_brick_number  the smallest row of each brick numbers it (block-
 //                      aggregated atomicAdd on status[kCount]) and stores
 //                      the number, with the top bit set, as the slot value
@@ -226,14 +227,29 @@ __device__ __forceinline__ int brick_cell(int x, int y, int z) {
   return (((x & m) << kBrickBits | (y & m)) << kBrickBits) | (z & m);
 }
 
-__device__ void brick_insert(const int* coords, i64 n, Ext bext, Table bt, int* status) {
+// brick_insert also checks the rows, so that the brick search needs no
+// coordinate hash table: a row outside ext sets kFlagRange, and a second
+// row in the same cell of a brick (a duplicate coordinate) kFlagDup, found
+// by its bit in the brick's 64-bit cell mask (cells[slot], zero first).
+// The host names the offending rows through the coordinate table then.
+__device__ void brick_insert(const int* coords, i64 n, Ext ext, Ext bext, Table bt, u64* cells, int* status) {
   Acc acc;
   for (i64 r = gtid(); r < n; r += gstride()) {
     const int4 c = reinterpret_cast<const int4*>(coords)[r];
+    if (!ext.contains(c.x, c.y, c.z, c.w)) {
+      acc.flags |= kFlagRange;
+      continue;
+    }
     int dist = 0;
-    int res = table_insert(bt, brick_key(bext, c), (int)r, &dist);
+    const u64 key = brick_key(bext, c);
+    int res = table_insert(bt, key, (int)r, &dist);
     if (res == kPresent) res = kInserted;  // a brick holds many rows
     acc.note(res, dist);
+    if (res == kInserted) {
+      const i64 s = table_slot(bt, key);
+      const u64 bit = 1ull << brick_cell(c.y, c.z, c.w);
+      if (s >= 0 && (atomicOr(reinterpret_cast<unsigned long long*>(cells + s), bit) & bit)) acc.flags |= kFlagDup;
+    }
   }
   block_flush(status, acc);
 }
@@ -415,9 +431,9 @@ __global__ void kmap_nbr_fine(const int* out, long long n_out, fgx::Ext in, fgk:
 __global__ void kmap_nbr_sub(const int* coords, long long n, fgx::Ext ext, fgk::Conv c, fgx::Table t, int* nbr) {
   fgk::nbr_sub(coords, n, ext, c, t, nbr);
 }
-__global__ void __launch_bounds__(256) kmap_brick_insert(const int* coords, long long n, fgx::Ext bext, fgx::Table bt,
-                                                          int* status) {
-  fgk::brick_insert(coords, n, bext, bt, status);
+__global__ void __launch_bounds__(256) kmap_brick_insert(const int* coords, long long n, fgx::Ext ext, fgx::Ext bext,
+                                                          fgx::Table bt, unsigned long long* cells, int* status) {
+  fgk::brick_insert(coords, n, ext, bext, bt, cells, status);
 }
 __global__ void kmap_brick_number(const int* coords, long long n, fgx::Ext bext, fgx::Table bt, int* status) {
   fgk::brick_number(coords, n, bext, bt, status);
