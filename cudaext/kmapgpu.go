@@ -79,10 +79,13 @@ type devMap struct {
 	V         int
 	out       rawBuf // generated output coordinates [nOut, 4] (strided without given outputs, transposed)
 	nbr, rev  rawBuf
+	// From the brick search: Nbr's tap masks [nOut] uint64 and their Gray
+	// ranks [nOut] uint32 (masks_build's), for the Gray order (grayTablesFor).
+	mask, rank rawBuf
 }
 
 func (d *Device) freeDevMap(dm *devMap) {
-	for _, r := range []rawBuf{dm.out, dm.nbr, dm.rev} {
+	for _, r := range []rawBuf{dm.out, dm.nbr, dm.rev, dm.mask, dm.rank} {
 		if r.ptr != 0 {
 			d.freeTemp(r)
 		}
@@ -331,8 +334,17 @@ func (d *Device) buildSubNbrBricks(dm *devMap, coords devPtr, ext grid.Extent) e
 	if err := d.launch("kmap_brick_scatter", g, b, 0, coords, n, extOf(bext), bt.arg(), pool.ptr); err != nil {
 		return err
 	}
+	// The rows' tap masks and Gray ranks come with the table, for its Gray
+	// order: no masks_build pass over the 27 entries of every row.
+	if dm.mask, err = d.allocTemp(n * 8); err != nil {
+		return err
+	}
+	if dm.rank, err = d.allocTemp(n * 4); err != nil {
+		return err
+	}
 	blocks := min(ceilDiv(n, brickRows), int64(d.info.SMs)*16)
-	return d.launch("kmap_nbr_brick", dim3{X: int(blocks)}, dim3{X: brickRows}, 0, coords, n, extOf(ext), extOf(bext), bt.arg(), pool.ptr, dm.nbr.ptr)
+	return d.launch("kmap_nbr_brick", dim3{X: int(blocks)}, dim3{X: brickRows}, 0, coords, n, extOf(ext), extOf(bext), bt.arg(), pool.ptr, dm.nbr.ptr,
+		dm.mask.ptr, dm.rank.ptr)
 }
 
 // brickRows is kmap_nbr_brick's block size (kernels/kmap.cu kBrickRows).
@@ -534,6 +546,8 @@ func (e *Engine) finish(m *kmap.Map, dm *devMap, in, out coordBlock) {
 	me := e.entry(m)
 	me.nbr, me.haveNbr = dm.nbr, true
 	me.rev, me.haveRev = dm.rev, dm.rev.ptr != 0 // submanifold: derived on first use
+	me.nbrMask, me.nbrRank = dm.mask, dm.rank
+	dm.mask, dm.rank = rawBuf{}, rawBuf{}
 	me.inC, me.outC, me.haveIn, me.haveOut = in, out, true, true
 	me.sameCoords = in.ptr == out.ptr
 	if dm.out.ptr == out.ptr {
@@ -1086,6 +1100,25 @@ func (d *Device) tileUnions(mask, order devPtr, n, V, rows int) (t tileTables, e
 		return fail(err)
 	}
 	return t, nil
+}
+
+// grayFromRanks returns the Gray tables of a table [n, V] (V ≤ 32) whose
+// masks and uint32 Gray ranks were written with it (kmap_nbr_brick): the
+// rows sorted stably by rank, as grayOrder. It takes mask over and frees
+// rank, on failure too.
+func (d *Device) grayFromRanks(mask, rank rawBuf, n, V int) (*grayTables, error) {
+	defer d.freeTemp(rank)
+	order, err := d.allocTemp(int64(n) * 4)
+	if err != nil {
+		d.freeTemp(mask)
+		return nil, err
+	}
+	if err := d.radixSort(rank.ptr, order.ptr, int64(n), false, V, true); err != nil {
+		d.freeTemp(mask)
+		d.freeTemp(order)
+		return nil, err
+	}
+	return &grayTables{mask: mask, order: order}, nil
 }
 
 // tableMasks returns the bitmasks [n, W] of the rows of table [n, V] in a

@@ -69,6 +69,9 @@ type mapEntry struct {
 	pairsHalf               bool           // the lists hold the taps before the centre (submanifold; TablePairs)
 	pairStats               pairStats      // tap segment lengths of the pair lists
 	gray                    [2]*grayTables // forward, reverse
+	// Nbr's tap masks and Gray ranks from the brick search (devMap), until
+	// the forward Gray tables take them.
+	nbrMask, nbrRank rawBuf
 	tiles                   map[maskKey]tileTables
 	// Coordinates of a map built here ([NIn, 4], [NOut, 4] int32), owned
 	// or borrowed (keepCoords); one block when sameCoords (submanifold maps).
@@ -109,7 +112,7 @@ func (e *Engine) dropMap(k mapKey) {
 	if !me.sameCoords {
 		me.outC.release(d)
 	}
-	bufs := []rawBuf{me.nbr, me.rev, me.pairIn, me.pairOut, me.pairSg}
+	bufs := []rawBuf{me.nbr, me.rev, me.pairIn, me.pairOut, me.pairSg, me.nbrMask, me.nbrRank}
 	for _, g := range me.gray {
 		if g != nil {
 			bufs = append(bufs, g.mask, g.order)
@@ -346,6 +349,16 @@ func (e *Engine) grayTablesFor(m *kmap.Map, reverse bool) (*grayTables, error) {
 		i, n = 1, m.NIn
 	}
 	if g := me.gray[i]; g != nil {
+		return g, nil
+	}
+	if !reverse && me.nbrRank.ptr != 0 {
+		// The brick search wrote the masks and ranks: sort the ranks only.
+		g, err := e.d.grayFromRanks(me.nbrMask, me.nbrRank, n, m.V())
+		if err != nil {
+			return nil, err
+		}
+		me.nbrMask, me.nbrRank = rawBuf{}, rawBuf{}
+		me.gray[i] = g
 		return g, nil
 	}
 	table, err := e.tableOf(m, reverse)

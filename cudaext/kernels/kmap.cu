@@ -40,7 +40,8 @@
 //                      bricks up in the small brick table and reads the 27
 //                      neighbours from the pool; rows are staged in shared
 //                      memory and written out coalesced (no −1 fill, no
-//                      mirror writes)
+//                      mirror writes); it can also write each row's tap
+//                      mask and Gray rank (masks_build's)
 //   kmap_pairs_count   pair counts per (tap, chunk of 256 output rows) of
 //                      the first taps taps (a submanifold map's lists hold
 //                      the taps before the centre only, see PairsParams):
@@ -49,6 +50,7 @@
 //   kmap_pairs_seg     Seg[v] = first pair of tap v
 //   kmap_pairs_write   pair lists: a row's place is a ballot rank in its
 //                      warp plus the counts of the warps before it
+#include "gray.cuh"
 #include "hashtable.cuh"
 
 namespace fgk {
@@ -290,7 +292,11 @@ __device__ void brick_scatter(const int* coords, i64 n, Ext bext, Table bt, int*
 
 // One thread per row; tap v = (dx+1)·9 + (dy+1)·3 + (dz+1) is the
 // neighbour at (x+dx, y+dy, z+dz) (fgk::Conv::tap with K = 3, P = 1).
-__device__ void nbr_brick(const int* coords, i64 n, Ext ext, Ext bext, Table bt, const int* pool, int* nbr) {
+// With mask and rank non-null it also writes each row's tap mask and its
+// Gray rank (masks.cu masks_build's, for the Gray order of the table), so
+// that no kernel reads the table again for them.
+__device__ void nbr_brick(const int* coords, i64 n, Ext ext, Ext bext, Table bt, const int* pool, int* nbr, u64* mask,
+                          u32* rank) {
   __shared__ int rowsS[kBrickRows * 27];
   for (i64 base = (i64)blockIdx.x * kBrickRows; base < n; base += (i64)gridDim.x * kBrickRows) {
     const i64 o = base + threadIdx.x;
@@ -318,6 +324,13 @@ __device__ void nbr_brick(const int* coords, i64 n, Ext ext, Ext bext, Table bt,
             }
             row[v] = j;
           }
+      if (mask) {
+        u64 m = 0;
+#pragma unroll
+        for (int v = 0; v < 27; ++v) m |= (u64)(row[v] >= 0) << v;
+        mask[o] = m;
+        rank[o] = (u32)gray_to_binary(m);
+      }
     }
     __syncthreads();
     const i64 rows = min((i64)kBrickRows, n - base);
@@ -443,8 +456,8 @@ __global__ void kmap_brick_scatter(const int* coords, long long n, fgx::Ext bext
 }
 __global__ void __launch_bounds__(fgk::kBrickRows) kmap_nbr_brick(const int* coords, long long n, fgx::Ext ext,
                                                                  fgx::Ext bext, fgx::Table bt, const int* pool,
-                                                                 int* nbr) {
-  fgk::nbr_brick(coords, n, ext, bext, bt, pool, nbr);
+                                                                 int* nbr, unsigned long long* mask, unsigned* rank) {
+  fgk::nbr_brick(coords, n, ext, bext, bt, pool, nbr, mask, rank);
 }
 __global__ void kmap_nbr_coarse(const int* out, long long n_out, fgx::Ext in, fgk::Conv c, fgx::Table t, int* nbr) {
   fgk::nbr_coarse(out, n_out, in, c, t, nbr);

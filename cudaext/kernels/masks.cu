@@ -15,21 +15,12 @@
 //   masks_union      OR of the masks of each tile of `rows` consecutive
 //                    entries of the order; cnt[tile] += popcount
 //   masks_taps       the set bits of each union, ascending, at seg[tile]
+#include "gray.cuh"
 #include "hashtable.cuh"
 
 namespace fgm {
 
 using namespace fgx;
-
-__device__ __forceinline__ u64 gray_to_binary(u64 x) {
-  x ^= x >> 1;
-  x ^= x >> 2;
-  x ^= x >> 4;
-  x ^= x >> 8;
-  x ^= x >> 16;
-  x ^= x >> 32;
-  return x;
-}
 
 constexpr int kBuildWarps = 8;  // masks_build runs 256-thread blocks
 
