@@ -72,7 +72,7 @@ type mapEntry struct {
 	// Nbr's tap masks and Gray ranks from the brick search (devMap), until
 	// the forward Gray tables take them.
 	nbrMask, nbrRank rawBuf
-	tiles                   map[maskKey]tileTables
+	tiles            map[maskKey]tileTables
 	// Coordinates of a map built here ([NIn, 4], [NOut, 4] int32), owned
 	// or borrowed (keepCoords); one block when sameCoords (submanifold maps).
 	inC, outC       coordBlock
