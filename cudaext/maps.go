@@ -353,11 +353,13 @@ func (e *Engine) grayTablesFor(m *kmap.Map, reverse bool) (*grayTables, error) {
 	}
 	if !reverse && me.nbrRank.ptr != 0 {
 		// The brick search wrote the masks and ranks: sort the ranks only.
-		g, err := e.d.grayFromRanks(me.nbrMask, me.nbrRank, n, m.V())
+		// grayFromRanks owns both from here, on failure too.
+		mask, rank := me.nbrMask, me.nbrRank
+		me.nbrMask, me.nbrRank = rawBuf{}, rawBuf{}
+		g, err := e.d.grayFromRanks(mask, rank, n, m.V())
 		if err != nil {
 			return nil, err
 		}
-		me.nbrMask, me.nbrRank = rawBuf{}, rawBuf{}
 		me.gray[i] = g
 		return g, nil
 	}
