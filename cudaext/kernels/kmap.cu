@@ -372,6 +372,14 @@ struct PairRows {
     if (!valid) return -1;
     return stage ? stage[(threadIdx.x & 31) * V + v] : nbr[o * V + v];
   }
+  // count writes this warp's number of rows with tap v0 + t to wc[t], for
+  // the nt taps from v0 on (lane 0 writes).
+  __device__ __forceinline__ void count(int v0, int nt, int* wc) const {
+    for (int t = 0; t < nt; ++t) {
+      const int c = __popc(__ballot_sync(0xffffffffu, at(v0 + t) >= 0));
+      if ((threadIdx.x & 31) == 0) wc[t] = c;
+    }
+  }
 };
 
 // cnt[v·nc + chunk] = number of present taps v among the chunk's rows,
@@ -380,14 +388,11 @@ struct PairRows {
 __device__ void pairs_count(const int* nbr, i64 n_out, int V, int taps, int* cnt, i64 nc) {
   __shared__ int stage[kChunkWarps][32 * kStagedTaps];
   __shared__ int wc[kChunkWarps][32];
-  const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int w = threadIdx.x >> 5;
   const PairRows rows(nbr, n_out, V, stage[w]);
   for (int v0 = 0; v0 < taps; v0 += 32) {
     const int nt = min(32, taps - v0);
-    for (int t = 0; t < nt; ++t) {
-      const int c = __popc(__ballot_sync(0xffffffffu, rows.at(v0 + t) >= 0));
-      if (lane == 0) wc[w][t] = c;
-    }
+    rows.count(v0, nt, wc[w]);
     __syncthreads();
     if (threadIdx.x < nt) {
       int c = 0;
@@ -415,10 +420,7 @@ __device__ void pairs_write(const int* nbr, i64 n_out, int V, int taps, const i6
   const PairRows rows(nbr, n_out, V, stage[w]);
   for (int v0 = 0; v0 < taps; v0 += 32) {
     const int nt = min(32, taps - v0);
-    for (int t = 0; t < nt; ++t) {
-      const int c = __popc(__ballot_sync(0xffffffffu, rows.at(v0 + t) >= 0));
-      if (lane == 0) wc[w][t] = c;
-    }
+    rows.count(v0, nt, wc[w]);
     __syncthreads();
     for (int t = 0; t < nt; ++t) {
       const int i = rows.at(v0 + t);
