@@ -79,11 +79,15 @@ type kernelFunc struct {
 
 // openDevice creates the context and loads every kernel image.
 func openDevice(ordinal int) (*Device, error) {
+	minRows, err := brickMinRowsFromEnv()
+	if err != nil {
+		return nil, err
+	}
 	d := &Device{
 		funcs:        map[string]*kernelFunc{},
 		syncEach:     os.Getenv(EnvSync) == "1",
 		noBricks:     os.Getenv(EnvNoBricks) == "1",
-		brickMinRows: brickMinRows,
+		brickMinRows: minRows,
 	}
 	d.mem.free = map[int64][]devPtr{}
 	runtime.LockOSThread()

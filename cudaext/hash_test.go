@@ -197,6 +197,19 @@ func TestGPUScan(t *testing.T) {
 	}
 }
 
+// TestSortPlan checks the radix passes: digits of at most sortMaxDigit
+// bits, spread evenly.
+func TestSortPlan(t *testing.T) {
+	for _, tc := range []struct{ nbits, passes, width int }{
+		{0, 0, 0}, {1, 1, 1}, {8, 1, 8}, {9, 1, 9}, {10, 2, 5}, {17, 2, 9},
+		{27, 3, 9}, {28, 4, 7}, {32, 4, 8}, {41, 5, 9}, {64, 8, 8},
+	} {
+		p, w := sortPlan(tc.nbits)
+		require.Equal(t, [2]int{tc.passes, tc.width}, [2]int{p, w}, "%d bits", tc.nbits)
+		require.LessOrEqual(t, w, sortMaxDigit)
+	}
+}
+
 func TestGPURadixSort(t *testing.T) {
 	e := gxEngine(t)
 	rng := rand.New(rand.NewPCG(3, 4))
@@ -206,7 +219,7 @@ func TestGPURadixSort(t *testing.T) {
 		sizes = sizes[:9]
 	}
 	for _, n := range sizes {
-		for _, nbits := range []int{0, 1, 5, 8, 17, 32, 41, 64} {
+		for _, nbits := range []int{0, 1, 5, 8, 9, 17, 27, 32, 41, 64} {
 			// Values are the original positions (iota) or carried along.
 			iota := nbits%2 == 0
 			wide := nbits > 32

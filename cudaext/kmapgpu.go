@@ -42,7 +42,9 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
 	"slices"
+	"strconv"
 	"unsafe"
 
 	"github.com/flexgemm-go/flexgemm/cudaext/kernels"
@@ -244,6 +246,25 @@ func (d *Device) buildSubNbr(dm *devMap, coords devPtr, ext grid.Extent, conv gr
 // (kmap_nbr_sub) instead of the brick search.
 const EnvNoBricks = "FLEXGEMM_NO_BRICKS"
 
+// EnvBrickMinRows names the environment variable that, read when the
+// engine opens, sets the fewest rows from which submanifold maps take the
+// brick search (a non-negative integer; default brickMinRows).
+const EnvBrickMinRows = "FLEXGEMM_BRICK_MIN_ROWS"
+
+// brickMinRowsFromEnv returns EnvBrickMinRows's value, or brickMinRows
+// when it is unset; anything but a non-negative integer is an error.
+func brickMinRowsFromEnv() (int, error) {
+	v, ok := os.LookupEnv(EnvBrickMinRows)
+	if !ok || v == "" {
+		return brickMinRows, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("cudaext: %s=%q: want a non-negative number of rows", EnvBrickMinRows, v)
+	}
+	return n, nil
+}
+
 // brickSearch reports whether buildSubNbrBricks builds the Nbr table of a
 // submanifold map of n rows and geometry conv over ext: 3×3×3 kernels of
 // dilation 1 whose brick keys fit the narrow table layout, from
@@ -276,10 +297,11 @@ var errBrickRows = errors.New("cudaext: rows outside the extent or duplicated")
 // search: the rows' 4×4×4 bricks go into a small hash table (one key per
 // brick, not per row: a 4.1 M-voxel shell has ≈ 0.3 M bricks, so the table
 // stays in L2), numbered densely, and a pool of 64 cells per brick holds
-// the rows; then one thread per row looks up its 2×2×2 neighbourhood of
-// bricks (usually 3–4 lookups, against 13 per-tap lookups of kmap_nbr_sub
-// in a table of one key per row) and reads its 27 neighbours from the pool.
-// Every entry is written once, coalesced: no −1 fill, no mirror writes.
+// the rows; then a warp per brick looks up the 27 bricks around it (a
+// lane each: ≈ 2 lookups per row of a shell, against 13 per-tap lookups of
+// kmap_nbr_sub in a table of one key per row), gathers the cells around
+// the brick into shared memory and writes its rows' 27 entries. Every
+// entry is written once: no −1 fill, no mirror writes.
 // Waits for the device once (the brick count sizes the pool).
 func (d *Device) buildSubNbrBricks(dm *devMap, coords devPtr, ext grid.Extent) error {
 	var err error
@@ -342,13 +364,13 @@ func (d *Device) buildSubNbrBricks(dm *devMap, coords devPtr, ext grid.Extent) e
 	if dm.rank, err = d.allocTemp(n * 4); err != nil {
 		return err
 	}
-	blocks := min(ceilDiv(n, brickRows), int64(d.info.SMs)*16)
-	return d.launch("kmap_nbr_brick", dim3{X: int(blocks)}, dim3{X: brickRows}, 0, coords, n, extOf(ext), extOf(bext), bt.arg(), pool.ptr, dm.nbr.ptr,
-		dm.mask.ptr, dm.rank.ptr)
+	return d.launch("kmap_nbr_brick", dim3{X: int(ceilDiv(nb, brickWarps))}, dim3{X: 32 * brickWarps}, 0, coords, nb, extOf(bext), bt.arg(),
+		pool.ptr, dm.nbr.ptr, dm.mask.ptr, dm.rank.ptr)
 }
 
-// brickRows is kmap_nbr_brick's block size (kernels/kmap.cu kBrickRows).
-const brickRows = 128
+// brickWarps is the number of bricks (a warp each) per block of
+// kmap_nbr_brick (kernels/kmap.cu kBrickWarps).
+const brickWarps = 8
 
 // reached generates the output sites of a strided (coarse) or transposed
 // (fine) map: every site of out that an input reaches through a tap,

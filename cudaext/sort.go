@@ -18,11 +18,13 @@ import (
 // sortTile is the number of elements per block of the sort and scan
 // kernels (kernels/sort.cu kTile); sortThreads their block size;
 // smallSort the most 32-bit keys sorted by one block in one launch
-// (kSmallSort).
+// (kSmallSort); sortMaxDigit the widest digit of a radix pass (kMaxRadix
+// = 1 << sortMaxDigit: a 27-bit Gray rank sorts in three passes, not four).
 const (
-	sortTile    = 2048
-	sortThreads = 256
-	smallSort   = 4096
+	sortTile     = 2048
+	sortThreads  = 256
+	smallSort    = 4096
+	sortMaxDigit = 9
 )
 
 // scanType names the element types of a scan: input → output.
@@ -74,12 +76,13 @@ func (d *Device) scan(t scanType, in, out devPtr, n int64, total devPtr) error {
 }
 
 // sortPlan returns the number of radix passes and digit bits for keys of
-// nbits significant bits: at most 8 bits per pass, spread evenly.
+// nbits significant bits: at most sortMaxDigit bits per pass, spread
+// evenly.
 func sortPlan(nbits int) (passes, width int) {
 	if nbits <= 0 {
 		return 0, 0
 	}
-	passes = (nbits + 7) / 8
+	passes = (nbits + sortMaxDigit - 1) / sortMaxDigit
 	width = (nbits + passes - 1) / passes
 	return passes, width
 }

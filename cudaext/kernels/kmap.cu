@@ -36,10 +36,10 @@
 //                      the number, with the top bit set, as the slot value
 //   kmap_brick_scatter pool[brick · 64 + cell] = row (the pool is −1 first)
 //   kmap_nbr_brick     Nbr of 3×3×3 submanifold maps with dilation 1: one
-//                      thread per row looks its (at most 8, usually 3–4)
-//                      bricks up in the small brick table and reads the 27
-//                      neighbours from the pool; rows are staged in shared
-//                      memory and written out coalesced (no −1 fill, no
+//                      warp per brick looks its 27 neighbour bricks up in
+//                      the small brick table, gathers the 6×6×6 cells
+//                      around it from the pool into shared memory and
+//                      writes each of its rows' 27 entries (no −1 fill, no
 //                      mirror writes); it can also write each row's tap
 //                      mask and Gray rank (masks_build's)
 //   kmap_pairs_count   pair counts per (tap, chunk of 256 output rows) of
@@ -214,7 +214,6 @@ __device__ void rev_scatter(const int* nbr, i64 n_out, int V, int* rev) {
 
 constexpr int kBrickBits = 2;                // bricks of 4×4×4 cells
 constexpr u32 kBrickNumbered = 0x80000000u;  // slot value holds a brick number
-constexpr int kBrickRows = 128;              // rows per block of kmap_nbr_brick
 
 __device__ __forceinline__ u64 brick_key(const Ext& bext, int4 c) {
   return bext.key(c.x, c.y >> kBrickBits, c.z >> kBrickBits, c.w >> kBrickBits);
@@ -290,53 +289,79 @@ __device__ void brick_scatter(const int* coords, i64 n, Ext bext, Table bt, int*
   }
 }
 
-// One thread per row; tap v = (dx+1)·9 + (dy+1)·3 + (dz+1) is the
-// neighbour at (x+dx, y+dy, z+dz) (fgk::Conv::tap with K = 3, P = 1).
-// With mask and rank non-null it also writes each row's tap mask and its
-// Gray rank (masks.cu masks_build's, for the Gray order of the table), so
-// that no kernel reads the table again for them.
-__device__ void nbr_brick(const int* coords, i64 n, Ext ext, Ext bext, Table bt, const int* pool, int* nbr, u64* mask,
+// One warp per brick (kBrickWarps bricks per block); tap v = (dx+1)·9 +
+// (dy+1)·3 + (dz+1) is the neighbour at (x+dx, y+dy, z+dz) (fgk::Conv::tap
+// with K = 3, P = 1). The warp reads its brick's 64 pool cells, takes the
+// batch and brick coordinates from one of its rows, looks the 27 bricks
+// around it up in the brick table (a lane each, in parallel), gathers the
+// 6×6×6 cells around the brick (the brick and a one-cell rim) into shared
+// memory, and then writes each of its rows' 27 entries (lane v tap v,
+// 108 consecutive bytes), the tap mask (a ballot of those lanes) and its Gray
+// rank (masks.cu masks_build's, for the Gray order of the table) when mask
+// and rank are non-null. Against a thread per row, the bricks are looked up
+// once per brick (27 independent probes for ≈ 14 rows of a shell) instead
+// of 3–4 dependent probes per row. Cells outside the extent hold no row,
+// and bricks outside it are not looked up, so they read −1.
+constexpr int kBrickWarps = 8;              // bricks per block of kmap_nbr_brick
+constexpr int kRim = (1 << kBrickBits) + 2;  // side of the gathered cells
+__device__ void nbr_brick(const int* coords, i64 nb, Ext bext, Table bt, const int* pool, int* nbr, u64* mask,
                           u32* rank) {
-  __shared__ int rowsS[kBrickRows * 27];
-  for (i64 base = (i64)blockIdx.x * kBrickRows; base < n; base += (i64)gridDim.x * kBrickRows) {
-    const i64 o = base + threadIdx.x;
-    if (o < n) {
-      const int4 q = reinterpret_cast<const int4*>(coords)[o];
-      // Bricks of the 2×2×2 neighbourhood, looked up on first use (−2).
-      int brick[8];
+  __shared__ int idsS[kBrickWarps][27];
+  __shared__ int cellsS[kBrickWarps][kRim * kRim * kRim];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const i64 b = (i64)blockIdx.x * kBrickWarps + warp;
+  if (b >= nb) return;  // warp-uniform; no block barrier follows
+  const int r0 = pool[b * 64 + lane], r1 = pool[b * 64 + 32 + lane];
+  const u32 occ0 = __ballot_sync(~0u, r0 >= 0), occ1 = __ballot_sync(~0u, r1 >= 0);
+  // Every numbered brick holds a row; any of them names the brick.
+  const int src = occ0 ? __ffs(occ0) - 1 : 32 + __ffs(occ1) - 1;
+  const int first = __shfl_sync(~0u, src < 32 ? r0 : r1, src & 31);
+  const int4 q = reinterpret_cast<const int4*>(coords)[first];
+  const int bx = q.y >> kBrickBits, by = q.z >> kBrickBits, bz = q.w >> kBrickBits;
+  int* ids = idsS[warp];
+  int* cells = cellsS[warp];
+  if (lane < 27) {
+    const int x = bx + lane / 9 - 1, y = by + lane / 3 % 3 - 1, z = bz + lane % 3 - 1;
+    int id = -1;
+    if (lane == 13) {
+      id = (int)b;
+    } else if (bext.contains(q.x, x, y, z)) {
+      const i64 s = table_slot(bt, bext.key(q.x, x, y, z));
+      if (s >= 0) id = (int)((u32)bt.slots[s] & ~kBrickNumbered);
+    }
+    ids[lane] = id;
+  }
+  __syncwarp();
+  // Gathered cell (hx, hy, hz) is the cell at offset (hx−1, hy−1, hz−1)
+  // from the brick's corner: brick offset (h + 3) / 4 − 1, cell (h − 1) & 3.
+  constexpr int m = (1 << kBrickBits) - 1;
+  for (int h = lane; h < kRim * kRim * kRim; h += 32) {
+    const int hx = h / (kRim * kRim), hy = h / kRim % kRim, hz = h % kRim;
+    const int k = ((hx + m) >> kBrickBits) * 9 + ((hy + m) >> kBrickBits) * 3 + ((hz + m) >> kBrickBits);
+    const int id = ids[k];
+    cells[h] = id < 0 ? -1 : pool[(i64)id * 64 + brick_cell(hx - 1, hy - 1, hz - 1)];
+  }
+  __syncwarp();
+  const int tap = lane < 27 ? ((lane / 9) * kRim + lane / 3 % 3) * kRim + lane % 3 : 0;
 #pragma unroll
-      for (int k = 0; k < 8; ++k) brick[k] = -2;
-      const int bx0 = (q.y - 1) >> kBrickBits, by0 = (q.z - 1) >> kBrickBits, bz0 = (q.w - 1) >> kBrickBits;
-      int* row = rowsS + threadIdx.x * 27;
-#pragma unroll
-      for (int dx = -1; dx <= 1; ++dx)
-#pragma unroll
-        for (int dy = -1; dy <= 1; ++dy)
-#pragma unroll
-          for (int dz = -1; dz <= 1; ++dz) {
-            const int v = (dx + 1) * 9 + (dy + 1) * 3 + (dz + 1);
-            const int x = q.y + dx, y = q.z + dy, z = q.w + dz;
-            int j = -1;
-            if (ext.contains(q.x, x, y, z)) {
-              const int k = (((x >> kBrickBits) - bx0) << 2) | (((y >> kBrickBits) - by0) << 1) | ((z >> kBrickBits) - bz0);
-              if (brick[k] == -2) brick[k] = brick_of(bt, bext, make_int4(q.x, x, y, z));
-              if (brick[k] >= 0) j = pool[(i64)brick[k] * 64 + brick_cell(x, y, z)];
-            }
-            row[v] = j;
-          }
-      if (mask) {
-        u64 m = 0;
-#pragma unroll
-        for (int v = 0; v < 27; ++v) m |= (u64)(row[v] >= 0) << v;
-        mask[o] = m;
-        rank[o] = (u32)gray_to_binary(m);
+  for (int half = 0; half < 2; ++half) {
+    u32 occ = half ? occ1 : occ0;
+    const int rows = half ? r1 : r0;
+    while (occ) {  // warp-uniform
+      const int c = __ffs(occ) - 1;
+      occ &= occ - 1;
+      const int cell = c + 32 * half;
+      const int row = __shfl_sync(~0u, rows, c);
+      const int cx = cell >> (2 * kBrickBits), cy = (cell >> kBrickBits) & m, cz = cell & m;
+      // The 3×3×3 window around the cell starts at gathered (cx, cy, cz).
+      const int j = lane < 27 ? cells[(cx * kRim + cy) * kRim + cz + tap] : -1;
+      const u32 bits = __ballot_sync(~0u, j >= 0);
+      if (lane < 27) nbr[(i64)row * 27 + lane] = j;
+      if (lane == 0 && mask) {
+        mask[row] = bits;
+        rank[row] = (u32)gray_to_binary(bits);
       }
     }
-    __syncthreads();
-    const i64 rows = min((i64)kBrickRows, n - base);
-    int* out = nbr + base * 27;
-    for (int k = threadIdx.x; k < rows * 27; k += kBrickRows) out[k] = rowsS[k];
-    __syncthreads();
   }
 }
 
@@ -456,10 +481,10 @@ __global__ void kmap_brick_number(const int* coords, long long n, fgx::Ext bext,
 __global__ void kmap_brick_scatter(const int* coords, long long n, fgx::Ext bext, fgx::Table bt, int* pool) {
   fgk::brick_scatter(coords, n, bext, bt, pool);
 }
-__global__ void __launch_bounds__(fgk::kBrickRows) kmap_nbr_brick(const int* coords, long long n, fgx::Ext ext,
-                                                                 fgx::Ext bext, fgx::Table bt, const int* pool,
-                                                                 int* nbr, unsigned long long* mask, unsigned* rank) {
-  fgk::nbr_brick(coords, n, ext, bext, bt, pool, nbr, mask, rank);
+__global__ void __launch_bounds__(fgk::kBrickWarps * 32)
+    kmap_nbr_brick(const int* coords, long long nb, fgx::Ext bext, fgx::Table bt, const int* pool, int* nbr,
+                   unsigned long long* mask, unsigned* rank) {
+  fgk::nbr_brick(coords, nb, bext, bt, pool, nbr, mask, rank);
 }
 __global__ void kmap_nbr_coarse(const int* out, long long n_out, fgx::Ext in, fgk::Conv c, fgx::Table t, int* nbr) {
   fgk::nbr_coarse(out, n_out, in, c, t, nbr);

@@ -30,7 +30,9 @@ constexpr int kThreads = 256;
 constexpr int kItems = 8;
 constexpr int kTile = kThreads * kItems;
 constexpr int kWarps = kThreads / 32;
-constexpr int kMaxRadix = 256;
+constexpr int kMaxRadix = 512;  // digits of at most 9 bits (cudaext/sort.go sortMaxDigit)
+constexpr int kDigitsPerThread = kMaxRadix / kThreads;  // of the per-digit scan
+static_assert(kMaxRadix % kThreads == 0, "whole digits per thread");
 
 // part[b] = Σ in[b·kTile : (b+1)·kTile].
 template <class In, class Out> __device__ void scan_reduce(const In* in, Out* part, i64 n) {
@@ -213,18 +215,27 @@ __device__ void radix_scatter(const K* kin, const int* vin, K* kout, int* vout, 
     dig[j] = d;
   }
   __syncthreads();
-  // Per digit (one thread each): exclusive prefix over warps, tile total.
-  int total = 0;
-  if (threadIdx.x < radix) {
-    for (int w = 0; w < kWarps; ++w) {
-      const int c = whist[w][threadIdx.x];
-      whist[w][threadIdx.x] = total;
-      total += c;
+  // Per digit (kDigitsPerThread consecutive digits a thread): exclusive
+  // prefix over warps, tile total.
+  int total[kDigitsPerThread], start[kDigitsPerThread];
+#pragma unroll
+  for (int e = 0; e < kDigitsPerThread; ++e) {
+    const int d = threadIdx.x * kDigitsPerThread + e;
+    total[e] = 0;
+    if (d < radix) {
+      for (int w = 0; w < kWarps; ++w) {
+        const int c = whist[w][d];
+        whist[w][d] = total[e];
+        total[e] += c;
+      }
     }
   }
-  int start;
   BS(scan_tmp).ExclusiveSum(total, start);
-  if (threadIdx.x < radix) dstart[threadIdx.x] = start;
+#pragma unroll
+  for (int e = 0; e < kDigitsPerThread; ++e) {
+    const int d = threadIdx.x * kDigitsPerThread + e;
+    if (d < radix) dstart[d] = start[e];
+  }
   __syncthreads();
 #pragma unroll
   for (int j = 0; j < kItems; ++j) {
