@@ -296,12 +296,14 @@ var errBrickRows = errors.New("cudaext: rows outside the extent or duplicated")
 // over coords (errBrickRows when a row is outside ext or duplicated) by the brick
 // search: the rows' 4×4×4 bricks go into a small hash table (one key per
 // brick, not per row: a 4.1 M-voxel shell has ≈ 0.3 M bricks, so the table
-// stays in L2), numbered densely, and a pool of 64 cells per brick holds
-// the rows; then a warp per brick looks up the 27 bricks around it (a
-// lane each: ≈ 2 lookups per row of a shell, against 13 per-tap lookups of
-// kmap_nbr_sub in a table of one key per row), gathers the cells around
-// the brick into shared memory and writes its rows' 27 entries. Every
-// entry is written once: no −1 fill, no mirror writes.
+// stays in L2) with a 64-bit mask of their occupied cells, numbered
+// densely, and a pool of 64 cells per brick holds the rows (unfilled: only
+// cells in the masks are read); then a warp per brick looks up the 27
+// bricks around it (a lane each: ≈ 2 lookups per row of a shell, against
+// 13 per-tap lookups of kmap_nbr_sub in a table of one key per row),
+// gathers the cells around the brick into shared memory and writes its
+// rows' 27 entries. Every entry is written once: no −1 fill, no mirror
+// writes.
 // Waits for the device once (the brick count sizes the pool).
 func (d *Device) buildSubNbrBricks(dm *devMap, coords devPtr, ext grid.Extent) error {
 	var err error
@@ -327,12 +329,17 @@ func (d *Device) buildSubNbrBricks(dm *devMap, coords devPtr, ext grid.Extent) e
 	if err := memsetD8(cells.ptr, 0, bt.slots()*8, d.stream); err != nil {
 		return err
 	}
+	first, err := d.allocTemp(n * 4) // each brick's first row, by number
+	if err != nil {
+		return err
+	}
+	defer d.freeTemp(first)
 	g, b := d.elementwise(n)
 	st, err := d.statusOf(func(status devPtr) error {
 		if err := d.launch("kmap_brick_insert", g, b, 0, coords, n, extOf(ext), extOf(bext), bt.arg(), cells.ptr, status); err != nil {
 			return err
 		}
-		return d.launch("kmap_brick_number", g, b, 0, coords, n, extOf(bext), bt.arg(), status)
+		return d.launch("kmap_brick_number", g, b, 0, coords, n, extOf(bext), bt.arg(), first.ptr, status)
 	})
 	if err != nil {
 		return err
@@ -350,9 +357,8 @@ func (d *Device) buildSubNbrBricks(dm *devMap, coords devPtr, ext grid.Extent) e
 		return err
 	}
 	defer d.freeTemp(pool)
-	if err := d.fillI32(pool.ptr, -1, nb*64); err != nil {
-		return err
-	}
+	// No −1 fill: kmap_nbr_brick reads only the cells that the bricks'
+	// cell masks mark.
 	if err := d.launch("kmap_brick_scatter", g, b, 0, coords, n, extOf(bext), bt.arg(), pool.ptr); err != nil {
 		return err
 	}
@@ -365,7 +371,7 @@ func (d *Device) buildSubNbrBricks(dm *devMap, coords devPtr, ext grid.Extent) e
 		return err
 	}
 	return d.launch("kmap_nbr_brick", dim3{X: int(ceilDiv(nb, brickWarps))}, dim3{X: 32 * brickWarps}, 0, coords, nb, extOf(bext), bt.arg(),
-		pool.ptr, dm.nbr.ptr, dm.mask.ptr, dm.rank.ptr)
+		cells.ptr, first.ptr, pool.ptr, dm.nbr.ptr, dm.mask.ptr, dm.rank.ptr)
 }
 
 // brickWarps is the number of bricks (a warp each) per block of

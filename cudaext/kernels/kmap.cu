@@ -32,16 +32,19 @@
 //                      (value: the brick's smallest row); checks the rows
 //                      (extent, duplicates through per-brick cell masks)
 //   kmap_brick_number  the smallest row of each brick numbers it (block-
-//                      aggregated atomicAdd on status[kCount]) and stores
+//                      aggregated atomicAdd on status[kCount]), stores
 //                      the number, with the top bit set, as the slot value
-//   kmap_brick_scatter pool[brick · 64 + cell] = row (the pool is −1 first)
+//                      and itself as the brick's first row
+//   kmap_brick_scatter pool[brick · 64 + cell] = row (read only at the
+//                      cells that the brick's cell mask marks)
 //   kmap_nbr_brick     Nbr of 3×3×3 submanifold maps with dilation 1: one
-//                      warp per brick looks its 27 neighbour bricks up in
-//                      the small brick table, gathers the 6×6×6 cells
-//                      around it from the pool into shared memory and
-//                      writes each of its rows' 27 entries (no −1 fill, no
-//                      mirror writes); it can also write each row's tap
-//                      mask and Gray rank (masks_build's)
+//                      warp per brick looks its 27 neighbour bricks and
+//                      their cell masks up in the small brick table,
+//                      gathers the 6×6×6 cells around it from the pool
+//                      into shared memory and writes each of its rows' 27
+//                      entries (no −1 fill, no mirror writes); it can also
+//                      write each row's tap mask and Gray rank
+//                      (masks_build's)
 //   kmap_pairs_count   pair counts per (tap, chunk of 256 output rows) of
 //                      the first taps taps (a submanifold map's lists hold
 //                      the taps before the centre only, see PairsParams):
@@ -233,30 +236,50 @@ __device__ __forceinline__ int brick_cell(int x, int y, int z) {
 // row in the same cell of a brick (a duplicate coordinate) kFlagDup, found
 // by its bit in the brick's 64-bit cell mask (cells[slot], zero first).
 // The host names the offending rows through the coordinate table then.
+// The rows of a warp that share a brick (__match_any_sync; sorted rows of
+// a surface share a few bricks per warp) insert it once, from their first
+// lane (the smallest row), with the OR of their cell bits: one insert and
+// one atomicOr per brick and warp instead of per row.
 __device__ void brick_insert(const int* coords, i64 n, Ext ext, Ext bext, Table bt, u64* cells, int* status) {
   Acc acc;
-  for (i64 r = gtid(); r < n; r += gstride()) {
-    const int4 c = reinterpret_cast<const int4*>(coords)[r];
-    if (!ext.contains(c.x, c.y, c.z, c.w)) {
-      acc.flags |= kFlagRange;
-      continue;
+  const int lane = threadIdx.x & 31;
+  // Whole warps run every round (the warp intrinsics); the block size and
+  // so gstride are multiples of 32.
+  for (i64 base = gtid() - lane; base < n; base += gstride()) {
+    const i64 r = base + lane;
+    bool ok = false;
+    u64 key = ~0ull;  // never a brick key (brick keys fit 32 bits)
+    u64 bit = 0;
+    if (r < n) {
+      const int4 c = reinterpret_cast<const int4*>(coords)[r];
+      if (ext.contains(c.x, c.y, c.z, c.w)) {
+        ok = true;
+        key = brick_key(bext, c);
+        bit = 1ull << brick_cell(c.y, c.z, c.w);
+      } else {
+        acc.flags |= kFlagRange;
+      }
     }
-    int dist = 0;
-    const u64 key = brick_key(bext, c);
-    int res = table_insert(bt, key, (int)r, &dist);
-    if (res == kPresent) res = kInserted;  // a brick holds many rows
-    acc.note(res, dist);
-    if (res == kInserted) {
-      const i64 s = table_slot(bt, key);
-      const u64 bit = 1ull << brick_cell(c.y, c.z, c.w);
-      if (s >= 0 && (atomicOr(reinterpret_cast<unsigned long long*>(cells + s), bit) & bit)) acc.flags |= kFlagDup;
+    const u32 peers = __match_any_sync(~0u, key);
+    const u64 bits = (u64)__reduce_or_sync(peers, (u32)(bit >> 32)) << 32 | __reduce_or_sync(peers, (u32)bit);
+    if (ok && lane == __ffs(peers) - 1) {
+      if (__popcll(bits) < __popc(peers)) acc.flags |= kFlagDup;  // two rows of the warp in one cell
+      int dist = 0;
+      int res = table_insert(bt, key, (int)r, &dist);
+      if (res == kPresent) res = kInserted;  // a brick holds many rows
+      acc.note(res, dist);
+      if (res == kInserted) {
+        const i64 s = table_slot(bt, key);
+        if (s >= 0 && (atomicOr(reinterpret_cast<unsigned long long*>(cells + s), bits) & bits)) acc.flags |= kFlagDup;
+      }
     }
   }
   block_flush(status, acc);
 }
 
 // Every block runs the same number of rounds (the barriers inside).
-__device__ void brick_number(const int* coords, i64 n, Ext bext, Table bt, int* status) {
+// first[number] = the brick's smallest row.
+__device__ void brick_number(const int* coords, i64 n, Ext bext, Table bt, int* first, int* status) {
   __shared__ int sCount, sBase;
   for (i64 base = (i64)blockIdx.x * blockDim.x; base < n; base += gstride()) {
     const i64 r = base + threadIdx.x;
@@ -275,61 +298,78 @@ __device__ void brick_number(const int* coords, i64 n, Ext bext, Table bt, int* 
     __syncthreads();
     if (threadIdx.x == 0) sBase = sCount > 0 ? atomicAdd(status + kCount, sCount) : 0;
     __syncthreads();
-    if (slot >= 0) bt.slots[slot] = (key << 32) | ((u32)(sBase + mine) | kBrickNumbered);
+    if (slot >= 0) {
+      bt.slots[slot] = (key << 32) | ((u32)(sBase + mine) | kBrickNumbered);
+      first[sBase + mine] = (int)r;
+    }
     __syncthreads();
   }
 }
 
+// The rows of a warp that share a brick look it up once (brick_insert's
+// grouping).
 __device__ void brick_scatter(const int* coords, i64 n, Ext bext, Table bt, int* pool) {
-  for (i64 r = gtid(); r < n; r += gstride()) {
-    const int4 c = reinterpret_cast<const int4*>(coords)[r];
-    const int id = brick_of(bt, bext, c);
-    if (id < 0) continue;  // cannot happen after brick_insert
-    pool[(i64)id * 64 + brick_cell(c.y, c.z, c.w)] = (int)r;
+  const int lane = threadIdx.x & 31;
+  for (i64 base = gtid() - lane; base < n; base += gstride()) {
+    const i64 r = base + lane;
+    u64 key = ~0ull;
+    int4 c = make_int4(0, 0, 0, 0);
+    if (r < n) {
+      c = reinterpret_cast<const int4*>(coords)[r];
+      key = brick_key(bext, c);
+    }
+    const u32 peers = __match_any_sync(~0u, key);
+    const int leader = __ffs(peers) - 1;
+    int id = -1;
+    if (r < n && lane == leader) id = brick_of(bt, bext, c);
+    id = __shfl_sync(peers, id, leader);
+    if (r < n && id >= 0) pool[(i64)id * 64 + brick_cell(c.y, c.z, c.w)] = (int)r;  // id ≥ 0 after brick_insert
   }
 }
 
 // One warp per brick (kBrickWarps bricks per block); tap v = (dx+1)·9 +
 // (dy+1)·3 + (dz+1) is the neighbour at (x+dx, y+dy, z+dz) (fgk::Conv::tap
-// with K = 3, P = 1). The warp reads its brick's 64 pool cells, takes the
-// batch and brick coordinates from one of its rows, looks the 27 bricks
-// around it up in the brick table (a lane each, in parallel), gathers the
-// 6×6×6 cells around the brick (the brick and a one-cell rim) into shared
-// memory, and then writes each of its rows' 27 entries (lane v tap v,
-// 108 consecutive bytes), the tap mask (a ballot of those lanes) and its Gray
-// rank (masks.cu masks_build's, for the Gray order of the table) when mask
-// and rank are non-null. Against a thread per row, the bricks are looked up
-// once per brick (27 independent probes for ≈ 14 rows of a shell) instead
-// of 3–4 dependent probes per row. Cells outside the extent hold no row,
-// and bricks outside it are not looked up, so they read −1.
+// with K = 3, P = 1). The warp takes the batch and brick coordinates from
+// the brick's first row, looks the 27 bricks around it (itself included)
+// up in the brick table (a lane each, in parallel) with their cell masks
+// (brick_insert's cells), gathers the 6×6×6 cells around the brick (the
+// brick and a one-cell rim) into shared memory, reading the pool only at
+// occupied cells (so the pool needs no −1 fill), and then writes each of
+// its rows' 27 entries (lane v tap v, 108 consecutive bytes), the tap mask
+// (a ballot of those lanes) and its Gray rank (masks.cu masks_build's, for
+// the Gray order of the table) when mask and rank are non-null. Against a
+// thread per row, the bricks are looked up once per brick (27 independent
+// probes for ≈ 14 rows of a shell) instead of 3–4 dependent probes per
+// row. Cells outside the extent hold no row, and bricks outside it are not
+// looked up, so they read −1.
 constexpr int kBrickWarps = 8;              // bricks per block of kmap_nbr_brick
 constexpr int kRim = (1 << kBrickBits) + 2;  // side of the gathered cells
-__device__ void nbr_brick(const int* coords, i64 nb, Ext bext, Table bt, const int* pool, int* nbr, u64* mask,
-                          u32* rank) {
+__device__ void nbr_brick(const int* coords, i64 nb, Ext bext, Table bt, const u64* cells, const int* first,
+                          const int* pool, int* nbr, u64* mask, u32* rank) {
   __shared__ int idsS[kBrickWarps][27];
-  __shared__ int cellsS[kBrickWarps][kRim * kRim * kRim];
+  __shared__ u64 occS[kBrickWarps][27];
+  __shared__ int gatherS[kBrickWarps][kRim * kRim * kRim];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const i64 b = (i64)blockIdx.x * kBrickWarps + warp;
   if (b >= nb) return;  // warp-uniform; no block barrier follows
-  const int r0 = pool[b * 64 + lane], r1 = pool[b * 64 + 32 + lane];
-  const u32 occ0 = __ballot_sync(~0u, r0 >= 0), occ1 = __ballot_sync(~0u, r1 >= 0);
-  // Every numbered brick holds a row; any of them names the brick.
-  const int src = occ0 ? __ffs(occ0) - 1 : 32 + __ffs(occ1) - 1;
-  const int first = __shfl_sync(~0u, src < 32 ? r0 : r1, src & 31);
-  const int4 q = reinterpret_cast<const int4*>(coords)[first];
+  const int4 q = reinterpret_cast<const int4*>(coords)[first[b]];
   const int bx = q.y >> kBrickBits, by = q.z >> kBrickBits, bz = q.w >> kBrickBits;
   int* ids = idsS[warp];
-  int* cells = cellsS[warp];
+  u64* occ = occS[warp];
+  int* gather = gatherS[warp];
   if (lane < 27) {
     const int x = bx + lane / 9 - 1, y = by + lane / 3 % 3 - 1, z = bz + lane % 3 - 1;
     int id = -1;
-    if (lane == 13) {
-      id = (int)b;
-    } else if (bext.contains(q.x, x, y, z)) {
+    u64 o = 0;
+    if (bext.contains(q.x, x, y, z)) {
       const i64 s = table_slot(bt, bext.key(q.x, x, y, z));
-      if (s >= 0) id = (int)((u32)bt.slots[s] & ~kBrickNumbered);
+      if (s >= 0) {
+        id = (int)((u32)bt.slots[s] & ~kBrickNumbered);
+        o = cells[s];
+      }
     }
     ids[lane] = id;
+    occ[lane] = o;
   }
   __syncwarp();
   // Gathered cell (hx, hy, hz) is the cell at offset (hx−1, hy−1, hz−1)
@@ -338,29 +378,23 @@ __device__ void nbr_brick(const int* coords, i64 nb, Ext bext, Table bt, const i
   for (int h = lane; h < kRim * kRim * kRim; h += 32) {
     const int hx = h / (kRim * kRim), hy = h / kRim % kRim, hz = h % kRim;
     const int k = ((hx + m) >> kBrickBits) * 9 + ((hy + m) >> kBrickBits) * 3 + ((hz + m) >> kBrickBits);
-    const int id = ids[k];
-    cells[h] = id < 0 ? -1 : pool[(i64)id * 64 + brick_cell(hx - 1, hy - 1, hz - 1)];
+    const int cell = brick_cell(hx - 1, hy - 1, hz - 1);
+    gather[h] = (occ[k] >> cell & 1) ? pool[(i64)ids[k] * 64 + cell] : -1;
   }
   __syncwarp();
   const int tap = lane < 27 ? ((lane / 9) * kRim + lane / 3 % 3) * kRim + lane % 3 : 0;
-#pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    u32 occ = half ? occ1 : occ0;
-    const int rows = half ? r1 : r0;
-    while (occ) {  // warp-uniform
-      const int c = __ffs(occ) - 1;
-      occ &= occ - 1;
-      const int cell = c + 32 * half;
-      const int row = __shfl_sync(~0u, rows, c);
-      const int cx = cell >> (2 * kBrickBits), cy = (cell >> kBrickBits) & m, cz = cell & m;
-      // The 3×3×3 window around the cell starts at gathered (cx, cy, cz).
-      const int j = lane < 27 ? cells[(cx * kRim + cy) * kRim + cz + tap] : -1;
-      const u32 bits = __ballot_sync(~0u, j >= 0);
-      if (lane < 27) nbr[(i64)row * 27 + lane] = j;
-      if (lane == 0 && mask) {
-        mask[row] = bits;
-        rank[row] = (u32)gray_to_binary(bits);
-      }
+  for (u64 left = occ[13]; left; left &= left - 1) {  // warp-uniform
+    const int cell = __ffsll(left) - 1;
+    const int cx = cell >> (2 * kBrickBits), cy = (cell >> kBrickBits) & m, cz = cell & m;
+    // The 3×3×3 window around the cell starts at gathered (cx, cy, cz).
+    const int* win = gather + (cx * kRim + cy) * kRim + cz;
+    const int row = win[(kRim + 1) * kRim + 1];
+    const int j = lane < 27 ? win[tap] : -1;
+    const u32 bits = __ballot_sync(~0u, j >= 0);
+    if (lane < 27) nbr[(i64)row * 27 + lane] = j;
+    if (lane == 0 && mask) {
+      mask[row] = bits;
+      rank[row] = (u32)gray_to_binary(bits);
     }
   }
 }
@@ -475,16 +509,17 @@ __global__ void __launch_bounds__(256) kmap_brick_insert(const int* coords, long
                                                           fgx::Table bt, unsigned long long* cells, int* status) {
   fgk::brick_insert(coords, n, ext, bext, bt, cells, status);
 }
-__global__ void kmap_brick_number(const int* coords, long long n, fgx::Ext bext, fgx::Table bt, int* status) {
-  fgk::brick_number(coords, n, bext, bt, status);
+__global__ void kmap_brick_number(const int* coords, long long n, fgx::Ext bext, fgx::Table bt, int* first,
+                                  int* status) {
+  fgk::brick_number(coords, n, bext, bt, first, status);
 }
 __global__ void kmap_brick_scatter(const int* coords, long long n, fgx::Ext bext, fgx::Table bt, int* pool) {
   fgk::brick_scatter(coords, n, bext, bt, pool);
 }
 __global__ void __launch_bounds__(fgk::kBrickWarps * 32)
-    kmap_nbr_brick(const int* coords, long long nb, fgx::Ext bext, fgx::Table bt, const int* pool, int* nbr,
-                   unsigned long long* mask, unsigned* rank) {
-  fgk::nbr_brick(coords, nb, bext, bt, pool, nbr, mask, rank);
+    kmap_nbr_brick(const int* coords, long long nb, fgx::Ext bext, fgx::Table bt, const unsigned long long* cells,
+                   const int* first, const int* pool, int* nbr, unsigned long long* mask, unsigned* rank) {
+  fgk::nbr_brick(coords, nb, bext, bt, cells, first, pool, nbr, mask, rank);
 }
 __global__ void kmap_nbr_coarse(const int* out, long long n_out, fgx::Ext in, fgk::Conv c, fgx::Table t, int* nbr) {
   fgk::nbr_coarse(out, n_out, in, c, t, nbr);
