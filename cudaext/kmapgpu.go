@@ -370,13 +370,19 @@ func (d *Device) buildSubNbrBricks(dm *devMap, coords devPtr, ext grid.Extent) e
 	if dm.rank, err = d.allocTemp(n * 4); err != nil {
 		return err
 	}
-	return d.launch("kmap_nbr_brick", dim3{X: int(ceilDiv(nb, brickWarps))}, dim3{X: 32 * brickWarps}, 0, coords, nb, extOf(bext), bt.arg(),
+	blocks := min(ceilDiv(nb, brickWarps), int64(d.info.SMs)*brickBlocksPerSM)
+	return d.launch("kmap_nbr_brick", dim3{X: int(blocks)}, dim3{X: 32 * brickWarps}, 0, coords, nb, extOf(bext), bt.arg(),
 		cells.ptr, first.ptr, pool.ptr, dm.nbr.ptr, dm.mask.ptr, dm.rank.ptr)
 }
 
-// brickWarps is the number of bricks (a warp each) per block of
-// kmap_nbr_brick (kernels/kmap.cu kBrickWarps).
-const brickWarps = 8
+// brickWarps is the number of warps (a brick each at a time) per block of
+// kmap_nbr_brick (kernels/kmap.cu kBrickWarps); brickBlocksPerSM its
+// blocks per SM (kBrickBlocksPerSM: the grid is one full wave, and the
+// kernel loops over the bricks).
+const (
+	brickWarps       = 8
+	brickBlocksPerSM = 5
+)
 
 // reached generates the output sites of a strided (coarse) or transposed
 // (fine) map: every site of out that an input reaches through a tap,

@@ -327,75 +327,136 @@ __device__ void brick_scatter(const int* coords, i64 n, Ext bext, Table bt, int*
   }
 }
 
-// One warp per brick (kBrickWarps bricks per block); tap v = (dx+1)·9 +
-// (dy+1)·3 + (dz+1) is the neighbour at (x+dx, y+dy, z+dz) (fgk::Conv::tap
-// with K = 3, P = 1). The warp takes the batch and brick coordinates from
-// the brick's first row, looks the 27 bricks around it (itself included)
-// up in the brick table (a lane each, in parallel) with their cell masks
-// (brick_insert's cells), gathers the 6×6×6 cells around the brick (the
-// brick and a one-cell rim) into shared memory, reading the pool only at
-// occupied cells (so the pool needs no −1 fill), and then writes each of
-// its rows' 27 entries (lane v tap v, 108 consecutive bytes), the tap mask
-// (a ballot of those lanes) and its Gray rank (masks.cu masks_build's, for
-// the Gray order of the table) when mask and rank are non-null. Against a
-// thread per row, the bricks are looked up once per brick (27 independent
-// probes for ≈ 14 rows of a shell) instead of 3–4 dependent probes per
-// row. Cells outside the extent hold no row, and bricks outside it are not
-// looked up, so they read −1.
-constexpr int kBrickWarps = 8;              // bricks per block of kmap_nbr_brick
-constexpr int kRim = (1 << kBrickBits) + 2;  // side of the gathered cells
+// A warp per brick at a time (grid-stride over the bricks); tap v =
+// (dx+1)·9 + (dy+1)·3 + (dz+1) is the neighbour at (x+dx, y+dy, z+dz)
+// (fgk::Conv::tap with K = 3, P = 1). The warp takes the batch and brick
+// coordinates from the brick's first row, looks the 27 bricks around it
+// (itself included) up in the brick table (a lane each, in parallel) with
+// their cell masks (brick_insert's cells), and gathers the 6×6×6 cells
+// around the brick (the brick and a one-cell rim) into shared memory,
+// reading the pool only at occupied cells (so the pool needs no −1 fill).
+// Then a lane per row of the brick forms its tap mask and Gray rank
+// (masks.cu masks_build's, for the Gray order of the table; when mask and
+// rank are non-null), and the warp writes each row's 27 entries (lane v
+// tap v, 108 consecutive bytes). Against a thread per row, the bricks are
+// looked up once per brick (27 independent probes for ≈ 14 rows of a
+// shell) instead of 3–4 dependent probes per row. Cells outside the extent
+// hold no row, and bricks outside it are not looked up, so they read −1.
+constexpr int kBrickWarps = 8;                      // warps per block of kmap_nbr_brick
+constexpr int kBrickBlocksPerSM = 5;                // its occupancy (48 registers on sm_90)
+constexpr int kRim = (1 << kBrickBits) + 2;         // side of the gathered cells
+constexpr int kGathered = kRim * kRim * kRim;       // 216
+constexpr int kRimCells = kGathered - 64;           // 152 around the brick
+constexpr int kRimRounds = (kRimCells + 31) / 32;  // per lane
+static_assert(kBrickBits == 2, "nbr_brick's rim enumeration assumes 4×4×4 bricks");
+
+// The index in the gathered cells of the window corner of brick cell c.
+__device__ __forceinline__ int brick_window(int c) { return ((c >> 4) * kRim + (c >> 2 & 3)) * kRim + (c & 3); }
+
+// rim_cell returns rim cell t < kRimCells (the two x faces, then the two y
+// faces of the middle x, then the two z faces of the middle x and y)
+// packed as its gathered index | neighbour brick << 8 | that brick's cell
+// << 13.
+__device__ __forceinline__ u32 rim_cell(int t) {
+  int hx, hy, hz;
+  if (t < 72) {
+    hx = t / 36 * 5, hy = t % 36 / 6, hz = t % 6;
+  } else if (t < 120) {
+    t -= 72;
+    hx = 1 + t / 12, hy = t % 12 / 6 * 5, hz = t % 6;
+  } else {
+    t -= 120;
+    hx = 1 + t / 8, hy = 1 + t % 8 / 2, hz = t % 2 * 5;
+  }
+  const int k = ((hx + 3) >> 2) * 9 + ((hy + 3) >> 2) * 3 + ((hz + 3) >> 2);
+  return (u32)((hx * kRim + hy) * kRim + hz) | (u32)k << 8 | (u32)brick_cell(hx - 1, hy - 1, hz - 1) << 13;
+}
+
 __device__ void nbr_brick(const int* coords, i64 nb, Ext bext, Table bt, const u64* cells, const int* first,
                           const int* pool, int* nbr, u64* mask, u32* rank) {
   __shared__ int idsS[kBrickWarps][27];
   __shared__ u64 occS[kBrickWarps][27];
-  __shared__ int gatherS[kBrickWarps][kRim * kRim * kRim];
+  __shared__ int gatherS[kBrickWarps][kGathered];
+  __shared__ int rowsS[kBrickWarps][64];
+  __shared__ int winS[kBrickWarps][64];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const i64 b = (i64)blockIdx.x * kBrickWarps + warp;
-  if (b >= nb) return;  // warp-uniform; no block barrier follows
-  const int4 q = reinterpret_cast<const int4*>(coords)[first[b]];
-  const int bx = q.y >> kBrickBits, by = q.z >> kBrickBits, bz = q.w >> kBrickBits;
   int* ids = idsS[warp];
   u64* occ = occS[warp];
   int* gather = gatherS[warp];
-  if (lane < 27) {
-    const int x = bx + lane / 9 - 1, y = by + lane / 3 % 3 - 1, z = bz + lane % 3 - 1;
-    int id = -1;
-    u64 o = 0;
-    if (bext.contains(q.x, x, y, z)) {
-      const i64 s = table_slot(bt, bext.key(q.x, x, y, z));
-      if (s >= 0) {
-        id = (int)((u32)bt.slots[s] & ~kBrickNumbered);
-        o = cells[s];
+  int* rows = rowsS[warp];
+  int* win = winS[warp];
+  // Per lane, once: its rim cells and its tap's offset in a window.
+  u32 rim[kRimRounds];
+#pragma unroll
+  for (int i = 0; i < kRimRounds; ++i) rim[i] = lane + 32 * i < kRimCells ? rim_cell(lane + 32 * i) : 0;
+  const int tap = lane < 27 ? ((lane / 9) * kRim + lane / 3 % 3) * kRim + lane % 3 : 0;
+  const u32 lt = (1u << lane) - 1;
+  for (i64 b = (i64)blockIdx.x * kBrickWarps + warp; b < nb; b += (i64)gridDim.x * kBrickWarps) {
+    const int4 q = reinterpret_cast<const int4*>(coords)[first[b]];
+    if (lane < 27) {
+      const int x = (q.y >> kBrickBits) + lane / 9 - 1, y = (q.z >> kBrickBits) + lane / 3 % 3 - 1,
+                z = (q.w >> kBrickBits) + lane % 3 - 1;
+      int id = -1;
+      u64 o = 0;
+      if (bext.contains(q.x, x, y, z)) {
+        const i64 s = table_slot(bt, bext.key(q.x, x, y, z));
+        if (s >= 0) {
+          id = (int)((u32)bt.slots[s] & ~kBrickNumbered);
+          o = cells[s];
+        }
+      }
+      ids[lane] = id;
+      occ[lane] = o;
+    }
+    __syncwarp();
+    // The brick itself (lookup 13): its rows, in cell order, with their
+    // window corners.
+    const u64 own = occ[13];
+    const u32 lo = (u32)own, hi = (u32)(own >> 32);
+    const int r0 = lo >> lane & 1 ? pool[b * 64 + lane] : -1;
+    const int r1 = hi >> lane & 1 ? pool[b * 64 + 32 + lane] : -1;
+    constexpr int kCentre = (kRim + 1) * kRim + 1;  // window corner → its centre
+    gather[brick_window(lane) + kCentre] = r0;
+    gather[brick_window(lane + 32) + kCentre] = r1;
+    if (r0 >= 0) {
+      const int k = __popc(lo & lt);
+      rows[k] = r0;
+      win[k] = brick_window(lane);
+    }
+    if (r1 >= 0) {
+      const int k = __popc(lo) + __popc(hi & lt);
+      rows[k] = r1;
+      win[k] = brick_window(lane + 32);
+    }
+#pragma unroll
+    for (int i = 0; i < kRimRounds; ++i) {
+      if (lane + 32 * i < kRimCells) {
+        const u32 d = rim[i];
+        const int k = d >> 8 & 31, cell = d >> 13;
+        gather[d & 0xff] = occ[k] >> cell & 1 ? pool[(i64)ids[k] * 64 + cell] : -1;
       }
     }
-    ids[lane] = id;
-    occ[lane] = o;
-  }
-  __syncwarp();
-  // Gathered cell (hx, hy, hz) is the cell at offset (hx−1, hy−1, hz−1)
-  // from the brick's corner: brick offset (h + 3) / 4 − 1, cell (h − 1) & 3.
-  constexpr int m = (1 << kBrickBits) - 1;
-  for (int h = lane; h < kRim * kRim * kRim; h += 32) {
-    const int hx = h / (kRim * kRim), hy = h / kRim % kRim, hz = h % kRim;
-    const int k = ((hx + m) >> kBrickBits) * 9 + ((hy + m) >> kBrickBits) * 3 + ((hz + m) >> kBrickBits);
-    const int cell = brick_cell(hx - 1, hy - 1, hz - 1);
-    gather[h] = (occ[k] >> cell & 1) ? pool[(i64)ids[k] * 64 + cell] : -1;
-  }
-  __syncwarp();
-  const int tap = lane < 27 ? ((lane / 9) * kRim + lane / 3 % 3) * kRim + lane % 3 : 0;
-  for (u64 left = occ[13]; left; left &= left - 1) {  // warp-uniform
-    const int cell = __ffsll(left) - 1;
-    const int cx = cell >> (2 * kBrickBits), cy = (cell >> kBrickBits) & m, cz = cell & m;
-    // The 3×3×3 window around the cell starts at gathered (cx, cy, cz).
-    const int* win = gather + (cx * kRim + cy) * kRim + cz;
-    const int row = win[(kRim + 1) * kRim + 1];
-    const int j = lane < 27 ? win[tap] : -1;
-    const u32 bits = __ballot_sync(~0u, j >= 0);
-    if (lane < 27) nbr[(i64)row * 27 + lane] = j;
-    if (lane == 0 && mask) {
-      mask[row] = bits;
-      rank[row] = (u32)gray_to_binary(bits);
+    __syncwarp();
+    const int nrows = __popc(lo) + __popc(hi);
+    if (mask) {
+      for (int k = lane; k < nrows; k += 32) {
+        const int* w = gather + win[k];
+        u32 m = 0;
+#pragma unroll 1
+        for (int dx = 0; dx < 3; ++dx, w += kRim * kRim) {
+#pragma unroll
+          for (int v = 0; v < 9; ++v) m |= (u32)(w[v / 3 * kRim + v % 3] >= 0) << (dx * 9 + v);
+        }
+        const int row = rows[k];
+        mask[row] = m;
+        rank[row] = (u32)gray_to_binary(m);
+      }
     }
+    if (lane < 27) {
+#pragma unroll 4
+      for (int k = 0; k < nrows; ++k) nbr[(i64)rows[k] * 27 + lane] = gather[win[k] + tap];
+    }
+    __syncwarp();  // before the next brick overwrites the shared cells
   }
 }
 
@@ -516,7 +577,7 @@ __global__ void kmap_brick_number(const int* coords, long long n, fgx::Ext bext,
 __global__ void kmap_brick_scatter(const int* coords, long long n, fgx::Ext bext, fgx::Table bt, int* pool) {
   fgk::brick_scatter(coords, n, bext, bt, pool);
 }
-__global__ void __launch_bounds__(fgk::kBrickWarps * 32)
+__global__ void __launch_bounds__(fgk::kBrickWarps * 32, fgk::kBrickBlocksPerSM)
     kmap_nbr_brick(const int* coords, long long nb, fgx::Ext bext, fgx::Table bt, const unsigned long long* cells,
                    const int* first, const int* pool, int* nbr, unsigned long long* mask, unsigned* rank) {
   fgk::nbr_brick(coords, nb, bext, bt, cells, first, pool, nbr, mask, rank);
