@@ -329,17 +329,14 @@ func (d *Device) buildSubNbrBricks(dm *devMap, coords devPtr, ext grid.Extent) e
 	if err := memsetD8(cells.ptr, 0, bt.slots()*8, d.stream); err != nil {
 		return err
 	}
-	first, err := d.allocTemp(n * 4) // each brick's first row, by number
+	first, err := d.allocTemp(n * 4) // a row of each brick, by brick number
 	if err != nil {
 		return err
 	}
 	defer d.freeTemp(first)
 	g, b := d.elementwise(n)
 	st, err := d.statusOf(func(status devPtr) error {
-		if err := d.launch("kmap_brick_insert", g, b, 0, coords, n, extOf(ext), extOf(bext), bt.arg(), cells.ptr, status); err != nil {
-			return err
-		}
-		return d.launch("kmap_brick_number", g, b, 0, coords, n, extOf(bext), bt.arg(), first.ptr, status)
+		return d.launch("kmap_brick_insert", g, b, 0, coords, n, extOf(ext), extOf(bext), bt.arg(), cells.ptr, first.ptr, status)
 	})
 	if err != nil {
 		return err

@@ -28,13 +28,12 @@
 //   kmap_decode        output keys → [M, 4] coordinates
 //   kmap_rev_mirror    submanifold reverse: Rev[i, v] = Nbr[i, V−1−v]
 //   kmap_rev_scatter   other reverse tables (each entry has one writer)
-//   kmap_brick_insert  the 4×4×4 brick of every row into a brick table
-//                      (value: the brick's smallest row); checks the rows
-//                      (extent, duplicates through per-brick cell masks)
-//   kmap_brick_number  the smallest row of each brick numbers it (block-
-//                      aggregated atomicAdd on status[kCount]), stores
-//                      the number, with the top bit set, as the slot value
-//                      and itself as the brick's first row
+//   kmap_brick_insert  the 4×4×4 brick of every row into a brick table,
+//                      numbered as first stored (block-aggregated atomicAdd
+//                      on status[kCount]; value: the number with the top
+//                      bit set), with the claiming row as the brick's
+//                      first row; checks the rows (extent, duplicates
+//                      through per-brick cell masks)
 //   kmap_brick_scatter pool[brick · 64 + cell] = row (read only at the
 //                      cells that the brick's cell mask marks)
 //   kmap_nbr_brick     Nbr of 3×3×3 submanifold maps with dilation 1: one
@@ -221,7 +220,7 @@ constexpr u32 kBrickNumbered = 0x80000000u;  // slot value holds a brick number
 __device__ __forceinline__ u64 brick_key(const Ext& bext, int4 c) {
   return bext.key(c.x, c.y >> kBrickBits, c.z >> kBrickBits, c.w >> kBrickBits);
 }
-// The number of the brick holding c (after kmap_brick_number), or −1.
+// The number of the brick holding c (after kmap_brick_insert), or −1.
 __device__ __forceinline__ int brick_of(const Table& bt, const Ext& bext, int4 c) {
   const i64 s = table_slot(bt, brick_key(bext, c));
   return s < 0 ? -1 : (int)((u32)bt.slots[s] & ~kBrickNumbered);
@@ -231,22 +230,57 @@ __device__ __forceinline__ int brick_cell(int x, int y, int z) {
   return (((x & m) << kBrickBits | (y & m)) << kBrickBits) | (z & m);
 }
 
-// brick_insert also checks the rows, so that the brick search needs no
-// coordinate hash table: a row outside ext sets kFlagRange, and a second
-// row in the same cell of a brick (a duplicate coordinate) kFlagDup, found
-// by its bit in the brick's 64-bit cell mask (cells[slot], zero first).
-// The host names the offending rows through the coordinate table then.
-// The rows of a warp that share a brick (__match_any_sync; sorted rows of
-// a surface share a few bricks per warp) insert it once, from their first
-// lane (the smallest row), with the OR of their cell bits: one insert and
-// one atomicOr per brick and warp instead of per row.
-__device__ void brick_insert(const int* coords, i64 n, Ext ext, Ext bext, Table bt, u64* cells, int* status) {
+// brick_claim finds or stores key in the narrow brick table t (a
+// placeholder value until the claimer numbers the brick): it returns true
+// for the one caller whose compare-and-swap stored it, and the key's slot
+// in *slot (−1 when no free slot lies within t.limit probes) and its probe
+// distance in *dist.
+__device__ __forceinline__ bool brick_claim(const Table& t, u64 key, i64* slot, int* dist) {
+  u64 s = t.home(key);
+  const u64 m = t.mask();
+  for (int p = 0; p < t.limit; ++p) {
+    u64 cur = t.slots[s];
+    if (cur == kEmpty) {
+      cur = atomicCAS(reinterpret_cast<unsigned long long*>(t.slots + s), kEmpty, key << 32);
+      if (cur == kEmpty) {
+        *slot = (i64)s;
+        *dist = p;
+        return true;
+      }
+    }
+    if ((cur >> 32) == key) {
+      *slot = (i64)s;
+      *dist = p;
+      return false;
+    }
+    s = (s + 1) & m;
+  }
+  *slot = -1;
+  return false;
+}
+
+// brick_insert puts the 4×4×4 brick of every row into the brick table and
+// numbers each brick densely as it is first stored (the slot value becomes
+// number | kBrickNumbered, first[number] the claiming row; numbers follow
+// the order of the claims, which nothing observable depends on: they only
+// index the pool). A block-aggregated atomicAdd on status[kCount] hands
+// out the numbers, so status[kCount] ends as the brick count. It also
+// checks the rows, so that the brick search needs no coordinate hash
+// table: a row outside ext sets kFlagRange, and a second row in the same
+// cell of a brick (a duplicate coordinate) kFlagDup, found by its bit in
+// the brick's 64-bit cell mask (cells[slot], zero first). The host names
+// the offending rows through the coordinate table then. The rows of a warp
+// that share a brick (__match_any_sync; sorted rows of a surface share a
+// few bricks per warp) insert it once, from their first lane, with the OR
+// of their cell bits: one probe and one atomicOr per brick and warp.
+// Every block runs the same number of rounds (the barriers inside).
+__device__ void brick_insert(const int* coords, i64 n, Ext ext, Ext bext, Table bt, u64* cells, int* first,
+                             int* status) {
+  __shared__ int sCount, sBase;
   Acc acc;
   const int lane = threadIdx.x & 31;
-  // Whole warps run every round (the warp intrinsics); the block size and
-  // so gstride are multiples of 32.
-  for (i64 base = gtid() - lane; base < n; base += gstride()) {
-    const i64 r = base + lane;
+  for (i64 base = (i64)blockIdx.x * blockDim.x; base < n; base += gstride()) {
+    const i64 r = base + threadIdx.x;
     bool ok = false;
     u64 key = ~0ull;  // never a brick key (brick keys fit 32 bits)
     u64 bit = 0;
@@ -262,48 +296,30 @@ __device__ void brick_insert(const int* coords, i64 n, Ext ext, Ext bext, Table 
     }
     const u32 peers = __match_any_sync(~0u, key);
     const u64 bits = (u64)__reduce_or_sync(peers, (u32)(bit >> 32)) << 32 | __reduce_or_sync(peers, (u32)bit);
+    bool won = false;
+    i64 slot = -1;
     if (ok && lane == __ffs(peers) - 1) {
       if (__popcll(bits) < __popc(peers)) acc.flags |= kFlagDup;  // two rows of the warp in one cell
       int dist = 0;
-      int res = table_insert(bt, key, (int)r, &dist);
-      if (res == kPresent) res = kInserted;  // a brick holds many rows
-      acc.note(res, dist);
-      if (res == kInserted) {
-        const i64 s = table_slot(bt, key);
-        if (s >= 0 && (atomicOr(reinterpret_cast<unsigned long long*>(cells + s), bits) & bits)) acc.flags |= kFlagDup;
+      won = brick_claim(bt, key, &slot, &dist);
+      acc.note(slot < 0 ? kInsertFull : kInserted, dist);
+      if (slot >= 0 && (atomicOr(reinterpret_cast<unsigned long long*>(cells + slot), bits) & bits)) {
+        acc.flags |= kFlagDup;
       }
-    }
-  }
-  block_flush(status, acc);
-}
-
-// Every block runs the same number of rounds (the barriers inside).
-// first[number] = the brick's smallest row.
-__device__ void brick_number(const int* coords, i64 n, Ext bext, Table bt, int* first, int* status) {
-  __shared__ int sCount, sBase;
-  for (i64 base = (i64)blockIdx.x * blockDim.x; base < n; base += gstride()) {
-    const i64 r = base + threadIdx.x;
-    i64 slot = -1;
-    u64 key = 0;
-    if (r < n) {
-      key = brick_key(bext, reinterpret_cast<const int4*>(coords)[r]);
-      const i64 s = table_slot(bt, key);
-      // The smallest row of the brick numbers it. A slot already numbered
-      // holds a value with the top bit set, never equal to a row.
-      if (s >= 0 && (u32)bt.slots[s] == (u32)r) slot = s;
     }
     if (threadIdx.x == 0) sCount = 0;
     __syncthreads();
-    const int mine = slot >= 0 ? atomicAdd(&sCount, 1) : 0;
+    const int mine = won ? atomicAdd(&sCount, 1) : 0;
     __syncthreads();
     if (threadIdx.x == 0) sBase = sCount > 0 ? atomicAdd(status + kCount, sCount) : 0;
     __syncthreads();
-    if (slot >= 0) {
-      bt.slots[slot] = (key << 32) | ((u32)(sBase + mine) | kBrickNumbered);
-      first[sBase + mine] = (int)r;
+    if (won) {
+      const int id = sBase + mine;
+      bt.slots[slot] = key << 32 | ((u32)id | kBrickNumbered);
+      first[id] = (int)r;
     }
-    __syncthreads();
   }
+  block_flush(status, acc);
 }
 
 // The rows of a warp that share a brick look it up once (brick_insert's
@@ -567,12 +583,9 @@ __global__ void kmap_nbr_sub(const int* coords, long long n, fgx::Ext ext, fgk::
   fgk::nbr_sub(coords, n, ext, c, t, nbr);
 }
 __global__ void __launch_bounds__(256) kmap_brick_insert(const int* coords, long long n, fgx::Ext ext, fgx::Ext bext,
-                                                          fgx::Table bt, unsigned long long* cells, int* status) {
-  fgk::brick_insert(coords, n, ext, bext, bt, cells, status);
-}
-__global__ void kmap_brick_number(const int* coords, long long n, fgx::Ext bext, fgx::Table bt, int* first,
-                                  int* status) {
-  fgk::brick_number(coords, n, bext, bt, first, status);
+                                                          fgx::Table bt, unsigned long long* cells, int* first,
+                                                          int* status) {
+  fgk::brick_insert(coords, n, ext, bext, bt, cells, first, status);
 }
 __global__ void kmap_brick_scatter(const int* coords, long long n, fgx::Ext bext, fgx::Table bt, int* pool) {
   fgk::brick_scatter(coords, n, bext, bt, pool);
