@@ -270,9 +270,9 @@ __device__ __forceinline__ bool brick_claim(const Table& t, u64 key, i64* slot, 
 // cell of a brick (a duplicate coordinate) kFlagDup, found by its bit in
 // the brick's 64-bit cell mask (cells[slot], zero first). The host names
 // the offending rows through the coordinate table then. The rows of a warp
-// that share a brick (__match_any_sync; sorted rows of a surface share a
-// few bricks per warp) insert it once, from their first lane, with the OR
-// of their cell bits: one probe and one atomicOr per brick and warp.
+// that share a brick (sorted rows of a surface share a few bricks per
+// warp) insert it once, from their first lane, with the OR of their cell
+// bits: one probe and one atomicOr per brick and warp.
 // Every block runs the same number of rounds (the barriers inside).
 __device__ void brick_insert(const int* coords, i64 n, Ext ext, Ext bext, Table bt, u64* cells, int* first,
                              int* status) {
@@ -294,17 +294,28 @@ __device__ void brick_insert(const int* coords, i64 n, Ext ext, Ext bext, Table 
         acc.flags |= kFlagRange;
       }
     }
-    const u32 peers = __match_any_sync(~0u, key);
-    const u64 bits = (u64)__reduce_or_sync(peers, (u32)(bit >> 32)) << 32 | __reduce_or_sync(peers, (u32)bit);
+    // One round per distinct brick of the warp (warp-uniform), with
+    // full-warp reductions only: the sm_90 code nvcc 11.8 made of
+    // __reduce_or_sync over __match_any_sync's partial masks kept one of
+    // the two 32-bit halves in the register of the other (the GPU map
+    // tests then saw duplicates that were not there).
     bool won = false;
     i64 slot = -1;
-    if (ok && lane == __ffs(peers) - 1) {
-      if (__popcll(bits) < __popc(peers)) acc.flags |= kFlagDup;  // two rows of the warp in one cell
-      int dist = 0;
-      won = brick_claim(bt, key, &slot, &dist);
-      acc.note(slot < 0 ? kInsertFull : kInserted, dist);
-      if (slot >= 0 && (atomicOr(reinterpret_cast<unsigned long long*>(cells + slot), bits) & bits)) {
-        acc.flags |= kFlagDup;
+    for (u32 todo = __ballot_sync(~0u, ok); todo;) {
+      const int leader = __ffs(todo) - 1;
+      const u64 k = __shfl_sync(~0u, key, leader);
+      const u32 peers = __ballot_sync(~0u, ok && key == k);
+      const u64 b = ok && key == k ? bit : 0;
+      const u64 bits = (u64)__reduce_or_sync(~0u, (u32)(b >> 32)) << 32 | __reduce_or_sync(~0u, (u32)b);
+      todo &= ~peers;
+      if (lane == leader) {
+        if (__popcll(bits) < __popc(peers)) acc.flags |= kFlagDup;  // two rows of the warp in one cell
+        int dist = 0;
+        won = brick_claim(bt, key, &slot, &dist);
+        acc.note(slot < 0 ? kInsertFull : kInserted, dist);
+        if (slot >= 0 && (atomicOr(reinterpret_cast<unsigned long long*>(cells + slot), bits) & bits)) {
+          acc.flags |= kFlagDup;
+        }
       }
     }
     if (threadIdx.x == 0) sCount = 0;
