@@ -299,23 +299,32 @@ __device__ void brick_insert(const int* coords, i64 n, Ext ext, Ext bext, Table 
     // __reduce_or_sync over __match_any_sync's partial masks kept one of
     // the two 32-bit halves in the register of the other (the GPU map
     // tests then saw duplicates that were not there).
-    bool won = false;
-    i64 slot = -1;
+    // The leaders' claims then run in parallel.
+    bool lead = false;
+    u64 bits = 0;
+    int rows = 0;
     for (u32 todo = __ballot_sync(~0u, ok); todo;) {
       const int leader = __ffs(todo) - 1;
       const u64 k = __shfl_sync(~0u, key, leader);
       const u32 peers = __ballot_sync(~0u, ok && key == k);
       const u64 b = ok && key == k ? bit : 0;
-      const u64 bits = (u64)__reduce_or_sync(~0u, (u32)(b >> 32)) << 32 | __reduce_or_sync(~0u, (u32)b);
+      const u64 group = (u64)__reduce_or_sync(~0u, (u32)(b >> 32)) << 32 | __reduce_or_sync(~0u, (u32)b);
       todo &= ~peers;
       if (lane == leader) {
-        if (__popcll(bits) < __popc(peers)) acc.flags |= kFlagDup;  // two rows of the warp in one cell
-        int dist = 0;
-        won = brick_claim(bt, key, &slot, &dist);
-        acc.note(slot < 0 ? kInsertFull : kInserted, dist);
-        if (slot >= 0 && (atomicOr(reinterpret_cast<unsigned long long*>(cells + slot), bits) & bits)) {
-          acc.flags |= kFlagDup;
-        }
+        lead = true;
+        bits = group;
+        rows = __popc(peers);
+      }
+    }
+    bool won = false;
+    i64 slot = -1;
+    if (lead) {
+      if (__popcll(bits) < rows) acc.flags |= kFlagDup;  // two rows of the warp in one cell
+      int dist = 0;
+      won = brick_claim(bt, key, &slot, &dist);
+      acc.note(slot < 0 ? kInsertFull : kInserted, dist);
+      if (slot >= 0 && (atomicOr(reinterpret_cast<unsigned long long*>(cells + slot), bits) & bits)) {
+        acc.flags |= kFlagDup;
       }
     }
     if (threadIdx.x == 0) sCount = 0;
