@@ -276,12 +276,14 @@ func (d *Device) brickSearch(n int, ext grid.Extent, conv grid.Conv) bool {
 }
 
 // brickMinRows is the fewest rows for which the engine takes the brick
-// search. Measured (H200, session 6, map phase of a training step, per-tap
-// search in call 4 against bricks in call 6): RES 1024 (4.1 M rows) 1.68 →
-// 1.52 ms; RES 512 (1.0 M) 0.38 → 0.42, RES 256 (252 K) 0.13 → 0.19 and
-// RES 64 (15 K) 0.07 → 0.20 — below a few million rows the second host wait
+// search. Measured (H200, session 8, map phase of an inference step,
+// FLEXGEMM_BRICK_MIN_ROWS=0 against the per-tap search, calls 5 and 6):
+// RES 512 (1.0 M rows) 0.367 → 0.209 ms, RES 256 (252 K) 0.127 → 0.101;
+// in session 8's call 1 (brick kernels before the warp-grouped insert and
+// the looping neighbour kernel) RES 128 (64 K) 0.075 → 0.090 and RES 64
+// (15 K) 0.092 → 0.112: below about a hundred thousand rows the host wait
 // and the extra launches cost more than the shorter lookups save.
-const brickMinRows = 1 << 21
+const brickMinRows = 1 << 17
 
 // brickExtent is the extent of the 4×4×4 bricks of ext.
 func brickExtent(ext grid.Extent) grid.Extent {
