@@ -61,7 +61,7 @@ type Device struct {
 	prof     *profiler // running profile (profile.go), or nil
 	noBricks bool      // EnvNoBricks: submanifold maps keep the per-tap hash search
 	// brickMinRows: the brick search builds submanifold maps from this
-	// many rows on (brickMinRows; the tests lower it).
+	// many rows on (brickMinRows or EnvBrickMinRows; the tests lower it).
 	brickMinRows int
 }
 

@@ -268,8 +268,8 @@ func brickMinRowsFromEnv() (int, error) {
 // brickSearch reports whether buildSubNbrBricks builds the Nbr table of a
 // submanifold map of n rows and geometry conv over ext: 3×3×3 kernels of
 // dilation 1 whose brick keys fit the narrow table layout, from
-// d.brickMinRows rows on (brickMinRows; tests lower it), unless
-// EnvNoBricks is set.
+// d.brickMinRows rows on (brickMinRows, or EnvBrickMinRows; tests lower
+// it), unless EnvNoBricks is set.
 func (d *Device) brickSearch(n int, ext grid.Extent, conv grid.Conv) bool {
 	return !d.noBricks && n >= d.brickMinRows && conv.Kernel == [3]int{3, 3, 3} &&
 		conv.Dilation == [3]int{1, 1, 1} && brickExtent(ext).KeyBits() <= 32
@@ -295,18 +295,18 @@ func brickExtent(ext grid.Extent) grid.Extent {
 var errBrickRows = errors.New("cudaext: rows outside the extent or duplicated")
 
 // buildSubNbrBricks fills dm.nbr of a 3×3×3 submanifold map of dilation 1
-// over coords (errBrickRows when a row is outside ext or duplicated) by the brick
-// search: the rows' 4×4×4 bricks go into a small hash table (one key per
-// brick, not per row: a 4.1 M-voxel shell has ≈ 0.3 M bricks, so the table
-// stays in L2) with a 64-bit mask of their occupied cells, numbered
-// densely, and a pool of 64 cells per brick holds the rows (unfilled: only
-// cells in the masks are read); then a warp per brick looks up the 27
-// bricks around it (a lane each: ≈ 2 lookups per row of a shell, against
-// 13 per-tap lookups of kmap_nbr_sub in a table of one key per row),
-// gathers the cells around the brick into shared memory and writes its
-// rows' 27 entries. Every entry is written once: no −1 fill, no mirror
-// writes.
-// Waits for the device once (the brick count sizes the pool).
+// over coords (errBrickRows when a row is outside ext or duplicated) by the
+// brick search: the rows' 4×4×4 bricks go into a hash table (one key per
+// brick, not per row: a 4.1 M-voxel shell has ≈ 0.3 M bricks, so the
+// occupied slots stay in L2) with a 64-bit mask of their occupied cells,
+// numbered densely as they are stored, and a pool of 64 cells per brick
+// holds the rows (unfilled: only cells in the masks are read); then a warp
+// per brick looks up the 27 bricks around it (a lane each: ≈ 2 lookups
+// per row of a shell, against 13 per-tap lookups of kmap_nbr_sub in a
+// table of one key per row), gathers the cells around the brick into
+// shared memory and writes its rows' 27 entries. Every entry is written
+// once: no −1 fill, no mirror writes. Waits for the device once (the
+// brick count sizes the pool).
 func (d *Device) buildSubNbrBricks(dm *devMap, coords devPtr, ext grid.Extent) error {
 	var err error
 	if dm.nbr, err = d.allocTable(dm.nOut, dm.V); err != nil {
