@@ -294,12 +294,13 @@ __device__ void brick_insert(const int* coords, i64 n, Ext ext, Ext bext, Table 
         acc.flags |= kFlagRange;
       }
     }
-    // One round per distinct brick of the warp (warp-uniform), with
+    // One round per distinct brick of the warp (warp-uniform) finds each
+    // brick's leader lane, its rows and the OR of their cell bits, with
     // full-warp reductions only: the sm_90 code nvcc 11.8 made of
     // __reduce_or_sync over __match_any_sync's partial masks kept one of
     // the two 32-bit halves in the register of the other (the GPU map
-    // tests then saw duplicates that were not there).
-    // The leaders' claims then run in parallel.
+    // tests then saw duplicates that were not there). The leaders' claims
+    // follow, in parallel.
     bool lead = false;
     u64 bits = 0;
     int rows = 0;
@@ -342,8 +343,8 @@ __device__ void brick_insert(const int* coords, i64 n, Ext ext, Ext bext, Table 
   block_flush(status, acc);
 }
 
-// The rows of a warp that share a brick look it up once (brick_insert's
-// grouping).
+// The rows of a warp that share a brick (__match_any_sync) look it up
+// once, from their first lane, which shuffles the number to the others.
 __device__ void brick_scatter(const int* coords, i64 n, Ext bext, Table bt, int* pool) {
   const int lane = threadIdx.x & 31;
   for (i64 base = gtid() - lane; base < n; base += gstride()) {
