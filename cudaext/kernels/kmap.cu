@@ -220,10 +220,12 @@ constexpr u32 kBrickNumbered = 0x80000000u;  // slot value holds a brick number
 __device__ __forceinline__ u64 brick_key(const Ext& bext, int4 c) {
   return bext.key(c.x, c.y >> kBrickBits, c.z >> kBrickBits, c.w >> kBrickBits);
 }
+// The brick number held by a numbered slot value (kmap_brick_insert's).
+__device__ __forceinline__ int brick_number(u64 slot_value) { return (int)((u32)slot_value & ~kBrickNumbered); }
 // The number of the brick holding c (after kmap_brick_insert), or −1.
 __device__ __forceinline__ int brick_of(const Table& bt, const Ext& bext, int4 c) {
   const i64 s = table_slot(bt, brick_key(bext, c));
-  return s < 0 ? -1 : (int)((u32)bt.slots[s] & ~kBrickNumbered);
+  return s < 0 ? -1 : brick_number(bt.slots[s]);
 }
 __device__ __forceinline__ int brick_cell(int x, int y, int z) {
   constexpr int m = (1 << kBrickBits) - 1;
@@ -438,7 +440,7 @@ __device__ void nbr_brick(const int* coords, i64 nb, Ext bext, Table bt, const u
       if (bext.contains(q.x, x, y, z)) {
         const i64 s = table_slot(bt, bext.key(q.x, x, y, z));
         if (s >= 0) {
-          id = (int)((u32)bt.slots[s] & ~kBrickNumbered);
+          id = brick_number(bt.slots[s]);
           o = cells[s];
         }
       }
