@@ -78,54 +78,56 @@ template <class Out> __device__ void scan_partials(Out* part, i64 nb, Out* total
   if (threadIdx.x == 0 && total) *total = carry;
 }
 
-// out[i] = part[b] + Σ in[b·kTile : i] for tile b (in may equal out).
-template <class In, class Out> __device__ void scan_final(const In* in, Out* out, const Out* part, i64 n) {
+// TileScan is the block-wide load, scan and store of one tile of In
+// elements scanned as Out, shared by scan_final and scan_tile.
+template <class In, class Out> struct TileScan {
   using BL = cub::BlockLoad<In, kThreads, kItems, cub::BLOCK_LOAD_WARP_TRANSPOSE>;
   using BS = cub::BlockScan<Out, kThreads>;
   using BT = cub::BlockStore<Out, kThreads, kItems, cub::BLOCK_STORE_WARP_TRANSPOSE>;
-  __shared__ union {
+  union Storage {
     typename BL::TempStorage load;
     typename BS::TempStorage scan;
     typename BT::TempStorage store;
-  } tmp;
+  };
+  // load reads the first valid elements at in (zero beyond) into v as
+  // Out, blocked, and leaves tmp free for the scan.
+  static __device__ __forceinline__ void load(Storage& tmp, const In* in, int valid, Out (&v)[kItems]) {
+    In raw[kItems];
+    BL(tmp.load).Load(in, raw, valid, In(0));
+#pragma unroll
+    for (int j = 0; j < kItems; ++j) v[j] = (Out)raw[j];
+    __syncthreads();
+  }
+};
+
+// out[i] = part[b] + Σ in[b·kTile : i] for tile b (in may equal out).
+template <class In, class Out> __device__ void scan_final(const In* in, Out* out, const Out* part, i64 n) {
+  using TS = TileScan<In, Out>;
+  __shared__ typename TS::Storage tmp;
   const i64 base = (i64)blockIdx.x * kTile;
   const int valid = (int)min((i64)kTile, n - base);
-  In raw[kItems];
-  BL(tmp.load).Load(in + base, raw, valid, In(0));
   Out v[kItems];
-#pragma unroll
-  for (int j = 0; j < kItems; ++j) v[j] = (Out)raw[j];
-  __syncthreads();
-  BS(tmp.scan).ExclusiveSum(v, v);
+  TS::load(tmp, in + base, valid, v);
+  typename TS::BS(tmp.scan).ExclusiveSum(v, v);
   const Out off = part[blockIdx.x];
 #pragma unroll
   for (int j = 0; j < kItems; ++j) v[j] += off;
   __syncthreads();
-  BT(tmp.store).Store(out + base, v, valid);
+  typename TS::BT(tmp.store).Store(out + base, v, valid);
 }
 
 // A scan of one tile (n ≤ kTile) in one launch: out = exclusive prefix
 // sums of in (in may equal out), *total = Σ in when total is not null.
 template <class In, class Out> __device__ void scan_tile(const In* in, Out* out, i64 n, Out* total) {
-  using BL = cub::BlockLoad<In, kThreads, kItems, cub::BLOCK_LOAD_WARP_TRANSPOSE>;
-  using BS = cub::BlockScan<Out, kThreads>;
-  using BT = cub::BlockStore<Out, kThreads, kItems, cub::BLOCK_STORE_WARP_TRANSPOSE>;
-  __shared__ union {
-    typename BL::TempStorage load;
-    typename BS::TempStorage scan;
-    typename BT::TempStorage store;
-  } tmp;
+  using TS = TileScan<In, Out>;
+  __shared__ typename TS::Storage tmp;
   const int valid = (int)min((i64)kTile, n);
-  In raw[kItems];
-  BL(tmp.load).Load(in, raw, valid, In(0));
   Out v[kItems];
-#pragma unroll
-  for (int j = 0; j < kItems; ++j) v[j] = (Out)raw[j];
-  __syncthreads();
+  TS::load(tmp, in, valid, v);
   Out agg;
-  BS(tmp.scan).ExclusiveSum(v, v, agg);
+  typename TS::BS(tmp.scan).ExclusiveSum(v, v, agg);
   __syncthreads();
-  BT(tmp.store).Store(out, v, valid);
+  typename TS::BT(tmp.store).Store(out, v, valid);
   if (threadIdx.x == 0 && total) *total = agg;
 }
 
