@@ -5,6 +5,7 @@ package cudaext
 import (
 	"fmt"
 	"slices"
+	"sync/atomic"
 
 	"github.com/flexgemm-go/flexgemm/cudaext/kernels"
 	"github.com/flexgemm-go/flexgemm/sparse"
@@ -147,6 +148,20 @@ func hopperDefault(mth kernels.Math, use tileUse, rows, cols, kc int64) string {
 		}
 		return ""
 	}
+	if use == useGather && specializedGathers.Load() {
+		// The warp-specialised twins (Tile.Producers > 0).
+		for _, t := range kernels.HopperTiles {
+			if t.Producers == 0 || !t.Has(kernels.Gather, mth) || kc < int64(t.BK) {
+				continue
+			}
+			switch {
+			case cols >= 256 && t.BN == 256,
+				cols >= 128 && cols < 256 && t.BN == 128,
+				cols >= 64 && cols < 128 && rows >= hopperNarrowRows && t.BN == 64 && t.Stages == 4:
+				return t.Name()
+			}
+		}
+	}
 	switch {
 	case use == useGather && cols >= 256:
 		return pick(128, 256, 0, kernels.Gather)
@@ -163,6 +178,15 @@ func hopperDefault(mth kernels.Math, use tileUse, rows, cols, kc int64) string {
 	}
 	return ""
 }
+
+// EnvSpecializedGathers names the environment variable that, read when an
+// engine opens, turns the fixed heuristic's warp-specialised gather tiles
+// (kernels.Tile.Producers) on ("1") or off ("0"); unset, they are off.
+const EnvSpecializedGathers = "FLEXGEMM_SPECIALIZED_GATHERS"
+
+// specializedGathers says whether hopperDefault prefers the warp-specialised
+// gather tiles (EnvSpecializedGathers, read by Open).
+var specializedGathers atomic.Bool
 
 // EnvNoHopper names the environment variable that, set to 1 when the
 // engine opens, keeps the fixed heuristic and the autotuner off the Hopper
@@ -439,6 +463,12 @@ func (e *Engine) runGather(j gatherJob) error {
 	t := j.tile
 	if !t.Supports(j.math) {
 		return fmt.Errorf("%w: tile %s is not instantiated for %v (16-bit arithmetics only)", sparse.ErrShape, t.Name(), j.math)
+	}
+	if t.Producers > 0 && j.V > kernels.MaxSpecializedTaps {
+		// A warp-specialised block holds the indices of all its taps in
+		// shared memory; larger kernels run the same tile without
+		// producer warps.
+		t = t.Plain()
 	}
 	tiles := ceilDiv(j.M, int64(t.BM)) * ceilDiv(j.N, int64(t.BN))
 	splits := 1

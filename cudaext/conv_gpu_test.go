@@ -430,7 +430,12 @@ func cpuReference(t testing.TB, rng *rand.Rand, m *kmap.Map, ci, co int) *refere
 	return r
 }
 
-var channelConfigs = [][2]int{{3, 13}, {13, 96}, {64, 32}}
+// channelConfigs are the (ci, co) pairs of TestConvSweep: channel counts
+// whose rows are not 16-byte multiples (the copy paths by element), and
+// 16-byte rows whose reduction takes several 64-element K stages per tap
+// with a partial last one and a partial output tile (136, 72: the Hopper
+// tiles' cp.async paths past one stage).
+var channelConfigs = [][2]int{{3, 13}, {13, 96}, {64, 32}, {136, 72}}
 
 // TestConvSweep checks every algorithm × direction × arithmetic × tile
 // against the CPU engine in float64 on every scene and channel config.

@@ -427,6 +427,43 @@ template <class C, int ROWS, int CPR> struct StageCopy {
 
 // ---- gather family --------------------------------------------------------------
 
+// Epilogue of a gather GEMM: direct stores of warp (wm, wn)'s accumulator
+// fragments (mma.sync C-fragment order) to the tile rows' output rows
+// (rows[i], −1 = none), with the bias added in float32 before rounding,
+// or to split z's float32 partials when the GEMM is split.
+template <class C>
+__device__ __forceinline__ void gather_store(const GatherParams& p, const float (&acc)[C::MI][C::NI][4], const int* rows,
+                                             long long n0, int z, int wm, int wn, int lane) {
+  using T = typename C::T;
+  const int g = lane >> 2, t4 = lane & 3;
+  const T* bias = reinterpret_cast<const T*>(p.bias);
+  T* y = reinterpret_cast<T*>(p.y);
+  const bool pairOK = (p.N & 1) == 0;
+#pragma unroll
+  for (int mi = 0; mi < C::MI; ++mi)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int orow = rows[wm * C::WTM + mi * 16 + g + 8 * h];
+      if (orow < 0) continue;
+#pragma unroll
+      for (int ni = 0; ni < C::NI; ++ni) {
+        const long long col = n0 + wn * C::WTN + ni * 8 + 2 * t4;
+        if (col >= p.N) continue;
+        const int nv = col + 1 < p.N ? 2 : 1;
+        float v0 = acc[mi][ni][2 * h], v1 = acc[mi][ni][2 * h + 1];
+        if (p.splits == 1) {
+          if (bias) {
+            v0 += to_f32(bias[col]);
+            if (nv == 2) v1 += to_f32(bias[col + 1]);
+          }
+          store2<T>(y + (long long)orow * p.N + col, v0, v1, nv, pairOK);
+        } else {
+          store2<float>(p.part + ((long long)z * p.M + orow) * p.N + col, v0, v1, nv, pairOK);
+        }
+      }
+    }
+}
+
 // WT: the weight is stored [Kc, V, N] and read transposed (the _wt kernels,
 // launched with p.wt = 1).
 template <class C, bool WT> __device__ __forceinline__ void gather_gemm(const GatherParams& p) {
@@ -704,35 +741,7 @@ template <class C, bool WT> __device__ __forceinline__ void gather_gemm(const Ga
   }
   cp_async_wait<0>();
   if constexpr (C::kHopper) wgmma_wait<0>();
-
-  // Epilogue: direct fragment stores (bias added in float32 before rounding).
-  const int g = lane >> 2, t4 = lane & 3;
-  const T* bias = reinterpret_cast<const T*>(p.bias);
-  T* y = reinterpret_cast<T*>(p.y);
-  const bool pairOK = (p.N & 1) == 0;
-#pragma unroll
-  for (int mi = 0; mi < C::MI; ++mi)
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int orow = rows[wm * C::WTM + mi * 16 + g + 8 * h];
-      if (orow < 0) continue;
-#pragma unroll
-      for (int ni = 0; ni < C::NI; ++ni) {
-        const long long col = n0 + wn * C::WTN + ni * 8 + 2 * t4;
-        if (col >= p.N) continue;
-        const int nv = col + 1 < p.N ? 2 : 1;
-        float v0 = acc[mi][ni][2 * h], v1 = acc[mi][ni][2 * h + 1];
-        if (p.splits == 1) {
-          if (bias) {
-            v0 += to_f32(bias[col]);
-            if (nv == 2) v1 += to_f32(bias[col + 1]);
-          }
-          store2<T>(y + (long long)orow * p.N + col, v0, v1, nv, pairOK);
-        } else {
-          store2<float>(p.part + ((long long)z * p.M + orow) * p.N + col, v0, v1, nv, pairOK);
-        }
-      }
-    }
+  gather_store<C>(p, acc, rows, n0, z, wm, wn, lane);
 }
 
 // ---- pairs family -----------------------------------------------------------------

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -169,6 +170,15 @@ func TestTileTableMirrorsCpp(t *testing.T) {
 	} {
 		require.Containsf(t, string(src), expr, "gemm.cuh changed a formula mirrored by SmemBytes")
 	}
+	ws, err := os.ReadFile("gather_ws.cuh")
+	require.NoError(t, err)
+	for _, expr := range []string{
+		"C::S * (ASt + BSt) * C::kElem + 16 * C::S + 4 * C::BM + 4 * kWsMaxTaps * (C::BM + 1) + 1024;",
+		"ASt = C::BM * C::BK, BSt = C::BN * C::BK;",
+		fmt.Sprintf("constexpr int kWsMaxTaps = %d;", MaxSpecializedTaps),
+	} {
+		require.Containsf(t, string(ws), expr, "gather_ws.cuh changed a formula mirrored by SmemBytes")
+	}
 	narrow := 0
 	for _, m := range Maths {
 		for _, tile := range Tiles {
@@ -220,7 +230,20 @@ func TestTileTableMirrorsCpp(t *testing.T) {
 	// arithmetics whose BK elements fill 128 bytes.
 	for _, tile := range HopperTiles {
 		require.True(t, tile.Hopper)
-		require.True(t, strings.HasSuffix(tile.Name(), "h"), tile.Name())
+		if tile.Producers > 0 {
+			require.True(t, strings.HasSuffix(tile.Name(), fmt.Sprintf("hp%d", tile.Producers)), tile.Name())
+			require.Equal(t, 32*(tile.WM+tile.Producers), tile.Threads())
+			require.Equal(t, tile.Name()[:len(tile.Name())-len(fmt.Sprint(tile.Producers))-1], tile.Plain().Name())
+			for _, m := range Maths {
+				require.False(t, tile.Has(Pairs, m), "%s: a warp-specialised tile has no pairs kernel", tile.Name())
+				if tile.Supports(m) {
+					require.Contains(t, string(GenerateHopperInstances(m)), "FG_GATHER_WS_KERNEL("+KernelName(Gather, m, tile)+",")
+				}
+			}
+		} else {
+			require.True(t, strings.HasSuffix(tile.Name(), "h"), tile.Name())
+			require.Equal(t, tile, tile.Plain())
+		}
 		require.False(t, seen[tile.Name()], tile.Name())
 		seen[tile.Name()] = true
 		back, err := ParseTile(tile.Name())
@@ -240,7 +263,7 @@ func TestTileTableMirrorsCpp(t *testing.T) {
 			require.NoError(t, tile.Validate(m))
 			require.LessOrEqual(t, SmemBytes(Gather, m, tile), 227*1024)
 			require.LessOrEqual(t, SmemBytes(Pairs, m, tile), 227*1024)
-			require.Equal(t, m.ElemSize() == 2, tile.Has(Pairs, m))
+			require.Equal(t, m.ElemSize() == 2 && tile.Producers == 0, tile.Has(Pairs, m))
 			require.Equal(t, m.ElemSize() == 2, tile.HasTransposed(m))
 			require.Contains(t, string(GenerateHopperInstances(m)), KernelName(Gather, m, tile)+",")
 		}
@@ -255,6 +278,12 @@ func TestTileTableMirrorsCpp(t *testing.T) {
 	bad = HopperTiles[0]
 	bad.Stages = 2
 	require.ErrorContains(t, bad.Validate(F16), "3 stages")
+	bad = HopperTiles[0]
+	bad.Producers = 3 // 24 rows per pass do not divide BM = 128
+	require.ErrorContains(t, bad.Validate(F16), "producer warps")
+	bad = Tiles[0]
+	bad.Producers = 2
+	require.ErrorContains(t, bad.Validate(F16), "only a Hopper tile")
 }
 
 func TestImagesOverride(t *testing.T) {

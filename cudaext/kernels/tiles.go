@@ -116,7 +116,20 @@ type Tile struct {
 	// stored (tf32 wgmma reads K-major operands only), in F16 and BF16
 	// also its TransposedName twin and the pairs kernel (see Has).
 	Hopper bool
+	// Producers > 0 makes a Hopper tile warp-specialised: Producers warps
+	// of its own issue every operand copy into an mbarrier pipeline while
+	// the WM warps (BM/64 warpgroups) only wait for full stages and
+	// multiply (gather_ws.cuh). Gather family only (forward and input
+	// gradient); it serves gathers of at most MaxSpecializedTaps taps,
+	// since a block holds the neighbour indices of all its taps in shared
+	// memory (conv.go runs a larger one on the tile's Plain twin).
+	Producers int
 }
+
+// MaxSpecializedTaps is the most taps a warp-specialised tile
+// (Tile.Producers > 0) serves: the 27 of a 3×3×3 kernel
+// (fg::kWsMaxTaps in gather_ws.cuh).
+const MaxSpecializedTaps = 27
 
 // Tiles is THE table of instantiated tile configurations: every family is
 // compiled for each of them, in every arithmetic the tile supports (gen
@@ -169,16 +182,36 @@ var HopperTiles = []Tile{
 	// One warpgroup, three blocks per SM (64 KiB of stages each): the
 	// weight gradient at C = 64.
 	{BM: 64, BN: 64, BK: 64, WM: 4, WN: 1, Stages: 4, Hopper: true},
+	// Warp-specialised twins (gather only): two producer warps feed the
+	// multiplying warpgroups through per-stage mbarriers, so no warp that
+	// multiplies issues a copy or waits at a block-wide barrier.
+	{BM: 128, BN: 256, BK: 64, WM: 8, WN: 1, Stages: 4, Hopper: true, Producers: 2},
+	{BM: 128, BN: 128, BK: 64, WM: 8, WN: 1, Stages: 6, Hopper: true, Producers: 2},
+	{BM: 128, BN: 64, BK: 64, WM: 8, WN: 1, Stages: 8, Hopper: true, Producers: 2},
+	// Two blocks per SM.
+	{BM: 128, BN: 64, BK: 64, WM: 8, WN: 1, Stages: 4, Hopper: true, Producers: 2},
 }
 
 // Name returns the tile's short name, e.g. "m128n64k32w2x2s4"; a Hopper
-// tile's ends in "h" ("m128n256k64w8x1s4h").
+// tile's ends in "h" ("m128n256k64w8x1s4h"), a warp-specialised one's in
+// "h" and its producer warps ("m128n256k64w8x1s4hp2").
 func (t Tile) Name() string {
 	n := fmt.Sprintf("m%dn%dk%dw%dx%ds%d", t.BM, t.BN, t.BK, t.WM, t.WN, t.Stages)
 	if t.Hopper {
 		n += "h"
 	}
+	if t.Producers > 0 {
+		n += fmt.Sprintf("p%d", t.Producers)
+	}
 	return n
+}
+
+// Plain returns the tile without its producer warps: the Hopper tile of
+// the same shape whose warps all copy and multiply (t itself when t is
+// not warp-specialised).
+func (t Tile) Plain() Tile {
+	t.Producers = 0
+	return t
 }
 
 // Supports reports whether the tile is instantiated for arithmetic m
@@ -193,8 +226,9 @@ func (t Tile) Supports(m Math) bool {
 
 // Has reports whether the tile has a kernel of family f in arithmetic m:
 // Supports(m), and for a Hopper tile in the pairs family a 16-bit m.
+// A warp-specialised tile has gather kernels only.
 func (t Tile) Has(f Family, m Math) bool {
-	return t.Supports(m) && (f == Gather || t.readsMNMajor(m))
+	return t.Supports(m) && (f == Gather || (t.readsMNMajor(m) && t.Producers == 0))
 }
 
 // HasTransposed reports whether the gather kernel reading the weight
@@ -208,8 +242,9 @@ func (t Tile) HasTransposed(m Math) bool { return t.Supports(m) && t.readsMNMajo
 // reads K-major operands.
 func (t Tile) readsMNMajor(m Math) bool { return !t.Hopper || m.ElemSize() == 2 }
 
-// Threads returns the threads per block.
-func (t Tile) Threads() int { return 32 * t.WM * t.WN }
+// Threads returns the threads per block (with the producer warps of a
+// warp-specialised tile).
+func (t Tile) Threads() int { return 32 * (t.WM*t.WN + t.Producers) }
 
 // AllTiles returns Tiles followed by HopperTiles (a new slice).
 func AllTiles() []Tile { return append(append([]Tile{}, Tiles...), HopperTiles...) }
@@ -243,12 +278,16 @@ func (t Tile) Validate(m Math) error {
 			return fmt.Errorf("kernels: tile %s: a Hopper tile has BN 128 or 256 (or 64 in 16 bits)", t.Name())
 		case t.Stages < 3:
 			return fmt.Errorf("kernels: tile %s: a Hopper tile needs at least 3 stages", t.Name())
-		case SmemBytes(Gather, m, t) > 227*1024 || SmemBytes(Pairs, m, t) > 227*1024:
+		case t.Producers < 0 || t.Producers > 4 || (t.Producers > 0 && (t.BM%(8*t.Producers) != 0 || t.BN%(8*t.Producers) != 0)):
+			return fmt.Errorf("kernels: tile %s: a warp-specialised tile has 1 to 4 producer warps, whose rows per pass (8 per warp) divide BM and BN", t.Name())
+		case SmemBytes(Gather, m, t) > 227*1024 || (t.Has(Pairs, m) && SmemBytes(Pairs, m, t) > 227*1024):
 			return fmt.Errorf("kernels: tile %s: too much shared memory for %v", t.Name(), m)
 		}
 		return nil
 	}
 	switch {
+	case t.Producers != 0:
+		return fmt.Errorf("kernels: tile %s: only a Hopper tile can have producer warps", t.Name())
 	case !t.Supports(m):
 		return fmt.Errorf("kernels: tile %s: not instantiated for %v (16-bit arithmetics only)", t.Name(), m)
 	case t.WM <= 0 || t.WN <= 0 || t.Threads() > 1024:
@@ -278,6 +317,12 @@ func SmemBytes(f Family, m Math, t Tile) int {
 		// Swizzled stages without padding, the same row and index-ring
 		// words, and 1 KiB to align the stages to the swizzle atom
 		// (fg::TileCfg with H = true).
+		if f == Gather && t.Producers > 0 {
+			// Stages, a full and an empty mbarrier per stage, the tile's
+			// output rows, its taps and the neighbour indices of every
+			// tap (fg::WsLayout in gather_ws.cuh).
+			return t.Stages*(t.BM+t.BN)*t.BK*esz + 16*t.Stages + 4*t.BM + 4*MaxSpecializedTaps*(t.BM+1) + 1024
+		}
 		if f == Gather {
 			return t.Stages*(t.BM+t.BN)*t.BK*esz + 4*t.BM + 4*2*t.Stages*(t.BM+1) + 1024
 		}
@@ -343,9 +388,18 @@ func HopperMaths() []Math {
 func GenerateHopperInstances(m Math) []byte {
 	var b strings.Builder
 	fmt.Fprintf(&b, "// Code generated by cudaext/kernels/gen from tiles.go; DO NOT EDIT.\n\n")
-	fmt.Fprintf(&b, "#include \"gemm.cuh\"\n\n")
+	fmt.Fprintf(&b, "#include \"gemm.cuh\"\n#include \"gather_ws.cuh\"\n\n")
 	for _, t := range HopperTiles {
 		if !t.Supports(m) {
+			continue
+		}
+		if t.Producers > 0 {
+			fmt.Fprintf(&b, "FG_GATHER_WS_KERNEL(%s, %s, %d, %d, %d, %d, %d, %d, %d)\n", KernelName(Gather, m, t), m.cppName(),
+				t.BM, t.BN, t.BK, t.WM, t.Stages, t.Producers, SmemBytes(Gather, m, t))
+			if t.HasTransposed(m) {
+				fmt.Fprintf(&b, "FG_GATHER_WS_WT_KERNEL(%s, %s, %d, %d, %d, %d, %d, %d)\n", KernelName(Gather, m, t), m.cppName(),
+					t.BM, t.BN, t.BK, t.WM, t.Stages, t.Producers)
+			}
 			continue
 		}
 		fmt.Fprintf(&b, "FG_GATHER_H_KERNEL(%s, %s, %d, %d, %d, %d, %d, %d, %d)\n", KernelName(Gather, m, t), m.cppName(),

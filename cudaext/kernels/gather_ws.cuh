@@ -1,0 +1,305 @@
+// Warp-specialised Hopper gather GEMM (tiles with Producers > 0 in
+// tiles.go): the same product as gather_gemm (gemm.cuh) with a Hopper tile
+// — forward, or input gradient with the weight read transposed (WT) —
+// computed by two kinds of warps:
+//
+//   consumers  the WM warps (BM/64 warpgroups) wait for a full stage,
+//              multiply it with wgmma (wgmma.cuh), and, once the group of
+//              the previous stage has retired, hand that stage back; then
+//              they store the tile (gather_store);
+//   producers  PW more warps issue every operand copy (cp.async, 16 bytes,
+//              zero fill) of the stages in order, each stage once the
+//              consumers handed it back.
+//
+// Two mbarriers per stage carry the hand-over: full[s] completes when each
+// of the 32·PW producer threads has arrived, through
+// cp.async.mbarrier.arrive.noinc, that is when all its copies into the
+// stage have landed; empty[s] completes when each consumer warp has
+// retired the wgmma group that read the stage. A stage's k-th fill waits
+// for the (k−1)-th completion of empty[s] (parity trick: the first wait on
+// a fresh barrier passes) and its k-th use for the k-th completion of
+// full[s]. No warp that multiplies issues a copy, and no block-wide
+// barrier stands between two stages: the producers run up to S − 1 stages
+// ahead, bounded only by the stages the consumers still read.
+//
+// The block's output rows, its taps and the neighbour indices of every
+// tap it visits (at most kWsMaxTaps: 3×3×3 kernels and smaller) are loaded
+// into shared memory once, by all threads, before the roles split, so the
+// producers read a row's source index from shared memory instead of
+// waiting for a global load at every tap.
+//
+// After a consumer waits for full[s] it executes fence.proxy.async before
+// its wgmma: the stage was written through the generic proxy (cp.async)
+// and wgmma reads it through the async proxy.
+//
+// Needs PTX ISA 7.8 (mbarrier.try_wait) and, like every kernel of
+// wgmma.cuh, the sm_90a target: the *_sm90a.cu files include this header.
+#pragma once
+
+#include "gemm.cuh"
+
+namespace fg {
+
+// Most taps a warp-specialised block serves (Go: kernels.MaxSpecializedTaps).
+constexpr int kWsMaxTaps = 27;
+
+// ---- mbarrier wrappers (shared memory, CTA scope) ----------------------------
+
+__device__ __forceinline__ void mbar_init(unsigned long long* bar, unsigned count) {
+  asm volatile("mbarrier.init.shared.b64 [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(count) : "memory");
+}
+// Arrives on bar (release: this thread's earlier shared-memory accesses are
+// ordered before the phase completes).
+__device__ __forceinline__ void mbar_arrive(unsigned long long* bar) {
+  asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared.b64 st, [%0];\n}\n" ::"r"(smem_addr(bar)) : "memory");
+}
+// Arrives on bar once every cp.async this thread issued before has landed;
+// the arrival is one of the count given to mbar_init (noinc).
+__device__ __forceinline__ void mbar_arrive_cp_async(unsigned long long* bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared.b64 [%0];\n" ::"r"(smem_addr(bar)) : "memory");
+}
+// Waits until the phase of bar with the given parity has completed.
+__device__ __forceinline__ void mbar_wait(unsigned long long* bar, unsigned parity) {
+  unsigned done;
+  do {
+    asm volatile(
+        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(smem_addr(bar)), "r"(parity)
+        : "memory");
+  } while (!done);
+}
+
+// Shared-memory layout of a warp-specialised gather block (C a Hopper
+// TileCfg, PW producer warps); Go mirror: kernels.SmemBytes.
+template <class C, int PW> struct WsLayout {
+  static constexpr int kProd = 32 * PW;  // producer threads
+  static constexpr int kCons = C::kThreads;  // consumer threads (WM warps)
+  static constexpr int ASt = C::BM * C::BK, BSt = C::BN * C::BK;  // elements per stage
+  static constexpr int kSmem =
+      C::S * (ASt + BSt) * C::kElem + 16 * C::S + 4 * C::BM + 4 * kWsMaxTaps * (C::BM + 1) + 1024;
+  // Copy layout of the producers: four threads per 128-byte K row (two
+  // 16-byte chunks each, q and q + 4), 8·PW rows per pass; a thread's rows
+  // are 8·PW apart, so their swizzle (row mod 8) is its own constant.
+  static constexpr int kRowsPerPass = kProd / 4;
+  static_assert(C::kHopper && C::BK * C::kElem == 128, "a warp-specialised tile is a Hopper tile");
+  static_assert(C::BM % kRowsPerPass == 0 && C::BN % kRowsPerPass == 0 && kRowsPerPass % 8 == 0,
+                "producer rows per pass must divide BM and BN and keep the swizzle");
+  static_assert(kSmem <= 227 * 1024, "too much shared memory");
+};
+
+template <class C, int PW, bool WT> __device__ __forceinline__ void gather_gemm_ws(const GatherParams& p) {
+  using T = typename C::T;
+  using Raw = typename C::Raw;
+  using L = WsLayout<C, PW>;
+  static_assert(!WT || C::kElem == 2, "a tf32 Hopper tile reads the weight as stored");
+  constexpr int S = C::S, BM = C::BM, BN = C::BN, BK = C::BK, KC = C::kChunk;
+  extern __shared__ __align__(16) unsigned char smem[];
+  unsigned char* base = smem + ((1024 - (smem_addr(smem) & 1023)) & 1023);
+  T* As = reinterpret_cast<T*>(base);  // [S][BM][BK] swizzled
+  T* Bs = As + S * L::ASt;             // [S][BN][BK] swizzled, or [S] MN-major when WT
+  unsigned long long* full = reinterpret_cast<unsigned long long*>(Bs + S * L::BSt);
+  unsigned long long* empty = full + S;
+  int* rows = reinterpret_cast<int*>(empty + S);  // [BM] output row or −1
+  int* sTaps = rows + BM;                         // [kWsMaxTaps] table tap of each tap position
+  int* sIdx = sTaps + kWsMaxTaps;                 // [kWsMaxTaps][BM] source row or −1
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const long long tilesN = (p.N + BN - 1) / BN;
+  const long long tileM = (long long)blockIdx.x / tilesN;
+  const long long tileN = (long long)blockIdx.x % tilesN;
+  const long long m0 = tileM * BM, n0 = tileN * BN;
+  const int z = blockIdx.y;
+
+  int tapBase = 0, nTaps = (int)p.V;
+  if (p.tile_seg) {
+    tapBase = p.tile_seg[tileM];
+    nTaps = p.tile_seg[tileM + 1] - tapBase;
+  }
+  const int nkc = (int)((p.Kc + BK - 1) / BK);
+  const long long total = (long long)nTaps * nkc;
+  const long long t0 = (total * z + p.splits - 1) / p.splits;
+  const long long t1 = (total * (z + 1) + p.splits - 1) / p.splits;
+  const int nIter = (int)(t1 - t0);
+  const int vi0 = nkc > 0 ? (int)(t0 / nkc) : 0;  // first tap position of this split
+  const int nPos = nIter > 0 ? (int)((t1 - 1) / nkc) - vi0 + 1 : 0;  // tap positions it visits
+  if (nPos > kWsMaxTaps) __trap();  // the engine never launches more taps (kernels.MaxSpecializedTaps)
+
+  // Rows, taps and barriers, then the neighbour indices of every tap.
+  constexpr int kAll = L::kCons + L::kProd;
+  for (int i = tid; i < BM; i += kAll) {
+    const long long r = m0 + i;
+    rows[i] = r < p.M ? (p.order ? p.order[r] : (int)r) : -1;
+  }
+  for (int i = tid; i < nPos; i += kAll) sTaps[i] = p.tile_taps ? p.tile_taps[tapBase + vi0 + i] : vi0 + i;
+  if (tid == 0) {
+    for (int s = 0; s < S; ++s) {
+      mbar_init(full + s, L::kProd);
+      mbar_init(empty + s, C::kWarps);
+    }
+  }
+  __syncthreads();
+  if (p.tbl) {
+    for (int c = tid; c < nPos * BM; c += kAll) {
+      const int i = c % BM, orow = rows[i];
+      if (orow >= 0)
+        cp_async4(sIdx + c, p.tbl + (unsigned long long)(unsigned)orow * (unsigned)p.V + sTaps[c / BM], true);
+      else
+        sIdx[c] = -1;
+    }
+    cp_async_commit();
+    cp_async_wait<0>();
+  }
+  __syncthreads();
+
+  const T* x = reinterpret_cast<const T*>(p.x);
+  const T* w = reinterpret_cast<const T*>(p.w);
+
+  if (warp >= C::kWarps) {
+    // ---- producers ----
+    const int pt = tid - L::kCons;
+    const int q = pt & 3, r0 = pt >> 2;  // chunks q, q + 4 of rows r0 + j·kRowsPerPass
+    constexpr int RP = L::kRowsPerPass;
+    int vi = vi0, kc = (int)(t0 - (long long)vi0 * nkc);
+    int s = 0;
+    unsigned parity = 1;  // a fresh empty barrier's "previous phase" counts as complete
+    for (int it = 0; it < nIter; ++it) {
+      mbar_wait(empty + s, parity);
+      const int pos = vi - vi0;
+      const int v = sTaps[pos];
+      const int wv = p.mirror ? (int)p.V - 1 - v : v;  // the weight's tap
+      const long long col0 = (long long)kc * BK;
+      T* as = As + s * L::ASt;
+      T* bs = Bs + s * L::BSt;
+      if (p.vec) {
+        // A: gathered rows (K-major, 128-byte swizzle).
+        const int* src = p.tbl ? sIdx + pos * BM : rows;
+#pragma unroll
+        for (int j = 0; j < BM / RP; ++j) {
+          const int r = r0 + j * RP;
+          const int sr = src[r];
+          const T* xr = x + (unsigned long long)(unsigned)max(sr, 0) * (unsigned)p.Kc + col0;
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int ch = q + 4 * h;
+            const bool ok = sr >= 0 && col0 + ch * KC < p.Kc;
+            cp_async16(as + r * BK + ((ch ^ r) & 7) * KC, ok ? xr + ch * KC : x, ok);
+          }
+        }
+        if constexpr (WT) {
+          // B: the weight [Kc, V, N] read transposed: k-lines of BN
+          // elements, MN-major (mnOff's swizzle by k mod 8).
+          constexpr int CPB = BN / KC, LP = L::kProd / CPB;
+          const int qb = pt % CPB, k0 = pt / CPB;
+          const bool nok = n0 + qb * KC < p.N;
+#pragma unroll
+          for (int j = 0; j < BK / LP; ++j) {
+            const int k = k0 + j * LP;
+            const bool ok = nok && col0 + k < p.Kc;
+            cp_async16(bs + C::mnOff(k, qb * KC, C::LdMB), ok ? w + ((col0 + k) * p.V + wv) * p.N + n0 + qb * KC : w,
+                       ok);
+          }
+        } else {
+          // B: weight rows [N, V, Kc] of output columns n0 …, K-major.
+#pragma unroll
+          for (int j = 0; j < BN / RP; ++j) {
+            const int r = r0 + j * RP;
+            const long long n = n0 + r;
+            const T* wr = w + (n * p.V + wv) * p.Kc + col0;
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+              const int ch = q + 4 * h;
+              const bool ok = n < p.N && col0 + ch * KC < p.Kc;
+              cp_async16(bs + r * BK + ((ch ^ r) & 7) * KC, ok ? wr + ch * KC : w, ok);
+            }
+          }
+        }
+        mbar_arrive_cp_async(full + s);
+      } else {
+        // Rows whose bytes are not 16-byte multiples: element copies by
+        // plain loads and stores, made visible to wgmma by the proxy fence
+        // before the arrival.
+        const Raw* xr = reinterpret_cast<const Raw*>(x);
+        const Raw* wr = reinterpret_cast<const Raw*>(w);
+        Raw* ar = reinterpret_cast<Raw*>(as);
+        Raw* br = reinterpret_cast<Raw*>(bs);
+        const int* src = p.tbl ? sIdx + pos * BM : rows;
+        for (int c = pt; c < BM * BK; c += L::kProd) {
+          const int i = c / BK, kk = c % BK;
+          const int sr = src[i];
+          const long long col = col0 + kk;
+          ar[C::kOff(i, kk)] = (sr >= 0 && col < p.Kc) ? xr[(long long)sr * p.Kc + col] : Raw(0);
+        }
+        if constexpr (WT) {
+          for (int c = pt; c < BK * BN; c += L::kProd) {
+            const int kk = c / BN, nn = c % BN;
+            const long long n = n0 + nn, col = col0 + kk;
+            br[C::mnOff(kk, nn, C::LdMB)] = (n < p.N && col < p.Kc) ? wr[(col * p.V + wv) * p.N + n] : Raw(0);
+          }
+        } else {
+          for (int c = pt; c < BN * BK; c += L::kProd) {
+            const int i = c / BK, kk = c % BK;
+            const long long n = n0 + i, col = col0 + kk;
+            br[C::kOff(i, kk)] = (n < p.N && col < p.Kc) ? wr[(n * p.V + wv) * p.Kc + col] : Raw(0);
+          }
+        }
+        fence_proxy_async();
+        mbar_arrive(full + s);
+      }
+      if (++kc == nkc) {
+        kc = 0;
+        ++vi;
+      }
+      if (++s == S) {
+        s = 0;
+        parity ^= 1;
+      }
+    }
+    cp_async_wait<0>();
+    return;
+  }
+
+  // ---- consumers ----
+  float acc[C::MI][C::NI][4];
+#pragma unroll
+  for (int mi = 0; mi < C::MI; ++mi)
+#pragma unroll
+    for (int ni = 0; ni < C::NI; ++ni)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) acc[mi][ni][j] = 0.f;
+  int s = 0, prev = 0;
+  unsigned parity = 0;
+  for (int it = 0; it < nIter; ++it) {
+    mbar_wait(full + s, parity);
+    fence_proxy_async();
+    // Warpgroup warp/4 multiplies tile rows 64·(warp/4) ….
+    wgmma_stage<C, false, WT>(&acc[0][0][0], smem_addr(As + s * L::ASt + (warp >> 2) * 64 * BK),
+                              smem_addr(Bs + s * L::BSt), 16, C::kMnLbo);
+    // The previous stage's group has retired: hand that stage back.
+    wgmma_wait<1>();
+    if (it > 0 && lane == 0) mbar_arrive(empty + prev);
+    prev = s;
+    if (++s == S) {
+      s = 0;
+      parity ^= 1;
+    }
+  }
+  wgmma_wait<0>();
+  gather_store<C>(p, acc, rows, n0, z, warp, 0, lane);
+}
+
+}  // namespace fg
+
+// Warp-specialised Hopper gather kernels (tiles.go, Producers = PW): NAME
+// reads the weight as stored, NAME_wt (16-bit arithmetics) transposed.
+#define FG_GATHER_WS_KERNEL(NAME, MATH, BM, BN, BK, WM, S, PW, SMEM)                                      \
+  extern "C" __global__ void __launch_bounds__(32 * ((WM) + (PW)), 1) NAME(const fg::GatherParams p) {     \
+    using Cfg = fg::TileCfg<MATH, BM, BN, BK, WM, 1, S, true>;                                             \
+    static_assert(fg::WsLayout<Cfg, PW>::kSmem == (SMEM), "shared memory differs from the Go tile table"); \
+    fg::gather_gemm_ws<Cfg, PW, false>(p);                                                                 \
+  }
+#define FG_GATHER_WS_WT_KERNEL(NAME, MATH, BM, BN, BK, WM, S, PW)                                            \
+  extern "C" __global__ void __launch_bounds__(32 * ((WM) + (PW)), 1) NAME##_wt(const fg::GatherParams p) { \
+    using Cfg = fg::TileCfg<MATH, BM, BN, BK, WM, 1, S, true>;                                               \
+    fg::gather_gemm_ws<Cfg, PW, true>(p);                                                                    \
+  }
