@@ -182,14 +182,19 @@ var HopperTiles = []Tile{
 	// One warpgroup, three blocks per SM (64 KiB of stages each): the
 	// weight gradient at C = 64.
 	{BM: 64, BN: 64, BK: 64, WM: 4, WN: 1, Stages: 4, Hopper: true},
-	// Warp-specialised twins (gather only): two producer warps feed the
+	// Warp-specialised twins (gather only): producer warps feed the
 	// multiplying warpgroups through per-stage mbarriers, so no warp that
-	// multiplies issues a copy or waits at a block-wide barrier.
-	{BM: 128, BN: 256, BK: 64, WM: 8, WN: 1, Stages: 4, Hopper: true, Producers: 2},
-	{BM: 128, BN: 128, BK: 64, WM: 8, WN: 1, Stages: 6, Hopper: true, Producers: 2},
-	{BM: 128, BN: 64, BK: 64, WM: 8, WN: 1, Stages: 8, Hopper: true, Producers: 2},
+	// multiplies issues a copy or waits at a block-wide barrier. Two
+	// producer warps were too few (session 9, call 1: 1.1–1.8× the plain
+	// tiles' time, the copies in flight of two warps cannot cover a stage);
+	// one or two warpgroups of producers hand their registers to the
+	// consumers (setmaxnreg).
+	{BM: 128, BN: 256, BK: 64, WM: 8, WN: 1, Stages: 4, Hopper: true, Producers: 8},
+	{BM: 128, BN: 256, BK: 64, WM: 8, WN: 1, Stages: 4, Hopper: true, Producers: 4},
+	{BM: 128, BN: 128, BK: 64, WM: 8, WN: 1, Stages: 6, Hopper: true, Producers: 8},
+	{BM: 128, BN: 64, BK: 64, WM: 8, WN: 1, Stages: 8, Hopper: true, Producers: 8},
 	// Two blocks per SM.
-	{BM: 128, BN: 64, BK: 64, WM: 8, WN: 1, Stages: 4, Hopper: true, Producers: 2},
+	{BM: 128, BN: 64, BK: 64, WM: 8, WN: 1, Stages: 4, Hopper: true, Producers: 4},
 }
 
 // Name returns the tile's short name, e.g. "m128n64k32w2x2s4"; a Hopper
@@ -242,6 +247,18 @@ func (t Tile) HasTransposed(m Math) bool { return t.Supports(m) && t.readsMNMajo
 // reads K-major operands.
 func (t Tile) readsMNMajor(m Math) bool { return !t.Hopper || m.ElemSize() == 2 }
 
+// BlocksPerSM returns how many blocks of the tile's kernel of family f in
+// arithmetic m fit one sm_90 multiprocessor by shared memory (233 472
+// bytes, 1 KiB reserved per block), at most 2: the warp-specialised
+// kernels promise it to the compiler (launch bounds), which sizes their
+// register budgets by it.
+func (t Tile) BlocksPerSM(f Family, m Math) int {
+	if 2*(SmemBytes(f, m, t)+1024) <= 233472 {
+		return 2
+	}
+	return 1
+}
+
 // Threads returns the threads per block (with the producer warps of a
 // warp-specialised tile).
 func (t Tile) Threads() int { return 32 * (t.WM*t.WN + t.Producers) }
@@ -278,8 +295,8 @@ func (t Tile) Validate(m Math) error {
 			return fmt.Errorf("kernels: tile %s: a Hopper tile has BN 128 or 256 (or 64 in 16 bits)", t.Name())
 		case t.Stages < 3:
 			return fmt.Errorf("kernels: tile %s: a Hopper tile needs at least 3 stages", t.Name())
-		case t.Producers < 0 || t.Producers > 4 || (t.Producers > 0 && (t.BM%(8*t.Producers) != 0 || t.BN%(8*t.Producers) != 0)):
-			return fmt.Errorf("kernels: tile %s: a warp-specialised tile has 1 to 4 producer warps, whose rows per pass (8 per warp) divide BM and BN", t.Name())
+		case t.Producers < 0 || t.Producers > 8 || (t.Producers > 0 && (t.BM%(8*t.Producers) != 0 || t.BN%(8*t.Producers) != 0)):
+			return fmt.Errorf("kernels: tile %s: a warp-specialised tile has 1 to 8 producer warps, whose rows per pass (8 per warp) divide BM and BN", t.Name())
 		case SmemBytes(Gather, m, t) > 227*1024 || (t.Has(Pairs, m) && SmemBytes(Pairs, m, t) > 227*1024):
 			return fmt.Errorf("kernels: tile %s: too much shared memory for %v", t.Name(), m)
 		}
@@ -394,11 +411,12 @@ func GenerateHopperInstances(m Math) []byte {
 			continue
 		}
 		if t.Producers > 0 {
-			fmt.Fprintf(&b, "FG_GATHER_WS_KERNEL(%s, %s, %d, %d, %d, %d, %d, %d, %d)\n", KernelName(Gather, m, t), m.cppName(),
-				t.BM, t.BN, t.BK, t.WM, t.Stages, t.Producers, SmemBytes(Gather, m, t))
+			blocks := t.BlocksPerSM(Gather, m)
+			fmt.Fprintf(&b, "FG_GATHER_WS_KERNEL(%s, %s, %d, %d, %d, %d, %d, %d, %d, %d)\n", KernelName(Gather, m, t), m.cppName(),
+				t.BM, t.BN, t.BK, t.WM, t.Stages, t.Producers, blocks, SmemBytes(Gather, m, t))
 			if t.HasTransposed(m) {
-				fmt.Fprintf(&b, "FG_GATHER_WS_WT_KERNEL(%s, %s, %d, %d, %d, %d, %d, %d)\n", KernelName(Gather, m, t), m.cppName(),
-					t.BM, t.BN, t.BK, t.WM, t.Stages, t.Producers)
+				fmt.Fprintf(&b, "FG_GATHER_WS_WT_KERNEL(%s, %s, %d, %d, %d, %d, %d, %d, %d)\n", KernelName(Gather, m, t), m.cppName(),
+					t.BM, t.BN, t.BK, t.WM, t.Stages, t.Producers, blocks)
 			}
 			continue
 		}
