@@ -70,32 +70,6 @@ __device__ __forceinline__ void mbar_wait(unsigned long long* bar, unsigned pari
   } while (!done);
 }
 
-// Moves this warpgroup's per-thread register budget down (dec) or up (inc)
-// to N (a multiple of 8 in [24, 256]); every warp of the warpgroup executes
-// it. The producers hand their spare registers to the consumers.
-template <int N> __device__ __forceinline__ void setmaxnreg_dec() {
-  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
-}
-template <int N> __device__ __forceinline__ void setmaxnreg_inc() {
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
-}
-
-// Register budgets of a warp-specialised block of C's consumer warps and
-// PW producer warps with MINB blocks per SM: the launch gives every thread
-// kCap registers (the 64 Ki register file over the resident threads, in
-// multiples of 8); the producers drop to kProd and the consumers take what
-// that frees, up to kCons (kUse: only when that is more than kCap, and only
-// when the warps of each role fill whole warpgroups).
-template <class C, int PW, int MINB> struct WsRegs {
-  static constexpr int kThreads = 32 * (C::kWarps + PW);
-  static constexpr int kRaw = 65536 / (kThreads * MINB);
-  static constexpr int kCap = (kRaw > 255 ? 255 : kRaw) / 8 * 8;
-  static constexpr int kProd = 40;
-  static constexpr int kFree = (kCap * kThreads - kProd * 32 * PW) / (32 * C::kWarps) / 8 * 8;
-  static constexpr int kCons = kFree > 240 ? 240 : kFree;
-  static constexpr bool kUse = PW % 4 == 0 && C::kWarps % 4 == 0 && kCap > kProd && kCons > kCap;
-};
-
 // Shared-memory layout of a warp-specialised gather block (C a Hopper
 // TileCfg, PW producer warps); Go mirror: kernels.SmemBytes.
 template <class C, int PW> struct WsLayout {
@@ -118,7 +92,6 @@ template <class C, int PW, int MINB, bool WT> __device__ __forceinline__ void ga
   using T = typename C::T;
   using Raw = typename C::Raw;
   using L = WsLayout<C, PW>;
-  using R = WsRegs<C, PW, MINB>;
   static_assert(!WT || C::kElem == 2, "a tf32 Hopper tile reads the weight as stored");
   constexpr int S = C::S, BM = C::BM, BN = C::BN, BK = C::BK, KC = C::kChunk;
   extern __shared__ __align__(16) unsigned char smem[];
@@ -184,7 +157,6 @@ template <class C, int PW, int MINB, bool WT> __device__ __forceinline__ void ga
 
   if (warp >= C::kWarps) {
     // ---- producers ----
-    if constexpr (R::kUse) setmaxnreg_dec<R::kProd>();
     const int pt = tid - L::kCons;
     const int q = pt & 3, r0 = pt >> 2;  // chunks q, q + 4 of rows r0 + j·kRowsPerPass
     constexpr int RP = L::kRowsPerPass;
@@ -288,7 +260,6 @@ template <class C, int PW, int MINB, bool WT> __device__ __forceinline__ void ga
   }
 
   // ---- consumers ----
-  if constexpr (R::kUse) setmaxnreg_inc<R::kCons>();
   float acc[C::MI][C::NI][4];
 #pragma unroll
   for (int mi = 0; mi < C::MI; ++mi)
@@ -321,7 +292,11 @@ template <class C, int PW, int MINB, bool WT> __device__ __forceinline__ void ga
 
 // Warp-specialised Hopper gather kernels (tiles.go, Producers = PW, MINB
 // blocks per SM): NAME reads the weight as stored, NAME_wt (16-bit
-// arithmetics) transposed.
+// arithmetics) transposed. The launch bounds cap every thread's registers
+// at the register file over the resident threads; setmaxnreg cannot lift
+// the consumers above that cap (ptxas of CUDA 13 compiles the whole kernel
+// within it and refuses a 64×256 wgmma under 154 registers, session 9
+// call 2), so a tile's producer warps are limited by its accumulators.
 #define FG_GATHER_WS_KERNEL(NAME, MATH, BM, BN, BK, WM, S, PW, MINB, SMEM)                                  \
   extern "C" __global__ void __launch_bounds__(32 * ((WM) + (PW)), MINB) NAME(const fg::GatherParams p) {    \
     using Cfg = fg::TileCfg<MATH, BM, BN, BK, WM, 1, S, true>;                                               \

@@ -186,14 +186,14 @@ var HopperTiles = []Tile{
 	// multiplying warpgroups through per-stage mbarriers, so no warp that
 	// multiplies issues a copy or waits at a block-wide barrier. Two
 	// producer warps were too few (session 9, call 1: 1.1–1.8× the plain
-	// tiles' time, the copies in flight of two warps cannot cover a stage);
-	// one or two warpgroups of producers hand their registers to the
-	// consumers (setmaxnreg).
-	{BM: 128, BN: 256, BK: 64, WM: 8, WN: 1, Stages: 4, Hopper: true, Producers: 8},
+	// tiles' time; the copies two warps keep in flight cannot cover a
+	// stage). The launch bounds cap the registers of every thread, the
+	// consumers' too: 384 threads (168 registers) for the 64×256 and
+	// 64×128 accumulators, 512 (128) for 64×64.
 	{BM: 128, BN: 256, BK: 64, WM: 8, WN: 1, Stages: 4, Hopper: true, Producers: 4},
-	{BM: 128, BN: 128, BK: 64, WM: 8, WN: 1, Stages: 6, Hopper: true, Producers: 8},
+	{BM: 128, BN: 128, BK: 64, WM: 8, WN: 1, Stages: 6, Hopper: true, Producers: 4},
 	{BM: 128, BN: 64, BK: 64, WM: 8, WN: 1, Stages: 8, Hopper: true, Producers: 8},
-	// Two blocks per SM.
+	// Two blocks per SM (80 registers per thread).
 	{BM: 128, BN: 64, BK: 64, WM: 8, WN: 1, Stages: 4, Hopper: true, Producers: 4},
 }
 
@@ -250,8 +250,8 @@ func (t Tile) readsMNMajor(m Math) bool { return !t.Hopper || m.ElemSize() == 2 
 // BlocksPerSM returns how many blocks of the tile's kernel of family f in
 // arithmetic m fit one sm_90 multiprocessor by shared memory (233 472
 // bytes, 1 KiB reserved per block), at most 2: the warp-specialised
-// kernels promise it to the compiler (launch bounds), which sizes their
-// register budgets by it.
+// kernels promise it to the compiler (launch bounds), which caps their
+// registers by it.
 func (t Tile) BlocksPerSM(f Family, m Math) int {
 	if 2*(SmemBytes(f, m, t)+1024) <= 233472 {
 		return 2
