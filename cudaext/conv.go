@@ -503,13 +503,38 @@ func (e *Engine) runGather(j gatherJob) error {
 	if j.wt {
 		name = kernels.TransposedName(j.math, t)
 	}
-	if err := d.launch(name, dim3{X: int(tiles), Y: splits}, dim3{X: t.Threads()}, kernels.SmemBytes(kernels.Gather, j.math, t), &p); err != nil {
+	args := []any{&p}
+	if t.Producers > 0 {
+		// A warp-specialised tile takes its weight stages by bulk tensor
+		// copies (16-byte rows only; otherwise the map stays zero and its
+		// producers copy by element).
+		var maps wsMaps
+		if p.Vec == 1 {
+			if err := weightTensorMap(&maps.W, d.addr(j.w), j, t); err != nil {
+				return fmt.Errorf("%w: %s: %v", ErrLaunch, name, err)
+			}
+		}
+		args = append(args, &maps)
+	}
+	if err := d.launch(name, dim3{X: int(tiles), Y: splits}, dim3{X: t.Threads()}, kernels.SmemBytes(kernels.Gather, j.math, t), args...); err != nil {
 		return err
 	}
 	if splits > 1 {
 		return e.reduce(part.ptr, j.out, j.bias, j.M, j.N, splits)
 	}
 	return nil
+}
+
+// weightTensorMap encodes the TMA descriptor of gather job j's weight at
+// addr for tile t (fg::WsMaps): [N][V][Kc] in boxes of BK × 1 × BN (one
+// K-major stage), or, read transposed, [Kc][V][N] in boxes of 64 × 1 × BK
+// (one 64-column block of an MN-major stage).
+func weightTensorMap(out *[16]uint64, addr devPtr, j gatherJob, t kernels.Tile) error {
+	esz := int64(j.math.ElemSize())
+	if j.wt {
+		return tensorMap3D(out, addr, int(esz), [3]int64{j.N, j.V, j.Kc}, [2]int64{j.N * esz, j.V * j.N * esz}, [3]int{128 / int(esz), 1, t.BK})
+	}
+	return tensorMap3D(out, addr, int(esz), [3]int64{j.Kc, j.V, j.N}, [2]int64{j.Kc * esz, j.V * j.Kc * esz}, [3]int{t.BK, 1, t.BN})
 }
 
 // reduce sums split-K partials [splits, rows, cols] into out (+ bias).

@@ -17,6 +17,7 @@ package cudaext
 #cgo linux CFLAGS: -I/usr/local/cuda/include -I/usr/include
 #include <cuda.h>
 #include <stdlib.h>
+#include <string.h>
 
 static CUresult fg_launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
 		unsigned bx, unsigned by, unsigned bz, unsigned smem, CUstream s, void **params) {
@@ -27,6 +28,36 @@ static CUresult fg_module_load(CUmodule *m, const void *image, char *log, size_t
 	CUjit_option opts[2] = {CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES};
 	void *vals[2] = {log, (void *)logsize};
 	return cuModuleLoadDataEx(m, image, 2, opts, vals);
+}
+
+// cuTensorMapEncodeTiled (driver 12.0+), looked up at run time: the
+// headers this is built with (CUDA 11.8) do not declare it.
+typedef CUresult (*fg_encode_tiled_fn)(void *map, int dtype, cuuint32_t rank, void *addr, const cuuint64_t *dims,
+	const cuuint64_t *strides, const cuuint32_t *box, const cuuint32_t *estrides, int interleave, int swizzle,
+	int l2promotion, int oobfill);
+static fg_encode_tiled_fn fg_encode_tiled = NULL;
+
+// fg_tensor_map_3d writes into out (128 bytes) the tensor map of a 3-D
+// array of elem-byte elements at addr (dims d0 innermost, byte strides s1,
+// s2 of dims 1, 2) with boxes b0 × b1 × b2, the 128-byte swizzle, zeros out
+// of bounds. CUDA_ERROR_NOT_FOUND: the driver has no tensor maps.
+static CUresult fg_tensor_map_3d(void *out, CUdeviceptr addr, int elem, cuuint64_t d0, cuuint64_t d1, cuuint64_t d2,
+		cuuint64_t s1, cuuint64_t s2, cuuint32_t b0, cuuint32_t b1, cuuint32_t b2) {
+	if (fg_encode_tiled == NULL) {
+		void *fn = NULL;
+		CUresult r = cuGetProcAddress("cuTensorMapEncodeTiled", &fn, 12000, 0);
+		if (r != CUDA_SUCCESS) return r;
+		if (fn == NULL) return CUDA_ERROR_NOT_FOUND;
+		fg_encode_tiled = (fg_encode_tiled_fn)fn;
+	}
+	cuuint64_t dims[3] = {d0, d1, d2}, strides[2] = {s1, s2};
+	cuuint32_t box[3] = {b0, b1, b2}, estrides[3] = {1, 1, 1};
+	unsigned long long map[16] __attribute__((aligned(64)));
+	// Data type UINT16 (1) or UINT32 (2): the copies move bits; interleave
+	// none (0), swizzle 128 B (3), L2 promotion 128 B (2), zero fill (0).
+	CUresult r = fg_encode_tiled(map, elem == 2 ? 1 : 2, 3, (void *)addr, dims, strides, box, estrides, 0, 3, 2, 0);
+	if (r == CUDA_SUCCESS) memcpy(out, map, sizeof map);
+	return r;
 }
 
 static const char *fg_error_name(CUresult r) {
@@ -193,6 +224,15 @@ func funcMaxThreads(f C.CUfunction) int {
 	var v C.int
 	C.cuFuncGetAttribute(&v, C.CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, f)
 	return int(v)
+}
+
+// tensorMap3D encodes the TMA descriptor of a 3-D array of elem-byte
+// elements at addr: dims (innermost first), byte strides of dims 1 and 2,
+// box extents; 128-byte swizzle, zeros out of bounds.
+func tensorMap3D(out *[16]uint64, addr devPtr, elem int, dims [3]int64, strides [2]int64, box [3]int) error {
+	return cuOK(C.fg_tensor_map_3d(unsafe.Pointer(out), addr, C.int(elem), C.cuuint64_t(dims[0]), C.cuuint64_t(dims[1]),
+		C.cuuint64_t(dims[2]), C.cuuint64_t(strides[0]), C.cuuint64_t(strides[1]), C.cuuint32_t(box[0]),
+		C.cuuint32_t(box[1]), C.cuuint32_t(box[2])), "cuTensorMapEncodeTiled")
 }
 
 func launchKernel(f C.CUfunction, grid, block dim3, smem int, s C.CUstream, params unsafe.Pointer) error {

@@ -33,3 +33,13 @@ func (p *gatherParams) argBytes() []byte {
 func (p *pairsParams) argBytes() []byte {
 	return unsafe.Slice((*byte)(unsafe.Pointer(p)), unsafe.Sizeof(*p))
 }
+
+// wsMaps mirrors fg::WsMaps (kernels/gather_ws.cuh): the TMA descriptor of
+// the weight of a warp-specialised gather, 128 opaque bytes.
+type wsMaps struct {
+	W [16]uint64
+}
+
+func (m *wsMaps) argBytes() []byte {
+	return unsafe.Slice((*byte)(unsafe.Pointer(m)), unsafe.Sizeof(*m))
+}

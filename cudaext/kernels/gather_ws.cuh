@@ -58,6 +58,12 @@ __device__ __forceinline__ void mbar_arrive(unsigned long long* bar) {
 __device__ __forceinline__ void mbar_arrive_cp_async(unsigned long long* bar) {
   asm volatile("cp.async.mbarrier.arrive.noinc.shared.b64 [%0];\n" ::"r"(smem_addr(bar)) : "memory");
 }
+// Arrives on bar and adds tx bytes the phase must also wait for (bytes
+// that bulk tensor copies signal with complete_tx).
+__device__ __forceinline__ void mbar_arrive_expect_tx(unsigned long long* bar, unsigned tx) {
+  asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.expect_tx.shared.b64 st, [%0], %1;\n}\n" ::"r"(smem_addr(bar)), "r"(tx)
+               : "memory");
+}
 // Waits until the phase of bar with the given parity has completed.
 __device__ __forceinline__ void mbar_wait(unsigned long long* bar, unsigned parity) {
   unsigned done;
@@ -68,6 +74,33 @@ __device__ __forceinline__ void mbar_wait(unsigned long long* bar, unsigned pari
         : "r"(smem_addr(bar)), "r"(parity)
         : "memory");
   } while (!done);
+}
+
+// A CUtensorMap (TMA descriptor: 128 opaque bytes, 64-byte aligned), built
+// on the host by cuTensorMapEncodeTiled and passed as a __grid_constant__
+// kernel parameter.
+struct alignas(64) TmaMap {
+  unsigned long long v[16];
+};
+// The tensor maps of a warp-specialised gather: w, the weight, 3-D with
+// the 128-byte swizzle — [N][V][Kc] with boxes of BK × 1 × BN (one K-major
+// B stage), or, read transposed, [Kc][V][N] with boxes of 64 × 1 × BK (one
+// 64-column block of an MN-major B stage). Valid only when p.vec (16-byte
+// rows); the engine leaves it zero otherwise.
+struct alignas(64) WsMaps {
+  TmaMap w;
+};
+
+// Bulk tensor copy of the 3-D box at (c0, c1, c2) of map into shared memory
+// at dst; its bytes complete_tx on bar. No cluster: the CTA's own shared
+// addresses are its shared::cluster addresses.
+__device__ __forceinline__ void tma_load_3d(void* dst, const TmaMap* map, int c0, int c1, int c2,
+                                            unsigned long long* bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], "
+      "[%5];\n" ::"r"(smem_addr(dst)),
+      "l"(reinterpret_cast<unsigned long long>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(smem_addr(bar))
+      : "memory");
 }
 
 // Shared-memory layout of a warp-specialised gather block (C a Hopper
@@ -88,7 +121,8 @@ template <class C, int PW> struct WsLayout {
   static_assert(kSmem <= 227 * 1024, "too much shared memory");
 };
 
-template <class C, int PW, int MINB, bool WT> __device__ __forceinline__ void gather_gemm_ws(const GatherParams& p) {
+template <class C, int PW, int MINB, bool WT>
+__device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMaps& maps) {
   using T = typename C::T;
   using Raw = typename C::Raw;
   using L = WsLayout<C, PW>;
@@ -134,7 +168,9 @@ template <class C, int PW, int MINB, bool WT> __device__ __forceinline__ void ga
   for (int i = tid; i < nPos; i += kAll) sTaps[i] = p.tile_taps ? p.tile_taps[tapBase + vi0 + i] : vi0 + i;
   if (tid == 0) {
     for (int s = 0; s < S; ++s) {
-      mbar_init(full + s, L::kProd);
+      // Every producer thread's cp.async arrival, plus thread 0's
+      // arrival with the bytes of the B stage's bulk tensor copies.
+      mbar_init(full + s, L::kProd + 1);
       mbar_init(empty + s, C::kWarps);
     }
   }
@@ -186,32 +222,17 @@ template <class C, int PW, int MINB, bool WT> __device__ __forceinline__ void ga
             cp_async16(as + r * BK + ((ch ^ r) & 7) * KC, ok ? xr + ch * KC : x, ok);
           }
         }
-        if constexpr (WT) {
-          // B: the weight [Kc, V, N] read transposed: k-lines of BN
-          // elements, MN-major (mnOff's swizzle by k mod 8).
-          constexpr int CPB = BN / KC, LP = L::kProd / CPB;
-          const int qb = pt % CPB, k0 = pt / CPB;
-          const bool nok = n0 + qb * KC < p.N;
+        // B: the weight's stage by bulk tensor copies (the tensor core's
+        // swizzle is the TMA's 128-byte swizzle; rows past N and columns
+        // past Kc arrive as zeros), issued by one thread.
+        if (pt == 0) {
+          mbar_arrive_expect_tx(full + s, BN * BK * C::kElem);
+          if constexpr (WT) {
 #pragma unroll
-          for (int j = 0; j < BK / LP; ++j) {
-            const int k = k0 + j * LP;
-            const bool ok = nok && col0 + k < p.Kc;
-            cp_async16(bs + C::mnOff(k, qb * KC, C::LdMB), ok ? w + ((col0 + k) * p.V + wv) * p.N + n0 + qb * KC : w,
-                       ok);
-          }
-        } else {
-          // B: weight rows [N, V, Kc] of output columns n0 …, K-major.
-#pragma unroll
-          for (int j = 0; j < BN / RP; ++j) {
-            const int r = r0 + j * RP;
-            const long long n = n0 + r;
-            const T* wr = w + (n * p.V + wv) * p.Kc + col0;
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-              const int ch = q + 4 * h;
-              const bool ok = n < p.N && col0 + ch * KC < p.Kc;
-              cp_async16(bs + r * BK + ((ch ^ r) & 7) * KC, ok ? wr + ch * KC : w, ok);
-            }
+            for (int b = 0; b < BN / 64; ++b)
+              tma_load_3d(bs + b * (BK * 64), &maps.w, (int)n0 + 64 * b, wv, (int)col0, full + s);
+          } else {
+            tma_load_3d(bs, &maps.w, (int)col0, wv, (int)n0, full + s);
           }
         }
         mbar_arrive_cp_async(full + s);
@@ -245,6 +266,7 @@ template <class C, int PW, int MINB, bool WT> __device__ __forceinline__ void ga
         }
         fence_proxy_async();
         mbar_arrive(full + s);
+        if (pt == 0) mbar_arrive(full + s);  // the arrival the bulk copies' thread owes
       }
       if (++kc == nkc) {
         kc = 0;
@@ -298,13 +320,15 @@ template <class C, int PW, int MINB, bool WT> __device__ __forceinline__ void ga
 // within it and refuses a 64×256 wgmma under 154 registers, session 9
 // call 2), so a tile's producer warps are limited by its accumulators.
 #define FG_GATHER_WS_KERNEL(NAME, MATH, BM, BN, BK, WM, S, PW, MINB, SMEM)                                  \
-  extern "C" __global__ void __launch_bounds__(32 * ((WM) + (PW)), MINB) NAME(const fg::GatherParams p) {    \
+  extern "C" __global__ void __launch_bounds__(32 * ((WM) + (PW)), MINB)                                      \
+      NAME(const fg::GatherParams p, const __grid_constant__ fg::WsMaps maps) {                                \
     using Cfg = fg::TileCfg<MATH, BM, BN, BK, WM, 1, S, true>;                                               \
     static_assert(fg::WsLayout<Cfg, PW>::kSmem == (SMEM), "shared memory differs from the Go tile table");   \
-    fg::gather_gemm_ws<Cfg, PW, MINB, false>(p);                                                             \
+    fg::gather_gemm_ws<Cfg, PW, MINB, false>(p, maps);                                                       \
   }
 #define FG_GATHER_WS_WT_KERNEL(NAME, MATH, BM, BN, BK, WM, S, PW, MINB)                                        \
-  extern "C" __global__ void __launch_bounds__(32 * ((WM) + (PW)), MINB) NAME##_wt(const fg::GatherParams p) { \
+  extern "C" __global__ void __launch_bounds__(32 * ((WM) + (PW)), MINB)                                        \
+      NAME##_wt(const fg::GatherParams p, const __grid_constant__ fg::WsMaps maps) {                             \
     using Cfg = fg::TileCfg<MATH, BM, BN, BK, WM, 1, S, true>;                                                 \
-    fg::gather_gemm_ws<Cfg, PW, MINB, true>(p);                                                                \
+    fg::gather_gemm_ws<Cfg, PW, MINB, true>(p, maps);                                                          \
   }
