@@ -149,14 +149,21 @@ func hopperDefault(mth kernels.Math, use tileUse, rows, cols, kc int64) string {
 		return ""
 	}
 	if use == useGather && specializedGathers.Load() {
-		// The warp-specialised twins (Tile.Producers > 0).
+		// The warp-specialised twins (Tile.Producers > 0) of the 128×256
+		// and two-blocks-per-SM 128×64 tiles; 128–255 columns keep the
+		// 256×128 tile (H200, session 9 call 4, BenchmarkConvTiles,
+		// forward / input gradient ms: RES 32 C 1024 0.403 → 0.337 /
+		// 0.417 → 0.358, RES 64 C 1024 1.261 → 1.141 / 1.352 → 1.184,
+		// RES 128 C 512 1.091 → 0.978 / 1.166 → 1.009, RES 256 C 256
+		// 0.977 → 0.908 / 1.042 → 0.950, RES 1024 C 64 2.335 → 2.171 /
+		// 2.293 → 2.171; RES 512 C 128: 256×128 1.351 / 1.390 against
+		// 1.460 / 1.591 for the specialised 128×128).
 		for _, t := range kernels.HopperTiles {
 			if t.Producers == 0 || !t.Has(kernels.Gather, mth) || kc < int64(t.BK) {
 				continue
 			}
 			switch {
 			case cols >= 256 && t.BN == 256,
-				cols >= 128 && cols < 256 && t.BN == 128,
 				cols >= 64 && cols < 128 && rows >= hopperNarrowRows && t.BN == 64 && t.Stages == 4:
 				return t.Name()
 			}
@@ -181,12 +188,21 @@ func hopperDefault(mth kernels.Math, use tileUse, rows, cols, kc int64) string {
 
 // EnvSpecializedGathers names the environment variable that, read when an
 // engine opens, turns the fixed heuristic's warp-specialised gather tiles
-// (kernels.Tile.Producers) on ("1") or off ("0"); unset, they are off.
+// (kernels.Tile.Producers) on ("1") or off ("0"); unset, they are on.
 const EnvSpecializedGathers = "FLEXGEMM_SPECIALIZED_GATHERS"
 
 // specializedGathers says whether hopperDefault prefers the warp-specialised
 // gather tiles (EnvSpecializedGathers, read by Open).
 var specializedGathers atomic.Bool
+
+// EnvRowTensorCopies names the environment variable that, set to 1 when an
+// engine opens, makes the warp-specialised gathers copy each gathered row
+// by its own bulk tensor copy (TMA) instead of 16-byte cp.async copies
+// (experiment; off by default).
+const EnvRowTensorCopies = "FLEXGEMM_ROW_TENSOR_COPIES"
+
+// rowTensorCopies is EnvRowTensorCopies as read by Open.
+var rowTensorCopies atomic.Bool
 
 // EnvNoHopper names the environment variable that, set to 1 when the
 // engine opens, keeps the fixed heuristic and the autotuner off the Hopper
@@ -447,7 +463,8 @@ type gatherJob struct {
 	mirror                 bool   // table tap v multiplies weight tap V−1−v (submanifold input gradient over Nbr)
 	order, tileSeg, tileTp devPtr // masked, or 0
 	M, N, Kc, V            int64
-	splitAlg               bool // split-K algorithm (splits chosen here)
+	inRows                 int64 // rows of in (0: unknown)
+	splitAlg               bool  // split-K algorithm (splits chosen here)
 	userSplits             int
 	out                    *Buffer
 	tmp                    rawBuf // im2col matrix of Explicit, freed by the caller
@@ -512,6 +529,13 @@ func (e *Engine) runGather(j gatherJob) error {
 		if p.Vec == 1 {
 			if err := weightTensorMap(&maps.W, d.addr(j.w), j, t); err != nil {
 				return fmt.Errorf("%w: %s: %v", ErrLaunch, name, err)
+			}
+			if rowTensorCopies.Load() && j.inRows > 0 && j.inRows < 1<<31 {
+				if err := tensorMap3D(&maps.X, d.addr(j.in), int(esz), [3]int64{j.Kc, j.inRows, 1},
+					[2]int64{j.Kc * esz, j.inRows * j.Kc * esz}, [3]int{t.BK, 1, 1}); err != nil {
+					return fmt.Errorf("%w: %s: %v", ErrLaunch, name, err)
+				}
+				maps.Rows = 1
 			}
 		}
 		args = append(args, &maps)
@@ -798,10 +822,14 @@ func (e *Engine) gatherInput(j *gatherJob, m *kmap.Map, reverse bool, alg sparse
 			return err
 		}
 		j.tmp = col
-		j.in, j.tbl, j.Kc, j.V = col.ptr, 0, V*c, 1
+		j.in, j.tbl, j.Kc, j.V, j.inRows = col.ptr, 0, V*c, 1, j.M
 		return nil
 	}
 	j.in, j.tbl, j.Kc, j.V, j.mirror = in, tbl, c, V, mirror
+	j.inRows = int64(m.NIn)
+	if reverse {
+		j.inRows = int64(m.NOut)
+	}
 	if isMasked(alg) {
 		mt, err := e.maskedTablesFor(m, reverse && !mirror, j.tile.BM)
 		if err != nil {

@@ -53,7 +53,8 @@ func Open(ordinal int) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	specializedGathers.Store(ws == "1")
+	specializedGathers.Store(ws != "0")
+	rowTensorCopies.Store(os.Getenv(EnvRowTensorCopies) == "1")
 	e := &Engine{d: d}
 	e.noHopper.Store(os.Getenv(EnvNoHopper) == "1")
 	e.src = &tableSource{e: e}

@@ -428,19 +428,30 @@ func TestDefaultTiles(t *testing.T) {
 			{usePairs, 64, 128, 4113056, "", ""}, // Co 64, Ci 128: mma.sync
 			{usePairs, 32, 32, 4113056, "", ""},
 		} {
-			for _, mth := range kernels.Maths {
-				gpu.SetHopperDefaults(false)
-				old, err := gpu.chooseTile(Options{}, mth, tc.use, tc.rows, tc.cols, tc.kc)
-				require.NoError(t, err)
-				gpu.SetHopperDefaults(true)
-				want := map[kernels.Math]string{kernels.F16: tc.narrow, kernels.BF16: tc.narrow, kernels.TF32: tc.tf32}[mth]
-				if want == "" {
-					want = old.Name()
+			// With the warp-specialised gathers on (the default), the
+			// 16-bit gathers of the 128×256 and 128×64 tiles take their
+			// specialised twins.
+			wsTwin := map[string]string{"m128n256k64w8x1s4h": "m128n256k64w8x1s4hp4", "m128n64k64w8x1s4h": "m128n64k64w8x1s4hp4"}
+			for _, ws := range []bool{false, true} {
+				specializedGathers.Store(ws)
+				for _, mth := range kernels.Maths {
+					gpu.SetHopperDefaults(false)
+					old, err := gpu.chooseTile(Options{}, mth, tc.use, tc.rows, tc.cols, tc.kc)
+					require.NoError(t, err)
+					gpu.SetHopperDefaults(true)
+					want := map[kernels.Math]string{kernels.F16: tc.narrow, kernels.BF16: tc.narrow, kernels.TF32: tc.tf32}[mth]
+					if want == "" {
+						want = old.Name()
+					}
+					if twin, ok := wsTwin[want]; ok && ws && tc.use == useGather {
+						want = twin
+					}
+					got, err := gpu.chooseTile(Options{}, mth, tc.use, tc.rows, tc.cols, tc.kc)
+					require.NoError(t, err)
+					require.Equal(t, want, got.Name(), "Hopper: %v use %d rows %d cols %d kc %d specialised %v", mth, tc.use, tc.rows, tc.cols, tc.kc, ws)
 				}
-				got, err := gpu.chooseTile(Options{}, mth, tc.use, tc.rows, tc.cols, tc.kc)
-				require.NoError(t, err)
-				require.Equal(t, want, got.Name(), "Hopper: %v use %d rows %d cols %d kc %d", mth, tc.use, tc.rows, tc.cols, tc.kc)
 			}
+			specializedGathers.Store(true)
 		}
 		// A forced Hopper tile: every GEMM takes it in 16 bits; in tf32
 		// the weight gradient (no tf32 Hopper pairs kernel) its default;

@@ -89,6 +89,12 @@ struct alignas(64) TmaMap {
 // rows); the engine leaves it zero otherwise.
 struct alignas(64) WsMaps {
   TmaMap w;
+  // x, the gathered operand [rows][Kc] in boxes of BK × 1 (one row of an
+  // A stage), used when rows = 1: each gathered row then arrives by its
+  // own bulk tensor copy (an absent row, index −1, is out of bounds and
+  // arrives as zeros) instead of 16-byte cp.async copies.
+  TmaMap x;
+  unsigned long long rows;
 };
 
 // Bulk tensor copy of the 3-D box at (c0, c1, c2) of map into shared memory
@@ -207,7 +213,13 @@ __device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMa
       const long long col0 = (long long)kc * BK;
       T* as = As + s * L::ASt;
       T* bs = Bs + s * L::BSt;
-      if (p.vec) {
+      if (p.vec && maps.rows) {
+        // A and B by bulk tensor copies: one per gathered row.
+        const int* src = p.tbl ? sIdx + pos * BM : rows;
+        if (pt == 0) mbar_arrive_expect_tx(full + s, (BM + BN) * BK * C::kElem);
+        for (int r = pt; r < BM; r += L::kProd) tma_load_3d(as + r * BK, &maps.x, (int)col0, src[r], 0, full + s);
+      } else if (p.vec) {
+        if (pt == 0) mbar_arrive_expect_tx(full + s, BN * BK * C::kElem);
         // A: gathered rows (K-major, 128-byte swizzle).
         const int* src = p.tbl ? sIdx + pos * BM : rows;
 #pragma unroll
@@ -222,11 +234,13 @@ __device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMa
             cp_async16(as + r * BK + ((ch ^ r) & 7) * KC, ok ? xr + ch * KC : x, ok);
           }
         }
+      }
+      if (p.vec) {
         // B: the weight's stage by bulk tensor copies (the tensor core's
         // swizzle is the TMA's 128-byte swizzle; rows past N and columns
-        // past Kc arrive as zeros), issued by one thread.
+        // past Kc arrive as zeros), issued by one thread after its
+        // arrival announced their bytes.
         if (pt == 0) {
-          mbar_arrive_expect_tx(full + s, BN * BK * C::kElem);
           if constexpr (WT) {
 #pragma unroll
             for (int b = 0; b < BN / 64; ++b)
