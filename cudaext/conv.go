@@ -195,15 +195,6 @@ const EnvSpecializedGathers = "FLEXGEMM_SPECIALIZED_GATHERS"
 // gather tiles (EnvSpecializedGathers, read by Open).
 var specializedGathers atomic.Bool
 
-// EnvRowTensorCopies names the environment variable that, set to 1 when an
-// engine opens, makes the warp-specialised gathers copy each gathered row
-// by its own bulk tensor copy (TMA) instead of 16-byte cp.async copies
-// (experiment; off by default).
-const EnvRowTensorCopies = "FLEXGEMM_ROW_TENSOR_COPIES"
-
-// rowTensorCopies is EnvRowTensorCopies as read by Open.
-var rowTensorCopies atomic.Bool
-
 // EnvNoHopper names the environment variable that, set to 1 when the
 // engine opens, keeps the fixed heuristic and the autotuner off the Hopper
 // tiles (Options.Tile can still force them).
@@ -463,8 +454,7 @@ type gatherJob struct {
 	mirror                 bool   // table tap v multiplies weight tap V−1−v (submanifold input gradient over Nbr)
 	order, tileSeg, tileTp devPtr // masked, or 0
 	M, N, Kc, V            int64
-	inRows                 int64 // rows of in (0: unknown)
-	splitAlg               bool  // split-K algorithm (splits chosen here)
+	splitAlg               bool // split-K algorithm (splits chosen here)
 	userSplits             int
 	out                    *Buffer
 	tmp                    rawBuf // im2col matrix of Explicit, freed by the caller
@@ -529,13 +519,6 @@ func (e *Engine) runGather(j gatherJob) error {
 		if p.Vec == 1 {
 			if err := weightTensorMap(&maps.W, d.addr(j.w), j, t); err != nil {
 				return fmt.Errorf("%w: %s: %v", ErrLaunch, name, err)
-			}
-			if rowTensorCopies.Load() && j.inRows > 0 && j.inRows < 1<<31 {
-				if err := tensorMap3D(&maps.X, d.addr(j.in), int(esz), [3]int64{j.Kc, j.inRows, 1},
-					[2]int64{j.Kc * esz, j.inRows * j.Kc * esz}, [3]int{t.BK, 1, 1}); err != nil {
-					return fmt.Errorf("%w: %s: %v", ErrLaunch, name, err)
-				}
-				maps.Rows = 1
 			}
 		}
 		args = append(args, &maps)
@@ -822,14 +805,10 @@ func (e *Engine) gatherInput(j *gatherJob, m *kmap.Map, reverse bool, alg sparse
 			return err
 		}
 		j.tmp = col
-		j.in, j.tbl, j.Kc, j.V, j.inRows = col.ptr, 0, V*c, 1, j.M
+		j.in, j.tbl, j.Kc, j.V = col.ptr, 0, V*c, 1
 		return nil
 	}
 	j.in, j.tbl, j.Kc, j.V, j.mirror = in, tbl, c, V, mirror
-	j.inRows = int64(m.NIn)
-	if reverse {
-		j.inRows = int64(m.NOut)
-	}
 	if isMasked(alg) {
 		mt, err := e.maskedTablesFor(m, reverse && !mirror, j.tile.BM)
 		if err != nil {

@@ -54,7 +54,6 @@ func Open(ordinal int) (*Engine, error) {
 		return nil, err
 	}
 	specializedGathers.Store(ws != "0")
-	rowTensorCopies.Store(os.Getenv(EnvRowTensorCopies) == "1")
 	e := &Engine{d: d}
 	e.noHopper.Store(os.Getenv(EnvNoHopper) == "1")
 	e.src = &tableSource{e: e}

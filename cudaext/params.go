@@ -34,14 +34,10 @@ func (p *pairsParams) argBytes() []byte {
 	return unsafe.Slice((*byte)(unsafe.Pointer(p)), unsafe.Sizeof(*p))
 }
 
-// wsMaps mirrors fg::WsMaps (kernels/gather_ws.cuh): the TMA descriptors
-// (128 opaque bytes each) of the weight and of the gathered operand of a
-// warp-specialised gather, and whether its rows arrive by tensor copies;
-// 320 bytes, as the C++ struct's 64-byte alignment pads it.
+// wsMaps mirrors fg::WsMaps (kernels/gather_ws.cuh): the TMA descriptor of
+// the weight of a warp-specialised gather, 128 opaque bytes.
 type wsMaps struct {
-	W, X [16]uint64
-	Rows uint64
-	_    [7]uint64
+	W [16]uint64
 }
 
 func (m *wsMaps) argBytes() []byte {

@@ -87,14 +87,13 @@ struct alignas(64) TmaMap {
 // B stage), or, read transposed, [Kc][V][N] with boxes of 64 × 1 × BK (one
 // 64-column block of an MN-major B stage). Valid only when p.vec (16-byte
 // rows); the engine leaves it zero otherwise.
+//
+// The gathered rows stay 16-byte cp.async copies: one bulk tensor copy per
+// 128-byte row (boxes of BK × 1, an absent row out of bounds) is correct
+// but took twice as long (session 9, call 5: RES 256 C 256 forward 0.906 →
+// 1.368 ms, RES 1024 C 64 2.35 → 3.18 ms).
 struct alignas(64) WsMaps {
   TmaMap w;
-  // x, the gathered operand [rows][Kc] in boxes of BK × 1 (one row of an
-  // A stage), used when rows = 1: each gathered row then arrives by its
-  // own bulk tensor copy (an absent row, index −1, is out of bounds and
-  // arrives as zeros) instead of 16-byte cp.async copies.
-  TmaMap x;
-  unsigned long long rows;
 };
 
 // Bulk tensor copy of the 3-D box at (c0, c1, c2) of map into shared memory
@@ -213,12 +212,7 @@ __device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMa
       const long long col0 = (long long)kc * BK;
       T* as = As + s * L::ASt;
       T* bs = Bs + s * L::BSt;
-      if (p.vec && maps.rows) {
-        // A and B by bulk tensor copies: one per gathered row.
-        const int* src = p.tbl ? sIdx + pos * BM : rows;
-        if (pt == 0) mbar_arrive_expect_tx(full + s, (BM + BN) * BK * C::kElem);
-        for (int r = pt; r < BM; r += L::kProd) tma_load_3d(as + r * BK, &maps.x, (int)col0, src[r], 0, full + s);
-      } else if (p.vec) {
+      if (p.vec) {
         if (pt == 0) mbar_arrive_expect_tx(full + s, BN * BK * C::kElem);
         // A: gathered rows (K-major, 128-byte swizzle).
         const int* src = p.tbl ? sIdx + pos * BM : rows;
