@@ -8,6 +8,8 @@
 //	*.cu, *.cuh     kernel sources; each X.cu is one module image
 //	gemm.cuh        the GEMM kernels (fg::TileCfg, gather and pairs families)
 //	wgmma.cuh       the Hopper multiply (wgmma.mma_async, swizzled stages)
+//	gather_ws.cuh   the warp-specialised Hopper gather (producer warps,
+//	                mbarrier stages, weight stages by TMA)
 //	gemm_*.cu       generated instantiations, one per family × arithmetic;
 //	                gemm_gather_<math>_sm90a.cu: the Hopper tiles
 //	conv_aux.cu     conversion, transpose, im2col, split-K reduce, bias grad
