@@ -291,12 +291,7 @@ __device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMa
 
   // ---- consumers ----
   float acc[C::MI][C::NI][4];
-#pragma unroll
-  for (int mi = 0; mi < C::MI; ++mi)
-#pragma unroll
-    for (int ni = 0; ni < C::NI; ++ni)
-#pragma unroll
-      for (int j = 0; j < 4; ++j) acc[mi][ni][j] = 0.f;
+  zero_acc<C>(acc);
   int s = 0, prev = 0;
   unsigned parity = 0;
   for (int it = 0; it < nIter; ++it) {

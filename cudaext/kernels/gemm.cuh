@@ -372,6 +372,16 @@ __device__ __forceinline__ void warp_mma(float (&acc)[C::MI][C::NI][4], const ty
   }
 }
 
+// Zeroes a warp's accumulator fragments.
+template <class C> __device__ __forceinline__ void zero_acc(float (&acc)[C::MI][C::NI][4]) {
+#pragma unroll
+  for (int mi = 0; mi < C::MI; ++mi)
+#pragma unroll
+    for (int ni = 0; ni < C::NI; ++ni)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) acc[mi][ni][j] = 0.f;
+}
+
 // Stores two adjacent output elements (col, col+1) of one row; col+1 may be
 // out of range (n_valid = 1) or the pair may be unaligned (pair = false).
 template <class T>
@@ -689,12 +699,7 @@ template <class C, bool WT> __device__ __forceinline__ void gather_gemm(const Ga
   };
 
   float acc[C::MI][C::NI][4];
-#pragma unroll
-  for (int mi = 0; mi < C::MI; ++mi)
-#pragma unroll
-    for (int ni = 0; ni < C::NI; ++ni)
-#pragma unroll
-      for (int j = 0; j < 4; ++j) acc[mi][ni][j] = 0.f;
+  zero_acc<C>(acc);
 
   // Group g holds the operands of iteration g and the indices of
   // iteration g + D (when it starts a tap), D = kDist stages ahead; the
@@ -896,12 +901,7 @@ template <class C> __device__ __forceinline__ void pairs_gemm(const PairsParams&
   };
 
   float acc[C::MI][C::NI][4];
-#pragma unroll
-  for (int mi = 0; mi < C::MI; ++mi)
-#pragma unroll
-    for (int ni = 0; ni < C::NI; ++ni)
-#pragma unroll
-      for (int j = 0; j < 4; ++j) acc[mi][ni][j] = 0.f;
+  zero_acc<C>(acc);
 
   // Group g holds the operands of iteration g and the indices of
   // iteration g + D (D = kDist stages ahead); the indices of iterations
