@@ -186,11 +186,6 @@ func hopperDefault(mth kernels.Math, use tileUse, rows, cols, kc int64) string {
 	return ""
 }
 
-// EnvSpecializedGathers names the environment variable that, read when an
-// engine opens, turns the fixed heuristic's warp-specialised gather tiles
-// (kernels.Tile.Producers) on ("1") or off ("0"); unset, they are on.
-const EnvSpecializedGathers = "FLEXGEMM_SPECIALIZED_GATHERS"
-
 // specializedGathers says whether hopperDefault prefers the warp-specialised
 // gather tiles (EnvSpecializedGathers, read by Open).
 var specializedGathers atomic.Bool

@@ -45,15 +45,15 @@ func Open(ordinal int) (*Engine, error) {
 	if e := opened[ordinal]; e != nil && !e.d.closed.Load() {
 		return e, nil
 	}
-	ws := os.Getenv(EnvSpecializedGathers)
-	if ws != "" && ws != "0" && ws != "1" {
-		return nil, fmt.Errorf("cudaext: %s=%q: want 0 or 1", EnvSpecializedGathers, ws)
+	ws, err := specializedGathersFromEnv()
+	if err != nil {
+		return nil, err
 	}
 	d, err := openDevice(ordinal)
 	if err != nil {
 		return nil, err
 	}
-	specializedGathers.Store(ws != "0")
+	specializedGathers.Store(ws)
 	e := &Engine{d: d}
 	e.noHopper.Store(os.Getenv(EnvNoHopper) == "1")
 	e.src = &tableSource{e: e}

@@ -42,9 +42,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"os"
 	"slices"
-	"strconv"
 	"unsafe"
 
 	"github.com/flexgemm-go/flexgemm/cudaext/kernels"
@@ -246,25 +244,6 @@ func (d *Device) buildSubNbr(dm *devMap, coords devPtr, ext grid.Extent, conv gr
 // (kmap_nbr_sub) instead of the brick search.
 const EnvNoBricks = "FLEXGEMM_NO_BRICKS"
 
-// EnvBrickMinRows names the environment variable that, read when the
-// engine opens, sets the fewest rows from which submanifold maps take the
-// brick search (a non-negative integer; default brickMinRows).
-const EnvBrickMinRows = "FLEXGEMM_BRICK_MIN_ROWS"
-
-// brickMinRowsFromEnv returns EnvBrickMinRows's value, or brickMinRows
-// when it is unset; anything but a non-negative integer is an error.
-func brickMinRowsFromEnv() (int, error) {
-	v, ok := os.LookupEnv(EnvBrickMinRows)
-	if !ok || v == "" {
-		return brickMinRows, nil
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil || n < 0 {
-		return 0, fmt.Errorf("cudaext: %s=%q: want a non-negative number of rows", EnvBrickMinRows, v)
-	}
-	return n, nil
-}
-
 // brickSearch reports whether buildSubNbrBricks builds the Nbr table of a
 // submanifold map of n rows and geometry conv over ext: 3×3×3 kernels of
 // dilation 1 whose brick keys fit the narrow table layout, from
@@ -274,16 +253,6 @@ func (d *Device) brickSearch(n int, ext grid.Extent, conv grid.Conv) bool {
 	return !d.noBricks && n >= d.brickMinRows && conv.Kernel == [3]int{3, 3, 3} &&
 		conv.Dilation == [3]int{1, 1, 1} && brickExtent(ext).KeyBits() <= 32
 }
-
-// brickMinRows is the fewest rows for which the engine takes the brick
-// search. Measured (H200, session 8, map phase of an inference step,
-// FLEXGEMM_BRICK_MIN_ROWS=0 against the per-tap search, calls 5 and 6):
-// RES 512 (1.0 M rows) 0.367 → 0.209 ms, RES 256 (252 K) 0.127 → 0.101;
-// in session 8's call 1 (brick kernels before the warp-grouped insert and
-// the looping neighbour kernel) RES 128 (64 K) 0.075 → 0.090 and RES 64
-// (15 K) 0.092 → 0.112: below about a hundred thousand rows the host wait
-// and the extra launches cost more than the shorter lookups save.
-const brickMinRows = 1 << 17
 
 // brickExtent is the extent of the 4×4×4 bricks of ext.
 func brickExtent(ext grid.Extent) grid.Extent {

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"slices"
 	"testing"
 
@@ -905,39 +904,6 @@ func BenchmarkGPUDeriveTables(b *testing.B) {
 				require.NoError(b, e.DeriveTables(m, TablesAll, tileHeights()[0]))
 			}
 			b.ReportMetric(float64(len(coords)/4), "voxels")
-		})
-	}
-}
-
-// TestBrickMinRowsFromEnv checks the parsing of EnvBrickMinRows.
-func TestBrickMinRowsFromEnv(t *testing.T) {
-	for _, tc := range []struct {
-		value string
-		set   bool
-		want  int
-		bad   bool
-	}{
-		{set: false, want: brickMinRows},
-		{value: "", set: true, want: brickMinRows},
-		{value: "0", set: true, want: 0},
-		{value: "262144", set: true, want: 262144},
-		{value: "-1", set: true, bad: true},
-		{value: "1e6", set: true, bad: true},
-	} {
-		t.Run(fmt.Sprintf("%v=%q", tc.set, tc.value), func(t *testing.T) {
-			if tc.set {
-				t.Setenv(EnvBrickMinRows, tc.value)
-			} else {
-				t.Setenv(EnvBrickMinRows, "")
-				require.NoError(t, os.Unsetenv(EnvBrickMinRows))
-			}
-			got, err := brickMinRowsFromEnv()
-			if tc.bad {
-				require.ErrorContains(t, err, EnvBrickMinRows)
-				return
-			}
-			require.NoError(t, err)
-			require.Equal(t, tc.want, got)
 		})
 	}
 }
