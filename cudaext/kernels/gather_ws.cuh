@@ -173,11 +173,14 @@ __device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMa
   for (int i = tid; i < nPos; i += kAll) sTaps[i] = p.tile_taps ? p.tile_taps[tapBase + vi0 + i] : vi0 + i;
   if (tid == 0) {
     for (int s = 0; s < S; ++s) {
-      // Every producer thread's cp.async arrival, plus thread 0's
+      // Every producer thread's cp.async arrival, plus producer 0's
       // arrival with the bytes of the B stage's bulk tensor copies.
       mbar_init(full + s, L::kProd + 1);
       mbar_init(empty + s, C::kWarps);
     }
+    // The barriers are initialised through the generic proxy; the bulk
+    // tensor copies signal them through the async proxy.
+    fence_proxy_async();
   }
   __syncthreads();
   if (p.tbl) {
