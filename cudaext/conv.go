@@ -138,50 +138,48 @@ const (
 //   - every gather tile needs one full 128-byte K stage per tap (kc ≥ BK).
 func hopperDefault(mth kernels.Math, use tileUse, rows, cols, kc int64) string {
 	// pick returns the first Hopper tile of bm × bn (and stages, unless 0)
-	// that fam has in mth and that fits kc.
-	pick := func(bm, bn, stages int, fam kernels.Family) string {
+	// with producers producer warps that fam has in mth and that fits kc.
+	pick := func(bm, bn, stages, producers int, fam kernels.Family) string {
 		for _, t := range kernels.HopperTiles {
-			if t.BM == bm && t.BN == bn && (stages == 0 || t.Stages == stages) && t.Has(fam, mth) &&
-				(fam == kernels.Pairs || kc >= int64(t.BK)) {
+			if t.BM == bm && t.BN == bn && (stages == 0 || t.Stages == stages) && t.Producers == producers &&
+				t.Has(fam, mth) && (fam == kernels.Pairs || kc >= int64(t.BK)) {
 				return t.Name()
 			}
 		}
 		return ""
 	}
-	if use == useGather && specializedGathers.Load() {
-		// The warp-specialised twins (Tile.Producers > 0) of the 128×256
-		// and two-blocks-per-SM 128×64 tiles; 128–255 columns keep the
-		// 256×128 tile (H200, session 9 call 4, BenchmarkConvTiles,
-		// forward / input gradient ms: RES 32 C 1024 0.403 → 0.337 /
-		// 0.417 → 0.358, RES 64 C 1024 1.261 → 1.141 / 1.352 → 1.184,
-		// RES 128 C 512 1.091 → 0.978 / 1.166 → 1.009, RES 256 C 256
-		// 0.977 → 0.908 / 1.042 → 0.950, RES 1024 C 64 2.335 → 2.171 /
-		// 2.293 → 2.171; RES 512 C 128: 256×128 1.351 / 1.390 against
-		// 1.460 / 1.591 for the specialised 128×128).
-		for _, t := range kernels.HopperTiles {
-			if t.Producers == 0 || !t.Has(kernels.Gather, mth) || kc < int64(t.BK) {
-				continue
-			}
-			switch {
-			case cols >= 256 && t.BN == 256,
-				cols >= 64 && cols < 128 && rows >= hopperNarrowRows && t.BN == 64 && t.Stages == 4:
-				return t.Name()
+	// gather picks a gather tile: its warp-specialised twin with
+	// specializedProducers producer warps where the table has one and
+	// specializedGathers is on, else the plain tile. The 128×256 and
+	// two-blocks-per-SM 128×64 tiles have such twins; the 256×128 tile of
+	// 128–255 columns has none (H200, session 9 call 4, BenchmarkConvTiles,
+	// forward / input gradient ms: RES 32 C 1024 0.403 → 0.337 / 0.417 →
+	// 0.358, RES 64 C 1024 1.261 → 1.141 / 1.352 → 1.184, RES 128 C 512
+	// 1.091 → 0.978 / 1.166 → 1.009, RES 256 C 256 0.977 → 0.908 / 1.042 →
+	// 0.950, RES 1024 C 64 2.335 → 2.171 / 2.293 → 2.171; RES 512 C 128:
+	// 256×128 1.351 / 1.390 against 1.460 / 1.591 for the specialised
+	// 128×128).
+	gather := func(bm, bn, stages int) string {
+		if specializedGathers.Load() {
+			if h := pick(bm, bn, stages, specializedProducers, kernels.Gather); h != "" {
+				return h
 			}
 		}
+		return pick(bm, bn, stages, 0, kernels.Gather)
 	}
 	switch {
 	case use == useGather && cols >= 256:
-		return pick(128, 256, 0, kernels.Gather)
+		return gather(128, 256, 0)
 	case use == useGather && cols >= 128:
-		return pick(256, 128, 0, kernels.Gather)
+		return gather(256, 128, 0)
 	case use == useGather && cols >= 64 && rows >= hopperNarrowRows:
-		return pick(128, 64, 4, kernels.Gather)
+		return gather(128, 64, 4)
 	case use == usePairs && rows >= 256 && cols >= 256:
-		return pick(128, 256, 0, kernels.Pairs)
+		return pick(128, 256, 0, 0, kernels.Pairs)
 	case use == usePairs && rows >= 128 && cols >= 128:
-		return pick(128, 128, 6, kernels.Pairs)
+		return pick(128, 128, 6, 0, kernels.Pairs)
 	case use == usePairs && rows >= 64 && cols >= 64 && rows < 128 && cols < 128:
-		return pick(64, 64, 4, kernels.Pairs)
+		return pick(64, 64, 4, 0, kernels.Pairs)
 	}
 	return ""
 }
@@ -189,6 +187,10 @@ func hopperDefault(mth kernels.Math, use tileUse, rows, cols, kc int64) string {
 // specializedGathers says whether hopperDefault prefers the warp-specialised
 // gather tiles (EnvSpecializedGathers, read by Open).
 var specializedGathers atomic.Bool
+
+// specializedProducers is the producer warps of the warp-specialised
+// gather tiles hopperDefault takes.
+const specializedProducers = 4
 
 // EnvNoHopper names the environment variable that, set to 1 when the
 // engine opens, keeps the fixed heuristic and the autotuner off the Hopper
