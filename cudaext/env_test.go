@@ -24,12 +24,7 @@ func TestBrickMinRowsFromEnv(t *testing.T) {
 		{value: "1e6", set: true, bad: true},
 	} {
 		t.Run(fmt.Sprintf("%v=%q", tc.set, tc.value), func(t *testing.T) {
-			if tc.set {
-				t.Setenv(EnvBrickMinRows, tc.value)
-			} else {
-				t.Setenv(EnvBrickMinRows, "")
-				require.NoError(t, os.Unsetenv(EnvBrickMinRows))
-			}
+			setEnv(t, EnvBrickMinRows, tc.value, tc.set)
 			got, err := brickMinRowsFromEnv()
 			if tc.bad {
 				require.ErrorContains(t, err, EnvBrickMinRows)
@@ -57,12 +52,7 @@ func TestSpecializedGathersFromEnv(t *testing.T) {
 		{value: "2", set: true, bad: true},
 	} {
 		t.Run(fmt.Sprintf("%v=%q", tc.set, tc.value), func(t *testing.T) {
-			if tc.set {
-				t.Setenv(EnvSpecializedGathers, tc.value)
-			} else {
-				t.Setenv(EnvSpecializedGathers, "")
-				require.NoError(t, os.Unsetenv(EnvSpecializedGathers))
-			}
+			setEnv(t, EnvSpecializedGathers, tc.value, tc.set)
 			got, err := specializedGathersFromEnv()
 			if tc.bad {
 				require.ErrorContains(t, err, EnvSpecializedGathers)
@@ -71,5 +61,15 @@ func TestSpecializedGathersFromEnv(t *testing.T) {
 			require.NoError(t, err)
 			require.Equal(t, tc.want, got)
 		})
+	}
+}
+
+// setEnv sets environment variable key to value for the test, or, when
+// set is false, unsets it for the test (restored afterwards either way).
+func setEnv(t *testing.T, key, value string, set bool) {
+	t.Helper()
+	t.Setenv(key, value)
+	if !set {
+		require.NoError(t, os.Unsetenv(key))
 	}
 }
