@@ -144,32 +144,17 @@ __device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMa
   int* sIdx = sTaps + kWsMaxTaps;                 // [kWsMaxTaps][BM] source row or −1
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const long long tilesN = (p.N + BN - 1) / BN;
-  const long long tileM = (long long)blockIdx.x / tilesN;
-  const long long tileN = (long long)blockIdx.x % tilesN;
-  const long long m0 = tileM * BM, n0 = tileN * BN;
-  const int z = blockIdx.y;
-
-  int tapBase = 0, nTaps = (int)p.V;
-  if (p.tile_seg) {
-    tapBase = p.tile_seg[tileM];
-    nTaps = p.tile_seg[tileM + 1] - tapBase;
-  }
-  const int nkc = (int)((p.Kc + BK - 1) / BK);
-  const long long total = (long long)nTaps * nkc;
-  const long long t0 = (total * z + p.splits - 1) / p.splits;
-  const long long t1 = (total * (z + 1) + p.splits - 1) / p.splits;
-  const int nIter = (int)(t1 - t0);
-  const int vi0 = nkc > 0 ? (int)(t0 / nkc) : 0;  // first tap position of this split
-  const int nPos = nIter > 0 ? (int)((t1 - 1) / nkc) - vi0 + 1 : 0;  // tap positions it visits
+  GatherBlock<C> blk(p);
+  blk.split(p);
+  const long long n0 = blk.n0, t0 = blk.t0;
+  const int z = blk.z, tapBase = blk.tapBase, nkc = blk.nkc, nIter = blk.nIter;
+  const int vi0 = (int)blk.vi0;  // first tap position of this split
+  const int nPos = nIter > 0 ? (int)((blk.t1 - 1) / nkc) - vi0 + 1 : 0;  // tap positions it visits
   if (nPos > kWsMaxTaps) __trap();  // the engine never launches more taps (kernels.MaxSpecializedTaps)
 
   // Rows, taps and barriers, then the neighbour indices of every tap.
   constexpr int kAll = L::kCons + L::kProd;
-  for (int i = tid; i < BM; i += kAll) {
-    const long long r = m0 + i;
-    rows[i] = r < p.M ? (p.order ? p.order[r] : (int)r) : -1;
-  }
+  gather_rows<C>(p, rows, blk.m0, tid, kAll);
   for (int i = tid; i < nPos; i += kAll) sTaps[i] = p.tile_taps ? p.tile_taps[tapBase + vi0 + i] : vi0 + i;
   if (tid == 0) {
     for (int s = 0; s < S; ++s) {

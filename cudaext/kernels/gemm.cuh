@@ -437,6 +437,49 @@ template <class C, int ROWS, int CPR> struct StageCopy {
 
 // ---- gather family --------------------------------------------------------------
 
+// A gather block's output tile (blockIdx.x: row tile m0, column tile n0)
+// and its share of the reduction (split z = blockIdx.y): K iterations
+// [t0, t1) of nkc per tap over the tile's nTaps taps (all V, or its tap
+// segment from tapBase of a masked GEMM), starting at tap position vi0.
+template <class C> struct GatherBlock {
+  long long tileM, m0, n0;
+  int z, tapBase, nTaps, nkc, nIter;
+  long long t0, t1, vi0;
+  // The tile; split() fills in the rest.
+  __device__ __forceinline__ explicit GatherBlock(const GatherParams& p) {
+    const long long tilesN = (p.N + C::BN - 1) / C::BN;
+    tileM = (long long)blockIdx.x / tilesN;
+    m0 = tileM * C::BM;
+    n0 = ((long long)blockIdx.x % tilesN) * C::BN;
+    z = blockIdx.y;
+  }
+  // The tile's taps and this split's iterations.
+  __device__ __forceinline__ void split(const GatherParams& p) {
+    tapBase = 0;
+    nTaps = (int)p.V;
+    if (p.tile_seg) {
+      tapBase = p.tile_seg[tileM];
+      nTaps = p.tile_seg[tileM + 1] - tapBase;
+    }
+    nkc = (int)((p.Kc + C::BK - 1) / C::BK);
+    const long long total = (long long)nTaps * nkc;
+    t0 = (total * z + p.splits - 1) / p.splits;
+    t1 = (total * (z + 1) + p.splits - 1) / p.splits;
+    nIter = (int)(t1 - t0);
+    vi0 = nkc > 0 ? t0 / nkc : 0;  // Kc = 0: no iterations
+  }
+};
+
+// Fills rows[0, BM) with the output row of each tile row from m0 (the
+// masked order's, or m0 + i), −1 past M; threads tid, tid + stride, ….
+template <class C>
+__device__ __forceinline__ void gather_rows(const GatherParams& p, int* rows, long long m0, int tid, int stride) {
+  for (int i = tid; i < C::BM; i += stride) {
+    long long r = m0 + i;
+    rows[i] = r < p.M ? (p.order ? p.order[r] : (int)r) : -1;
+  }
+}
+
 // Epilogue of a gather GEMM: direct stores of warp (wm, wn)'s accumulator
 // fragments (mma.sync C-fragment order) to the tile rows' output rows
 // (rows[i], −1 = none), with the bias added in float32 before rounding,
@@ -499,27 +542,15 @@ template <class C, bool WT> __device__ __forceinline__ void gather_gemm(const Ga
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int wm = warp / C::WN, wn = warp % C::WN;
-  const long long tilesN = (p.N + C::BN - 1) / C::BN;
-  const long long tileM = (long long)blockIdx.x / tilesN;
-  const long long tileN = (long long)blockIdx.x % tilesN;
-  const long long m0 = tileM * C::BM, n0 = tileN * C::BN;
-  const int z = blockIdx.y;
-
-  for (int i = tid; i < C::BM; i += C::kThreads) {
-    long long r = m0 + i;
-    rows[i] = r < p.M ? (p.order ? p.order[r] : (int)r) : -1;
-  }
-  int tapBase = 0, nTaps = (int)p.V;
-  if (p.tile_seg) {
-    tapBase = p.tile_seg[tileM];
-    nTaps = p.tile_seg[tileM + 1] - tapBase;
-  }
-  const int nkc = (int)((p.Kc + C::BK - 1) / C::BK);
-  const long long total = (long long)nTaps * nkc;
-  const long long t0 = (total * z + p.splits - 1) / p.splits;
-  const long long t1 = (total * (z + 1) + p.splits - 1) / p.splits;
-  const int nIter = (int)(t1 - t0);
-  const long long vi0 = nkc > 0 ? t0 / nkc : 0;  // first tap position of this split (Kc = 0: no iterations)
+  GatherBlock<C> blk(p);
+  const long long m0 = blk.m0, n0 = blk.n0;
+  const int z = blk.z;
+  gather_rows<C>(p, rows, m0, tid, C::kThreads);
+  blk.split(p);
+  const int tapBase = blk.tapBase, nTaps = blk.nTaps, nkc = blk.nkc;
+  const long long t0 = blk.t0;
+  const int nIter = blk.nIter;
+  const long long vi0 = blk.vi0;
   __syncthreads();
 
   const T* x = reinterpret_cast<const T*>(p.x);
