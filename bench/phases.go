@@ -109,7 +109,7 @@ type PhaseSummary struct {
 	KernelMs float64 `json:"kernel_ms"` // summed kernel time of a step
 	GapMs    float64 `json:"gap_ms"`    // StepMs − KernelMs
 	// ByKind is kernel ms per step by kind: gemm_fwd (gather kernels in
-	// forward phases), gemm_dgrad, gemm_wgrad (pairs and multi-tap kernels), reduce
+	// forward phases), gemm_dgrad, gemm_wgrad (pairs kernels), reduce
 	// (split-K reductions), transpose (weight transposes of dgrad),
 	// bias, kmap (map building and derived tables), other.
 	ByKind map[string]float64 `json:"by_kind"`
@@ -126,7 +126,7 @@ func kernelKind(phase, name string) string {
 		return "transpose"
 	case strings.HasPrefix(name, "spconv_bias_grad"):
 		return "bias"
-	case strings.HasPrefix(name, "spconv_pairs_"), strings.HasPrefix(name, "spconv_tapgrad_"):
+	case strings.HasPrefix(name, "spconv_pairs_"):
 		return "gemm_wgrad"
 	case strings.HasPrefix(name, "spconv_gather_") && strings.HasPrefix(phase, "dgrad"):
 		return "gemm_dgrad"

@@ -911,9 +911,7 @@ func (e *Engine) InputGrad(m *kmap.Map, dy, w sparse.Matrix, o Options) (sparse.
 
 // WeightGrad computes dw [Co, V·Ci] with dw[:, v, :] = Σ_{(i,o) ∈ pairs(v)}
 // dy[o] ⊗ x[i] (see sparse.ConvEngine.ConvWeightGrad): one GEMM per tap
-// over the pair lists (Explicit: over the im2col matrix), or, for layers
-// of at most 64 channels on Hopper GPUs, the multi-tap kernel over the
-// neighbour table (tapGradFor, EnvTapWeightGrad); split-K partials
+// over the pair lists (Explicit: over the im2col matrix); split-K partials
 // are reduced in split order, so results are deterministic. The result of
 // float16/bfloat16 inputs is float32, written from the float32
 // accumulators (one split) or by the float32 reduction of the partials,
@@ -955,23 +953,6 @@ func (e *Engine) WeightGrad(m *kmap.Map, x, dy sparse.Matrix, o Options) (sparse
 	}
 	alg := resolve(o.Algorithm)
 	outDT := sparse.WeightGradDType(xb.dtype, o.NarrowWeightGrad)
-	if tg, ts, ok := e.tapGradFor(o, alg, math, ci, co); ok {
-		var out *Buffer
-		err := e.d.do(func() error {
-			var err error
-			if out, err = e.newOutput(outDT, int(co*V*ci)); err != nil {
-				return err
-			}
-			return e.runTapGrad(tg, math, m, ts, xb.ptr, db.ptr, ci, co, out)
-		})
-		if err != nil {
-			if out != nil {
-				out.Free()
-			}
-			return sparse.Matrix{}, err
-		}
-		return sparse.Matrix{Rows: int(co), Cols: int(V * ci), Data: out}, nil
-	}
 	// The tile is chosen before anything runs, so that a forced tile the
 	// arithmetic has no kernel for is an error also for an empty problem.
 	var tile kernels.Tile

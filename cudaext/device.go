@@ -53,10 +53,7 @@ type Device struct {
 	modules []loadedModule
 	// hopper[m]: the Hopper kernels of arithmetic m are loaded (set once
 	// by open, read-only afterwards; see hopperTiles).
-	hopper [4]bool
-	// tapGrad: the multi-tap weight-gradient kernels (kernels.TapGradFile)
-	// are loaded (set once by open, read-only afterwards).
-	tapGrad  bool
+	hopper   [4]bool
 	funcs    map[string]*kernelFunc
 	mem      allocator
 	args     argStage
@@ -169,11 +166,6 @@ func (d *Device) setup(ordinal int) error {
 			if mod.name == name {
 				d.hopper[m] = mod.err == nil
 			}
-		}
-	}
-	for _, mod := range d.modules {
-		if mod.name == strings.TrimSuffix(kernels.TapGradFile, ".cu") {
-			d.tapGrad = mod.err == nil
 		}
 	}
 	if d.zeroPage, _, err = d.allocRaw(256); err != nil {

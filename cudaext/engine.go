@@ -26,9 +26,6 @@ type Engine struct {
 	// (SetHopperDefaults, EnvNoHopper).
 	noHopper atomic.Bool
 	poison   atomic.Bool
-	// tapWGrad: how the fixed heuristic takes the weight gradient of
-	// narrow layers (EnvTapWeightGrad); never nil after Open.
-	tapWGrad atomic.Pointer[tapWGradSetting]
 	maps     mapCache     // worker only
 	src      *tableSource // Source of the maps built here
 }
@@ -52,17 +49,12 @@ func Open(ordinal int) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	tg, err := tapWGradFromEnv()
-	if err != nil {
-		return nil, err
-	}
 	d, err := openDevice(ordinal)
 	if err != nil {
 		return nil, err
 	}
 	specializedGathers.Store(ws)
 	e := &Engine{d: d}
-	e.tapWGrad.Store(&tg)
 	e.noHopper.Store(os.Getenv(EnvNoHopper) == "1")
 	e.src = &tableSource{e: e}
 	e.maps.entries = map[mapKey]*mapEntry{}

@@ -8,9 +8,6 @@ import (
 	"fmt"
 	"os"
 	"strconv"
-	"strings"
-
-	"github.com/flexgemm-go/flexgemm/cudaext/kernels"
 )
 
 // EnvBrickMinRows names the environment variable that, read when the
@@ -59,70 +56,4 @@ func specializedGathersFromEnv() (bool, error) {
 	default:
 		return false, fmt.Errorf("cudaext: %s=%q: want 0 or 1", EnvSpecializedGathers, v)
 	}
-}
-
-// EnvTapWeightGrad names the environment variable that, read when an
-// engine opens, sets how the fixed heuristic computes the weight gradient
-// of layers with at most kernels.TapGradMaxChannels input and output
-// channels on Hopper GPUs: "0" over the pair lists (the pairs family);
-// unset, empty or "1" by the multi-tap kernel (tapgrad.cuh) with the
-// defaults; otherwise a comma-separated list of "gray" (rows in the
-// masked algorithms' Gray order), "rows" (stored order), "winN" (the
-// Gray order within windows of 2^N stored rows, 4 ≤ N ≤ 30) and a
-// configuration name (kernels.TapGrad.String, e.g. "k32w3t3s4").
-const EnvTapWeightGrad = "FLEXGEMM_TAP_WGRAD"
-
-// tapOrder is the row order of the multi-tap weight gradient.
-type tapOrder int
-
-const (
-	tapOrderWindow tapOrder = iota // Gray order within windows of stored rows
-	tapOrderGray                   // the masked algorithms' Gray order
-	tapOrderRows                   // stored order
-)
-
-// tapWGradSetting is the parsed EnvTapWeightGrad.
-type tapWGradSetting struct {
-	on         bool
-	order      tapOrder
-	windowBits int             // tapOrderWindow: windows of 2^windowBits rows
-	cfg        kernels.TapGrad // configuration; zero = the default
-}
-
-// defaultTapWindowBits is the window of the default row order of the
-// multi-tap weight gradient.
-const defaultTapWindowBits = 12
-
-// tapWGradFromEnv parses EnvTapWeightGrad; anything else than the values
-// it lists is an error naming the variable.
-func tapWGradFromEnv() (tapWGradSetting, error) {
-	v := os.Getenv(EnvTapWeightGrad)
-	s := tapWGradSetting{on: true, order: tapOrderWindow, windowBits: defaultTapWindowBits}
-	switch v {
-	case "", "1":
-		return s, nil
-	case "0":
-		return tapWGradSetting{}, nil
-	}
-	for _, f := range strings.Split(v, ",") {
-		switch {
-		case f == "gray":
-			s.order = tapOrderGray
-		case f == "rows":
-			s.order = tapOrderRows
-		case strings.HasPrefix(f, "win"):
-			n, err := strconv.Atoi(f[3:])
-			if err != nil || n < 4 || n > 30 {
-				return tapWGradSetting{}, fmt.Errorf("cudaext: %s=%q: %q: want win4 … win30", EnvTapWeightGrad, v, f)
-			}
-			s.order, s.windowBits = tapOrderWindow, n
-		default:
-			c, err := kernels.ParseTapGrad(f)
-			if err != nil {
-				return tapWGradSetting{}, fmt.Errorf("cudaext: %s=%q: want 0, 1 or a list of gray, rows, winN and a configuration: %v", EnvTapWeightGrad, v, err)
-			}
-			s.cfg = c
-		}
-	}
-	return s, nil
 }

@@ -6,8 +6,6 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
-
-	"github.com/flexgemm-go/flexgemm/cudaext/kernels"
 )
 
 // TestBrickMinRowsFromEnv checks the parsing of EnvBrickMinRows.
@@ -73,43 +71,5 @@ func setEnv(t *testing.T, key, value string, set bool) {
 	t.Setenv(key, value)
 	if !set {
 		require.NoError(t, os.Unsetenv(key))
-	}
-}
-
-// TestTapWGradFromEnv checks the parsing of EnvTapWeightGrad.
-func TestTapWGradFromEnv(t *testing.T) {
-	def := tapWGradSetting{on: true, order: tapOrderWindow, windowBits: defaultTapWindowBits}
-	cfg := kernels.TapGrads[len(kernels.TapGrads)-1]
-	for _, tc := range []struct {
-		value string
-		set   bool
-		want  tapWGradSetting
-		bad   string // part of the error, "" = valid
-	}{
-		{set: false, want: def},
-		{value: "", set: true, want: def},
-		{value: "1", set: true, want: def},
-		{value: "0", set: true, want: tapWGradSetting{}},
-		{value: "gray", set: true, want: tapWGradSetting{on: true, order: tapOrderGray, windowBits: defaultTapWindowBits}},
-		{value: "rows", set: true, want: tapWGradSetting{on: true, order: tapOrderRows, windowBits: defaultTapWindowBits}},
-		{value: "win14", set: true, want: tapWGradSetting{on: true, order: tapOrderWindow, windowBits: 14}},
-		{value: cfg.String(), set: true, want: tapWGradSetting{on: true, order: tapOrderWindow, windowBits: defaultTapWindowBits, cfg: cfg}},
-		{value: "win8," + cfg.String(), set: true, want: tapWGradSetting{on: true, order: tapOrderWindow, windowBits: 8, cfg: cfg}},
-		{value: "win3", set: true, bad: "win4 … win30"},
-		{value: "winx", set: true, bad: "win4 … win30"},
-		{value: "k8w1t1s3", set: true, bad: "no multi-tap weight-gradient configuration"},
-		{value: "yes", set: true, bad: "want 0, 1 or a list"},
-	} {
-		t.Run(fmt.Sprintf("%v=%q", tc.set, tc.value), func(t *testing.T) {
-			setEnv(t, EnvTapWeightGrad, tc.value, tc.set)
-			got, err := tapWGradFromEnv()
-			if tc.bad != "" {
-				require.ErrorContains(t, err, EnvTapWeightGrad)
-				require.ErrorContains(t, err, tc.bad)
-				return
-			}
-			require.NoError(t, err)
-			require.Equal(t, tc.want, got)
-		})
 	}
 }

@@ -73,10 +73,6 @@ type mapEntry struct {
 	// the forward Gray tables take them.
 	nbrMask, nbrRank rawBuf
 	tiles            map[maskKey]tileTables
-	// Row order of the multi-tap weight gradient (tapRowOrder): the Gray
-	// order by windows of 2^tapOrderBits rows.
-	tapOrder     rawBuf
-	tapOrderBits int
 	// Coordinates of a map built here ([NIn, 4], [NOut, 4] int32), owned
 	// or borrowed (keepCoords); one block when sameCoords (submanifold maps).
 	inC, outC       coordBlock
@@ -116,7 +112,7 @@ func (e *Engine) dropMap(k mapKey) {
 	if !me.sameCoords {
 		me.outC.release(d)
 	}
-	bufs := []rawBuf{me.nbr, me.rev, me.pairIn, me.pairOut, me.pairSg, me.nbrMask, me.nbrRank, me.tapOrder}
+	bufs := []rawBuf{me.nbr, me.rev, me.pairIn, me.pairOut, me.pairSg, me.nbrMask, me.nbrRank}
 	for _, g := range me.gray {
 		if g != nil {
 			bufs = append(bufs, g.mask, g.order)

@@ -26,18 +26,6 @@ type pairsParams struct {
 	Mirror          int64
 }
 
-// tapGradParams mirrors fg::TapGradParams (kernels/tapgrad.cuh).
-type tapGradParams struct {
-	DY, X, Part  uint64
-	Tbl, Order   uint64
-	M, Co, Ci, V int64
-	Splits       int64
-}
-
-func (p *tapGradParams) argBytes() []byte {
-	return unsafe.Slice((*byte)(unsafe.Pointer(p)), unsafe.Sizeof(*p))
-}
-
 func (p *gatherParams) argBytes() []byte {
 	return unsafe.Slice((*byte)(unsafe.Pointer(p)), unsafe.Sizeof(*p))
 }

@@ -1,6 +1,5 @@
 // Command gen writes the GEMM instantiation files gemm_<family>_<math>.cu
 // and gemm_gather_<math>_sm90a.cu (Hopper tiles)
-// and tapgrad_sm90a.cu (the multi-tap weight gradient, tapgrad.go)
 // of package kernels from its tile table (tiles.go). build.sh runs it
 // before compiling; TestInstancesUpToDate fails when its output drifts
 // from the files on disk.
@@ -30,7 +29,6 @@ func main() {
 	for _, m := range kernels.HopperMaths() {
 		write(filepath.Join(*dir, kernels.HopperInstanceFile(m)), kernels.HopperTiles, m, kernels.GenerateHopperInstances(m))
 	}
-	write(filepath.Join(*dir, kernels.TapGradFile), nil, 0, kernels.GenerateTapGradInstances())
 }
 
 // write validates the tiles of table that arithmetic m is instantiated
