@@ -4,6 +4,7 @@ go 1.26.0
 
 require (
 	codeberg.org/sbinet/npyio v0.14.0
+	github.com/NVIDIA/go-nvml v0.13.4-1
 	github.com/chewxy/hm v1.0.0
 	github.com/gofrs/flock v0.13.2
 	github.com/schollz/progressbar/v3 v3.19.1
@@ -30,7 +31,7 @@ require (
 	github.com/golang/freetype v0.0.0-20170609003504-e2365dfdc4a0 // indirect
 	github.com/golang/protobuf v1.5.2 // indirect
 	github.com/google/flatbuffers v2.0.6+incompatible // indirect
-	github.com/google/uuid v1.3.0 // indirect
+	github.com/google/uuid v1.6.0 // indirect
 	github.com/leesper/go_rng v0.0.0-20190531154944-a612b043e353 // indirect
 	github.com/mitchellh/colorstring v0.0.0-20190213212951-d06e56a500db // indirect
 	github.com/nlpodyssey/gopickle v0.3.0 // indirect

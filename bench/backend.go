@@ -159,6 +159,9 @@ type backend struct {
 	// prof profiles the phases of a step (-phases); nil where the device
 	// has no profiler.
 	prof *stepProfiler
+	// power measures energy and clocks over the timed steps (-power); nil
+	// when not asked for.
+	power powerMeter
 }
 
 // openers open the devices of this build; the cudaext build adds

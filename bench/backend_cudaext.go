@@ -85,6 +85,16 @@ func openCUDA(o *runOptions) (*backend, error) {
 	if strings.Contains(info.Name, "H200") {
 		be.peakTFLOPS = h200TFLOPS
 	}
+	if o.power {
+		m, err := openNVMLMeter(info.PCIBusID)
+		if err != nil {
+			_ = e.Close()
+			return nil, fmt.Errorf("-power: %w", err)
+		}
+		be.power = m
+		closeEngine := be.close
+		be.close = func() { m.close(); closeEngine() }
+	}
 	return be, nil
 }
 

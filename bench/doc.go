@@ -55,7 +55,12 @@
 // others). A measurement that fails, out of device memory say, is written
 // as a record with an error field and the run goes on (exit status 1 at
 // the end). bench/gpu_run.sh runs ours and the anchor script in one call
-// on the GPU machine and prints the ratio table last.
+// on the GPU machine and prints the ratio table last. With -power every
+// record gets a power field, read through NVML over the timed repeats:
+// the mean board power and energy per step (between the first and last
+// updates of the GPU's energy counter, which moves about every 100 ms, so
+// short runs get none: raise -iters) and the SM clock sampled every 5 ms
+// (mean, lowest, share of samples held by the software power cap).
 //
 // # Output
 //

@@ -17,6 +17,7 @@ type timing struct {
 	warmup   time.Duration // time of the warm-up steps
 	peak     *float64      // device peak or largest sampled heap in GiB, nil if not measured
 	allocMB  *float64      // heap allocated per timed step, MiB
+	power    *PowerRecord  // energy and clocks of the timed steps (-power), or nil
 	stepsRun int
 }
 
@@ -32,7 +33,8 @@ type measureOpts struct {
 // repeat is timed by the backend's timer (CUDA events on a GPU, the wall
 // clock on the host). The memory peak is the device's (reset after the
 // warm-up, as the anchor does) or, on the host with memSample, the
-// largest sampled Go heap.
+// largest sampled Go heap; with a power meter, the energy and clocks of
+// the timed repeats come with it.
 func measure(step func() error, o measureOpts, be *backend) (timing, error) {
 	var t timing
 	t0 := time.Now()
@@ -82,6 +84,11 @@ func measure(step func() error, o measureOpts, be *backend) (timing, error) {
 		}
 	}()
 	alloc0 := readMetric("/gc/heap/allocs:bytes")
+	if be.power != nil {
+		if err := be.power.start(); err != nil {
+			return t, err
+		}
+	}
 	for r := range o.repeats {
 		if err := timer.start(); err != nil {
 			return t, fmt.Errorf("repeat %d: %w", r, err)
@@ -99,6 +106,13 @@ func measure(step func() error, o measureOpts, be *backend) (timing, error) {
 		t.stepsRun += t.iters
 	}
 	alloc1 := readMetric("/gc/heap/allocs:bytes")
+	if be.power != nil {
+		p, err := be.power.stop(t.stepsRun)
+		if err != nil {
+			return t, err
+		}
+		t.power = p
+	}
 	switch {
 	case be.peakGB != nil:
 		gb := be.peakGB()

@@ -68,6 +68,9 @@ type Record struct {
 	// Phases is the per-phase device-time breakdown of a few extra,
 	// profiled steps (-phases; GPU only).
 	Phases *PhaseSummary `json:"phases,omitempty"`
+	// Power is the GPU's energy per step, board power and SM clock over
+	// the timed steps (-power; GPU only).
+	Power *PowerRecord `json:"power,omitempty"`
 }
 
 // OpOrDefault returns r.Op, or "subm_conv" for records (such as

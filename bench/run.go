@@ -113,6 +113,7 @@ type runOptions struct {
 	kmap       string  // kmapAuto until openBackend resolves it
 	peakTFLOPS float64 // -peaktflops (0: by device)
 	phases     int     // profiled steps per record (-phases, -phasesteps); 0: none
+	power      bool    // measure energy and clocks of the timed steps (-power, -device cuda)
 	wgrad      string  // -wgrad: wgradAuto, wgradNarrow or wgradF32
 }
 
@@ -169,6 +170,7 @@ func parseRunFlags(args []string, stderr io.Writer) (*runOptions, error) {
 	impl := fs.String("impl", "flexgemm-go", "impl name to record")
 	phases := fs.Bool("phases", false, "after timing each record, profile -phasesteps more steps (-device cuda): per-phase device time, kernel time and gaps, in the record's phases field and a table")
 	phaseSteps := fs.Int("phasesteps", 3, "profiled steps per record with -phases")
+	power := fs.Bool("power", false, "record the GPU's energy per step, mean board power and SM clock (mean, lowest, share of samples held by the power cap) over the timed steps, read through NVML (-device cuda)")
 	wgrad := fs.String("wgrad", wgradAuto, "weight-gradient dtype of train steps: auto (fp16/bf16 gradients of fp16/bf16 inputs, as FlexGEMM's .grad; else fp32), narrow (the input's), fp32 (float32 always, the engine's default)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -213,6 +215,12 @@ func parseRunFlags(args []string, stderr io.Writer) (*runOptions, error) {
 			return nil, fmt.Errorf("-phases needs -device %s (the CPU engine has no profiler)", deviceCUDA)
 		}
 		o.phases = *phaseSteps
+	}
+	if *power {
+		if *device != deviceCUDA {
+			return nil, fmt.Errorf("-power needs -device %s (it reads the GPU's counters through NVML)", deviceCUDA)
+		}
+		o.power = true
 	}
 	var err error
 	if o.cfgs, err = parseConfigs(*cfgs); err != nil {
@@ -482,6 +490,15 @@ func makeRecord(o *runOptions, op, mode, dtype, algo string, sc scene, cfg confi
 	if t.allocMB != nil {
 		mb := round(*t.allocMB, 3)
 		rec.AllocMBPerStep = &mb
+	}
+	if p := t.power; p != nil {
+		r := *p
+		r.SMMHzMean, r.CappedFraction = round(p.SMMHzMean, 1), round(p.CappedFraction, 3)
+		if p.PowerWMean != nil {
+			w, j := round(*p.PowerWMean, 1), round(*p.EnergyJPerStep, 4)
+			r.PowerWMean, r.EnergyJPerStep = &w, &j
+		}
+		rec.Power = &r
 	}
 	return rec
 }

@@ -151,6 +151,8 @@ func deviceProps(ordinal int) (C.CUdevice, DeviceInfo, error) {
 		L2Bytes:       attr(C.CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE),
 		TotalMem:      int64(total),
 		DriverVersion: driverVersion(),
+		PCIBusID: fmt.Sprintf("%x:%x:%x.0", attr(C.CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID), attr(C.CU_DEVICE_ATTRIBUTE_PCI_BUS_ID),
+			attr(C.CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID)),
 	}
 	return dev, info, nil
 }

@@ -55,6 +55,9 @@ type DeviceInfo struct {
 	L2Bytes       int   // L2 cache size
 	TotalMem      int64 // device memory, bytes
 	DriverVersion int   // e.g. 13000
+	// PCIBusID is the device's PCI address, domain:bus:device.function in
+	// hexadecimal (e.g. "0:1b:0.0"), as NVML and nvidia-smi name it.
+	PCIBusID string
 }
 
 // MemStats reports the caching allocator of a device. Bytes are the
