@@ -84,10 +84,17 @@ func measure(step func() error, o measureOpts, be *backend) (timing, error) {
 		}
 	}()
 	alloc0 := readMetric("/gc/heap/allocs:bytes")
+	metering := false
 	if be.power != nil {
 		if err := be.power.start(); err != nil {
 			return t, err
 		}
+		metering = true
+		defer func() {
+			if metering { // a failed repeat: stop the meter, drop its reading
+				_, _ = be.power.stop(0)
+			}
+		}()
 	}
 	for r := range o.repeats {
 		if err := timer.start(); err != nil {
@@ -106,7 +113,8 @@ func measure(step func() error, o measureOpts, be *backend) (timing, error) {
 		t.stepsRun += t.iters
 	}
 	alloc1 := readMetric("/gc/heap/allocs:bytes")
-	if be.power != nil {
+	if metering {
+		metering = false
 		p, err := be.power.stop(t.stepsRun)
 		if err != nil {
 			return t, err

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"testing"
 	"time"
 
@@ -107,4 +108,19 @@ func TestMeasurePower(t *testing.T) {
 	require.Equal(t, 12, f.steps, "the meter counts the timed steps only")
 	require.NotNil(t, tm.power)
 	require.Equal(t, 12, tm.power.Samples)
+
+	// A failing step stops the meter too (no sampler left running).
+	f = &fakeMeter{}
+	be.power = f
+	steps = 0
+	_, err = measure(func() error {
+		steps++
+		if steps > 3 {
+			return errors.New("boom")
+		}
+		return nil
+	}, measureOpts{warmups: 1, repeats: 3, iters: 4}, be)
+	require.ErrorContains(t, err, "boom")
+	require.Equal(t, 1, f.starts)
+	require.Equal(t, 1, f.stops)
 }

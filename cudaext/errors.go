@@ -56,7 +56,8 @@ type DeviceInfo struct {
 	TotalMem      int64 // device memory, bytes
 	DriverVersion int   // e.g. 13000
 	// PCIBusID is the device's PCI address, domain:bus:device.function in
-	// hexadecimal (e.g. "0:1b:0.0"), as NVML and nvidia-smi name it.
+	// hexadecimal (e.g. "0:1b:0.0"), a form NVML's
+	// nvmlDeviceGetHandleByPciBusId accepts.
 	PCIBusID string
 }
 
