@@ -73,8 +73,8 @@
 //     capability 9.0, Hopper tiles multiplying with wgmma.mma_async
 //     (kernels.HopperTiles; the fixed heuristic prefers them where they
 //     were measured faster, FLEXGEMM_NO_HOPPER=1 keeps it off them); the
-//     forward and input gradient of the 128×256 and two-blocks-per-SM
-//     128×64 Hopper tiles run warp-specialised twins (Tile.Producers:
+//     forward and input gradient of the 128×256 (16-bit and tf32) and
+//     two-blocks-per-SM 128×64 (16-bit) Hopper tiles run warp-specialised twins (Tile.Producers:
 //     producer warps gather the rows, one thread brings each weight stage
 //     in by a bulk tensor copy, the warpgroups only multiply;
 //     FLEXGEMM_SPECIALIZED_GATHERS=0 keeps the plain tiles).

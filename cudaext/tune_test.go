@@ -429,9 +429,10 @@ func TestDefaultTiles(t *testing.T) {
 			{usePairs, 32, 32, 4113056, "", ""},
 		} {
 			// With the warp-specialised gathers on (the default), the
-			// 16-bit gathers of the 128×256 and 128×64 tiles take their
-			// specialised twins.
-			wsTwin := map[string]string{"m128n256k64w8x1s4h": "m128n256k64w8x1s4hp4", "m128n64k64w8x1s4h": "m128n64k64w8x1s4hp4"}
+			// gathers of the 128×256 tiles (16-bit and tf32) and of the
+			// 16-bit 128×64 tile take their specialised twins.
+			wsTwin := map[string]string{"m128n256k64w8x1s4h": "m128n256k64w8x1s4hp4", "m128n64k64w8x1s4h": "m128n64k64w8x1s4hp4",
+				"m128n256k32w8x1s4h": "m128n256k32w8x1s4hp4"}
 			for _, ws := range []bool{false, true} {
 				specializedGathers.Store(ws)
 				for _, mth := range kernels.Maths {

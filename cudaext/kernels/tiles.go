@@ -195,6 +195,9 @@ var HopperTiles = []Tile{
 	{BM: 128, BN: 64, BK: 64, WM: 8, WN: 1, Stages: 8, Hopper: true, Producers: 8},
 	// Two blocks per SM (80 registers per thread).
 	{BM: 128, BN: 64, BK: 64, WM: 8, WN: 1, Stages: 4, Hopper: true, Producers: 4},
+	// The tf32 twin of m128n256k32w8x1s4h (forward, and the input
+	// gradient over the materialised transpose).
+	{BM: 128, BN: 256, BK: 32, WM: 8, WN: 1, Stages: 4, Hopper: true, Producers: 4},
 }
 
 // Name returns the tile's short name, e.g. "m128n64k32w2x2s4"; a Hopper
