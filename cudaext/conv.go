@@ -176,17 +176,10 @@ func hopperDefault(mth kernels.Math, use tileUse, rows, cols, kc int64) string {
 		return gather(256, 128, 0)
 	case use == useGather && cols >= 64 && rows >= hopperNarrowRows:
 		return gather(128, 64, 4)
-	case use == usePairs && rows >= 256 && cols >= 256 && mth.ElemSize() == 2:
+	case use == usePairs && rows >= 256 && cols >= 256:
 		return pick(128, 256, 0, 0, kernels.Pairs)
-	case use == usePairs && rows >= 128 && cols >= 128 && mth.ElemSize() == 2:
-		return pick(128, 128, 6, 0, kernels.Pairs)
-	case use == usePairs && rows >= 128 && cols >= 256:
-		// tf32: the kernels transpose each stage for wgmma; the 128×256
-		// tile (one K-major copy) reads a quarter fewer rows per product
-		// than the 128×128 one.
-		return pick(128, 256, 3, 0, kernels.Pairs)
 	case use == usePairs && rows >= 128 && cols >= 128:
-		return pick(128, 128, 4, 0, kernels.Pairs)
+		return pick(128, 128, 6, 0, kernels.Pairs)
 	case use == usePairs && rows >= 64 && cols >= 64 && rows < 128 && cols < 128:
 		return pick(64, 64, 4, 0, kernels.Pairs)
 	}
@@ -224,10 +217,11 @@ func defaultTiles(mth kernels.Math, use tileUse, rows, cols, kc, sms int64, hopp
 		return []string{pairsWideTile, "m64n64k32w2x2s4", "m128n64k32w2x2s4"}
 	}
 	if use == usePairs && mth == kernels.TF32 && rows >= 128 && cols >= 128 {
-		// The tf32 weight gradient reads two 4-byte rows per pair and
-		// product column block: the 128×128 tile reads half the rows of
-		// the 64×64 one (H200, session 11 call 2, BenchmarkConvTiles:
-		// RES 64 C 1024 3.62 ms against 5.2 in the training step's profile).
+		// The tf32 weight gradient (mma.sync: tf32 wgmma reads K-major
+		// operands only, and kernels that transpose each stage for it were
+		// slower, PERF_NOTES step 24). H200, session 11 call 3,
+		// BenchmarkConvTiles: RES 64 C 1024 3.66 ms against 5.22 for
+		// m64n64k32w2x2s4, RES 256 C 256 3.71 against 5.61.
 		return []string{"m128n128k32w2x4s3", "m128n64k32w2x2s4", "m64n64k32w2x2s4"}
 	}
 	switch {

@@ -419,14 +419,14 @@ func TestDefaultTiles(t *testing.T) {
 			{useGather, 15192, 1024, 1024, "m128n256k64w8x1s4h", "m128n256k32w8x1s4h"},
 			{useGather, 848, 1024, 1024, "m128n256k64w8x1s4h", "m128n256k32w8x1s4h"}, // small M: split-K fills the GPU
 			{useGather, 252392, 256, 256, "m128n256k64w8x1s4h", "m128n256k32w8x1s4h"},
-			{useGather, 252392, 256, 32, "", "m128n256k32w8x1s4h"},                    // 32 channels per tap: half a 16-bit stage
-			{useGather, 1026536, 128, 128, "m256n128k64w16x1s4h", ""},                 // 128 columns: four warpgroups (no tf32 instance)
-			{useGather, 4113056, 64, 64, "m128n64k64w8x1s4h", ""},                     // 64 columns, ≥ hopperNarrowRows rows (no tf32 instance)
-			{useGather, 252392, 64, 64, "", ""},                                       // 64 columns, fewer rows: mma.sync
-			{usePairs, 1024, 1024, 15192, "m128n256k64w8x1s4h", "m128n256k32w8x1s3h"}, // weight gradient: tf32 transposes its stages
-			{usePairs, 256, 256, 252392, "m128n256k64w8x1s4h", "m128n256k32w8x1s3h"},
-			{usePairs, 128, 128, 252392, "m128n128k64w8x1s6h", "m128n128k32w8x1s4h"},
-			{usePairs, 256, 128, 1026536, "m128n128k64w8x1s6h", "m128n128k32w8x1s4h"}, // Co 256, Ci 128
+			{useGather, 252392, 256, 32, "", "m128n256k32w8x1s4h"},    // 32 channels per tap: half a 16-bit stage
+			{useGather, 1026536, 128, 128, "m256n128k64w16x1s4h", ""}, // 128 columns: four warpgroups (no tf32 instance)
+			{useGather, 4113056, 64, 64, "m128n64k64w8x1s4h", ""},     // 64 columns, ≥ hopperNarrowRows rows (no tf32 instance)
+			{useGather, 252392, 64, 64, "", ""},                       // 64 columns, fewer rows: mma.sync
+			{usePairs, 1024, 1024, 15192, "m128n256k64w8x1s4h", ""},   // weight gradient: 16-bit only
+			{usePairs, 256, 256, 252392, "m128n256k64w8x1s4h", ""},
+			{usePairs, 128, 128, 252392, "m128n128k64w8x1s6h", ""},
+			{usePairs, 256, 128, 1026536, "m128n128k64w8x1s6h", ""}, // Co 256, Ci 128
 			{usePairs, 64, 64, 4113056, "m64n64k64w4x1s4h", ""},
 			{usePairs, 64, 128, 4113056, "", ""}, // Co 64, Ci 128: mma.sync
 			{usePairs, 32, 32, 4113056, "", ""},
@@ -458,8 +458,7 @@ func TestDefaultTiles(t *testing.T) {
 			specializedGathers.Store(true)
 		}
 		// A forced Hopper tile: every GEMM takes it in 16 bits; in tf32
-		// the weight gradient takes its default where the tile has no
-		// pairs kernel (the tf32 128×256 tile of three stages);
+		// the weight gradient (no tf32 Hopper pairs kernel) its default;
 		// in an arithmetic it does not serve it is an error naming it.
 		got, err := gpu.chooseTile(Options{Tile: "m128n128k64w8x1s6h"}, kernels.F16, useGather, 10, 64, 64)
 		require.NoError(t, err)
@@ -471,7 +470,7 @@ func TestDefaultTiles(t *testing.T) {
 		got, err = gpu.chooseTile(Options{Tile: "m128n256k32w8x1s4h"}, kernels.TF32, usePairs, 1024, 1024, 15192)
 		gpu.SetTF32(false)
 		require.NoError(t, err)
-		require.Equal(t, "m128n256k32w8x1s3h", got.Name())
+		require.False(t, got.Hopper)
 		_, err = gpu.chooseTile(Options{Tile: "m128n128k64w8x1s6h"}, kernels.TF32, useGather, 10, 64, 64)
 		require.ErrorIs(t, err, sparse.ErrShape)
 		require.ErrorContains(t, err, "m128n128k64w8x1s6h")

@@ -111,15 +111,7 @@ template <Math M_, int BM_, int BN_, int BK_, int WM_, int WN_, int S_, bool H_ 
   static constexpr int kDist = H_ ? S - 2 : S - 1;
   static constexpr int kPairsAStage = H_ ? BK * BM : BK * LdMA;
   static constexpr int kPairsBStage = H_ ? BK * BN : BK * LdMB;
-  // A tf32 Hopper pairs tile (tf32 wgmma reads K-major operands only)
-  // transposes each MN-major stage into a K-major buffer: one of two where
-  // both fit beside the stages, else a single one (then a stage's
-  // transpose waits for the previous stage's wgmma).
-  static constexpr bool kPairsTranspose = H_ && kElem == 4;
-  static constexpr int kPairsKBufs =
-      (S + 2) * (BM + BN) * BK * kElem + 2 * kIdxRing * BK * 4 + 1024 <= 227 * 1024 ? 2 : 1;
-  static constexpr int kPairsKStage = kPairsTranspose ? kPairsKBufs * (BM + BN) * BK : 0;
-  static constexpr int kPairsSmem = (S * (kPairsAStage + kPairsBStage) + kPairsKStage) * kElem + 2 * kIdxRing * BK * 4 + (H_ ? 1024 : 0);
+  static constexpr int kPairsSmem = S * (kPairsAStage + kPairsBStage) * kElem + 2 * kIdxRing * BK * 4 + (H_ ? 1024 : 0);
   // Minimum resident blocks per SM promised to the compiler (launch
   // bounds) for the kernels that need a cap: 8-warp 16-bit tiles whose
   // warp tile holds at most 64 float32 accumulators (MI·NI ≤ 16, e.g.
@@ -136,9 +128,7 @@ template <Math M_, int BM_, int BN_, int BK_, int WM_, int WN_, int S_, bool H_ 
   static_assert(S >= 2, "need at least two pipeline stages");
   static_assert((LdK * kElem) % 16 == 0 && (LdMA * kElem) % 16 == 0 && (LdMB * kElem) % 16 == 0,
                 "shared rows must stay 16-byte aligned");
-  // (A tf32 Hopper tile whose pairs stages do not fit has no pairs kernel:
-  // pairs_gemm asserts its own size.)
-  static_assert(kGatherSmem <= 227 * 1024 && (kPairsSmem <= 227 * 1024 || kPairsTranspose), "too much shared memory");
+  static_assert(kGatherSmem <= 227 * 1024 && kPairsSmem <= 227 * 1024, "too much shared memory");
   static_assert(!H_ || (BK * kElem == 128 && WN == 1 && BM == 16 * WM && BM % 64 == 0 && S >= 3 &&
                         (BN == 128 || BN == 256 || (BN == 64 && kElem == 2)) && M_ != Math::F32),
                 "a Hopper tile has 128-byte K rows, one warp column, a warpgroup per 64 rows, BN 128 or 256 (or 64 in 16 bits)");
@@ -442,10 +432,7 @@ template <class C, int ROWS, int CPR> struct StageCopy {
   // Elements between a thread's consecutive rows in a stage of row pitch
   // ld (padded mma.sync stages) or of 128-byte rows (Hopper).
   __host__ __device__ static constexpr int Dst(int ld) { return C::kHopper ? kDst : kStep * ld; }
-  // (A tf32 pairs tile, which transposes its stages, may take the generic
-  // loops: a 256-column k-line is 64 chunks.)
-  static_assert(!C::kHopper || Fits || C::kPairsTranspose,
-                "StageCopy: rows of at most 32 chunks, split evenly over the threads, 8-row steps");
+  static_assert(!C::kHopper || Fits, "StageCopy: rows of at most 32 chunks, split evenly over the threads, 8-row steps");
 };
 
 // ---- gather family --------------------------------------------------------------
@@ -795,50 +782,23 @@ template <class C, bool WT> __device__ __forceinline__ void gather_gemm(const Ga
 
 // ---- pairs family -----------------------------------------------------------------
 
-// Copies the R × BK operand of an MN-major Hopper pairs stage (mnOff: k
-// lines of 128 bytes along r) into the K-major swizzled layout of wgmma
-// (kOff: R rows of BK = 32 tf32 elements), all threads of the block. Lane
-// l reads the 16-byte chunk of line k = l at rows r … r + 3 and writes its
-// four elements to (r + i, l): the reads of a quarter warp are eight lines
-// of one chunk column (distinct swizzled positions), the writes of a warp
-// are one row's 32 k (one bank each).
-template <class C, int R>
-__device__ __forceinline__ void pairs_transpose(const typename C::T* mn, typename C::T* km, int tid) {
-  static_assert(C::kPairsTranspose && C::BK == 32 && C::kChunk == 4, "tf32 Hopper stages");
-  using T = typename C::T;
-  const int k = tid & 31;
-#pragma unroll
-  for (int c = tid >> 5; c < R / 4; c += C::kThreads / 32) {
-    const int r = 4 * c;
-    const float4 v = *reinterpret_cast<const float4*>(mn + C::mnOff(k, r, 0));
-    km[C::kOff(r, k)] = T(v.x);
-    km[C::kOff(r + 1, k)] = T(v.y);
-    km[C::kOff(r + 2, k)] = T(v.z);
-    km[C::kOff(r + 3, k)] = T(v.w);
-  }
-}
-
 template <class C> __device__ __forceinline__ void pairs_gemm(const PairsParams& p) {
   using T = typename C::T;
   using Raw = typename C::Raw;
-  static_assert(C::kPairsSmem <= 227 * 1024, "too much shared memory for a pairs tile");
-  constexpr bool KT = C::kPairsTranspose;
+  static_assert(!C::kHopper || C::kElem == 2, "Hopper pairs tiles are 16-bit only (tf32 wgmma reads K-major operands)");
   extern __shared__ __align__(16) unsigned char smem[];
   constexpr int ASt = C::kPairsAStage, BSt = C::kPairsBStage;
   // A Hopper tile's stages start at the next 1 KiB boundary.
   unsigned char* base = C::kHopper ? smem + ((1024 - (smem_addr(smem) & 1023)) & 1023) : smem;
   T* As = reinterpret_cast<T*>(base);    // [S][BK][LdMA], Hopper: [S] MN-major swizzled
   T* Bs = As + C::S * ASt;               // [S][BK][LdMB], Hopper: [S] MN-major swizzled
-  // tf32 Hopper: [2] K-major swizzled copies of A ([BM][BK]) and B
-  // ([BN][BK]) for wgmma, 1 KiB aligned (the stages are whole KiB).
-  T* Ks = Bs + C::S * BSt;
   // Pair indices of the iterations in flight: ring of kIdxRing slots of BK
   // entries for ia and for ib. The indices of iteration j travel with the
   // operands of iteration j − (S − 1) (one cp.async group), so when the
   // operands of j are issued their rows are already in shared memory: no
   // global index load stalls the pipeline.
   constexpr int R = C::kIdxRing;
-  int* sIA = reinterpret_cast<int*>(Ks + C::kPairsKStage);  // [R][BK]
+  int* sIA = reinterpret_cast<int*>(Bs + C::S * BSt);  // [R][BK]
   int* sIB = sIA + R * C::BK;                                         // [R][BK]
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -977,9 +937,7 @@ template <class C> __device__ __forceinline__ void pairs_gemm(const PairsParams&
   // Group g holds the operands of iteration g and the indices of
   // iteration g + D (D = kDist stages ahead); the indices of iterations
   // 0 … D − 1 come first, in a group of their own that is waited for.
-  // A transposing tile reads a stage only before its iteration's second
-  // barrier (wgmma reads the K-major copy), so it refills S − 1 ahead.
-  constexpr int D = KT ? C::S - 1 : C::kDist;
+  constexpr int D = C::kDist;
   for (int j = 0; j < D; ++j)
     if (j < nIter) load_idx(t0 + j, j);
   cp_async_commit();
@@ -993,47 +951,21 @@ template <class C> __device__ __forceinline__ void pairs_gemm(const PairsParams&
   }
   for (int it = 0; it < nIter; ++it) {
     cp_async_wait<D - 1>();
-    if constexpr (KT) {
-      // Transposing tile. With one K-major buffer, every warpgroup retires
-      // the previous stage's group before the barrier; with two, buffer
-      // it & 1 was last read by the group of iteration it − 2, retired
-      // (wgmma_wait<1>) before the barrier.
-      constexpr int KB = C::kPairsKBufs;
-      if constexpr (KB == 1) wgmma_wait<0>();
-      __syncthreads();
-      // The refill goes to the stage transposed in the previous
-      // iteration (D = S − 1), so it is issued before this stage's
-      // transpose, which its latency then overlaps.
-      const int nx = it + D;
-      if (nx < nIter) load(t0 + nx, nx % C::S, nx);
-      if (nx + D < nIter) load_idx(t0 + nx + D, nx + D);
-      cp_async_commit();
-      const int s = it % C::S;
-      T* ka = Ks + (KB == 2 ? (it & 1) : 0) * (C::BM + C::BN) * C::BK;
-      T* kb = ka + C::BM * C::BK;
-      pairs_transpose<C, C::BM>(As + s * ASt, ka, tid);
-      pairs_transpose<C, C::BN>(Bs + s * BSt, kb, tid);
-      fence_proxy_async();
-      __syncthreads();
-      wgmma_stage<C, false, false>(&acc[0][0][0], smem_addr(ka + (warp >> 2) * 64 * C::BK), smem_addr(kb), 16, 16);
-      if constexpr (KB == 2) wgmma_wait<1>();
-    } else {
-      if constexpr (C::kHopper) fence_proxy_async();
-      __syncthreads();
-      const int s = it % C::S;
-      if constexpr (C::kHopper)
-        // Warpgroup warp/4 multiplies output rows 64·(warp/4) …: the
-        // second 64-element block of the MN-major A stage.
-        wgmma_stage<C, true, true>(&acc[0][0][0], smem_addr(As + s * ASt + (warp >> 2) * 64 * C::BK),
-                                   smem_addr(Bs + s * BSt), C::kMnLbo, C::kMnLbo);
-      else
-        warp_mma<C, false, false>(acc, As + s * ASt + wm * C::WTM, Bs + s * BSt + wn * C::WTN, C::LdMA, C::LdMB, lane);
-      const int nx = it + D;
-      if (nx < nIter) load(t0 + nx, nx % C::S, nx);
-      if (nx + D < nIter) load_idx(t0 + nx + D, nx + D);
-      cp_async_commit();
-      if constexpr (C::kHopper) wgmma_wait<1>();
-    }
+    if constexpr (C::kHopper) fence_proxy_async();
+    __syncthreads();
+    const int s = it % C::S;
+    if constexpr (C::kHopper)
+      // Warpgroup warp/4 multiplies output rows 64·(warp/4) …: the
+      // second 64-element block of the MN-major A stage.
+      wgmma_stage<C, true, true>(&acc[0][0][0], smem_addr(As + s * ASt + (warp >> 2) * 64 * C::BK),
+                                 smem_addr(Bs + s * BSt), C::kMnLbo, C::kMnLbo);
+    else
+      warp_mma<C, false, false>(acc, As + s * ASt + wm * C::WTM, Bs + s * BSt + wn * C::WTN, C::LdMA, C::LdMB, lane);
+    const int nx = it + D;
+    if (nx < nIter) load(t0 + nx, nx % C::S, nx);
+    if (nx + D < nIter) load_idx(t0 + nx + D, nx + D);
+    cp_async_commit();
+    if constexpr (C::kHopper) wgmma_wait<1>();
   }
   cp_async_wait<0>();
   if constexpr (C::kHopper) wgmma_wait<0>();

@@ -6,7 +6,3 @@
 FG_GATHER_H_KERNEL(spconv_gather_tf32_m128n256k32w8x1s4h, fg::Math::TF32, 128, 256, 32, 8, 1, 4, 202272)
 FG_GATHER_H_KERNEL(spconv_gather_tf32_m128n128k32w8x1s6h, fg::Math::TF32, 128, 128, 32, 8, 1, 6, 204336)
 FG_GATHER_WS_KERNEL(spconv_gather_tf32_m128n256k32w8x1s4hp4, fg::Math::TF32, 128, 256, 32, 8, 4, 4, 1, 212140)
-FG_GATHER_H_KERNEL(spconv_gather_tf32_m128n128k32w8x1s4h, fg::Math::TF32, 128, 128, 32, 8, 1, 4, 136736)
-FG_PAIRS_H_KERNEL(spconv_pairs_tf32_m128n128k32w8x1s4h, fg::Math::TF32, 128, 128, 32, 8, 1, 4, 199680)
-FG_GATHER_H_KERNEL(spconv_gather_tf32_m128n256k32w8x1s3h, fg::Math::TF32, 128, 256, 32, 8, 1, 3, 152088)
-FG_PAIRS_H_KERNEL(spconv_pairs_tf32_m128n256k32w8x1s3h, fg::Math::TF32, 128, 256, 32, 8, 1, 3, 199168)

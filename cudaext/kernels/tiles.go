@@ -198,12 +198,6 @@ var HopperTiles = []Tile{
 	// The tf32 twin of m128n256k32w8x1s4h (forward, and the input
 	// gradient over the materialised transpose).
 	{BM: 128, BN: 256, BK: 32, WM: 8, WN: 1, Stages: 4, Hopper: true, Producers: 4},
-	// The tf32 weight gradient (its kernel transposes every stage for
-	// wgmma): 128×128 with four stages and two K-major copies, 128×256
-	// with three stages and one (the tiles above have no tf32 pairs
-	// kernel: too little shared memory left).
-	{BM: 128, BN: 128, BK: 32, WM: 8, WN: 1, Stages: 4, Hopper: true},
-	{BM: 128, BN: 256, BK: 32, WM: 8, WN: 1, Stages: 3, Hopper: true},
 }
 
 // Name returns the tile's short name, e.g. "m128n64k32w2x2s4"; a Hopper
@@ -238,30 +232,11 @@ func (t Tile) Supports(m Math) bool {
 	return !t.Narrow || m.ElemSize() == 2
 }
 
-// PairsKBuffers returns the K-major stage copies of the tf32 pairs kernel
-// of Hopper tile t (fg::TileCfg::kPairsKBufs): two where they fit beside
-// the stages, so one stage's transpose overlaps the previous stage's
-// wgmma, else one.
-func PairsKBuffers(t Tile) int {
-	if (t.Stages+2)*(t.BM+t.BN)*t.BK*TF32.ElemSize()+2*2*t.Stages*t.BK*4+1024 <= 227*1024 {
-		return 2
-	}
-	return 1
-}
-
 // Has reports whether the tile has a kernel of family f in arithmetic m:
-// Supports(m), and for a Hopper tile in the pairs family a 16-bit m or,
-// in TF32, pairs stages and their K-major copies within the shared memory
-// (tf32 wgmma reads K-major operands, so the tf32 pairs kernel transposes
-// each MN-major stage). A warp-specialised tile has gather kernels only.
+// Supports(m), and for a Hopper tile in the pairs family a 16-bit m.
+// A warp-specialised tile has gather kernels only.
 func (t Tile) Has(f Family, m Math) bool {
-	if !t.Supports(m) || (f == Pairs && t.Producers > 0) {
-		return false
-	}
-	if f == Gather || t.readsMNMajor(m) {
-		return true
-	}
-	return m == TF32 && SmemBytes(Pairs, m, t) <= 227*1024
+	return t.Supports(m) && (f == Gather || (t.readsMNMajor(m) && t.Producers == 0))
 }
 
 // HasTransposed reports whether the gather kernel reading the weight
@@ -371,13 +346,7 @@ func SmemBytes(f Family, m Math, t Tile) int {
 		if f == Gather {
 			return t.Stages*(t.BM+t.BN)*t.BK*esz + 4*t.BM + 4*2*t.Stages*(t.BM+1) + 1024
 		}
-		// Pairs: a tf32 tile also holds K-major copies of a stage, two
-		// where they fit, else one (fg::TileCfg::kPairsKStage).
-		kStage := 0
-		if m == TF32 {
-			kStage = PairsKBuffers(t) * (t.BM + t.BN) * t.BK * esz
-		}
-		return t.Stages*(t.BM+t.BN)*t.BK*esz + kStage + 2*2*t.Stages*t.BK*4 + 1024
+		return t.Stages*(t.BM+t.BN)*t.BK*esz + 2*2*t.Stages*t.BK*4 + 1024
 	}
 	if f == Gather {
 		ldk := t.BK + chunk
