@@ -13,9 +13,9 @@ type Math int
 const (
 	// F32 stores float32 and multiplies with SIMT FMA (IEEE float32).
 	F32 Math = iota
-	// TF32 stores float32 and multiplies on tensor cores after rounding
-	// the operands to tf32 (mma.sync m16n8k8); the Hopper tiles' wgmma
-	// reads the float32 operands and uses their tf32 bits (truncation).
+	// TF32 stores float32 and multiplies on tensor cores (mma.sync
+	// m16n8k8, wgmma on Hopper tiles) the operands' tf32 bits: the
+	// float32 values truncated to 10 mantissa bits.
 	TF32
 	// F16 stores IEEE half and multiplies on tensor cores (m16n8k16).
 	F16
