@@ -398,6 +398,21 @@ func balancedPairsSplits(t kernels.Tile, tiles, taps, longest, total, outElems, 
 	return int(s), max(chunk, ceilDiv(longest, s))
 }
 
+// capBalancedSplits bounds a balanced split (splits slices of chunk
+// steps, the longest tap longest steps) so that its float32 partials of
+// outElems elements each take at most maxBytes, growing chunk to match:
+// splits = 1 and chunk = 0 (no split) where even two slices would not fit.
+func capBalancedSplits(splits int, chunk, longest, outElems, maxBytes int64) (int, int64) {
+	if splits <= 1 || outElems <= 0 {
+		return splits, chunk
+	}
+	s := min(int64(splits), maxBytes/(4*outElems))
+	if s <= 1 {
+		return 1, 0
+	}
+	return int(s), max(chunk, ceilDiv(longest, s))
+}
+
 // windowPairsSplits is the split-K factor that gives the per-tap weight
 // gradient over rows rows (output rows of the map, whose pair lists are in
 // row order) DRAM locality: every tap's list split evenly into s slices
@@ -596,6 +611,16 @@ func (e *Engine) runPairs(j pairsJob) error {
 		} else {
 			longest, total := j.stats.itersOf(int64(t.BK))
 			splits, chunk = balancedPairsSplits(t, tiles, j.V, longest, total, j.M*j.V*j.N, int64(d.info.SMs))
+			if j.math.ElemSize() == 4 {
+				// 4-byte operands: float32 partials as large as the
+				// operands lifted the training step's peak above
+				// FlexGEMM's (tf32 (64, 1024, 2) with the balanced split
+				// of the 128×128 tile: 0.87 against 0.77 GiB, session 11
+				// call 5), so they get the window split's cap, half the
+				// operands.
+				operands := j.K * (j.M + j.N) * 4
+				splits, chunk = capBalancedSplits(splits, chunk, longest, j.M*j.V*j.N, operands/2)
+			}
 		}
 	default:
 		splits = e.choosePairsSplits(j.userSplits, t, tiles*j.V, ceilDiv(j.maxPairs, int64(t.BK)), j.M*j.V*j.N)

@@ -1197,3 +1197,31 @@ func TestBalancedPairsSplits(t *testing.T) {
 	require.Equal(t, 8, s)
 	require.Equal(t, int64(132), chunk)
 }
+
+// TestCapBalancedSplits checks the partials cap of the 4-byte weight
+// gradients: slices cut to what maxBytes holds, chunk grown so the longest
+// tap still fits, no split where two slices would not fit.
+func TestCapBalancedSplits(t *testing.T) {
+	const out = 27 * 1024 * 1024 // tf32 (64, 1024, 2): Co·V·Ci
+	for _, tc := range []struct {
+		splits         int
+		chunk, longest int64
+		maxBytes       int64
+		wantS          int
+		wantChunk      int64
+	}{
+		{3, 182, 475, 62 << 20, 1, 0},      // RES 64 C 1024 tf32: half the operands hold one slice
+		{3, 182, 475, 12 * out, 3, 182},    // room for all three
+		{3, 182, 475, 2*4*out + 1, 2, 238}, // two slices: chunk grows to ⌈475/2⌉
+		{1, 0, 475, 1 << 40, 1, 0},         // no split stays none
+		{5, 10, 50, 0, 1, 0},               // no room at all
+	} {
+		s, chunk := capBalancedSplits(tc.splits, tc.chunk, tc.longest, out, tc.maxBytes)
+		require.Equal(t, tc.wantS, s, "%+v", tc)
+		require.Equal(t, tc.wantChunk, chunk, "%+v", tc)
+		if s > 1 {
+			require.GreaterOrEqual(t, int64(s)*chunk, tc.longest)
+			require.LessOrEqual(t, int64(s)*4*out, tc.maxBytes)
+		}
+	}
+}
