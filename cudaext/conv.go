@@ -152,8 +152,8 @@ func hopperDefault(mth kernels.Math, use tileUse, rows, cols, kc int64) string {
 	// specializedProducers producer warps where the table has one and
 	// specializedGathers is on, else the plain tile. The 128×256 tiles
 	// (16-bit and tf32) and the two-blocks-per-SM 128×64 tile have such
-	// twins (tf32, session 11 call 1: inference RES 64 C 1024 5.83 → 5.30
-	// ms, RES 256 C 256 4.48 → 4.13); the 256×128 tile of
+	// twins (tf32, session 11 calls 1–2: inference steps (64, 1024, 2)
+	// 5.8 → 5.3 ms, (256, 256, 2) 4.5 → 4.1); the 256×128 tile of
 	// 128–255 columns has none (H200, session 9 call 4, BenchmarkConvTiles,
 	// forward / input gradient ms: RES 32 C 1024 0.403 → 0.337 / 0.417 →
 	// 0.358, RES 64 C 1024 1.261 → 1.141 / 1.352 → 1.184, RES 128 C 512
