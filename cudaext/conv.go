@@ -221,7 +221,8 @@ func defaultTiles(mth kernels.Math, use tileUse, rows, cols, kc, sms int64, hopp
 		// operands only, and kernels that transpose each stage for it were
 		// slower, PERF_NOTES step 24). H200, session 11 call 3,
 		// BenchmarkConvTiles: RES 64 C 1024 3.66 ms against 5.22 for
-		// m64n64k32w2x2s4, RES 256 C 256 3.71 against 5.61.
+		// m64n64k32w2x2s4, RES 256 C 256 3.71 against 5.61 (3.32 and 3.35
+		// since the tf32 operands are no longer rounded, step 25).
 		return []string{"m128n128k32w2x4s3", "m128n64k32w2x2s4", "m64n64k32w2x2s4"}
 	}
 	switch {
