@@ -25,7 +25,8 @@
 # (140), OURS_EXTRA_TIMEOUT (40), FLEX_FP16_TIMEOUT (150), FLEX_CFG_TIMEOUT
 # (60: each fp16 config the grid step did not reach, rerun on its own),
 # FLEX_BF16_TIMEOUT (50), FLEX_TF32_TIMEOUT (90), OURS_KMAP_CPU_TIMEOUT (30), GRID and PAIR
-# (config lists), KMAP_CPU=0 skips the host-map runs, FLEX=0 skips
+# (config lists; unset: the defaults below, empty: none, so GRID= PAIR=256,256,2 runs that one
+# config's tf32 and bf16 rows alone), KMAP_CPU=0 skips the host-map runs, FLEX=0 skips
 # FlexGEMM.
 set -o pipefail
 if [[ "${1:-}" == build ]]; then
@@ -44,8 +45,8 @@ fi
 cd "$(dirname "$0")/.." || exit 1
 OUT=${OUT:-/tmp/flexgemm-bench}; mkdir -p "$OUT"
 BUDGET=${BUDGET:-440}
-GRID=${GRID:-"8,1024,16 16,1024,8 32,1024,4 64,1024,2 128,512,2 256,256,2 512,128,2 1024,64,2"}
-PAIR=${PAIR:-"64,1024,2;256,256,2"}
+GRID=${GRID-"8,1024,16 16,1024,8 32,1024,4 64,1024,2 128,512,2 256,256,2 512,128,2 1024,64,2"}
+PAIR=${PAIR-"64,1024,2;256,256,2"}
 BENCH=.gpu/bench
 ALGO=masked_implicit_gemm_splitk # FlexGEMM's MASKED_IMPLICIT_GEMM_SPLITK
 
@@ -86,7 +87,7 @@ if [[ -x $BENCH ]]; then
     step "ours fp16 $cfg" "$t" "$OUT/ours.log" \
       $BENCH -device cuda -cfgs "$cfg" -dtypes fp16 -algo $ALGO -o "$OUT/ours.jsonl"
   done
-  step "ours tf32,bf16 $PAIR" "${OURS_EXTRA_TIMEOUT:-40}" "$OUT/ours.log" \
+  [[ -n $PAIR ]] && step "ours tf32,bf16 $PAIR" "${OURS_EXTRA_TIMEOUT:-40}" "$OUT/ours.log" \
     $BENCH -device cuda -cfgs "$PAIR" -dtypes tf32,bf16 -algo $ALGO -o "$OUT/ours.jsonl"
   grep -E "^bench: failed|panic" "$OUT/ours.log" | head -20
 else
@@ -116,18 +117,20 @@ PY
 if [[ "${FLEX:-1}" == 1 && -f .anchor/flexgemm_bench.py ]]; then
   mkdir -p ~/.flex_gemm && cp .anchor/flexgemm_autotune_h200.json ~/.flex_gemm/autotune_cache.json
   export PYTHONUNBUFFERED=1
-  step "flexgemm fp16 grid" "${FLEX_FP16_TIMEOUT:-150}" "$OUT/flexgemm.log" \
-    python3 .anchor/flexgemm_bench.py "$OUT/flexgemm.jsonl" fp16
+  [[ -n $GRID ]] && step "flexgemm fp16 grid" "${FLEX_FP16_TIMEOUT:-150}" "$OUT/flexgemm.log" \
+    env CFGS="${GRID// /;}" python3 .anchor/flexgemm_bench.py "$OUT/flexgemm.jsonl" fp16
   # A grid cut short (cold Triton compiles can take minutes) is finished
   # one config per process, each under FLEX_CFG_TIMEOUT, budget permitting.
   for cfg in $(flex_missing fp16 $GRID); do
     step "flexgemm fp16 $cfg (missing from the grid)" "${FLEX_CFG_TIMEOUT:-60}" "$OUT/flexgemm.log" \
       env CFGS="$cfg" python3 .anchor/flexgemm_bench.py "$OUT/flexgemm.jsonl" fp16
   done
-  step "flexgemm bf16 $PAIR" "${FLEX_BF16_TIMEOUT:-50}" "$OUT/flexgemm.log" \
-    env CFGS="$PAIR" python3 .anchor/flexgemm_bench.py "$OUT/flexgemm.jsonl" bf16
-  step "flexgemm tf32 $PAIR (not pre-tuned: autotunes)" "${FLEX_TF32_TIMEOUT:-90}" "$OUT/flexgemm.log" \
-    env CFGS="$PAIR" python3 .anchor/flexgemm_bench.py "$OUT/flexgemm.jsonl" tf32
+  if [[ -n $PAIR ]]; then
+    step "flexgemm bf16 $PAIR" "${FLEX_BF16_TIMEOUT:-50}" "$OUT/flexgemm.log" \
+      env CFGS="$PAIR" python3 .anchor/flexgemm_bench.py "$OUT/flexgemm.jsonl" bf16
+    step "flexgemm tf32 $PAIR (not pre-tuned: autotunes)" "${FLEX_TF32_TIMEOUT:-90}" "$OUT/flexgemm.log" \
+      env CFGS="$PAIR" python3 .anchor/flexgemm_bench.py "$OUT/flexgemm.jsonl" tf32
+  fi
   grep -E "Error|Traceback|error:" "$OUT/flexgemm.log" | head -10
 else
   echo "== flexgemm: skipped (FLEX=0 or .anchor/ not carried)"
@@ -135,7 +138,7 @@ fi
 
 # 3. Ours with kernel maps built on the host, with what is left of the
 # budget: how much the GPU map builder saves.
-if [[ -x $BENCH && "${KMAP_CPU:-1}" == 1 ]]; then
+if [[ -x $BENCH && "${KMAP_CPU:-1}" == 1 && -n $PAIR ]]; then
   step "ours fp16 $PAIR, kernel maps built on the host" "${OURS_KMAP_CPU_TIMEOUT:-30}" "$OUT/ours.log" \
     $BENCH -device cuda -kmap cpu -impl flexgemm-go/kmap-cpu -cfgs "$PAIR" -dtypes fp16 -algo $ALGO -o "$OUT/ours.jsonl"
 fi
