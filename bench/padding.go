@@ -20,7 +20,11 @@ import (
 // only: the maps are built by package kmap (the GPU builds the same maps
 // and the same Gray order on the device). With -regroup W it also reports
 // the padding of an experimental greedy regrouping of that order into
-// tiles (regroupTiles), which no engine uses yet; with -wgrad G,… the
+// tiles (regroupTiles), which no engine uses yet, and with -windows the
+// same greedy within disjoint windows of W rows (regroupWindows, as one GPU
+// block per window would run it); with -taporder the padding of the Gray
+// order with the taps read in another significance order
+// (balancedTapOrder); with -wgrad G,… the
 // products and rows read of a multi-tap weight gradient over the Gray order
 // (multiTapTraffic, a design) relative to the pairs kernels.
 func paddingMain(args []string, stdout, stderr io.Writer) error {
@@ -29,6 +33,8 @@ func paddingMain(args []string, stdout, stderr io.Writer) error {
 	res := fs.String("res", "8,16,32,64,128,256,512,1024", "sphere-shell resolutions")
 	rows := fs.String("rows", "64,128,256", "tile heights (BM) to report")
 	regroup := fs.Int("regroup", 0, "also report the padding after a greedy regrouping of the Gray order into tiles, each row chosen among the next `W` rows (0: off; maps of at most 2^19 rows)")
+	windows := fs.Bool("windows", false, "with -regroup W: regroup each window of W rows of the Gray order on its own instead of a sliding window")
+	tapOrder := fs.Bool("taporder", false, "also report the padding of the Gray order with the taps that split the rows least evenly in the low bits of the key")
 	wgrad := fs.String("wgrad", "", "also report, for these tap-group sizes `G,…`, the rows a multi-tap weight gradient over the Gray order would read, relative to the pairs kernels (multiTapTraffic)")
 	wgradRows := fs.Int("wgradrows", 32, "rows per K slab of the multi-tap weight gradient (-wgrad)")
 	if err := fs.Parse(args); err != nil {
@@ -64,9 +70,21 @@ func paddingMain(args []string, stdout, stderr io.Writer) error {
 	for _, bm := range bms {
 		cols = append(cols, fmt.Sprintf("padding BM %d", bm))
 	}
+	if *windows && *regroup == 0 {
+		return errors.New("-windows needs -regroup W")
+	}
 	if *regroup > 0 {
+		name := "regrouped"
+		if *windows {
+			name = fmt.Sprintf("regrouped in windows of %d", *regroup)
+		}
 		for _, bm := range bms {
-			cols = append(cols, fmt.Sprintf("regrouped BM %d", bm))
+			cols = append(cols, fmt.Sprintf("%s BM %d", name, bm))
+		}
+	}
+	if *tapOrder {
+		for _, bm := range bms {
+			cols = append(cols, fmt.Sprintf("balanced tap order BM %d", bm))
 		}
 	}
 	if len(groups) > 0 {
@@ -93,8 +111,21 @@ func paddingMain(args []string, stdout, stderr io.Writer) error {
 					continue
 				}
 				ms := m.Masked()
-				w := orderWork(ms, regroupTiles(ms, bm, *regroup), bm)
-				fmt.Fprintf(stdout, " %.2f× |", float64(w)/float64(st.Pairs))
+				order := regroupTiles(ms, bm, *regroup)
+				if *windows {
+					order = regroupWindows(ms, bm, *regroup)
+				}
+				fmt.Fprintf(stdout, " %.2f× |", float64(orderWork(ms, order, bm))/float64(st.Pairs))
+			}
+		}
+		if *tapOrder {
+			order, ok := balancedTapOrder(m.Masked())
+			for _, bm := range bms {
+				if !ok || st.Pairs == 0 {
+					fmt.Fprintf(stdout, " – |")
+					continue
+				}
+				fmt.Fprintf(stdout, " %.2f× |", float64(orderWork(m.Masked(), order, bm))/float64(st.Pairs))
 			}
 		}
 		if len(groups) > 0 {

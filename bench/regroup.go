@@ -1,7 +1,9 @@
 package main
 
 import (
+	"cmp"
 	"math/bits"
+	"slices"
 
 	"github.com/flexgemm-go/flexgemm/sparse/kmap"
 )
@@ -71,4 +73,65 @@ func regroupTiles(ms *kmap.Masked, bm, window int) []int32 {
 // Tiles(bm).Work of the same masks in that order.
 func orderWork(ms *kmap.Masked, order []int32, bm int) int64 {
 	return (&kmap.Masked{V: ms.V, Words: ms.Words, Mask: ms.Mask, Order: order}).Tiles(bm).Work
+}
+
+// regroupWindows is regroupTiles applied to each window of window rows of
+// the Gray order on its own (the last window may be shorter): the rows of a
+// window are regrouped among themselves, as one GPU block per window would
+// do it. An experiment of `bench padding -regroup W -windows`.
+func regroupWindows(ms *kmap.Masked, bm, window int) []int32 {
+	out := make([]int32, 0, len(ms.Order))
+	for s := 0; s < len(ms.Order); s += window {
+		sub := &kmap.Masked{V: ms.V, Words: ms.Words, Mask: ms.Mask, Order: ms.Order[s:min(s+window, len(ms.Order))]}
+		out = append(out, regroupTiles(sub, bm, window)...)
+	}
+	return out
+}
+
+// balancedTapOrder is an experiment of `bench padding -taporder`: the rows
+// of ms sorted stably by the Gray rank of their masks read with the taps
+// in another significance order — the taps that split the rows least
+// evenly (|2·rows with the tap − all rows| largest; ties by tap) in the low
+// bits, the most even in the high bits — instead of the table's order
+// (kmap.Masked.Order). ok is false for masks of more than one word.
+func balancedTapOrder(ms *kmap.Masked) (order []int32, ok bool) {
+	if ms.Words != 1 {
+		return nil, false
+	}
+	n := len(ms.Order)
+	count := make([]int, ms.V)
+	for _, m := range ms.Mask {
+		for v := range ms.V {
+			count[v] += int(m >> uint(v) & 1)
+		}
+	}
+	taps := make([]int, ms.V) // taps[b]: the tap read as bit b
+	for v := range taps {
+		taps[v] = v
+	}
+	uneven := func(v int) int { return max(2*count[v]-n, n-2*count[v]) }
+	slices.SortStableFunc(taps, func(a, b int) int { return uneven(b) - uneven(a) })
+	rank := make([]uint64, n)
+	for r, m := range ms.Mask {
+		var g uint64
+		for b, v := range taps {
+			g |= (m >> uint(v) & 1) << uint(b)
+		}
+		rank[r] = grayRank64(g)
+	}
+	order = make([]int32, n)
+	for i := range order {
+		order[i] = int32(i)
+	}
+	slices.SortStableFunc(order, func(a, b int32) int { return cmp.Compare(rank[a], rank[b]) })
+	return order, true
+}
+
+// grayRank64 returns the rank of the Gray code g in the reflected binary
+// Gray sequence: bit j of the rank is the XOR of the bits ≥ j of g.
+func grayRank64(g uint64) uint64 {
+	for s := uint(1); s < 64; s <<= 1 {
+		g ^= g >> s
+	}
+	return g
 }
