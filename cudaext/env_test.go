@@ -10,52 +10,48 @@ import (
 
 // TestBrickMinRowsFromEnv checks the parsing of EnvBrickMinRows.
 func TestBrickMinRowsFromEnv(t *testing.T) {
-	for _, tc := range []struct {
-		value string
-		set   bool
-		want  int
-		bad   bool
-	}{
+	checkEnvParse(t, EnvBrickMinRows, brickMinRowsFromEnv, []envCase[int]{
 		{set: false, want: brickMinRows},
 		{value: "", set: true, want: brickMinRows},
 		{value: "0", set: true, want: 0},
 		{value: "262144", set: true, want: 262144},
 		{value: "-1", set: true, bad: true},
 		{value: "1e6", set: true, bad: true},
-	} {
-		t.Run(fmt.Sprintf("%v=%q", tc.set, tc.value), func(t *testing.T) {
-			setEnv(t, EnvBrickMinRows, tc.value, tc.set)
-			got, err := brickMinRowsFromEnv()
-			if tc.bad {
-				require.ErrorContains(t, err, EnvBrickMinRows)
-				return
-			}
-			require.NoError(t, err)
-			require.Equal(t, tc.want, got)
-		})
-	}
+	})
 }
 
 // TestSpecializedGathersFromEnv checks the parsing of EnvSpecializedGathers.
 func TestSpecializedGathersFromEnv(t *testing.T) {
-	for _, tc := range []struct {
-		value string
-		set   bool
-		want  bool
-		bad   bool
-	}{
+	checkEnvParse(t, EnvSpecializedGathers, specializedGathersFromEnv, []envCase[bool]{
 		{set: false, want: true},
 		{value: "", set: true, want: true},
 		{value: "1", set: true, want: true},
 		{value: "0", set: true, want: false},
 		{value: "yes", set: true, bad: true},
 		{value: "2", set: true, bad: true},
-	} {
+	})
+}
+
+// envCase is one setting of an environment variable: its value (set:
+// whether it is set at all) and what the parser returns, or bad: an error
+// naming the variable.
+type envCase[T any] struct {
+	value string
+	set   bool
+	want  T
+	bad   bool
+}
+
+// checkEnvParse runs parse under each case's setting of key, one subtest
+// per case.
+func checkEnvParse[T any](t *testing.T, key string, parse func() (T, error), cases []envCase[T]) {
+	t.Helper()
+	for _, tc := range cases {
 		t.Run(fmt.Sprintf("%v=%q", tc.set, tc.value), func(t *testing.T) {
-			setEnv(t, EnvSpecializedGathers, tc.value, tc.set)
-			got, err := specializedGathersFromEnv()
+			setEnv(t, key, tc.value, tc.set)
+			got, err := parse()
 			if tc.bad {
-				require.ErrorContains(t, err, EnvSpecializedGathers)
+				require.ErrorContains(t, err, key)
 				return
 			}
 			require.NoError(t, err)
