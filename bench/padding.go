@@ -22,9 +22,7 @@ import (
 // the padding of an experimental greedy regrouping of that order into
 // tiles (regroupTiles), which no engine uses yet, and with -windows the
 // same greedy within disjoint windows of W rows (regroupWindows, as one GPU
-// block per window would run it); with -taporder the padding of the Gray
-// order with the taps read in another significance order
-// (balancedTapOrder); with -wgrad G,… the
+// block per window would run it); with -wgrad G,… the
 // products and rows read of a multi-tap weight gradient over the Gray order
 // (multiTapTraffic, a design) relative to the pairs kernels.
 func paddingMain(args []string, stdout, stderr io.Writer) error {
@@ -34,7 +32,6 @@ func paddingMain(args []string, stdout, stderr io.Writer) error {
 	rows := fs.String("rows", "64,128,256", "tile heights (BM) to report")
 	regroup := fs.Int("regroup", 0, "also report the padding after a greedy regrouping of the Gray order into tiles, each row chosen among the next `W` rows (0: off; maps of at most 2^19 rows)")
 	windows := fs.Bool("windows", false, "with -regroup W: regroup each window of W rows of the Gray order on its own instead of a sliding window")
-	tapOrder := fs.Bool("taporder", false, "also report the padding of the Gray order with the taps that split the rows least evenly in the low bits of the key")
 	wgrad := fs.String("wgrad", "", "also report, for these tap-group sizes `G,…`, the rows a multi-tap weight gradient over the Gray order would read, relative to the pairs kernels (multiTapTraffic)")
 	wgradRows := fs.Int("wgradrows", 32, "rows per K slab of the multi-tap weight gradient (-wgrad)")
 	if err := fs.Parse(args); err != nil {
@@ -82,11 +79,6 @@ func paddingMain(args []string, stdout, stderr io.Writer) error {
 			cols = append(cols, fmt.Sprintf("%s BM %d", name, bm))
 		}
 	}
-	if *tapOrder {
-		for _, bm := range bms {
-			cols = append(cols, fmt.Sprintf("balanced tap order BM %d", bm))
-		}
-	}
 	if len(groups) > 0 {
 		cols = append(cols, fmt.Sprintf("wgrad products, %d-row slabs", *wgradRows))
 		for _, g := range groups {
@@ -116,16 +108,6 @@ func paddingMain(args []string, stdout, stderr io.Writer) error {
 					order = regroupWindows(ms, bm, *regroup)
 				}
 				fmt.Fprintf(stdout, " %.2f× |", float64(orderWork(ms, order, bm))/float64(st.Pairs))
-			}
-		}
-		if *tapOrder {
-			order, ok := balancedTapOrder(m.Masked())
-			for _, bm := range bms {
-				if !ok || st.Pairs == 0 {
-					fmt.Fprintf(stdout, " – |")
-					continue
-				}
-				fmt.Fprintf(stdout, " %.2f× |", float64(orderWork(m.Masked(), order, bm))/float64(st.Pairs))
 			}
 		}
 		if len(groups) > 0 {

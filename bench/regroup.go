@@ -1,9 +1,7 @@
 package main
 
 import (
-	"cmp"
 	"math/bits"
-	"slices"
 
 	"github.com/flexgemm-go/flexgemm/sparse/kmap"
 )
@@ -86,52 +84,4 @@ func regroupWindows(ms *kmap.Masked, bm, window int) []int32 {
 		out = append(out, regroupTiles(sub, bm, window)...)
 	}
 	return out
-}
-
-// balancedTapOrder is an experiment of `bench padding -taporder`: the rows
-// of ms sorted stably by the Gray rank of their masks read with the taps
-// in another significance order — the taps that split the rows least
-// evenly (|2·rows with the tap − all rows| largest; ties by tap) in the low
-// bits, the most even in the high bits — instead of the table's order
-// (kmap.Masked.Order). ok is false for masks of more than one word.
-func balancedTapOrder(ms *kmap.Masked) (order []int32, ok bool) {
-	if ms.Words != 1 {
-		return nil, false
-	}
-	n := len(ms.Order)
-	count := make([]int, ms.V)
-	for _, m := range ms.Mask {
-		for v := range ms.V {
-			count[v] += int(m >> uint(v) & 1)
-		}
-	}
-	taps := make([]int, ms.V) // taps[b]: the tap read as bit b
-	for v := range taps {
-		taps[v] = v
-	}
-	uneven := func(v int) int { return max(2*count[v]-n, n-2*count[v]) }
-	slices.SortStableFunc(taps, func(a, b int) int { return uneven(b) - uneven(a) })
-	rank := make([]uint64, n)
-	for r, m := range ms.Mask {
-		var g uint64
-		for b, v := range taps {
-			g |= (m >> uint(v) & 1) << uint(b)
-		}
-		rank[r] = grayRank64(g)
-	}
-	order = make([]int32, n)
-	for i := range order {
-		order[i] = int32(i)
-	}
-	slices.SortStableFunc(order, func(a, b int32) int { return cmp.Compare(rank[a], rank[b]) })
-	return order, true
-}
-
-// grayRank64 returns the rank of the Gray code g in the reflected binary
-// Gray sequence: bit j of the rank is the XOR of the bits ≥ j of g.
-func grayRank64(g uint64) uint64 {
-	for s := uint(1); s < 64; s <<= 1 {
-		g ^= g >> s
-	}
-	return g
 }

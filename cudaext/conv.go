@@ -476,6 +476,7 @@ type gatherJob struct {
 	wt                     bool   // w is stored [Kc, V, N]: read transposed (input gradient)
 	mirror                 bool   // table tap v multiplies weight tap V−1−v (submanifold input gradient over Nbr)
 	order, tileSeg, tileTp devPtr // masked, or 0
+	tileSched              devPtr // masked: the row tiles' launch order, or 0 (index order)
 	M, N, Kc, V            int64
 	splitAlg               bool // split-K algorithm (splits chosen here)
 	userSplits             int
@@ -509,7 +510,7 @@ func (e *Engine) runGather(j gatherJob) error {
 	p := gatherParams{
 		X: uint64(d.addr(j.in)), W: uint64(d.addr(j.w)), Bias: uint64(j.bias), Y: uint64(j.out.ptr),
 		Tbl: uint64(j.tbl), Order: uint64(j.order), TileSeg: uint64(j.tileSeg), TileTap: uint64(j.tileTp),
-		M: j.M, N: j.N, Kc: j.Kc, V: j.V, Splits: int64(splits),
+		TileSched: uint64(j.tileSched), M: j.M, N: j.N, Kc: j.Kc, V: j.V, Splits: int64(splits),
 	}
 	if (j.Kc*esz)%16 == 0 && (!j.wt || (j.N*esz)%16 == 0) {
 		p.Vec = 1
@@ -848,7 +849,7 @@ func (e *Engine) gatherInput(j *gatherJob, m *kmap.Map, reverse bool, alg sparse
 			return err
 		}
 		e.dropMasks(m, reverse && !mirror)
-		j.order, j.tileSeg, j.tileTp = mt.order, mt.seg, mt.taps
+		j.order, j.tileSeg, j.tileTp, j.tileSched = mt.order, mt.seg, mt.taps, mt.sched
 	}
 	return nil
 }

@@ -42,6 +42,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/bits"
 	"slices"
 	"unsafe"
 
@@ -79,13 +80,14 @@ type devMap struct {
 	V         int
 	out       rawBuf // generated output coordinates [nOut, 4] (strided without given outputs, transposed)
 	nbr, rev  rawBuf
-	// From the brick search: Nbr's tap masks [nOut] uint64 and their Gray
-	// ranks [nOut] uint32 (masks_build's), for the Gray order (grayTablesFor).
-	mask, rank rawBuf
+	// From the brick search: Nbr's tap masks [nOut] uint64 and the rows of
+	// each tap [V] uint32 (masks_build's), for the Gray order
+	// (grayTablesFor).
+	mask, tapRows rawBuf
 }
 
 func (d *Device) freeDevMap(dm *devMap) {
-	for _, r := range []rawBuf{dm.out, dm.nbr, dm.rev, dm.mask, dm.rank} {
+	for _, r := range []rawBuf{dm.out, dm.nbr, dm.rev, dm.mask, dm.tapRows} {
 		if r.ptr != 0 {
 			d.freeTemp(r)
 		}
@@ -244,6 +246,11 @@ func (d *Device) buildSubNbr(dm *devMap, coords devPtr, ext grid.Extent, conv gr
 // (kmap_nbr_sub) instead of the brick search.
 const EnvNoBricks = "FLEXGEMM_NO_BRICKS"
 
+// EnvIndexTileOrder names the environment variable that, set to 1 when the
+// engine opens, launches the row tiles of masked gathers in index order
+// instead of the tiles with the most taps first (tileUnions' schedule).
+const EnvIndexTileOrder = "FLEXGEMM_INDEX_TILE_ORDER"
+
 // brickSearch reports whether buildSubNbrBricks builds the Nbr table of a
 // submanifold map of n rows and geometry conv over ext: 3×3×3 kernels of
 // dilation 1 whose brick keys fit the narrow table layout, from
@@ -330,17 +337,21 @@ func (d *Device) buildSubNbrBricks(dm *devMap, coords devPtr, ext grid.Extent) e
 	if err := d.launch("kmap_brick_scatter", g, b, 0, coords, n, extOf(bext), bt.arg(), pool.ptr); err != nil {
 		return err
 	}
-	// The rows' tap masks and Gray ranks come with the table, for its Gray
-	// order: no masks_build pass over the 27 entries of every row.
+	// The rows' tap masks and the rows of each tap come with the table,
+	// for its Gray order: no masks_build pass over the 27 entries of every
+	// row.
 	if dm.mask, err = d.allocTemp(n * 8); err != nil {
 		return err
 	}
-	if dm.rank, err = d.allocTemp(n * 4); err != nil {
+	if dm.tapRows, err = d.allocTemp(27 * 4); err != nil {
+		return err
+	}
+	if err := d.fillI32(dm.tapRows.ptr, 0, 27); err != nil {
 		return err
 	}
 	blocks := min(ceilDiv(nb, brickWarps), int64(d.info.SMs)*brickBlocksPerSM)
 	return d.launch("kmap_nbr_brick", dim3{X: int(blocks)}, dim3{X: 32 * brickWarps}, 0, coords, nb, extOf(bext), bt.arg(),
-		cells.ptr, first.ptr, pool.ptr, dm.nbr.ptr, dm.mask.ptr, dm.rank.ptr)
+		cells.ptr, first.ptr, pool.ptr, dm.nbr.ptr, dm.mask.ptr, dm.tapRows.ptr)
 }
 
 // brickWarps is the number of warps (a brick each at a time) per block of
@@ -548,8 +559,8 @@ func (e *Engine) finish(m *kmap.Map, dm *devMap, in, out coordBlock) {
 	me := e.entry(m)
 	me.nbr, me.haveNbr = dm.nbr, true
 	me.rev, me.haveRev = dm.rev, dm.rev.ptr != 0 // submanifold: derived on first use
-	me.nbrMask, me.nbrRank = dm.mask, dm.rank
-	dm.mask, dm.rank = rawBuf{}, rawBuf{}
+	me.nbrMask, me.nbrTapRows = dm.mask, dm.tapRows
+	dm.mask, dm.tapRows = rawBuf{}, rawBuf{}
 	me.inC, me.outC, me.haveIn, me.haveOut = in, out, true, true
 	me.sameCoords = in.ptr == out.ptr
 	if dm.out.ptr == out.ptr {
@@ -1065,6 +1076,9 @@ func (d *Device) tileUnions(mask, order devPtr, n, V, rows int) (t tileTables, e
 		if t.taps.ptr != 0 {
 			d.freeTemp(t.taps)
 		}
+		if t.sched.ptr != 0 {
+			d.freeTemp(t.sched)
+		}
 		return tileTables{}, err
 	}
 	if n == 0 {
@@ -1101,21 +1115,35 @@ func (d *Device) tileUnions(mask, order devPtr, n, V, rows int) (t tileTables, e
 	if err := d.launch("masks_taps", g, b, 0, unions.ptr, nt, int32(W), t.seg.ptr, t.taps.ptr); err != nil {
 		return fail(err)
 	}
+	if d.indexTileOrder {
+		return t, nil
+	}
+	// The launch order: tiles by descending tap count, ties in index
+	// order (a stable sort of V − count; cnt is free to hold the keys).
+	if t.sched, err = d.allocTemp(nt * 4); err != nil {
+		return fail(err)
+	}
+	if err := d.launch("masks_sched_keys", g, b, 0, t.seg.ptr, nt, int32(V), cnt.ptr); err != nil {
+		return fail(err)
+	}
+	if err := d.radixSort(cnt.ptr, t.sched.ptr, nt, false, bits.Len(uint(V)), true); err != nil {
+		return fail(err)
+	}
 	return t, nil
 }
 
-// grayFromRanks returns the Gray tables of a table [n, V] (V ≤ 32) whose
-// masks and uint32 Gray ranks were written with it (kmap_nbr_brick): the
-// rows sorted stably by rank, as grayOrder. It takes mask over and frees
-// rank, on failure too.
-func (d *Device) grayFromRanks(mask, rank rawBuf, n, V int) (*grayTables, error) {
-	defer d.freeTemp(rank)
+// grayFromMasks returns the Gray tables of a table [n, V] (V ≤ 32) whose
+// masks and per-tap row counts were written with it (kmap_nbr_brick): the
+// rows sorted stably by the Gray rank of their keys, as grayOrder. It
+// takes mask over and frees tapRows, on failure too.
+func (d *Device) grayFromMasks(mask, tapRows rawBuf, n, V int) (*grayTables, error) {
+	defer d.freeTemp(tapRows)
 	order, err := d.allocTemp(int64(n) * 4)
 	if err != nil {
 		d.freeTemp(mask)
 		return nil, err
 	}
-	if err := d.radixSort(rank.ptr, order.ptr, int64(n), false, V, true); err != nil {
+	if err := d.sortByGrayKey(mask.ptr, tapRows.ptr, n, V, order.ptr); err != nil {
 		d.freeTemp(mask)
 		d.freeTemp(order)
 		return nil, err
@@ -1135,7 +1163,7 @@ func (d *Device) tableMasks(table devPtr, n, V int) (rawBuf, error) {
 		return rawBuf{}, err
 	}
 	g, b := d.elementwise(int64(n))
-	if err := d.launch("masks_build", g, b, 0, table, int64(n), int32(V), int32(W), mask.ptr, devPtr(0), devPtr(0)); err != nil {
+	if err := d.launch("masks_build", g, b, 0, table, int64(n), int32(V), int32(W), mask.ptr, devPtr(0)); err != nil {
 		d.freeTemp(mask)
 		return rawBuf{}, err
 	}
@@ -1143,10 +1171,40 @@ func (d *Device) tableMasks(table devPtr, n, V int) (rawBuf, error) {
 }
 
 // grayOrder writes the masks [n, W] of table [n, V] to mask and the rows
-// sorted stably by the Gray rank of their masks to order.
+// sorted stably by the Gray rank of their keys to order (kmap.Masked).
 func (d *Device) grayOrder(table devPtr, n, V int, mask, order devPtr) error {
 	W := (V + 63) / 64
 	N := int64(n)
+	tapRows, err := d.allocTemp(int64(V) * 4)
+	if err != nil {
+		return err
+	}
+	defer d.freeTemp(tapRows)
+	if err := d.fillI32(tapRows.ptr, 0, int64(V)); err != nil {
+		return err
+	}
+	g, b := d.elementwise(N)
+	if err := d.launch("masks_build", g, b, V*4, table, N, int32(V), int32(W), mask, tapRows.ptr); err != nil {
+		return err
+	}
+	return d.sortByGrayKey(mask, tapRows.ptr, n, V, order)
+}
+
+// sortByGrayKey writes to order the rows of the masks [n, W] sorted
+// stably by the Gray rank of their keys, given the rows of each tap
+// tapRows [V] uint32: the key reads the taps in kmap.KeyTaps's order
+// (masks_key_taps), so the order is kmap.Masked's.
+func (d *Device) sortByGrayKey(mask, tapRows devPtr, n, V int, order devPtr) error {
+	W := (V + 63) / 64
+	N := int64(n)
+	keyTaps, err := d.allocTemp(int64(V) * 4)
+	if err != nil {
+		return err
+	}
+	defer d.freeTemp(keyTaps)
+	if err := d.launch("masks_key_taps", dim3{X: 1}, dim3{X: 256}, 0, tapRows, int32(V), N, keyTaps.ptr); err != nil {
+		return err
+	}
 	g, b := d.elementwise(N)
 	if W == 1 && V <= 32 {
 		rank, err := d.allocTemp(N * 4)
@@ -1154,7 +1212,7 @@ func (d *Device) grayOrder(table devPtr, n, V int, mask, order devPtr) error {
 			return err
 		}
 		defer d.freeTemp(rank)
-		if err := d.launch("masks_build", g, b, 0, table, N, int32(V), int32(W), mask, devPtr(0), rank.ptr); err != nil {
+		if err := d.launch("masks_rank", g, b, V*4, mask, N, int32(V), int32(W), keyTaps.ptr, devPtr(0), rank.ptr); err != nil {
 			return err
 		}
 		return d.radixSort(rank.ptr, order, N, false, V, true)
@@ -1164,7 +1222,7 @@ func (d *Device) grayOrder(table devPtr, n, V int, mask, order devPtr) error {
 		return err
 	}
 	defer d.freeTemp(rank)
-	if err := d.launch("masks_build", g, b, 0, table, N, int32(V), int32(W), mask, rank.ptr, devPtr(0)); err != nil {
+	if err := d.launch("masks_rank", g, b, V*4, mask, N, int32(V), int32(W), keyTaps.ptr, rank.ptr, devPtr(0)); err != nil {
 		return err
 	}
 	if W == 1 {

@@ -173,7 +173,7 @@ func gxSameDerived(t *testing.T, e *Engine, gpu, cpu *kmap.Map) {
 		maxPairs = max(maxPairs, lens[v])
 	}
 	listed := p.Seg[taps] // pairs of the listed taps
-	type maskedHost struct{ order, seg, taps []int32 }
+	type maskedHost struct{ order, seg, taps, sched []int32 }
 	var seg []int64
 	var in, out []int32
 	got := map[maskKey]maskedHost{}
@@ -227,6 +227,12 @@ func gxSameDerived(t *testing.T, e *Engine, gpu, cpu *kmap.Map) {
 				if h.taps, err = download[int32](e.d, mt.taps, int(h.seg[nt])); err != nil {
 					return err
 				}
+				if mt.sched == 0 {
+					return fmt.Errorf("no tile schedule (reverse %v, rows %d)", reverse, th)
+				}
+				if h.sched, err = download[int32](e.d, mt.sched, nt); err != nil {
+					return err
+				}
 				got[maskKey{reverse, th}] = h
 			}
 		}
@@ -268,8 +274,22 @@ func gxSameDerived(t *testing.T, e *Engine, gpu, cpu *kmap.Map) {
 			tl := ms.Tiles(th)
 			require.True(t, slices.Equal(tl.Seg, h.seg), "reverse %v rows %d: tile segments differ at %d", reverse, th, firstDiff(tl.Seg, h.seg))
 			require.True(t, slices.Equal(tl.Taps, h.taps), "reverse %v rows %d: tile taps differ at %d", reverse, th, firstDiff(tl.Taps, h.taps))
+			want := longestTilesFirst(tl.Seg)
+			require.True(t, slices.Equal(want, h.sched), "reverse %v rows %d: tile schedule differs at %d", reverse, th, firstDiff(want, h.sched))
 		}
 	}
+}
+
+// longestTilesFirst is tileUnions' launch order on the host: the tiles of
+// the tap segments seg by descending tap count, ties in index order.
+func longestTilesFirst(seg []int32) []int32 {
+	order := make([]int32, len(seg)-1)
+	for i := range order {
+		order[i] = int32(i)
+	}
+	count := func(t int32) int32 { return seg[t+1] - seg[t] }
+	slices.SortStableFunc(order, func(a, b int32) int { return int(count(b) - count(a)) })
+	return order
 }
 
 var gxSubmKernels = []struct{ k, d [3]int }{
@@ -802,6 +822,7 @@ func BenchmarkGPUSubmanifoldMap(b *testing.B) {
 						defer func() {
 							d.freeTemp(tt.seg)
 							d.freeTemp(tt.taps)
+							d.freeTemp(tt.sched)
 						}()
 						if err := g.mark(d); err != nil {
 							return err

@@ -50,15 +50,17 @@ type grayTables struct {
 
 // tileTables are the tap unions of the tiles of one height over a Gray
 // order: seg [tiles + 1] int32 and taps (allocated for the worst case,
-// tiles · V, so that no host wait sizes them).
+// tiles · V, so that no host wait sizes them), and sched [tiles] int32, the
+// tiles by descending tap count (the gathers' launch order; not allocated
+// under EnvIndexTileOrder).
 type tileTables struct {
-	seg, taps rawBuf
+	seg, taps, sched rawBuf
 }
 
 // maskedTables is what a masked GEMM reads: a Gray order and the tile tap
 // unions of its tile height (views of cached blocks).
 type maskedTables struct {
-	order, seg, taps devPtr
+	order, seg, taps, sched devPtr
 }
 
 type mapEntry struct {
@@ -69,10 +71,10 @@ type mapEntry struct {
 	pairsHalf               bool           // the lists hold the taps before the centre (submanifold; TablePairs)
 	pairStats               pairStats      // tap segment lengths of the pair lists
 	gray                    [2]*grayTables // forward, reverse
-	// Nbr's tap masks and Gray ranks from the brick search (devMap), until
-	// the forward Gray tables take them.
-	nbrMask, nbrRank rawBuf
-	tiles            map[maskKey]tileTables
+	// Nbr's tap masks and the rows of each tap from the brick search
+	// (devMap), until the forward Gray tables take them.
+	nbrMask, nbrTapRows rawBuf
+	tiles               map[maskKey]tileTables
 	// Coordinates of a map built here ([NIn, 4], [NOut, 4] int32), owned
 	// or borrowed (keepCoords); one block when sameCoords (submanifold maps).
 	inC, outC       coordBlock
@@ -112,14 +114,14 @@ func (e *Engine) dropMap(k mapKey) {
 	if !me.sameCoords {
 		me.outC.release(d)
 	}
-	bufs := []rawBuf{me.nbr, me.rev, me.pairIn, me.pairOut, me.pairSg, me.nbrMask, me.nbrRank}
+	bufs := []rawBuf{me.nbr, me.rev, me.pairIn, me.pairOut, me.pairSg, me.nbrMask, me.nbrTapRows}
 	for _, g := range me.gray {
 		if g != nil {
 			bufs = append(bufs, g.mask, g.order)
 		}
 	}
 	for _, t := range me.tiles {
-		bufs = append(bufs, t.seg, t.taps)
+		bufs = append(bufs, t.seg, t.taps, t.sched)
 	}
 	for _, r := range bufs {
 		d.freeTemp(r)
@@ -351,12 +353,12 @@ func (e *Engine) grayTablesFor(m *kmap.Map, reverse bool) (*grayTables, error) {
 	if g := me.gray[i]; g != nil {
 		return g, nil
 	}
-	if !reverse && me.nbrRank.ptr != 0 {
-		// The brick search wrote the masks and ranks: sort the ranks only.
-		// grayFromRanks owns both from here, on failure too.
-		mask, rank := me.nbrMask, me.nbrRank
-		me.nbrMask, me.nbrRank = rawBuf{}, rawBuf{}
-		g, err := e.d.grayFromRanks(mask, rank, n, m.V())
+	if !reverse && me.nbrTapRows.ptr != 0 {
+		// The brick search wrote the masks and counts: rank and sort only.
+		// grayFromMasks owns both from here, on failure too.
+		mask, tapRows := me.nbrMask, me.nbrTapRows
+		me.nbrMask, me.nbrTapRows = rawBuf{}, rawBuf{}
+		g, err := e.d.grayFromMasks(mask, tapRows, n, m.V())
 		if err != nil {
 			return nil, err
 		}
@@ -409,7 +411,7 @@ func (e *Engine) maskedTablesFor(m *kmap.Map, reverse bool, rows int) (maskedTab
 		}
 		me.tiles[k] = t
 	}
-	return maskedTables{order: g.order.ptr, seg: t.seg.ptr, taps: t.taps.ptr}, nil
+	return maskedTables{order: g.order.ptr, seg: t.seg.ptr, taps: t.taps.ptr, sched: t.sched.ptr}, nil
 }
 
 // dropMasks frees the bitmasks of m's forward or reverse Gray tables (see

@@ -8,6 +8,7 @@ import "unsafe"
 type gatherParams struct {
 	X, W, Bias, Y, Part          uint64
 	Tbl, Order, TileSeg, TileTap uint64
+	TileSched                    uint64
 	M, N, Kc, V                  int64
 	Splits                       int64
 	Vec                          int64

@@ -170,6 +170,8 @@ struct GatherParams {
   const int* order;       // [M] row order (masked) or null
   const int* tile_seg;    // [tiles + 1] per-tile tap segments (masked) or null
   const int* tile_taps;   // taps of each tile, ascending
+  const int* tile_sched;  // [tiles] the row tile of each blockIdx.x / column tiles (masked:
+                          // the tiles with the most taps first), or null (identity)
   long long M, N, Kc, V;  // rows, output cols, channels per tap, taps
   long long splits;       // split-K factor (>= 1)
   long long vec;          // 1: Kc·elem (and N·elem when wt) is a multiple of 16 bytes (cp.async path)
@@ -177,7 +179,7 @@ struct GatherParams {
   long long mirror;       // 1: table tap v multiplies weight tap V − 1 − v (the input
                           // gradient of a submanifold map, gathered through Nbr)
 };
-static_assert(sizeof(GatherParams) == 17 * 8, "GatherParams layout");
+static_assert(sizeof(GatherParams) == 18 * 8, "GatherParams layout");
 
 struct PairsParams {
   const void* a;          // [*, M] operand gathered by ia (dy)
@@ -438,8 +440,8 @@ template <class C, int ROWS, int CPR> struct StageCopy {
 
 // ---- gather family --------------------------------------------------------------
 
-// A gather block's output tile (blockIdx.x: row tile m0, column tile n0)
-// and its share of the reduction (split z = blockIdx.y): K iterations
+// A gather block's output tile (blockIdx.x: row tile m0, through the
+// schedule tile_sched when there is one, and column tile n0) and its share of the reduction (split z = blockIdx.y): K iterations
 // [t0, t1) of nkc per tap over the tile's nTaps taps (all V, or its tap
 // segment from tapBase of a masked GEMM), starting at tap position vi0.
 template <class C> struct GatherBlock {
@@ -450,6 +452,7 @@ template <class C> struct GatherBlock {
   __device__ __forceinline__ explicit GatherBlock(const GatherParams& p) {
     const long long tilesN = (p.N + C::BN - 1) / C::BN;
     tileM = (long long)blockIdx.x / tilesN;
+    if (p.tile_sched) tileM = p.tile_sched[tileM];
     m0 = tileM * C::BM;
     n0 = ((long long)blockIdx.x % tilesN) * C::BN;
     z = blockIdx.y;

@@ -2,20 +2,27 @@
 // implicit GEMM (kmap.Masked and kmap.Tiles on the GPU; host side in
 // cudaext/kmapgpu.go).
 //
-//   masks_build      mask[r·W + w] bit b = table[r, 64w + b] ≥ 0, and the
-//                    rank of the mask in the reflected Gray sequence (bit j
-//                    of the rank = XOR of the mask bits ≥ j, across words);
-//                    with W == 1 and V ≤ 32 the rank is written as uint32;
-//                    with both rank pointers null only the masks. For
-//                    W == 1 (V ≤ 64) each warp takes 32 rows: it reads
-//                    their 32·V entries coalesced, one ballot per 32
-//                    entries into a bit string in shared memory, and lane
-//                    i cuts row i's V bits out of it (no atomics)
+//   masks_build      mask[r·W + w] bit b = table[r, 64w + b] ≥ 0, and,
+//                    when cnt is non-null, cnt[v] += the rows with tap v
+//                    (integer atomics: deterministic). For W == 1 (V ≤ 64)
+//                    each warp takes 32 rows: it reads their 32·V entries
+//                    coalesced, one ballot per 32 entries into a bit string
+//                    in shared memory, and lane i cuts row i's V bits out
+//                    of it; the counts are ballots over the warp's masks
+//   masks_key_taps   one block: key_taps[b] = the tap read as bit b of the
+//                    Gray key, from the counts (kmap.KeyTaps: the least
+//                    even splits of the rows first, ties in tap order)
+//   masks_rank       the rank of each row's key (bit b = mask bit
+//                    key_taps[b]) in the reflected Gray sequence (bit j of
+//                    the rank = XOR of the key bits ≥ j, across words);
+//                    with W == 1 and V ≤ 32 written as uint32. Dynamic
+//                    shared memory: V ints
 //   masks_word       keys[j] = rank[order[j]·W + w] (one LSD word pass)
 //   masks_union      OR of the masks of each tile of `rows` consecutive
 //                    entries of the order; cnt[tile] += popcount
 //   masks_taps       the set bits of each union, ascending, at seg[tile]
-#include "gray.cuh"
+//   masks_sched_keys keys[tile] = V − the tile's tap count, to sort the
+//                    tiles longest first (the gathers' tile_sched)
 #include "hashtable.cuh"
 
 namespace fgm {
@@ -24,60 +31,145 @@ using namespace fgx;
 
 constexpr int kBuildWarps = 8;  // masks_build runs 256-thread blocks
 
+// gray_to_binary returns the position of the Gray code x in the reflected
+// Gray sequence: bit j is the XOR of the bits of x at j and above.
+__device__ __forceinline__ u64 gray_to_binary(u64 x) {
+  x ^= x >> 1;
+  x ^= x >> 2;
+  x ^= x >> 4;
+  x ^= x >> 8;
+  x ^= x >> 16;
+  x ^= x >> 32;
+  return x;
+}
+
+// add_counts adds a block's per-tap counts (shared, V entries) to cnt
+// once every thread of the block is done with them.
+__device__ __forceinline__ void add_counts(const u32* shared, int V, u32* cnt) {
+  __syncthreads();
+  for (int v = threadIdx.x; v < V; v += blockDim.x)
+    if (shared[v]) atomicAdd(cnt + v, shared[v]);
+}
+
 // build1 is build for W == 1. The loops are warp-uniform (r0 is the same
 // for the 32 lanes), so every lane reaches every ballot and __syncwarp.
-__device__ void build1(const int* table, i64 rows, int V, u64* mask, u64* rank64, u32* rank32) {
+__device__ void build1(const int* table, i64 rows, int V, u64* mask, u32* cnt) {
   __shared__ u32 bits[kBuildWarps][64 + 2];  // 32·V bits, two zero words of slack
+  __shared__ u32 counts[64];
   const int lane = threadIdx.x & 31;
+  if (cnt) {
+    for (int v = threadIdx.x; v < V; v += blockDim.x) counts[v] = 0;
+    __syncthreads();
+  }
+  u32 mine[2] = {0, 0};  // lane's counts of taps lane and lane + 32
   u32* b = bits[(threadIdx.x >> 5) % kBuildWarps];
   const i64 warps = gstride() >> 5;
   for (i64 r0 = (gtid() >> 5) << 5; r0 < rows; r0 += warps << 5) {
     const int nr = (int)min((i64)32, rows - r0);
-    const int cnt = nr * V;  // entries of this group
+    const int entries = nr * V;  // of this group
     const int* base = table + r0 * V;
 #pragma unroll 4
     for (int k = 0; k < V; ++k) {
       const int e = 32 * k + lane;
-      const unsigned hit = __ballot_sync(0xffffffffu, e < cnt && base[e] >= 0);
+      const unsigned hit = __ballot_sync(0xffffffffu, e < entries && base[e] >= 0);
       if (lane == 0) b[k] = hit;
     }
     if (lane < 2) b[V + lane] = 0;
     __syncwarp();
+    u64 m = 0;
     if (lane < nr) {
       const int p = lane * V, w = p >> 5, s = p & 31;
       const u64 lo = (u64)b[w] | ((u64)b[w + 1] << 32);
-      u64 m = lo >> s;
+      m = lo >> s;
       if (s) m |= (u64)b[w + 2] << (64 - s);
       if (V < 64) m &= (1ull << V) - 1;
       mask[r0 + lane] = m;
-      const u64 x = gray_to_binary(m);
-      if (rank32)
-        rank32[r0 + lane] = (u32)x;
-      else if (rank64)
-        rank64[r0 + lane] = x;
+    }
+    if (cnt) {
+      for (int v = 0; v < V; ++v) {
+        const u32 c = __popc(__ballot_sync(0xffffffffu, m >> v & 1));
+        if ((v & 31) == lane) mine[v >> 5] += c;
+      }
     }
     __syncwarp();
   }
+  if (cnt) {
+    if (lane < V && mine[0]) atomicAdd(counts + lane, mine[0]);
+    if (lane + 32 < V && mine[1]) atomicAdd(counts + lane + 32, mine[1]);
+    add_counts(counts, V, cnt);
+  }
 }
 
-__device__ void build(const int* table, i64 rows, int V, int W, u64* mask, u64* rank64, u32* rank32) {
+// build is masks_build; counts (dynamic shared memory, V entries) is used
+// when W > 1 and cnt is non-null.
+__device__ void build(const int* table, i64 rows, int V, int W, u64* mask, u32* cnt) {
   if (W == 1 && blockDim.x == 32 * kBuildWarps) {
-    build1(table, rows, V, mask, rank64, rank32);
+    build1(table, rows, V, mask, cnt);
     return;
+  }
+  extern __shared__ u32 counts[];
+  if (cnt) {
+    for (int v = threadIdx.x; v < V; v += blockDim.x) counts[v] = 0;
+    __syncthreads();
   }
   for (i64 r = gtid(); r < rows; r += gstride()) {
     const int* row = table + r * V;
-    u64 carry = 0;  // parity of all higher words: 0 or all ones
-    for (int w = W - 1; w >= 0; --w) {
+    for (int w = 0; w < W; ++w) {
       u64 m = 0;
       const int v0 = 64 * w, v1 = min(V, v0 + 64);
       for (int v = v0; v < v1; ++v)
-        if (row[v] >= 0) m |= 1ull << (v - v0);
+        if (row[v] >= 0) {
+          m |= 1ull << (v - v0);
+          if (cnt) atomicAdd(counts + v, 1u);
+        }
       mask[r * W + w] = m;
-      const u64 x = gray_to_binary(m) ^ carry;
+    }
+  }
+  if (cnt) add_counts(counts, V, cnt);
+}
+
+// key_taps is masks_key_taps (one block): tap v's key bit is the number of
+// taps that split the rows less evenly, or as unevenly with a lower index.
+__device__ void key_taps(const u32* cnt, int V, i64 rows, int* out) {
+  auto uneven = [&](int v) {
+    const i64 d = 2 * (i64)cnt[v] - rows;
+    return d < 0 ? -d : d;
+  };
+  for (int v = threadIdx.x; v < V; v += blockDim.x) {
+    const i64 ev = uneven(v);
+    int bit = 0;
+    for (int u = 0; u < V; ++u) {
+      const i64 eu = uneven(u);
+      bit += eu > ev || (eu == ev && u < v);
+    }
+    out[bit] = v;
+  }
+}
+
+// rank is masks_rank: the key of row r has bit b = mask bit taps[b].
+__device__ void rank(const u64* mask, i64 rows, int V, int W, const int* taps, u64* rank64, u32* rank32) {
+  extern __shared__ int tapS[];
+  for (int b = threadIdx.x; b < V; b += blockDim.x) tapS[b] = taps[b];
+  __syncthreads();
+  for (i64 r = gtid(); r < rows; r += gstride()) {
+    const u64* m = mask + r * W;
+    u64 carry = 0;  // parity of all higher words: 0 or all ones
+    for (int w = W - 1; w >= 0; --w) {
+      u64 key = 0;
+      const int b0 = 64 * w, b1 = min(V, b0 + 64);
+      if (W == 1) {
+        const u64 m0 = m[0];
+        for (int b = b0; b < b1; ++b) key |= (m0 >> tapS[b] & 1) << (b - b0);
+      } else {
+        for (int b = b0; b < b1; ++b) {
+          const int v = tapS[b];
+          key |= (m[v >> 6] >> (v & 63) & 1) << (b - b0);
+        }
+      }
+      const u64 x = gray_to_binary(key) ^ carry;
       if (rank32)
         rank32[r] = (u32)x;
-      else if (rank64)
+      else
         rank64[r * W + w] = x;
       carry = 0ull - (x & 1);
     }
@@ -115,13 +207,23 @@ __device__ void taps(const u64* unions, i64 nt, int W, const int* seg, int* out)
   }
 }
 
+__device__ void sched_keys(const int* seg, i64 nt, int V, u32* keys) {
+  for (i64 tile = gtid(); tile < nt; tile += gstride()) keys[tile] = (u32)(V - (seg[tile + 1] - seg[tile]));
+}
+
 }  // namespace fgm
 
 extern "C" {
 
-__global__ void masks_build(const int* table, long long rows, int V, int W, unsigned long long* mask,
-                            unsigned long long* rank64, unsigned* rank32) {
-  fgm::build(table, rows, V, W, mask, rank64, rank32);
+__global__ void masks_build(const int* table, long long rows, int V, int W, unsigned long long* mask, unsigned* cnt) {
+  fgm::build(table, rows, V, W, mask, cnt);
+}
+__global__ void masks_key_taps(const unsigned* cnt, int V, long long rows, int* key_taps) {
+  fgm::key_taps(cnt, V, rows, key_taps);
+}
+__global__ void masks_rank(const unsigned long long* mask, long long rows, int V, int W, const int* key_taps,
+                           unsigned long long* rank64, unsigned* rank32) {
+  fgm::rank(mask, rows, V, W, key_taps, rank64, rank32);
 }
 __global__ void masks_word(const unsigned long long* rank, const int* order, long long rows, int W, int w,
                            unsigned long long* keys) {
@@ -133,6 +235,9 @@ __global__ void masks_union(const unsigned long long* mask, const int* order, lo
 }
 __global__ void masks_taps(const unsigned long long* unions, long long nt, int W, const int* seg, int* out) {
   fgm::taps(unions, nt, W, seg, out);
+}
+__global__ void masks_sched_keys(const int* seg, long long nt, int V, unsigned* keys) {
+  fgm::sched_keys(seg, nt, V, keys);
 }
 
 }  // extern "C"

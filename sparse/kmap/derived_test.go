@@ -91,6 +91,37 @@ func checkMasked(t *testing.T, ms *Masked, table []int32, rows, V int) {
 	require.Equal(t, (V+63)/64, ms.Words)
 	W := ms.Words
 	require.Len(t, ms.Mask, rows*W)
+	// KeyTaps: a permutation of the taps, the least even splits of the
+	// rows first, ties in tap order.
+	count := make([]int, V)
+	for r := range rows {
+		for v := range V {
+			if table[r*V+v] >= 0 {
+				count[v]++
+			}
+		}
+	}
+	uneven := func(v int32) int {
+		d := 2*count[v] - rows
+		if d < 0 {
+			return -d
+		}
+		return d
+	}
+	require.Len(t, ms.KeyTaps, V)
+	bit := make([]int, V) // bit[v]: the key bit of tap v
+	for v := range bit {
+		bit[v] = -1
+	}
+	for b, v := range ms.KeyTaps {
+		require.True(t, v >= 0 && int(v) < V && bit[v] < 0, "KeyTaps[%d] = %d: not a new tap", b, v)
+		bit[v] = b
+		if b > 0 {
+			u := ms.KeyTaps[b-1]
+			require.True(t, uneven(u) > uneven(v) || (uneven(u) == uneven(v) && u < v),
+				"KeyTaps[%d] = %d (%d rows of %d) before KeyTaps[%d] = %d (%d rows)", b-1, u, count[u], rows, b, v, count[v])
+		}
+	}
 	ranks := make([]*big.Int, rows)
 	for r := range rows {
 		g := new(big.Int)
@@ -98,7 +129,7 @@ func checkMasked(t *testing.T, ms *Masked, table []int32, rows, V int) {
 			has := table[r*V+v] >= 0
 			require.Equal(t, has, ms.Mask[r*W+v/64]>>(v%64)&1 == 1, "row %d tap %d", r, v)
 			if has {
-				g.SetBit(g, v, 1)
+				g.SetBit(g, bit[v], 1)
 			}
 		}
 		ranks[r] = grayRank(t, g)
@@ -268,5 +299,33 @@ func TestSeek(t *testing.T) {
 			want++
 		}
 		require.Equal(t, want, seek(keys, p, key), "p=%d key=%d", p, key)
+	}
+}
+
+func TestKeyTaps(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		count []int64
+		rows  int
+		want  []int32
+	}{
+		{"empty", nil, 0, []int32{}},
+		{"one tap", []int64{3}, 5, []int32{0}},
+		// Tap 0 in every row (uneven 4), tap 2 in one (2), tap 1 in half (0).
+		{"by unevenness", []int64{4, 2, 1}, 4, []int32{0, 2, 1}},
+		// Tap 1 in no row and tap 2 in every row split as unevenly (tap order),
+		// then tap 3 in one row of four, tap 0 in half.
+		{"ties in tap order", []int64{2, 0, 4, 1}, 4, []int32{1, 2, 3, 0}},
+		// Counts past 2^31 (the difference is taken in 64 bits): tap 0 in half
+		// the rows, tap 1 in three quarters.
+		{"large", []int64{1 << 40, 3 << 39}, 1 << 41, []int32{1, 0}},
+		// The benchmark's 3×3×3 shells: the centre, then the corners, the
+		// faces and the edges.
+		{"shell classes", []int64{35, 43, 35, 43, 59, 43, 35, 43, 35, 43, 59, 43, 59, 100, 59, 43, 59, 43, 35, 43, 35, 43, 59, 43, 35, 43, 35}, 100,
+			[]int32{13, 0, 2, 6, 8, 18, 20, 24, 26, 4, 10, 12, 14, 16, 22, 1, 3, 5, 7, 9, 11, 15, 17, 19, 21, 23, 25}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			require.Equal(t, tc.want, KeyTaps(tc.count, tc.rows))
+		})
 	}
 }

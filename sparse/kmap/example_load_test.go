@@ -38,3 +38,11 @@ func ExampleMap_Load() {
 	// false []
 	// true [-1 0 1 0 1 -1] [1 0 -1 -1 1 0] 1
 }
+
+// ExampleKeyTaps shows the significance order of a 3-tap Gray key over 8
+// rows: tap 0, in every row, is read as the lowest bit, tap 1, in half of
+// them, as the highest.
+func ExampleKeyTaps() {
+	fmt.Println(kmap.KeyTaps([]int64{8, 4, 1}, 8))
+	// Output: [0 2 1]
+}
