@@ -60,9 +60,10 @@ type Device struct {
 	zeroPage devPtr    // 256 zero bytes: a valid address for empty operands
 	prof     *profiler // running profile (profile.go), or nil
 	noBricks bool      // EnvNoBricks: submanifold maps keep the per-tap hash search
-	// indexTileOrder: EnvIndexTileOrder, masked gathers launch their row
-	// tiles in index order (no tileTables.sched).
-	indexTileOrder bool
+	// longestFirstTilesPerSM: masked gathers of at most this many row
+	// tiles per SM launch them longest first (tileTables.sched;
+	// longestFirstTilesPerSM or EnvLongestFirstTilesPerSM).
+	longestFirstTilesPerSM int
 	// brickMinRows: the brick search builds submanifold maps from this
 	// many rows on (brickMinRows or EnvBrickMinRows; the tests lower it).
 	brickMinRows int
@@ -86,12 +87,16 @@ func openDevice(ordinal int) (*Device, error) {
 	if err != nil {
 		return nil, err
 	}
+	perSM, err := longestFirstTilesPerSMFromEnv()
+	if err != nil {
+		return nil, err
+	}
 	d := &Device{
-		funcs:          map[string]*kernelFunc{},
-		syncEach:       os.Getenv(EnvSync) == "1",
-		noBricks:       os.Getenv(EnvNoBricks) == "1",
-		indexTileOrder: os.Getenv(EnvIndexTileOrder) == "1",
-		brickMinRows:   minRows,
+		funcs:                  map[string]*kernelFunc{},
+		syncEach:               os.Getenv(EnvSync) == "1",
+		noBricks:               os.Getenv(EnvNoBricks) == "1",
+		longestFirstTilesPerSM: perSM,
+		brickMinRows:           minRows,
 	}
 	d.mem.free = map[int64][]devPtr{}
 	runtime.LockOSThread()

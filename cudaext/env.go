@@ -22,12 +22,47 @@ func brickMinRowsFromEnv() (int, error) {
 	if !ok || v == "" {
 		return brickMinRows, nil
 	}
+	return nonNegativeFromEnv(EnvBrickMinRows, v, "rows")
+}
+
+// nonNegativeFromEnv parses the value v of environment variable key as a
+// non-negative integer count of what; anything else is an error naming
+// the variable.
+func nonNegativeFromEnv(key, v, what string) (int, error) {
 	n, err := strconv.Atoi(v)
 	if err != nil || n < 0 {
-		return 0, fmt.Errorf("cudaext: %s=%q: want a non-negative number of rows", EnvBrickMinRows, v)
+		return 0, fmt.Errorf("cudaext: %s=%q: want a non-negative number of %s", key, v, what)
 	}
 	return n, nil
 }
+
+// EnvLongestFirstTilesPerSM names the environment variable that, read when
+// the engine opens, sets the most row tiles per SM for which a masked
+// gather launches its tiles longest first (a non-negative integer, 0:
+// never; default longestFirstTilesPerSM).
+const EnvLongestFirstTilesPerSM = "FLEXGEMM_LONGEST_FIRST_TILES_PER_SM"
+
+// longestFirstTilesPerSMFromEnv returns EnvLongestFirstTilesPerSM's value,
+// or longestFirstTilesPerSM when it is unset; anything but a non-negative
+// integer is an error.
+func longestFirstTilesPerSMFromEnv() (int, error) {
+	v, ok := os.LookupEnv(EnvLongestFirstTilesPerSM)
+	if !ok || v == "" {
+		return longestFirstTilesPerSM, nil
+	}
+	return nonNegativeFromEnv(EnvLongestFirstTilesPerSM, v, "tiles per SM")
+}
+
+// longestFirstTilesPerSM is the most row tiles per SM for which masked
+// gathers launch their tiles longest first. A gather's blocks start in
+// launch order as SMs free up, so with few tiles per SM the last long
+// tiles decide the end: longest first (a stable sort by descending tap
+// count) cut the fp16 step at RES 64 (237 tiles of 128 rows, 1.8 per SM)
+// by 4 % in training and 7 % in inference, but cost up to 2.6 % at RES 256
+// (3,900 tiles) and 1024, where the tail is short and tiles of unlike
+// masks run side by side (H200, session 12, call 2; docs/PERF_NOTES.md
+// step 28).
+const longestFirstTilesPerSM = 8
 
 // brickMinRows is the fewest rows for which the engine takes the brick
 // search. Measured (H200, session 8, map phase of an inference step,

@@ -20,6 +20,19 @@ func TestBrickMinRowsFromEnv(t *testing.T) {
 	})
 }
 
+// TestLongestFirstTilesPerSMFromEnv checks the parsing of
+// EnvLongestFirstTilesPerSM.
+func TestLongestFirstTilesPerSMFromEnv(t *testing.T) {
+	checkEnvParse(t, EnvLongestFirstTilesPerSM, longestFirstTilesPerSMFromEnv, []envCase[int]{
+		{set: false, want: longestFirstTilesPerSM},
+		{value: "", set: true, want: longestFirstTilesPerSM},
+		{value: "0", set: true, want: 0},
+		{value: "1000", set: true, want: 1000},
+		{value: "-3", set: true, bad: true},
+		{value: "many", set: true, bad: true},
+	})
+}
+
 // TestSpecializedGathersFromEnv checks the parsing of EnvSpecializedGathers.
 func TestSpecializedGathersFromEnv(t *testing.T) {
 	checkEnvParse(t, EnvSpecializedGathers, specializedGathersFromEnv, []envCase[bool]{

@@ -246,11 +246,6 @@ func (d *Device) buildSubNbr(dm *devMap, coords devPtr, ext grid.Extent, conv gr
 // (kmap_nbr_sub) instead of the brick search.
 const EnvNoBricks = "FLEXGEMM_NO_BRICKS"
 
-// EnvIndexTileOrder names the environment variable that, set to 1 when the
-// engine opens, launches the row tiles of masked gathers in index order
-// instead of the tiles with the most taps first (tileUnions' schedule).
-const EnvIndexTileOrder = "FLEXGEMM_INDEX_TILE_ORDER"
-
 // brickSearch reports whether buildSubNbrBricks builds the Nbr table of a
 // submanifold map of n rows and geometry conv over ext: 3×3×3 kernels of
 // dilation 1 whose brick keys fit the narrow table layout, from
@@ -1115,7 +1110,7 @@ func (d *Device) tileUnions(mask, order devPtr, n, V, rows int) (t tileTables, e
 	if err := d.launch("masks_taps", g, b, 0, unions.ptr, nt, int32(W), t.seg.ptr, t.taps.ptr); err != nil {
 		return fail(err)
 	}
-	if d.indexTileOrder {
+	if nt > int64(d.longestFirstTilesPerSM)*int64(d.info.SMs) {
 		return t, nil
 	}
 	// The launch order: tiles by descending tap count, ties in index

@@ -51,8 +51,8 @@ type grayTables struct {
 // tileTables are the tap unions of the tiles of one height over a Gray
 // order: seg [tiles + 1] int32 and taps (allocated for the worst case,
 // tiles · V, so that no host wait sizes them), and sched [tiles] int32, the
-// tiles by descending tap count (the gathers' launch order; not allocated
-// under EnvIndexTileOrder).
+// tiles by descending tap count (the gathers' launch order), allocated
+// only for at most longestFirstTilesPerSM tiles per SM.
 type tileTables struct {
 	seg, taps, sched rawBuf
 }

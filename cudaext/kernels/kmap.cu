@@ -374,9 +374,9 @@ __device__ void brick_scatter(const int* coords, i64 n, Ext bext, Table bt, int*
 // around the brick (the brick and a one-cell rim) into shared memory,
 // reading the pool only at occupied cells (so the pool needs no −1 fill).
 // Then a lane per row of the brick forms its tap mask (masks.cu
-// masks_build's, for the Gray order of the table; when mask and cnt are
-// non-null), and the warp writes each row's 27 entries (lane v tap v,
-// 108 consecutive bytes), counting the rows with tap v for cnt. Against a thread per row, the bricks are
+// masks_build's, for the Gray order of the table, with the rows of each
+// tap added to cnt by ballots; when mask and cnt are non-null), and the
+// warp writes each row's 27 entries (lane v tap v, 108 consecutive bytes). Against a thread per row, the bricks are
 // looked up once per brick (27 independent probes for ≈ 14 rows of a
 // shell) instead of 3–4 dependent probes per row. Cells outside the extent
 // hold no row, and bricks outside it are not looked up, so they read −1.
@@ -480,26 +480,30 @@ __device__ void nbr_brick(const int* coords, i64 nb, Ext bext, Table bt, const u
     __syncwarp();
     const int nrows = __popc(lo) + __popc(hi);
     if (mask) {
-      for (int k = lane; k < nrows; k += 32) {
-        const int* w = gather + win[k];
+      for (int k0 = 0; k0 < nrows; k0 += 32) {  // warp-uniform, for the ballots
+        const int k = k0 + lane;
         u32 m = 0;
+        if (k < nrows) {
+          const int* w = gather + win[k];
 #pragma unroll 1
-        for (int dx = 0; dx < 3; ++dx, w += kRim * kRim) {
+          for (int dx = 0; dx < 3; ++dx, w += kRim * kRim) {
 #pragma unroll
-          for (int v = 0; v < 9; ++v) m |= (u32)(w[v / 3 * kRim + v % 3] >= 0) << (dx * 9 + v);
+            for (int v = 0; v < 9; ++v) m |= (u32)(w[v / 3 * kRim + v % 3] >= 0) << (dx * 9 + v);
+          }
+          mask[rows[k]] = m;
         }
-        mask[rows[k]] = m;
+        u32 c = 0;  // rows with tap lane
+#pragma unroll 1
+        for (int v = 0; v < 27; ++v) {
+          const u32 n = __popc(__ballot_sync(0xffffffffu, m >> v & 1));
+          if (lane == v) c = n;
+        }
+        if (c) atomicAdd(countS + lane, c);
       }
     }
     if (lane < 27) {
-      int found = 0;
-#pragma unroll 1  // 2 or more: spills under the launch bounds
-      for (int k = 0; k < nrows; ++k) {
-        const int e = gather[win[k] + tap];
-        nbr[(i64)rows[k] * 27 + lane] = e;
-        found += e >= 0;
-      }
-      if (cnt && found) atomicAdd(countS + lane, (u32)found);
+#pragma unroll 4
+      for (int k = 0; k < nrows; ++k) nbr[(i64)rows[k] * 27 + lane] = gather[win[k] + tap];
     }
     __syncwarp();  // before the next brick overwrites the shared cells
   }

@@ -15,7 +15,8 @@
 //   masks_rank       the rank of each row's key (bit b = mask bit
 //                    key_taps[b]) in the reflected Gray sequence (bit j of
 //                    the rank = XOR of the key bits ≥ j, across words);
-//                    with W == 1 and V ≤ 32 written as uint32. Dynamic
+//                    with W == 1 and V ≤ 32 written as uint32, the key
+//                    then four lookups (one per mask byte). Dynamic
 //                    shared memory: V ints
 //   masks_word       keys[j] = rank[order[j]·W + w] (one LSD word pass)
 //   masks_union      OR of the masks of each tile of `rows` consecutive
@@ -147,30 +148,43 @@ __device__ void key_taps(const u32* cnt, int V, i64 rows, int* out) {
 }
 
 // rank is masks_rank: the key of row r has bit b = mask bit taps[b].
+// With 32-bit ranks (V ≤ 32) a row's key is four lookups, one per mask
+// byte, in tables of the key bits each byte value sets.
 __device__ void rank(const u64* mask, i64 rows, int V, int W, const int* taps, u64* rank64, u32* rank32) {
-  extern __shared__ int tapS[];
+  extern __shared__ int tapS[];  // V
+  __shared__ u32 byteKey[4][256];
   for (int b = threadIdx.x; b < V; b += blockDim.x) tapS[b] = taps[b];
   __syncthreads();
+  if (rank32) {
+    for (int e = threadIdx.x; e < 4 * 256; e += blockDim.x) {
+      const int j = e >> 8, x = e & 255;
+      u32 key = 0;
+      for (int b = 0; b < V; ++b) {
+        const int v = tapS[b] - 8 * j;
+        if (v >= 0 && v < 8 && (x >> v & 1)) key |= 1u << b;
+      }
+      byteKey[j][x] = key;
+    }
+    __syncthreads();
+    for (i64 r = gtid(); r < rows; r += gstride()) {
+      const u32 m = (u32)mask[r];
+      const u32 key = byteKey[0][m & 255] | byteKey[1][m >> 8 & 255] | byteKey[2][m >> 16 & 255] | byteKey[3][m >> 24];
+      rank32[r] = (u32)gray_to_binary(key);
+    }
+    return;
+  }
   for (i64 r = gtid(); r < rows; r += gstride()) {
     const u64* m = mask + r * W;
     u64 carry = 0;  // parity of all higher words: 0 or all ones
     for (int w = W - 1; w >= 0; --w) {
       u64 key = 0;
       const int b0 = 64 * w, b1 = min(V, b0 + 64);
-      if (W == 1) {
-        const u64 m0 = m[0];
-        for (int b = b0; b < b1; ++b) key |= (m0 >> tapS[b] & 1) << (b - b0);
-      } else {
-        for (int b = b0; b < b1; ++b) {
-          const int v = tapS[b];
-          key |= (m[v >> 6] >> (v & 63) & 1) << (b - b0);
-        }
+      for (int b = b0; b < b1; ++b) {
+        const int v = tapS[b];
+        key |= (m[v >> 6] >> (v & 63) & 1) << (b - b0);
       }
       const u64 x = gray_to_binary(key) ^ carry;
-      if (rank32)
-        rank32[r] = (u32)x;
-      else
-        rank64[r * W + w] = x;
+      rank64[r * W + w] = x;
       carry = 0ull - (x & 1);
     }
   }
