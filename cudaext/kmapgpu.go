@@ -80,14 +80,15 @@ type devMap struct {
 	V         int
 	out       rawBuf // generated output coordinates [nOut, 4] (strided without given outputs, transposed)
 	nbr, rev  rawBuf
-	// From the brick search: Nbr's tap masks [nOut] uint64 and the rows of
-	// each tap [V] uint32 (masks_build's), for the Gray order
+	// From the brick search: Nbr's tap masks [nOut] uint64 and the Gray
+	// ranks of the masks read in table order [nOut] uint32, for the Gray
+	// order of tables of more than kmap.BalancedKeyMaxRows rows
 	// (grayTablesFor).
-	mask, tapRows rawBuf
+	mask, rank rawBuf
 }
 
 func (d *Device) freeDevMap(dm *devMap) {
-	for _, r := range []rawBuf{dm.out, dm.nbr, dm.rev, dm.mask, dm.tapRows} {
+	for _, r := range []rawBuf{dm.out, dm.nbr, dm.rev, dm.mask, dm.rank} {
 		if r.ptr != 0 {
 			d.freeTemp(r)
 		}
@@ -332,21 +333,17 @@ func (d *Device) buildSubNbrBricks(dm *devMap, coords devPtr, ext grid.Extent) e
 	if err := d.launch("kmap_brick_scatter", g, b, 0, coords, n, extOf(bext), bt.arg(), pool.ptr); err != nil {
 		return err
 	}
-	// The rows' tap masks and the rows of each tap come with the table,
-	// for its Gray order: no masks_build pass over the 27 entries of every
-	// row.
+	// The rows' tap masks and Gray ranks come with the table, for its Gray
+	// order: no masks_build pass over the 27 entries of every row.
 	if dm.mask, err = d.allocTemp(n * 8); err != nil {
 		return err
 	}
-	if dm.tapRows, err = d.allocTemp(27 * 4); err != nil {
-		return err
-	}
-	if err := d.fillI32(dm.tapRows.ptr, 0, 27); err != nil {
+	if dm.rank, err = d.allocTemp(n * 4); err != nil {
 		return err
 	}
 	blocks := min(ceilDiv(nb, brickWarps), int64(d.info.SMs)*brickBlocksPerSM)
 	return d.launch("kmap_nbr_brick", dim3{X: int(blocks)}, dim3{X: 32 * brickWarps}, 0, coords, nb, extOf(bext), bt.arg(),
-		cells.ptr, first.ptr, pool.ptr, dm.nbr.ptr, dm.mask.ptr, dm.tapRows.ptr)
+		cells.ptr, first.ptr, pool.ptr, dm.nbr.ptr, dm.mask.ptr, dm.rank.ptr)
 }
 
 // brickWarps is the number of warps (a brick each at a time) per block of
@@ -554,8 +551,8 @@ func (e *Engine) finish(m *kmap.Map, dm *devMap, in, out coordBlock) {
 	me := e.entry(m)
 	me.nbr, me.haveNbr = dm.nbr, true
 	me.rev, me.haveRev = dm.rev, dm.rev.ptr != 0 // submanifold: derived on first use
-	me.nbrMask, me.nbrTapRows = dm.mask, dm.tapRows
-	dm.mask, dm.tapRows = rawBuf{}, rawBuf{}
+	me.nbrMask, me.nbrRank = dm.mask, dm.rank
+	dm.mask, dm.rank = rawBuf{}, rawBuf{}
 	me.inC, me.outC, me.haveIn, me.haveOut = in, out, true, true
 	me.sameCoords = in.ptr == out.ptr
 	if dm.out.ptr == out.ptr {
@@ -1127,18 +1124,19 @@ func (d *Device) tileUnions(mask, order devPtr, n, V, rows int) (t tileTables, e
 	return t, nil
 }
 
-// grayFromMasks returns the Gray tables of a table [n, V] (V ≤ 32) whose
-// masks and per-tap row counts were written with it (kmap_nbr_brick): the
-// rows sorted stably by the Gray rank of their keys, as grayOrder. It
-// takes mask over and frees tapRows, on failure too.
-func (d *Device) grayFromMasks(mask, tapRows rawBuf, n, V int) (*grayTables, error) {
-	defer d.freeTemp(tapRows)
+// grayFromRanks returns the Gray tables of a table [n, V] (V ≤ 32, more
+// than kmap.BalancedKeyMaxRows rows) whose masks and uint32 Gray ranks in
+// table order were written with it (kmap_nbr_brick): the rows sorted
+// stably by rank, as grayOrder. It takes mask over and frees rank, on
+// failure too.
+func (d *Device) grayFromRanks(mask, rank rawBuf, n, V int) (*grayTables, error) {
+	defer d.freeTemp(rank)
 	order, err := d.allocTemp(int64(n) * 4)
 	if err != nil {
 		d.freeTemp(mask)
 		return nil, err
 	}
-	if err := d.sortByGrayKey(mask.ptr, tapRows.ptr, n, V, order.ptr); err != nil {
+	if err := d.radixSort(rank.ptr, order.ptr, int64(n), false, V, true); err != nil {
 		d.freeTemp(mask)
 		d.freeTemp(order)
 		return nil, err
@@ -1166,48 +1164,53 @@ func (d *Device) tableMasks(table devPtr, n, V int) (rawBuf, error) {
 }
 
 // grayOrder writes the masks [n, W] of table [n, V] to mask and the rows
-// sorted stably by the Gray rank of their keys to order (kmap.Masked).
+// sorted stably by the Gray rank of their keys to order (kmap.Masked):
+// the key reads the taps in kmap.KeyTaps's order up to
+// kmap.BalancedKeyMaxRows rows, in table order above.
 func (d *Device) grayOrder(table devPtr, n, V int, mask, order devPtr) error {
 	W := (V + 63) / 64
 	N := int64(n)
-	tapRows, err := d.allocTemp(int64(V) * 4)
-	if err != nil {
-		return err
-	}
-	defer d.freeTemp(tapRows)
-	if err := d.fillI32(tapRows.ptr, 0, int64(V)); err != nil {
-		return err
+	var tapRows rawBuf // the rows of each tap, or none (table order)
+	if n <= kmap.BalancedKeyMaxRows {
+		var err error
+		if tapRows, err = d.allocTemp(int64(V) * 4); err != nil {
+			return err
+		}
+		defer d.freeTemp(tapRows)
+		if err := d.fillI32(tapRows.ptr, 0, int64(V)); err != nil {
+			return err
+		}
 	}
 	g, b := d.elementwise(N)
 	if err := d.launch("masks_build", g, b, V*4, table, N, int32(V), int32(W), mask, tapRows.ptr); err != nil {
 		return err
 	}
-	return d.sortByGrayKey(mask, tapRows.ptr, n, V, order)
-}
-
-// sortByGrayKey writes to order the rows of the masks [n, W] sorted
-// stably by the Gray rank of their keys, given the rows of each tap
-// tapRows [V] uint32: the key reads the taps in kmap.KeyTaps's order
-// (masks_key_taps), so the order is kmap.Masked's.
-func (d *Device) sortByGrayKey(mask, tapRows devPtr, n, V int, order devPtr) error {
-	W := (V + 63) / 64
-	N := int64(n)
-	keyTaps, err := d.allocTemp(int64(V) * 4)
+	// The key's taps (masks_key_taps), and for 32-bit keys the key bits of
+	// each mask byte value.
+	narrow := W == 1 && V <= 32
+	size := int64(V) * 4
+	if narrow {
+		size += 4 * 256 * 4
+	}
+	keyTaps, err := d.allocTemp(size)
 	if err != nil {
 		return err
 	}
 	defer d.freeTemp(keyTaps)
-	if err := d.launch("masks_key_taps", dim3{X: 1}, dim3{X: 256}, 0, tapRows, int32(V), N, keyTaps.ptr); err != nil {
+	byteKey := devPtr(0)
+	if narrow {
+		byteKey = keyTaps.ptr + devPtr(V*4)
+	}
+	if err := d.launch("masks_key_taps", dim3{X: 1}, dim3{X: 256}, V*4, tapRows.ptr, int32(V), N, keyTaps.ptr, byteKey); err != nil {
 		return err
 	}
-	g, b := d.elementwise(N)
-	if W == 1 && V <= 32 {
+	if narrow {
 		rank, err := d.allocTemp(N * 4)
 		if err != nil {
 			return err
 		}
 		defer d.freeTemp(rank)
-		if err := d.launch("masks_rank", g, b, V*4, mask, N, int32(V), int32(W), keyTaps.ptr, devPtr(0), rank.ptr); err != nil {
+		if err := d.launch("masks_rank", g, b, 0, mask, N, int32(V), int32(W), keyTaps.ptr, byteKey, devPtr(0), rank.ptr); err != nil {
 			return err
 		}
 		return d.radixSort(rank.ptr, order, N, false, V, true)
@@ -1217,7 +1220,7 @@ func (d *Device) sortByGrayKey(mask, tapRows devPtr, n, V int, order devPtr) err
 		return err
 	}
 	defer d.freeTemp(rank)
-	if err := d.launch("masks_rank", g, b, V*4, mask, N, int32(V), int32(W), keyTaps.ptr, rank.ptr, devPtr(0)); err != nil {
+	if err := d.launch("masks_rank", g, b, V*4, mask, N, int32(V), int32(W), keyTaps.ptr, byteKey, rank.ptr, devPtr(0)); err != nil {
 		return err
 	}
 	if W == 1 {

@@ -305,6 +305,28 @@ var gxSubmKernels = []struct{ k, d [3]int }{
 	{[3]int{5, 5, 5}, [3]int{1, 1, 1}}, // V = 125: two mask words
 }
 
+// TestGPUSubmanifoldMapLarge compares with kmap.NewSubmanifold a
+// submanifold map of more than kmap.BalancedKeyMaxRows rows, whose Gray
+// key reads the taps in table order: from the ranks that the brick search
+// writes with the table, and from masks_build's masks without it.
+func TestGPUSubmanifoldMapLarge(t *testing.T) {
+	e := gxEngine(t)
+	coords, ext := synth.SphereShell(256, 1)
+	require.Greater(t, len(coords)/4, max(kmap.BalancedKeyMaxRows, brickMinRows))
+	cpu, err := kmap.NewSubmanifold(coords, ext, [3]int{3, 3, 3}, [3]int{1, 1, 1})
+	require.NoError(t, err)
+	for _, bricks := range []bool{true, false} {
+		t.Run(fmt.Sprintf("bricks=%v", bricks), func(t *testing.T) {
+			require.NoError(t, e.d.do(func() error { e.d.noBricks = !bricks; return nil }))
+			defer func() { require.NoError(t, e.d.do(func() error { e.d.noBricks = false; return nil })) }()
+			gpu := gxBuild(t, e, func() (*kmap.Map, error) {
+				return e.SubmanifoldMap(gxCoords(t, e, coords), ext, [3]int{3, 3, 3}, [3]int{1, 1, 1})
+			})
+			gxSameDerived(t, e, gpu, cpu)
+		})
+	}
+}
+
 // TestGPUSubmanifoldMap compares GPU submanifold maps (tables, reverse,
 // pairs, masks, tiles) with kmap.NewSubmanifold on every scene.
 func TestGPUSubmanifoldMap(t *testing.T) {
@@ -332,7 +354,9 @@ func TestGPUSubmanifoldMap(t *testing.T) {
 						return e.SubmanifoldMap(gxCoords(t, e, sc.coords), sc.ext, g.k, g.d)
 					})
 					require.NoError(t, e.d.do(func() error { e.d.brickMinRows = brickMinRows; return nil }))
-					// Its Gray order comes from the ranks the search wrote.
+					// Below kmap.BalancedKeyMaxRows its Gray order is
+					// ranked again from the table (TestGPUSubmanifoldMapLarge
+					// covers the ranks the search writes).
 					gxSameDerived(t, e, b, cpu)
 					gxSameMap(t, e, b, cpu)
 				}

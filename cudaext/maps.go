@@ -71,10 +71,10 @@ type mapEntry struct {
 	pairsHalf               bool           // the lists hold the taps before the centre (submanifold; TablePairs)
 	pairStats               pairStats      // tap segment lengths of the pair lists
 	gray                    [2]*grayTables // forward, reverse
-	// Nbr's tap masks and the rows of each tap from the brick search
-	// (devMap), until the forward Gray tables take them.
-	nbrMask, nbrTapRows rawBuf
-	tiles               map[maskKey]tileTables
+	// Nbr's tap masks and their Gray ranks in table order from the brick
+	// search (devMap), until the forward Gray tables take them.
+	nbrMask, nbrRank rawBuf
+	tiles            map[maskKey]tileTables
 	// Coordinates of a map built here ([NIn, 4], [NOut, 4] int32), owned
 	// or borrowed (keepCoords); one block when sameCoords (submanifold maps).
 	inC, outC       coordBlock
@@ -114,7 +114,7 @@ func (e *Engine) dropMap(k mapKey) {
 	if !me.sameCoords {
 		me.outC.release(d)
 	}
-	bufs := []rawBuf{me.nbr, me.rev, me.pairIn, me.pairOut, me.pairSg, me.nbrMask, me.nbrTapRows}
+	bufs := []rawBuf{me.nbr, me.rev, me.pairIn, me.pairOut, me.pairSg, me.nbrMask, me.nbrRank}
 	for _, g := range me.gray {
 		if g != nil {
 			bufs = append(bufs, g.mask, g.order)
@@ -353,17 +353,24 @@ func (e *Engine) grayTablesFor(m *kmap.Map, reverse bool) (*grayTables, error) {
 	if g := me.gray[i]; g != nil {
 		return g, nil
 	}
-	if !reverse && me.nbrTapRows.ptr != 0 {
-		// The brick search wrote the masks and counts: rank and sort only.
-		// grayFromMasks owns both from here, on failure too.
-		mask, tapRows := me.nbrMask, me.nbrTapRows
-		me.nbrMask, me.nbrTapRows = rawBuf{}, rawBuf{}
-		g, err := e.d.grayFromMasks(mask, tapRows, n, m.V())
-		if err != nil {
-			return nil, err
+	if !reverse && me.nbrRank.ptr != 0 {
+		mask, rank := me.nbrMask, me.nbrRank
+		me.nbrMask, me.nbrRank = rawBuf{}, rawBuf{}
+		if n > kmap.BalancedKeyMaxRows {
+			// The brick search wrote the masks and the ranks in table
+			// order: sort the ranks only. grayFromRanks owns both from
+			// here, on failure too.
+			g, err := e.d.grayFromRanks(mask, rank, n, m.V())
+			if err != nil {
+				return nil, err
+			}
+			me.gray[i] = g
+			return g, nil
 		}
-		me.gray[i] = g
-		return g, nil
+		// Fewer rows (tests lower the brick threshold): the key reads the
+		// taps in KeyTaps's order, from the table below.
+		e.d.freeTemp(mask)
+		e.d.freeTemp(rank)
 	}
 	table, err := e.tableOf(m, reverse)
 	if err != nil {

@@ -42,8 +42,8 @@
 //                      gathers the 6×6×6 cells around it from the pool
 //                      into shared memory and writes each of its rows' 27
 //                      entries (no −1 fill, no mirror writes); it can also
-//                      write each row's tap mask and count the rows of each
-//                      tap (masks_build's, for the Gray order)
+//                      write each row's tap mask and Gray rank
+//                      (masks_build's)
 //   kmap_pairs_count   pair counts per (tap, chunk of 256 output rows) of
 //                      the first taps taps (a submanifold map's lists hold
 //                      the taps before the centre only, see PairsParams):
@@ -52,6 +52,7 @@
 //   kmap_pairs_seg     Seg[v] = first pair of tap v
 //   kmap_pairs_write   pair lists: a row's place is a ballot rank in its
 //                      warp plus the counts of the warps before it
+#include "gray.cuh"
 #include "hashtable.cuh"
 
 namespace fgk {
@@ -373,10 +374,10 @@ __device__ void brick_scatter(const int* coords, i64 n, Ext bext, Table bt, int*
 // their cell masks (brick_insert's cells), and gathers the 6×6×6 cells
 // around the brick (the brick and a one-cell rim) into shared memory,
 // reading the pool only at occupied cells (so the pool needs no −1 fill).
-// Then a lane per row of the brick forms its tap mask (masks.cu
-// masks_build's, for the Gray order of the table, with the rows of each
-// tap added to cnt by ballots; when mask and cnt are non-null), and the
-// warp writes each row's 27 entries (lane v tap v, 108 consecutive bytes). Against a thread per row, the bricks are
+// Then a lane per row of the brick forms its tap mask and Gray rank
+// (masks.cu masks_build's, for the Gray order of the table; when mask and
+// rank are non-null), and the warp writes each row's 27 entries (lane v
+// tap v, 108 consecutive bytes). Against a thread per row, the bricks are
 // looked up once per brick (27 independent probes for ≈ 14 rows of a
 // shell) instead of 3–4 dependent probes per row. Cells outside the extent
 // hold no row, and bricks outside it are not looked up, so they read −1.
@@ -411,9 +412,8 @@ __device__ __forceinline__ u32 rim_cell(int t) {
 }
 
 __device__ void nbr_brick(const int* coords, i64 nb, Ext bext, Table bt, const u64* cells, const int* first,
-                          const int* pool, int* nbr, u64* mask, u32* cnt) {
+                          const int* pool, int* nbr, u64* mask, u32* rank) {
   __shared__ int idsS[kBrickWarps][27];
-  __shared__ u32 countS[27];
   __shared__ u64 occS[kBrickWarps][27];
   __shared__ int gatherS[kBrickWarps][kGathered];
   __shared__ int rowsS[kBrickWarps][64];
@@ -430,8 +430,6 @@ __device__ void nbr_brick(const int* coords, i64 nb, Ext bext, Table bt, const u
   for (int i = 0; i < kRimRounds; ++i) rim[i] = lane + 32 * i < kRimCells ? rim_cell(lane + 32 * i) : 0;
   const int tap = lane < 27 ? ((lane / 9) * kRim + lane / 3 % 3) * kRim + lane % 3 : 0;
   const u32 lt = (1u << lane) - 1;
-  if (threadIdx.x < 27) countS[threadIdx.x] = 0;
-  __syncthreads();
   for (i64 b = (i64)blockIdx.x * kBrickWarps + warp; b < nb; b += (i64)gridDim.x * kBrickWarps) {
     const int4 q = reinterpret_cast<const int4*>(coords)[first[b]];
     if (lane < 27) {
@@ -480,25 +478,17 @@ __device__ void nbr_brick(const int* coords, i64 nb, Ext bext, Table bt, const u
     __syncwarp();
     const int nrows = __popc(lo) + __popc(hi);
     if (mask) {
-      for (int k0 = 0; k0 < nrows; k0 += 32) {  // warp-uniform, for the ballots
-        const int k = k0 + lane;
+      for (int k = lane; k < nrows; k += 32) {
+        const int* w = gather + win[k];
         u32 m = 0;
-        if (k < nrows) {
-          const int* w = gather + win[k];
 #pragma unroll 1
-          for (int dx = 0; dx < 3; ++dx, w += kRim * kRim) {
+        for (int dx = 0; dx < 3; ++dx, w += kRim * kRim) {
 #pragma unroll
-            for (int v = 0; v < 9; ++v) m |= (u32)(w[v / 3 * kRim + v % 3] >= 0) << (dx * 9 + v);
-          }
-          mask[rows[k]] = m;
+          for (int v = 0; v < 9; ++v) m |= (u32)(w[v / 3 * kRim + v % 3] >= 0) << (dx * 9 + v);
         }
-        u32 c = 0;  // rows with tap lane
-#pragma unroll 1
-        for (int v = 0; v < 27; ++v) {
-          const u32 n = __popc(__ballot_sync(0xffffffffu, m >> v & 1));
-          if (lane == v) c = n;
-        }
-        if (c) atomicAdd(countS + lane, c);
+        const int row = rows[k];
+        mask[row] = m;
+        rank[row] = (u32)gray_to_binary(m);
       }
     }
     if (lane < 27) {
@@ -506,10 +496,6 @@ __device__ void nbr_brick(const int* coords, i64 nb, Ext bext, Table bt, const u
       for (int k = 0; k < nrows; ++k) nbr[(i64)rows[k] * 27 + lane] = gather[win[k] + tap];
     }
     __syncwarp();  // before the next brick overwrites the shared cells
-  }
-  if (cnt) {
-    __syncthreads();
-    if (threadIdx.x < 27 && countS[threadIdx.x]) atomicAdd(cnt + threadIdx.x, countS[threadIdx.x]);
   }
 }
 
@@ -629,8 +615,8 @@ __global__ void kmap_brick_scatter(const int* coords, long long n, fgx::Ext bext
 }
 __global__ void __launch_bounds__(fgk::kBrickWarps * 32, fgk::kBrickBlocksPerSM)
     kmap_nbr_brick(const int* coords, long long nb, fgx::Ext bext, fgx::Table bt, const unsigned long long* cells,
-                   const int* first, const int* pool, int* nbr, unsigned long long* mask, unsigned* cnt) {
-  fgk::nbr_brick(coords, nb, bext, bt, cells, first, pool, nbr, mask, cnt);
+                   const int* first, const int* pool, int* nbr, unsigned long long* mask, unsigned* rank) {
+  fgk::nbr_brick(coords, nb, bext, bt, cells, first, pool, nbr, mask, rank);
 }
 __global__ void kmap_nbr_coarse(const int* out, long long n_out, fgx::Ext in, fgk::Conv c, fgx::Table t, int* nbr) {
   fgk::nbr_coarse(out, n_out, in, c, t, nbr);

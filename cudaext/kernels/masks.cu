@@ -10,20 +10,24 @@
 //                    in shared memory, and lane i cuts row i's V bits out
 //                    of it; the counts are ballots over the warp's masks
 //   masks_key_taps   one block: key_taps[b] = the tap read as bit b of the
-//                    Gray key, from the counts (kmap.KeyTaps: the least
-//                    even splits of the rows first, ties in tap order)
+//                    Gray key: from the counts (kmap.KeyTaps: the least
+//                    even splits of the rows first, ties in tap order), or
+//                    b when cnt is null (table order); for V ≤ 32 also
+//                    byte_key[j][x], the key bits that value x of mask byte
+//                    j sets
 //   masks_rank       the rank of each row's key (bit b = mask bit
 //                    key_taps[b]) in the reflected Gray sequence (bit j of
 //                    the rank = XOR of the key bits ≥ j, across words);
 //                    with W == 1 and V ≤ 32 written as uint32, the key
-//                    then four lookups (one per mask byte). Dynamic
-//                    shared memory: V ints
+//                    then four byte_key lookups. Dynamic shared memory: V
+//                    ints
 //   masks_word       keys[j] = rank[order[j]·W + w] (one LSD word pass)
 //   masks_union      OR of the masks of each tile of `rows` consecutive
 //                    entries of the order; cnt[tile] += popcount
 //   masks_taps       the set bits of each union, ascending, at seg[tile]
 //   masks_sched_keys keys[tile] = V − the tile's tap count, to sort the
 //                    tiles longest first (the gathers' tile_sched)
+#include "gray.cuh"
 #include "hashtable.cuh"
 
 namespace fgm {
@@ -32,17 +36,6 @@ using namespace fgx;
 
 constexpr int kBuildWarps = 8;  // masks_build runs 256-thread blocks
 
-// gray_to_binary returns the position of the Gray code x in the reflected
-// Gray sequence: bit j is the XOR of the bits of x at j and above.
-__device__ __forceinline__ u64 gray_to_binary(u64 x) {
-  x ^= x >> 1;
-  x ^= x >> 2;
-  x ^= x >> 4;
-  x ^= x >> 8;
-  x ^= x >> 16;
-  x ^= x >> 32;
-  return x;
-}
 
 // add_counts adds a block's per-tap counts (shared, V entries) to cnt
 // once every thread of the block is done with them.
@@ -129,50 +122,60 @@ __device__ void build(const int* table, i64 rows, int V, int W, u64* mask, u32* 
   if (cnt) add_counts(counts, V, cnt);
 }
 
-// key_taps is masks_key_taps (one block): tap v's key bit is the number of
-// taps that split the rows less evenly, or as unevenly with a lower index.
-__device__ void key_taps(const u32* cnt, int V, i64 rows, int* out) {
+// key_taps is masks_key_taps (one block): tap v's key bit is the number
+// of taps that split the rows less evenly, or as unevenly with a lower
+// index.
+__device__ void key_taps(const u32* cnt, int V, i64 rows, int* out, u32* byte_key) {
+  extern __shared__ int tapS[];  // V
   auto uneven = [&](int v) {
     const i64 d = 2 * (i64)cnt[v] - rows;
     return d < 0 ? -d : d;
   };
   for (int v = threadIdx.x; v < V; v += blockDim.x) {
-    const i64 ev = uneven(v);
-    int bit = 0;
-    for (int u = 0; u < V; ++u) {
-      const i64 eu = uneven(u);
-      bit += eu > ev || (eu == ev && u < v);
+    int bit = v;
+    if (cnt) {
+      const i64 ev = uneven(v);
+      bit = 0;
+      for (int u = 0; u < V; ++u) {
+        const i64 eu = uneven(u);
+        bit += eu > ev || (eu == ev && u < v);
+      }
     }
     out[bit] = v;
+    tapS[bit] = v;
+  }
+  if (!byte_key) return;
+  __syncthreads();
+  for (int e = threadIdx.x; e < 4 * 256; e += blockDim.x) {
+    const int j = e >> 8, x = e & 255;
+    u32 key = 0;
+    for (int b = 0; b < V; ++b) {
+      const int v = tapS[b] - 8 * j;
+      if (v >= 0 && v < 8 && (x >> v & 1)) key |= 1u << b;
+    }
+    byte_key[e] = key;
   }
 }
 
-// rank is masks_rank: the key of row r has bit b = mask bit taps[b].
-// With 32-bit ranks (V ≤ 32) a row's key is four lookups, one per mask
-// byte, in tables of the key bits each byte value sets.
-__device__ void rank(const u64* mask, i64 rows, int V, int W, const int* taps, u64* rank64, u32* rank32) {
-  extern __shared__ int tapS[];  // V
-  __shared__ u32 byteKey[4][256];
-  for (int b = threadIdx.x; b < V; b += blockDim.x) tapS[b] = taps[b];
-  __syncthreads();
-  if (rank32) {
-    for (int e = threadIdx.x; e < 4 * 256; e += blockDim.x) {
-      const int j = e >> 8, x = e & 255;
-      u32 key = 0;
-      for (int b = 0; b < V; ++b) {
-        const int v = tapS[b] - 8 * j;
-        if (v >= 0 && v < 8 && (x >> v & 1)) key |= 1u << b;
-      }
-      byteKey[j][x] = key;
-    }
+// rank is masks_rank: the key of row r has bit b = mask bit taps[b]; with
+// 32-bit ranks (byte_key non-null, V ≤ 32) four lookups of its bytes.
+__device__ void rank(const u64* mask, i64 rows, int V, int W, const int* taps, const u32* byte_key, u64* rank64,
+                     u32* rank32) {
+  if (byte_key) {
+    __shared__ u32 byteKey[4 * 256];
+    for (int e = threadIdx.x; e < 4 * 256; e += blockDim.x) byteKey[e] = byte_key[e];
     __syncthreads();
     for (i64 r = gtid(); r < rows; r += gstride()) {
       const u32 m = (u32)mask[r];
-      const u32 key = byteKey[0][m & 255] | byteKey[1][m >> 8 & 255] | byteKey[2][m >> 16 & 255] | byteKey[3][m >> 24];
+      const u32 key =
+          byteKey[m & 255] | byteKey[256 + (m >> 8 & 255)] | byteKey[512 + (m >> 16 & 255)] | byteKey[768 + (m >> 24)];
       rank32[r] = (u32)gray_to_binary(key);
     }
     return;
   }
+  extern __shared__ int tapS[];  // V
+  for (int b = threadIdx.x; b < V; b += blockDim.x) tapS[b] = taps[b];
+  __syncthreads();
   for (i64 r = gtid(); r < rows; r += gstride()) {
     const u64* m = mask + r * W;
     u64 carry = 0;  // parity of all higher words: 0 or all ones
@@ -232,12 +235,12 @@ extern "C" {
 __global__ void masks_build(const int* table, long long rows, int V, int W, unsigned long long* mask, unsigned* cnt) {
   fgm::build(table, rows, V, W, mask, cnt);
 }
-__global__ void masks_key_taps(const unsigned* cnt, int V, long long rows, int* key_taps) {
-  fgm::key_taps(cnt, V, rows, key_taps);
+__global__ void masks_key_taps(const unsigned* cnt, int V, long long rows, int* key_taps, unsigned* byte_key) {
+  fgm::key_taps(cnt, V, rows, key_taps, byte_key);
 }
 __global__ void masks_rank(const unsigned long long* mask, long long rows, int V, int W, const int* key_taps,
-                           unsigned long long* rank64, unsigned* rank32) {
-  fgm::rank(mask, rows, V, W, key_taps, rank64, rank32);
+                           const unsigned* byte_key, unsigned long long* rank64, unsigned* rank32) {
+  fgm::rank(mask, rows, V, W, key_taps, byte_key, rank64, rank32);
 }
 __global__ void masks_word(const unsigned long long* rank, const int* order, long long rows, int W, int w,
                            unsigned long long* keys) {

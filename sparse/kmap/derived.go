@@ -174,7 +174,8 @@ type Masked struct {
 	// Mask[r·Words + v/64] has bit v%64 set iff row r has a neighbour at
 	// tap v.
 	Mask []uint64
-	// KeyTaps[b] is the tap read as bit b of a row's Gray key (KeyTaps).
+	// KeyTaps[b] is the tap read as bit b of a row's Gray key: KeyTaps's
+	// order for tables of at most BalancedKeyMaxRows rows, else b.
 	KeyTaps []int32
 	// Order lists the rows sorted stably by the rank of their Gray key in
 	// the reflected binary Gray-code sequence (rows of equal rank keep
@@ -233,7 +234,14 @@ func newMasked(table []int32, rows, V int) *Masked {
 			count[v] += k
 		}
 	}
-	ms.KeyTaps = KeyTaps(count, rows)
+	if rows <= BalancedKeyMaxRows {
+		ms.KeyTaps = KeyTaps(count, rows)
+	} else {
+		ms.KeyTaps = make([]int32, V)
+		for v := range ms.KeyTaps {
+			ms.KeyTaps[v] = int32(v)
+		}
+	}
 	rank := make([]uint64, rows*words)
 	parallelRows(rows, func(lo, hi int) {
 		key := make([]uint64, words)
@@ -265,6 +273,17 @@ func newMasked(table []int32, rows, V int) *Masked {
 	}
 	return ms
 }
+
+// BalancedKeyMaxRows is the most rows of a table whose Gray key reads the
+// taps in KeyTaps's order; larger tables read them in table order (tap v
+// as bit v). Above it the masked padding is already low (1.14× at 128-row
+// tiles on a 252 K-row shell) and KeyTaps's order gained under 1 % on the
+// H200 (RES 256), while counting the taps and ranking the masks again
+// after the brick search (which writes table-order ranks with the table)
+// cost about 0.17 ms of the map build at 4.1 M rows (docs/PERF_NOTES.md,
+// step 27). Engines must follow the same rule: the order is part of a
+// map's derived tables.
+const BalancedKeyMaxRows = 1 << 17
 
 // KeyTaps returns the significance order of the taps in the Gray keys of
 // the masked order, given count[v], the rows of rows that have a

@@ -1,6 +1,7 @@
 package kmap
 
 import (
+	"fmt"
 	"math/big"
 	"math/rand/v2"
 	"slices"
@@ -109,6 +110,9 @@ func checkMasked(t *testing.T, ms *Masked, table []int32, rows, V int) {
 		return d
 	}
 	require.Len(t, ms.KeyTaps, V)
+	if rows > BalancedKeyMaxRows {
+		uneven = func(int32) int { return 0 } // table order
+	}
 	bit := make([]int, V) // bit[v]: the key bit of tap v
 	for v := range bit {
 		bit[v] = -1
@@ -210,6 +214,35 @@ func TestGrayToBinaryMultiWord(t *testing.T) {
 			grayToBinary(gw, out)
 			require.Equal(t, bw, out)
 		}
+	}
+}
+
+func TestGrayKeyTapOrderByRows(t *testing.T) {
+	// Either side of BalancedKeyMaxRows, with taps present in 1/8, 1/2 and
+	// 3/4 of the rows: KeyTaps's order up to it, table order above.
+	for _, tc := range []struct {
+		rows int
+		want []int32
+	}{
+		{BalancedKeyMaxRows, []int32{0, 2, 1}},
+		{BalancedKeyMaxRows + 1, []int32{0, 1, 2}},
+	} {
+		t.Run(fmt.Sprint(tc.rows), func(t *testing.T) {
+			const V = 3
+			rng := rand.New(rand.NewPCG(uint64(tc.rows), 3))
+			table := make([]int32, tc.rows*V)
+			for r := range tc.rows {
+				for v, p := range []int{1, 4, 6} {
+					table[r*V+v] = -1
+					if rng.IntN(8) < p {
+						table[r*V+v] = 0
+					}
+				}
+			}
+			ms := newMasked(table, tc.rows, V)
+			require.Equal(t, tc.want, ms.KeyTaps)
+			checkMasked(t, ms, table, tc.rows, V)
+		})
 	}
 }
 
