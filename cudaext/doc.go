@@ -60,9 +60,12 @@
 //     order or tile unions are built for it;
 //   - Explicit materialises the im2col matrix and runs the same kernel with
 //     the identity table; Implicit gathers inside the kernel; the masked
-//     algorithms visit rows in Gray-code order and only the union of taps
-//     of each tile (kmap.Masked.Tiles); the split-K variants split the
-//     reduction and sum float32 partials in split order;
+//     algorithms visit rows in Gray-code order (kmap.Masked: its key reads
+//     the least evenly splitting taps first up to kmap.BalancedKeyMaxRows
+//     rows) and only the union of taps of each tile (kmap.Masked.Tiles),
+//     launching the tiles with the most taps first when there are at most
+//     FLEXGEMM_LONGEST_FIRST_TILES_PER_SM (default 8) per SM; the split-K
+//     variants split the reduction and sum float32 partials in split order;
 //   - the weight gradient runs one GEMM per tap over the pair lists
 //     (kmap.Pairs), split-K for the split algorithms (the heuristic gives
 //     each tap split slices in proportion to its pairs), and over the
