@@ -495,6 +495,22 @@ func TestPaddingWgradColumns(t *testing.T) {
 	}
 }
 
+// TestPaddingHaloColumns checks the -halo columns of `bench padding`: the
+// z-order's padding (≥ 1), and the rows read per pair of tiles in Gray
+// order (at most 1) and in z-order (fewer).
+func TestPaddingHaloColumns(t *testing.T) {
+	header, rows := paddingTable(t, 1, 8, "-res", "16", "-rows", "64", "-halo")
+	require.Contains(t, header, "z-order padding BM 64")
+	require.Contains(t, header, "z-order rows read BM 64")
+	padding := factorCell(t, rows[0][5])
+	var gray, z float64
+	_, err := fmt.Sscanf(rows[0][6]+" "+rows[0][7], "%f %f", &gray, &z)
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, padding, 1.0)
+	require.LessOrEqual(t, gray, 1.0)
+	require.Less(t, z, gray)
+}
+
 // TestPaddingCommand runs `bench padding` on small shells: one row per
 // resolution, the map's voxel and pair counts, and a padding factor ≥ 1 per
 // tile height that grows with the tile height; bad lists are errors.

@@ -22,7 +22,9 @@ import (
 // the padding of an experimental greedy regrouping of that order into
 // tiles (regroupTiles), which no engine uses yet, and with -windows the
 // same greedy within disjoint windows of W rows (regroupWindows, as one GPU
-// block per window would run it); with -wgrad G,… the
+// block per window would run it); with -halo the padding of tiles of the
+// z-order of the coordinates and, for both orders, the distinct input rows
+// per tile relative to the pairs (tileHaloRows); with -wgrad G,… the
 // products and rows read of a multi-tap weight gradient over the Gray order
 // (multiTapTraffic, a design) relative to the pairs kernels.
 func paddingMain(args []string, stdout, stderr io.Writer) error {
@@ -32,6 +34,7 @@ func paddingMain(args []string, stdout, stderr io.Writer) error {
 	rows := fs.String("rows", "64,128,256", "tile heights (BM) to report")
 	regroup := fs.Int("regroup", 0, "also report the padding after a greedy regrouping of the Gray order into tiles, each row chosen among the next `W` rows (0: off; maps of at most 2^19 rows)")
 	windows := fs.Bool("windows", false, "with -regroup W: regroup each window of W rows of the Gray order on its own instead of a sliding window")
+	halo := fs.Bool("halo", false, "also report the padding of tiles in z-order and, for tiles in Gray order and in z-order, the distinct input rows of each tile summed over the tiles relative to the pairs (what a gather reading each tile's neighbourhood once would read; today's read one row per pair)")
 	wgrad := fs.String("wgrad", "", "also report, for these tap-group sizes `G,…`, the rows a multi-tap weight gradient over the Gray order would read, relative to the pairs kernels (multiTapTraffic)")
 	wgradRows := fs.Int("wgradrows", 32, "rows per K slab of the multi-tap weight gradient (-wgrad)")
 	if err := fs.Parse(args); err != nil {
@@ -79,6 +82,11 @@ func paddingMain(args []string, stdout, stderr io.Writer) error {
 			cols = append(cols, fmt.Sprintf("%s BM %d", name, bm))
 		}
 	}
+	if *halo {
+		for _, bm := range bms {
+			cols = append(cols, fmt.Sprintf("z-order padding BM %d", bm), fmt.Sprintf("Gray rows read BM %d", bm), fmt.Sprintf("z-order rows read BM %d", bm))
+		}
+	}
 	if len(groups) > 0 {
 		cols = append(cols, fmt.Sprintf("wgrad products, %d-row slabs", *wgradRows))
 		for _, g := range groups {
@@ -108,6 +116,21 @@ func paddingMain(args []string, stdout, stderr io.Writer) error {
 					order = regroupWindows(ms, bm, *regroup)
 				}
 				fmt.Fprintf(stdout, " %.2f× |", float64(orderWork(ms, order, bm))/float64(st.Pairs))
+			}
+		}
+		if *halo {
+			z, err := zOrder(m)
+			if err != nil {
+				return fmt.Errorf("RES %d: %w", r, err)
+			}
+			for _, bm := range bms {
+				if st.Pairs == 0 {
+					fmt.Fprint(stdout, " – | – | – |")
+					continue
+				}
+				p := float64(st.Pairs)
+				fmt.Fprintf(stdout, " %.2f× | %.2f | %.2f |", float64(orderWork(m.Masked(), z, bm))/p,
+					float64(tileHaloRows(m, m.Masked().Order, bm))/p, float64(tileHaloRows(m, z, bm))/p)
 			}
 		}
 		if len(groups) > 0 {

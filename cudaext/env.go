@@ -57,9 +57,9 @@ func longestFirstTilesPerSMFromEnv() (int, error) {
 // gathers launch their tiles longest first. A gather's blocks start in
 // launch order as SMs free up, so with few tiles per SM the last long
 // tiles decide the end: longest first (a stable sort by descending tap
-// count) cut the fp16 step at RES 64 (237 tiles of 128 rows, 1.8 per SM)
-// by 4 % in training and 7 % in inference, but cost up to 2.6 % at RES 256
-// (3,900 tiles) and 1024, where the tail is short and tiles of unlike
+// count) cut the fp16 step at RES 64 (119 row tiles of 128 rows, each
+// four blocks wide at C 1024) by 4 % in training and 7 % in inference,
+// but cost up to 2.6 % at RES 256 (1,972 row tiles) and 1024, where the tail is short and tiles of unlike
 // masks run side by side (H200, session 12, call 2; docs/PERF_NOTES.md
 // step 28).
 const longestFirstTilesPerSM = 8

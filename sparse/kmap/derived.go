@@ -276,7 +276,7 @@ func newMasked(table []int32, rows, V int) *Masked {
 
 // BalancedKeyMaxRows is the most rows of a table whose Gray key reads the
 // taps in KeyTaps's order; larger tables read them in table order (tap v
-// as bit v). Above it the masked padding is already low (1.14× at 128-row
+// as bit v). Above it the masked padding is already low (1.16× at 128-row
 // tiles on a 252 K-row shell) and KeyTaps's order gained under 1 % on the
 // H200 (RES 256), while counting the taps and ranking the masks again
 // after the brick search (which writes table-order ranks with the table)
