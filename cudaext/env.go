@@ -59,9 +59,10 @@ func longestFirstTilesPerSMFromEnv() (int, error) {
 // tiles decide the end: longest first (a stable sort by descending tap
 // count) cut the fp16 step at RES 64 (119 row tiles of 128 rows, each
 // four blocks wide at C 1024) by 4 % in training and 7 % in inference,
-// but cost up to 2.6 % at RES 256 (1,972 row tiles) and 1024, where the tail is short and tiles of unlike
-// masks run side by side (H200, session 12, call 2; docs/PERF_NOTES.md
-// step 28).
+// but cost up to 2.6 % at RES 256 (1,972 row tiles) and 1024, where the
+// tail is short and tiles of unlike masks run side by side (H200, session
+// 12, call 2; docs/PERF_NOTES.md step 28). It also cost (32, 1024, 4), 30
+// row tiles, 2 % in inference (call 6): a lower bound is the next step.
 const longestFirstTilesPerSM = 8
 
 // brickMinRows is the fewest rows for which the engine takes the brick
