@@ -18,17 +18,17 @@ const EnvBrickMinRows = "FLEXGEMM_BRICK_MIN_ROWS"
 // brickMinRowsFromEnv returns EnvBrickMinRows's value, or brickMinRows
 // when it is unset; anything but a non-negative integer is an error.
 func brickMinRowsFromEnv() (int, error) {
-	v, ok := os.LookupEnv(EnvBrickMinRows)
-	if !ok || v == "" {
-		return brickMinRows, nil
-	}
-	return nonNegativeFromEnv(EnvBrickMinRows, v, "rows")
+	return nonNegativeFromEnv(EnvBrickMinRows, brickMinRows, "rows")
 }
 
-// nonNegativeFromEnv parses the value v of environment variable key as a
-// non-negative integer count of what; anything else is an error naming
-// the variable.
-func nonNegativeFromEnv(key, v, what string) (int, error) {
+// nonNegativeFromEnv returns the value of environment variable key as a
+// non-negative integer count of what, or def when it is unset or empty;
+// anything else is an error naming the variable.
+func nonNegativeFromEnv(key string, def int, what string) (int, error) {
+	v, ok := os.LookupEnv(key)
+	if !ok || v == "" {
+		return def, nil
+	}
 	n, err := strconv.Atoi(v)
 	if err != nil || n < 0 {
 		return 0, fmt.Errorf("cudaext: %s=%q: want a non-negative number of %s", key, v, what)
@@ -46,11 +46,7 @@ const EnvLongestFirstTilesPerSM = "FLEXGEMM_LONGEST_FIRST_TILES_PER_SM"
 // or longestFirstTilesPerSM when it is unset; anything but a non-negative
 // integer is an error.
 func longestFirstTilesPerSMFromEnv() (int, error) {
-	v, ok := os.LookupEnv(EnvLongestFirstTilesPerSM)
-	if !ok || v == "" {
-		return longestFirstTilesPerSM, nil
-	}
-	return nonNegativeFromEnv(EnvLongestFirstTilesPerSM, v, "tiles per SM")
+	return nonNegativeFromEnv(EnvLongestFirstTilesPerSM, longestFirstTilesPerSM, "tiles per SM")
 }
 
 // longestFirstTilesPerSM is the most row tiles per SM for which masked
