@@ -441,9 +441,10 @@ template <class C, int ROWS, int CPR> struct StageCopy {
 // ---- gather family --------------------------------------------------------------
 
 // A gather block's output tile (blockIdx.x: row tile m0, through the
-// schedule tile_sched when there is one, and column tile n0) and its share of the reduction (split z = blockIdx.y): K iterations
-// [t0, t1) of nkc per tap over the tile's nTaps taps (all V, or its tap
-// segment from tapBase of a masked GEMM), starting at tap position vi0.
+// schedule tile_sched when there is one, and column tile n0) and its share
+// of the reduction (split z = blockIdx.y): K iterations [t0, t1) of nkc per
+// tap over the tile's nTaps taps (all V, or its tap segment from tapBase of
+// a masked GEMM), starting at tap position vi0.
 template <class C> struct GatherBlock {
   long long tileM, m0, n0;
   int z, tapBase, nTaps, nkc, nIter;
