@@ -21,6 +21,16 @@ func brickMinRowsFromEnv() (int, error) {
 	return nonNegativeFromEnv(EnvBrickMinRows, brickMinRows, "rows")
 }
 
+// brickMinRows is the fewest rows for which the engine takes the brick
+// search. Measured (H200, session 8, map phase of an inference step,
+// FLEXGEMM_BRICK_MIN_ROWS=0 against the per-tap search, calls 5 and 6):
+// RES 512 (1.0 M rows) 0.367 → 0.209 ms, RES 256 (252 K) 0.127 → 0.101;
+// in session 8's call 1 (brick kernels before the warp-grouped insert and
+// the looping neighbour kernel) RES 128 (64 K) 0.075 → 0.090 and RES 64
+// (15 K) 0.092 → 0.112: below about a hundred thousand rows the host wait
+// and the extra launches cost more than the shorter lookups save.
+const brickMinRows = 1 << 17
+
 // nonNegativeFromEnv returns the value of environment variable key as a
 // non-negative integer count of what, or def when it is unset or empty;
 // anything else is an error naming the variable.
@@ -60,16 +70,6 @@ func longestFirstTilesPerSMFromEnv() (int, error) {
 // 12, call 2; docs/PERF_NOTES.md step 28). It also cost (32, 1024, 4), 30
 // row tiles, 2 % in inference (call 6): a lower bound is the next step.
 const longestFirstTilesPerSM = 8
-
-// brickMinRows is the fewest rows for which the engine takes the brick
-// search. Measured (H200, session 8, map phase of an inference step,
-// FLEXGEMM_BRICK_MIN_ROWS=0 against the per-tap search, calls 5 and 6):
-// RES 512 (1.0 M rows) 0.367 → 0.209 ms, RES 256 (252 K) 0.127 → 0.101;
-// in session 8's call 1 (brick kernels before the warp-grouped insert and
-// the looping neighbour kernel) RES 128 (64 K) 0.075 → 0.090 and RES 64
-// (15 K) 0.092 → 0.112: below about a hundred thousand rows the host wait
-// and the extra launches cost more than the shorter lookups save.
-const brickMinRows = 1 << 17
 
 // EnvSpecializedGathers names the environment variable that, read when an
 // engine opens, turns the fixed heuristic's warp-specialised gather tiles
