@@ -48,8 +48,8 @@ func nonNegativeFromEnv(key string, def int, what string) (int, error) {
 
 // EnvLongestFirstTilesPerSM names the environment variable that, read when
 // the engine opens, sets the most row tiles per SM for which a masked
-// gather launches its tiles longest first (a non-negative integer, 0:
-// never; default longestFirstTilesPerSM).
+// gather launches its tiles longest first (from half a tile per SM on; a
+// non-negative integer, 0: never; default longestFirstTilesPerSM).
 const EnvLongestFirstTilesPerSM = "FLEXGEMM_LONGEST_FIRST_TILES_PER_SM"
 
 // longestFirstTilesPerSMFromEnv returns EnvLongestFirstTilesPerSM's value,

@@ -1052,6 +1052,16 @@ func (d *Device) grayMasks(table devPtr, n, V int) (*grayTables, error) {
 	return &grayTables{mask: mask, order: order}, nil
 }
 
+// longestFirst reports whether masked gathers over nt row tiles launch
+// them longest first (tileTables.sched): from half a row tile per SM (with
+// fewer, a gather's blocks are mostly the column tiles and split slices of
+// a few row tiles, and the schedule cost (32, 1024, 4) 2 % in inference:
+// docs/PERF_NOTES.md, step 28) up to longestFirstTilesPerSM per SM.
+func (d *Device) longestFirst(nt int64) bool {
+	sms := int64(d.info.SMs)
+	return 2*nt >= sms && nt <= int64(d.longestFirstTilesPerSM)*sms
+}
+
 // tileUnions computes the tap unions of tiles of `rows` consecutive
 // entries of order over the masks mask [n, W] (kmap.Masked.Tiles). The
 // taps block is sized for the worst case (every tile has all V taps), so
@@ -1107,7 +1117,7 @@ func (d *Device) tileUnions(mask, order devPtr, n, V, rows int) (t tileTables, e
 	if err := d.launch("masks_taps", g, b, 0, unions.ptr, nt, int32(W), t.seg.ptr, t.taps.ptr); err != nil {
 		return fail(err)
 	}
-	if nt > int64(d.longestFirstTilesPerSM)*int64(d.info.SMs) {
+	if !d.longestFirst(nt) {
 		return t, nil
 	}
 	// The launch order: tiles by descending tap count, ties in index

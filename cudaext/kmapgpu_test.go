@@ -227,7 +227,7 @@ func gxSameDerived(t *testing.T, e *Engine, gpu, cpu *kmap.Map) {
 				if h.taps, err = download[int32](e.d, mt.taps, int(h.seg[nt])); err != nil {
 					return err
 				}
-				if longest := nt <= e.d.longestFirstTilesPerSM*e.d.info.SMs; nt > 0 && longest != (mt.sched != 0) {
+				if longest := e.d.longestFirst(int64(nt)); nt > 0 && longest != (mt.sched != 0) {
 					return fmt.Errorf("reverse %v, rows %d: %d tiles with a schedule %v", reverse, th, nt, mt.sched != 0)
 				}
 				if mt.sched != 0 {

@@ -52,7 +52,7 @@ type grayTables struct {
 // order: seg [tiles + 1] int32 and taps (allocated for the worst case,
 // tiles · V, so that no host wait sizes them), and sched [tiles] int32, the
 // tiles by descending tap count (the gathers' launch order), allocated
-// only for at most longestFirstTilesPerSM tiles per SM.
+// only when Device.longestFirst says so.
 type tileTables struct {
 	seg, taps, sched rawBuf
 }
