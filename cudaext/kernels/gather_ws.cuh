@@ -126,7 +126,7 @@ template <class C, int PW> struct WsLayout {
   static_assert(kSmem <= 227 * 1024, "too much shared memory");
 };
 
-template <class C, int PW, int MINB, bool WT>
+template <class C, int PW, bool WT>
 __device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMaps& maps) {
   using T = typename C::T;
   using Raw = typename C::Raw;
@@ -200,10 +200,10 @@ __device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMa
       const long long col0 = (long long)kc * BK;
       T* as = As + s * L::ASt;
       T* bs = Bs + s * L::BSt;
+      const int* src = p.tbl ? sIdx + pos * BM : rows;  // each tile row's source row or −1
       if (p.vec) {
         if (pt == 0) mbar_arrive_expect_tx(full + s, BN * BK * C::kElem);
         // A: gathered rows (K-major, 128-byte swizzle).
-        const int* src = p.tbl ? sIdx + pos * BM : rows;
 #pragma unroll
         for (int j = 0; j < BM / RP; ++j) {
           const int r = r0 + j * RP;
@@ -216,8 +216,6 @@ __device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMa
             cp_async16(as + r * BK + ((ch ^ r) & 7) * KC, ok ? xr + ch * KC : x, ok);
           }
         }
-      }
-      if (p.vec) {
         // B: the weight's stage by bulk tensor copies (the tensor core's
         // swizzle is the TMA's 128-byte swizzle; rows past N and columns
         // past Kc arrive as zeros), issued by one thread after its
@@ -240,7 +238,6 @@ __device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMa
         const Raw* wr = reinterpret_cast<const Raw*>(w);
         Raw* ar = reinterpret_cast<Raw*>(as);
         Raw* br = reinterpret_cast<Raw*>(bs);
-        const int* src = p.tbl ? sIdx + pos * BM : rows;
         for (int c = pt; c < BM * BK; c += L::kProd) {
           const int i = c / BK, kk = c % BK;
           const int sr = src[i];
@@ -315,11 +312,11 @@ __device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMa
       NAME(const fg::GatherParams p, const __grid_constant__ fg::WsMaps maps) {                                \
     using Cfg = fg::TileCfg<MATH, BM, BN, BK, WM, 1, S, true>;                                               \
     static_assert(fg::WsLayout<Cfg, PW>::kSmem == (SMEM), "shared memory differs from the Go tile table");   \
-    fg::gather_gemm_ws<Cfg, PW, MINB, false>(p, maps);                                                       \
+    fg::gather_gemm_ws<Cfg, PW, false>(p, maps);                                                       \
   }
 #define FG_GATHER_WS_WT_KERNEL(NAME, MATH, BM, BN, BK, WM, S, PW, MINB)                                        \
   extern "C" __global__ void __launch_bounds__(32 * ((WM) + (PW)), MINB)                                        \
       NAME##_wt(const fg::GatherParams p, const __grid_constant__ fg::WsMaps maps) {                             \
     using Cfg = fg::TileCfg<MATH, BM, BN, BK, WM, 1, S, true>;                                                 \
-    fg::gather_gemm_ws<Cfg, PW, MINB, true>(p, maps);                                                          \
+    fg::gather_gemm_ws<Cfg, PW, true>(p, maps);                                                          \
   }
