@@ -347,16 +347,16 @@ func pairsSplits(t kernels.Tile, blocks, kIters, outElems, sms int64) int {
 	}
 	s := ceilDiv(pairsTarget(t, sms), blocks)
 	s = min(s, max(kIters/pairsMinIters, 1))
-	return int(max(capPairsSplits(s, outElems), 1))
+	return int(max(capPairsSplits(s, outElems, pairsPartBytes), 1))
 }
 
 // capPairsSplits bounds a weight-gradient split factor s by
 // pairsMaxSplits and, for an output of outElems elements (0: unknown), by
-// pairsPartBytes of float32 partials (a cap of at least 1).
-func capPairsSplits(s, outElems int64) int64 {
+// partBytes of float32 partials (a cap of at least 1).
+func capPairsSplits(s, outElems, partBytes int64) int64 {
 	s = min(s, pairsMaxSplits)
 	if outElems > 0 {
-		s = min(s, max(pairsPartBytes/(4*outElems), 1))
+		s = min(s, max(partBytes/(4*outElems), 1))
 	}
 	return s
 }
@@ -370,7 +370,7 @@ func capPairsSplits(s, outElems int64) int64 {
 // finish last. chunk spreads tiles·total steps over the blocks the
 // heuristic aims at (pairsSplits' waves), at least pairsMinIters; the
 // longest tap gets splits = ⌈longest/chunk⌉ slices (capped like
-// pairsSplits: pairsMaxSplits and pairsPartBytes of float32 partials, then
+// pairsSplits: pairsMaxSplits and partBytes of float32 partials, then
 // chunk grows to fit), a tap of n steps ⌈n/chunk⌉ of them, and the kernel
 // writes zeros into a tap's unused slices (PairsParams.chunk). chunk = 0
 // with splits = 1: no split. A Hopper tile (one block per SM) aims at
@@ -380,7 +380,7 @@ func capPairsSplits(s, outElems int64) int64 {
 // 1.097 ms at the two-wave target's 3 slices against 0.959 with 4 slices
 // of every tap (864 blocks); RES 16–64 C 1024 (864 blocks) fastest
 // unsplit (RES 64: 0.829 ms, 0.972 at 2 slices).
-func balancedPairsSplits(t kernels.Tile, tiles, taps, longest, total, outElems, sms int64) (splits int, chunk int64) {
+func balancedPairsSplits(t kernels.Tile, tiles, taps, longest, total, outElems, partBytes, sms int64) (splits int, chunk int64) {
 	if longest <= 1 || tiles <= 0 {
 		return 1, 0
 	}
@@ -392,22 +392,7 @@ func balancedPairsSplits(t kernels.Tile, tiles, taps, longest, total, outElems, 
 		}
 	}
 	chunk = max(ceilDiv(tiles*total, target), pairsMinIters)
-	s := capPairsSplits(ceilDiv(longest, chunk), outElems)
-	if s <= 1 {
-		return 1, 0
-	}
-	return int(s), max(chunk, ceilDiv(longest, s))
-}
-
-// capBalancedSplits bounds a balanced split (splits slices of chunk
-// steps, the longest tap longest steps) so that its float32 partials of
-// outElems elements each take at most maxBytes, growing chunk to match:
-// splits = 1 and chunk = 0 (no split) where even two slices would not fit.
-func capBalancedSplits(splits int, chunk, longest, outElems, maxBytes int64) (int, int64) {
-	if splits <= 1 || outElems <= 0 {
-		return splits, chunk
-	}
-	s := min(int64(splits), maxBytes/(4*outElems))
+	s := capPairsSplits(ceilDiv(longest, chunk), outElems, partBytes)
 	if s <= 1 {
 		return 1, 0
 	}
@@ -612,7 +597,7 @@ func (e *Engine) runPairs(j pairsJob) error {
 			splits = w
 		} else {
 			longest, total := j.stats.itersOf(int64(t.BK))
-			splits, chunk = balancedPairsSplits(t, tiles, j.V, longest, total, j.M*j.V*j.N, int64(d.info.SMs))
+			partBytes := int64(pairsPartBytes)
 			if j.math.ElemSize() == 4 {
 				// 4-byte operands: float32 partials as large as the
 				// operands lifted the training step's peak above
@@ -620,9 +605,9 @@ func (e *Engine) runPairs(j pairsJob) error {
 				// of the 128×128 tile: 0.87 against 0.77 GiB, session 11
 				// call 5), so they get the window split's cap, half the
 				// operands.
-				operands := j.K * (j.M + j.N) * 4
-				splits, chunk = capBalancedSplits(splits, chunk, longest, j.M*j.V*j.N, operands/2)
+				partBytes = min(partBytes, j.K*(j.M+j.N)*4/2)
 			}
+			splits, chunk = balancedPairsSplits(t, tiles, j.V, longest, total, j.M*j.V*j.N, partBytes, int64(d.info.SMs))
 		}
 	default:
 		splits = e.choosePairsSplits(j.userSplits, t, tiles*j.V, ceilDiv(j.maxPairs, int64(t.BK)), j.M*j.V*j.N)

@@ -1172,7 +1172,7 @@ func TestBalancedPairsSplits(t *testing.T) {
 		{mma, 4, 100, 100, 1 << 30},              // partials capped: one slice
 		{hop, 1, 1 << 20, 1 << 21, 27 * 64 * 64}, // very long: capped at pairsMaxSplits
 	} {
-		s, chunk := balancedPairsSplits(tc.tile, tc.tiles, 27, tc.longest, tc.total, tc.outElems, 132)
+		s, chunk := balancedPairsSplits(tc.tile, tc.tiles, 27, tc.longest, tc.total, tc.outElems, pairsPartBytes, 132)
 		what := fmt.Sprintf("%+v", tc)
 		require.GreaterOrEqual(t, s, 1, what)
 		require.LessOrEqual(t, s, pairsMaxSplits, what)
@@ -1186,42 +1186,44 @@ func TestBalancedPairsSplits(t *testing.T) {
 	}
 	// The centre-heavy RES 256 case: the long tap gets more slices than a
 	// short one (the point of balancing).
-	s, chunk := balancedPairsSplits(hop, 2, 27, 3944, 44500, 27*256*256, 132)
+	s, chunk := balancedPairsSplits(hop, 2, 27, 3944, 44500, 27*256*256, pairsPartBytes, 132)
 	require.Greater(t, int64(s), ceilDiv(1560, chunk))
 	// A Hopper tile whose tiles·taps blocks fill hopperBalancedWaves per SM
 	// is not split (RES 64 C 1024: 32 tiles per tap); RES 128 C 512 is.
-	s, chunk = balancedPairsSplits(hop, 32, 27, 238, 2600, 27*1024*1024, 132)
+	s, chunk = balancedPairsSplits(hop, 32, 27, 238, 2600, 27*1024*1024, pairsPartBytes, 132)
 	require.Equal(t, 1, s)
 	require.Zero(t, chunk)
-	s, chunk = balancedPairsSplits(hop, 8, 27, 1003, 13000, 27*512*512, 132)
+	s, chunk = balancedPairsSplits(hop, 8, 27, 1003, 13000, 27*512*512, pairsPartBytes, 132)
 	require.Equal(t, 8, s)
 	require.Equal(t, int64(132), chunk)
 }
 
-// TestCapBalancedSplits checks the partials cap of the 4-byte weight
-// gradients: slices cut to what maxBytes holds, chunk grown so the longest
-// tap still fits, no split where two slices would not fit.
-func TestCapBalancedSplits(t *testing.T) {
+// TestBalancedPairsSplitsPartBytes checks the partials budget of the
+// balanced split (4-byte weight gradients get half their operands): the
+// slices are cut to what partBytes holds, chunk grows so the longest tap
+// still fits, and there is no split where two slices would not fit.
+func TestBalancedPairsSplitsPartBytes(t *testing.T) {
 	const out = 27 * 1024 * 1024 // tf32 (64, 1024, 2): Co·V·Ci
+	mma := kernels.Tiles[0]
+	const tiles, longest, total = 64, 475, 5000
+	free, freeChunk := balancedPairsSplits(mma, tiles, 27, longest, total, out, 1<<40, 132)
+	require.Greater(t, free, 2, "the case must split three ways or more without a budget")
 	for _, tc := range []struct {
-		splits         int
-		chunk, longest int64
-		maxBytes       int64
-		wantS          int
-		wantChunk      int64
+		partBytes int64
+		wantS     int
+		wantChunk int64
 	}{
-		{3, 182, 475, 62 << 20, 1, 0},      // RES 64 C 1024 tf32: half the operands hold one slice
-		{3, 182, 475, 12 * out, 3, 182},    // room for all three
-		{3, 182, 475, 2*4*out + 1, 2, 238}, // two slices: chunk grows to ⌈475/2⌉
-		{1, 0, 475, 1 << 40, 1, 0},         // no split stays none
-		{5, 10, 50, 0, 1, 0},               // no room at all
+		{62 << 20, 1, 0},                      // RES 64 C 1024 tf32: half the operands hold one slice
+		{1 << 40, free, freeChunk},            // room for every slice
+		{2*4*out + 1, 2, max(freeChunk, 238)}, // two slices: chunk grows to ⌈475/2⌉
+		{0, 1, 0},                             // no room at all
 	} {
-		s, chunk := capBalancedSplits(tc.splits, tc.chunk, tc.longest, out, tc.maxBytes)
+		s, chunk := balancedPairsSplits(mma, tiles, 27, longest, total, out, tc.partBytes, 132)
 		require.Equal(t, tc.wantS, s, "%+v", tc)
 		require.Equal(t, tc.wantChunk, chunk, "%+v", tc)
 		if s > 1 {
-			require.GreaterOrEqual(t, int64(s)*chunk, tc.longest)
-			require.LessOrEqual(t, int64(s)*4*out, tc.maxBytes)
+			require.GreaterOrEqual(t, int64(s)*chunk, int64(longest))
+			require.LessOrEqual(t, int64(s)*4*out, tc.partBytes)
 		}
 	}
 }
