@@ -334,12 +334,18 @@ func (d *Device) buildSubNbrBricks(dm *devMap, coords devPtr, ext grid.Extent) e
 		return err
 	}
 	// The rows' tap masks and Gray ranks come with the table, for its Gray
-	// order: no masks_build pass over the 27 entries of every row.
-	if dm.mask, err = d.allocTemp(n * 8); err != nil {
-		return err
-	}
-	if dm.rank, err = d.allocTemp(n * 4); err != nil {
-		return err
+	// order: no masks_build pass over the 27 entries of every row. Tables
+	// of at most kmap.BalancedKeyMaxRows rows (tests lower the brick
+	// threshold) key their order by kmap.KeyTaps instead, which needs the
+	// tap counts first: grayTablesFor builds it from the table, and the
+	// kernel writes no masks or ranks (null pointers).
+	if n > kmap.BalancedKeyMaxRows {
+		if dm.mask, err = d.allocTemp(n * 8); err != nil {
+			return err
+		}
+		if dm.rank, err = d.allocTemp(n * 4); err != nil {
+			return err
+		}
 	}
 	blocks := min(ceilDiv(nb, brickWarps), int64(d.info.SMs)*brickBlocksPerSM)
 	return d.launch("kmap_nbr_brick", dim3{X: int(blocks)}, dim3{X: 32 * brickWarps}, 0, coords, nb, extOf(bext), bt.arg(),

@@ -354,23 +354,18 @@ func (e *Engine) grayTablesFor(m *kmap.Map, reverse bool) (*grayTables, error) {
 		return g, nil
 	}
 	if !reverse && me.nbrRank.ptr != 0 {
+		// The brick search wrote the masks and the ranks in table order
+		// (only for more than kmap.BalancedKeyMaxRows rows, whose key reads
+		// the taps in table order): sort the ranks only. grayFromRanks
+		// owns both from here, on failure too.
 		mask, rank := me.nbrMask, me.nbrRank
 		me.nbrMask, me.nbrRank = rawBuf{}, rawBuf{}
-		if n > kmap.BalancedKeyMaxRows {
-			// The brick search wrote the masks and the ranks in table
-			// order: sort the ranks only. grayFromRanks owns both from
-			// here, on failure too.
-			g, err := e.d.grayFromRanks(mask, rank, n, m.V())
-			if err != nil {
-				return nil, err
-			}
-			me.gray[i] = g
-			return g, nil
+		g, err := e.d.grayFromRanks(mask, rank, n, m.V())
+		if err != nil {
+			return nil, err
 		}
-		// Fewer rows (tests lower the brick threshold): the key reads the
-		// taps in KeyTaps's order, from the table below.
-		e.d.freeTemp(mask)
-		e.d.freeTemp(rank)
+		me.gray[i] = g
+		return g, nil
 	}
 	table, err := e.tableOf(m, reverse)
 	if err != nil {
