@@ -213,10 +213,11 @@ func TestSortPlan(t *testing.T) {
 func TestGPURadixSort(t *testing.T) {
 	e := gxEngine(t)
 	rng := rand.New(rand.NewPCG(3, 4))
-	// Up to 4096 32-bit keys sort in one block (sort_small), more in passes.
-	sizes := []int{0, 1, 2, 64, 2047, 2049, 4096, 4097, 10_000, 1_000_003}
+	// Up to 4096 32-bit keys sort in one block (sort_small), up to 16384 in
+	// one block of 1,024 threads (sort_medium), more in passes.
+	sizes := []int{0, 1, 2, 64, 2047, 2049, 4096, 4097, 10_000, 15_192, 16_384, 16_385, 1_000_003}
 	if testing.Short() {
-		sizes = sizes[:9]
+		sizes = sizes[:12]
 	}
 	for _, n := range sizes {
 		for _, nbits := range []int{0, 1, 5, 8, 9, 17, 27, 32, 41, 64} {

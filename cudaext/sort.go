@@ -18,13 +18,19 @@ import (
 // sortTile is the number of elements per block of the sort and scan
 // kernels (kernels/sort.cu kTile); sortThreads their block size;
 // smallSort the most 32-bit keys sorted by one block in one launch
-// (kSmallSort); sortMaxDigit the widest digit of a radix pass (kMaxRadix
+// (kSmallSort), mediumSort the most sorted by one block of
+// mediumSortThreads threads with mediumSortSmem bytes of dynamic shared
+// memory (kMediumSort, kMediumThreads, kMediumSmem); sortMaxDigit the widest digit of a radix pass (kMaxRadix
 // = 1 << sortMaxDigit: a 27-bit Gray rank sorts in three passes, not four).
 const (
 	sortTile     = 2048
 	sortThreads  = 256
 	smallSort    = 4096
 	sortMaxDigit = 9
+
+	mediumSort        = 16384
+	mediumSortThreads = 1024
+	mediumSortSmem    = 67584
 )
 
 // scanType names the element types of a scan: input → output.
@@ -110,6 +116,13 @@ func (d *Device) radixSort(keys, vals devPtr, n int64, wide bool, nbits int, iot
 			i = 1
 		}
 		return d.launch("sort_small_u32", dim3{X: 1}, dim3{X: sortThreads}, 0, keys, vals, n, int32(nbits), i)
+	}
+	if !wide && n <= mediumSort {
+		var i int32
+		if iota {
+			i = 1
+		}
+		return d.launch("sort_medium_u32", dim3{X: 1}, dim3{X: mediumSortThreads}, mediumSortSmem, keys, vals, n, int32(nbits), i)
 	}
 	ksize := int64(4)
 	suffix := "u32"

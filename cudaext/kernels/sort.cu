@@ -6,7 +6,8 @@
 // threads per tile (the grid has one block per tile), so partitions depend
 // only on n. A scan of one tile is one launch (scan_tile), and a sort of at
 // most kSmallSort = 4096 32-bit keys one block (sort_small,
-// cub::BlockRadixSort). The scan is reduce → scan of the block sums (one block) →
+// cub::BlockRadixSort), of at most kMediumSort = 16384 one block of 1,024
+// threads (sort_medium). The scan is reduce → scan of the block sums (one block) →
 // downsweep. A radix pass is histogram (per tile and digit) → exclusive
 // scan of the digit-major counts → scatter, where each warp ranks its 256
 // keys in index order with __match_any_sync, so the sort is stable and
@@ -135,31 +136,55 @@ template <class In, class Out> __device__ void scan_tile(const In* in, Out* out,
 // bits, in place, in one block (cub::BlockRadixSort; stable like the
 // multi-pass sort, so both give the same order): vals move with the keys,
 // or with iota become the original positions; vals may be null.
-constexpr int kSmallItems = 16;
-constexpr int kSmallSort = kThreads * kSmallItems;
-static_assert(kSmallSort == 4096, "cudaext/sort.go smallSort mirrors kSmallSort");
-__device__ void sort_small(u32* keys, int* vals, i64 n, int bits, bool iota) {
-  using BRS = cub::BlockRadixSort<u32, kThreads, kSmallItems, int>;
-  __shared__ typename BRS::TempStorage tmp;
-  u32 k[kSmallItems];
-  int v[kSmallItems];
+// sort_keys sorts the n ≤ THREADS·ITEMS keys (and values) of one block in
+// place, stably: blocked arrangement, the padding sorts after every key
+// (its low bits are all ones, and stability keeps it behind equal keys).
+template <int THREADS, int ITEMS>
+__device__ __forceinline__ void sort_keys(typename cub::BlockRadixSort<u32, THREADS, ITEMS, int>::TempStorage& tmp,
+                                          u32* keys, int* vals, int n, int bits, bool iota) {
+  using BRS = cub::BlockRadixSort<u32, THREADS, ITEMS, int>;
+  u32 k[ITEMS];
+  int v[ITEMS];
 #pragma unroll
-  for (int j = 0; j < kSmallItems; ++j) {
-    // Blocked arrangement; the padding sorts after every key (its low bits
-    // are all ones, and stability keeps it behind equal keys).
-    const i64 i = (i64)threadIdx.x * kSmallItems + j;
+  for (int j = 0; j < ITEMS; ++j) {
+    const int i = (int)threadIdx.x * ITEMS + j;
     k[j] = i < n ? keys[i] : ~0u;
-    v[j] = i < n ? (iota ? (int)i : vals ? vals[i] : 0) : 0;
+    v[j] = i < n ? (iota ? i : vals ? vals[i] : 0) : 0;
   }
   BRS(tmp).Sort(k, v, 0, bits);
 #pragma unroll
-  for (int j = 0; j < kSmallItems; ++j) {
-    const i64 i = (i64)threadIdx.x * kSmallItems + j;
+  for (int j = 0; j < ITEMS; ++j) {
+    const int i = (int)threadIdx.x * ITEMS + j;
     if (i < n) {
       keys[i] = k[j];
       if (vals) vals[i] = v[j];
     }
   }
+}
+
+constexpr int kSmallItems = 16;
+constexpr int kSmallSort = kThreads * kSmallItems;
+static_assert(kSmallSort == 4096, "cudaext/sort.go smallSort mirrors kSmallSort");
+__device__ void sort_small(u32* keys, int* vals, i64 n, int bits, bool iota) {
+  __shared__ typename cub::BlockRadixSort<u32, kThreads, kSmallItems, int>::TempStorage tmp;
+  sort_keys<kThreads, kSmallItems>(tmp, keys, vals, (int)n, bits, iota);
+}
+
+// sort_medium is sort_small for up to kMediumSort keys (a 15 K-row map's
+// Gray ranks: one launch instead of three radix passes of three kernels
+// each); its temporary storage is dynamic shared memory of
+// kMediumSmem bytes. 1,024 threads of at most 64 registers: ptxas spills
+// about 280 bytes a thread (to L1).
+constexpr int kMediumThreads = 1024, kMediumItems = 16;
+constexpr int kMediumSort = kMediumThreads * kMediumItems;
+using MediumSort = cub::BlockRadixSort<u32, kMediumThreads, kMediumItems, int>;
+constexpr int kMediumSmem = 67584;
+static_assert(kMediumSort == 16384 && sizeof(MediumSort::TempStorage) == kMediumSmem,
+              "cudaext/sort.go mediumSort and mediumSortSmem mirror kMediumSort and kMediumSmem");
+__device__ void sort_medium(u32* keys, int* vals, i64 n, int bits, bool iota) {
+  extern __shared__ __align__(16) unsigned char medium_smem[];
+  sort_keys<kMediumThreads, kMediumItems>(*reinterpret_cast<MediumSort::TempStorage*>(medium_smem), keys, vals,
+                                          (int)n, bits, iota);
 }
 
 // counts[d·ntiles + tile] = number of keys of the tile with digit d.
@@ -354,6 +379,10 @@ __global__ void __launch_bounds__(fgs::kThreads)
 }
 __global__ void __launch_bounds__(fgs::kThreads) sort_small_u32(unsigned* keys, int* vals, long long n, int bits, int iota) {
   fgs::sort_small(keys, vals, n, bits, iota != 0);
+}
+__global__ void __launch_bounds__(fgs::kMediumThreads) sort_medium_u32(unsigned* keys, int* vals, long long n, int bits,
+                                                                       int iota) {
+  fgs::sort_medium(keys, vals, n, bits, iota != 0);
 }
 
 // out[i] = i for i < n.
