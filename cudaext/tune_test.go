@@ -1205,7 +1205,7 @@ func TestBalancedPairsSplits(t *testing.T) {
 func TestBalancedPairsSplitsPartBytes(t *testing.T) {
 	const out = 27 * 1024 * 1024 // tf32 (64, 1024, 2): Co·V·Ci
 	mma := kernels.Tiles[0]
-	const tiles, longest, total = 64, 475, 5000
+	const tiles, longest, total = 8, 475, 5000 // 13 slices of 38 steps without a budget
 	free, freeChunk := balancedPairsSplits(mma, tiles, 27, longest, total, out, 1<<40, 132)
 	require.Greater(t, free, 2, "the case must split three ways or more without a budget")
 	for _, tc := range []struct {
