@@ -213,9 +213,9 @@ func TestSortPlan(t *testing.T) {
 func TestGPURadixSort(t *testing.T) {
 	e := gxEngine(t)
 	rng := rand.New(rand.NewPCG(3, 4))
-	// Up to 4096 32-bit keys sort in one block (sort_small), up to 16384 in
-	// one block of 1,024 threads (sort_medium), more in passes.
-	sizes := []int{0, 1, 2, 64, 2047, 2049, 4096, 4097, 10_000, 15_192, 16_384, 16_385, 1_000_003}
+	// Up to 16384 32-bit keys sort by counting in one launch (sort_rank),
+	// more in radix passes.
+	sizes := []int{0, 1, 2, 64, 255, 257, 2049, 4097, 10_000, 15_192, 16_384, 16_385, 1_000_003}
 	if testing.Short() {
 		sizes = sizes[:12]
 	}

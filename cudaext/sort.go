@@ -17,20 +17,14 @@ import (
 
 // sortTile is the number of elements per block of the sort and scan
 // kernels (kernels/sort.cu kTile); sortThreads their block size;
-// smallSort the most 32-bit keys sorted by one block in one launch
-// (kSmallSort), mediumSort the most sorted by one block of
-// mediumSortThreads threads with mediumSortSmem bytes of dynamic shared
-// memory (kMediumSort, kMediumThreads, kMediumSmem); sortMaxDigit the widest digit of a radix pass (kMaxRadix
+// rankSort the most 32-bit keys sorted by counting in one launch
+// (kRankSort); sortMaxDigit the widest digit of a radix pass (kMaxRadix
 // = 1 << sortMaxDigit: a 27-bit Gray rank sorts in three passes, not four).
 const (
 	sortTile     = 2048
 	sortThreads  = 256
-	smallSort    = 4096
+	rankSort     = 16384
 	sortMaxDigit = 9
-
-	mediumSort        = 16384
-	mediumSortThreads = 1024
-	mediumSortSmem    = 67584
 )
 
 // scanType names the element types of a scan: input → output.
@@ -93,6 +87,38 @@ func sortPlan(nbits int) (passes, width int) {
 	return passes, width
 }
 
+// rankSort is radixSort for at most rankSort 32-bit keys: sort_rank
+// writes them and their values sorted into temporaries, copied back.
+func (d *Device) rankSort(keys, vals devPtr, n int64, iota bool) error {
+	k2, err := d.allocTemp(n * 4)
+	if err != nil {
+		return err
+	}
+	defer d.freeTemp(k2)
+	var v2 rawBuf
+	if vals != 0 {
+		if v2, err = d.allocTemp(n * 4); err != nil {
+			return err
+		}
+		defer d.freeTemp(v2)
+	}
+	var i int32
+	if iota {
+		i = 1
+	}
+	g := dim3{X: int((n + sortThreads - 1) / sortThreads)}
+	if err := d.launch("sort_rank_u32", g, dim3{X: sortThreads}, 0, keys, vals, n, i, k2.ptr, v2.ptr); err != nil {
+		return err
+	}
+	if err := memcpyDtoD(keys, k2.ptr, n*4, d.stream); err != nil {
+		return err
+	}
+	if vals != 0 {
+		return memcpyDtoD(vals, v2.ptr, n*4, d.stream)
+	}
+	return nil
+}
+
 // radixSort sorts the n keys at keys (uint64 if wide, else uint32)
 // ascending by their low nbits bits (the others must be zero), stably, in
 // place. vals (0 for none) holds int32 values that move with the keys; with
@@ -110,19 +136,8 @@ func (d *Device) radixSort(keys, vals devPtr, n int64, wide bool, nbits int, iot
 		}
 		return nil
 	}
-	if !wide && n <= smallSort {
-		var i int32
-		if iota {
-			i = 1
-		}
-		return d.launch("sort_small_u32", dim3{X: 1}, dim3{X: sortThreads}, 0, keys, vals, n, int32(nbits), i)
-	}
-	if !wide && n <= mediumSort {
-		var i int32
-		if iota {
-			i = 1
-		}
-		return d.launch("sort_medium_u32", dim3{X: 1}, dim3{X: mediumSortThreads}, mediumSortSmem, keys, vals, n, int32(nbits), i)
+	if !wide && n <= rankSort {
+		return d.rankSort(keys, vals, n, iota)
 	}
 	ksize := int64(4)
 	suffix := "u32"

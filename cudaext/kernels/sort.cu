@@ -5,16 +5,14 @@
 // Every kernel works on tiles of kTile = 2048 elements, one block of 256
 // threads per tile (the grid has one block per tile), so partitions depend
 // only on n. A scan of one tile is one launch (scan_tile), and a sort of at
-// most kSmallSort = 4096 32-bit keys one block (sort_small,
-// cub::BlockRadixSort), of at most kMediumSort = 16384 one block of 1,024
-// threads (sort_medium). The scan is reduce → scan of the block sums (one block) →
+// most kRankSort = 16384 32-bit keys one launch (sort_rank, by counting).
+// The scan is reduce → scan of the block sums (one block) →
 // downsweep. A radix pass is histogram (per tile and digit) → exclusive
 // scan of the digit-major counts → scatter, where each warp ranks its 256
 // keys in index order with __match_any_sync, so the sort is stable and
 // deterministic. Integer atomics only count; no result depends on their
 // order.
 #include <cub/block/block_load.cuh>
-#include <cub/block/block_radix_sort.cuh>
 #include <cub/block/block_reduce.cuh>
 #include <cub/block/block_scan.cuh>
 #include <cub/block/block_store.cuh>
@@ -132,59 +130,40 @@ template <class In, class Out> __device__ void scan_tile(const In* in, Out* out,
   if (threadIdx.x == 0 && total) *total = agg;
 }
 
-// The whole stable sort of n ≤ kSmallSort 32-bit keys by their low bits
-// bits, in place, in one block (cub::BlockRadixSort; stable like the
-// multi-pass sort, so both give the same order): vals move with the keys,
-// or with iota become the original positions; vals may be null.
-// sort_keys sorts the n ≤ THREADS·ITEMS keys (and values) of one block in
-// place, stably: blocked arrangement, the padding sorts after every key
-// (its low bits are all ones, and stability keeps it behind equal keys).
-template <int THREADS, int ITEMS>
-__device__ __forceinline__ void sort_keys(typename cub::BlockRadixSort<u32, THREADS, ITEMS, int>::TempStorage& tmp,
-                                          u32* keys, int* vals, int n, int bits, bool iota) {
-  using BRS = cub::BlockRadixSort<u32, THREADS, ITEMS, int>;
-  u32 k[ITEMS];
-  int v[ITEMS];
-#pragma unroll
-  for (int j = 0; j < ITEMS; ++j) {
-    const int i = (int)threadIdx.x * ITEMS + j;
-    k[j] = i < n ? keys[i] : ~0u;
-    v[j] = i < n ? (iota ? i : vals ? vals[i] : 0) : 0;
-  }
-  BRS(tmp).Sort(k, v, 0, bits);
-#pragma unroll
-  for (int j = 0; j < ITEMS; ++j) {
-    const int i = (int)threadIdx.x * ITEMS + j;
-    if (i < n) {
-      keys[i] = k[j];
-      if (vals) vals[i] = v[j];
+// rank_sort writes the n ≤ kRankSort keys (and values) sorted stably to
+// outK / outV: each thread owns one key and counts the keys that sort
+// before it (smaller, or equal at a smaller index), reading every key from
+// shared memory in chunks of kThreads; the count is the key's place. A
+// chunk wholly before or after the block's own keys needs one comparison
+// per key. O(n²) comparisons (2.3·10⁸ for the 15 K rows of a RES 64 map),
+// spread over n threads in one launch, where three radix passes take nine
+// launches and a one-block CUB sort took 91 µs for those keys (session 13,
+// call 2). Stable like the multi-pass sort, so both give the same order;
+// with iota the values are the original positions; vals may be null.
+constexpr int kRankSort = 16384;  // cudaext/sort.go rankSort, the engine's bound (any n sorts, in O(n²))
+__device__ void rank_sort(const u32* keys, const int* vals, int n, bool iota, u32* outK, int* outV) {
+  __shared__ u32 chunk[kThreads];
+  const int i0 = blockIdx.x * kThreads, i = i0 + threadIdx.x;
+  const bool live = i < n;
+  const u32 k = live ? keys[i] : 0;
+  int rank = 0;
+  for (int c0 = 0; c0 < n; c0 += kThreads) {
+    __syncthreads();
+    if (c0 + (int)threadIdx.x < n) chunk[threadIdx.x] = keys[c0 + threadIdx.x];
+    __syncthreads();
+    const int m = min(kThreads, n - c0);
+    if (c0 < i0) {  // every key of the chunk comes before this block's
+      for (int j = 0; j < m; ++j) rank += chunk[j] <= k;
+    } else if (c0 > i0) {  // every key of the chunk comes after
+      for (int j = 0; j < m; ++j) rank += chunk[j] < k;
+    } else {
+      for (int j = 0; j < m; ++j) rank += chunk[j] < k || (chunk[j] == k && j < (int)threadIdx.x);
     }
   }
-}
-
-constexpr int kSmallItems = 16;
-constexpr int kSmallSort = kThreads * kSmallItems;
-static_assert(kSmallSort == 4096, "cudaext/sort.go smallSort mirrors kSmallSort");
-__device__ void sort_small(u32* keys, int* vals, i64 n, int bits, bool iota) {
-  __shared__ typename cub::BlockRadixSort<u32, kThreads, kSmallItems, int>::TempStorage tmp;
-  sort_keys<kThreads, kSmallItems>(tmp, keys, vals, (int)n, bits, iota);
-}
-
-// sort_medium is sort_small for up to kMediumSort keys (a 15 K-row map's
-// Gray ranks: one launch instead of three radix passes of three kernels
-// each); its temporary storage is dynamic shared memory of
-// kMediumSmem bytes. 1,024 threads of at most 64 registers: ptxas spills
-// about 280 bytes a thread (to L1).
-constexpr int kMediumThreads = 1024, kMediumItems = 16;
-constexpr int kMediumSort = kMediumThreads * kMediumItems;
-using MediumSort = cub::BlockRadixSort<u32, kMediumThreads, kMediumItems, int>;
-constexpr int kMediumSmem = 67584;
-static_assert(kMediumSort == 16384 && sizeof(MediumSort::TempStorage) == kMediumSmem,
-              "cudaext/sort.go mediumSort and mediumSortSmem mirror kMediumSort and kMediumSmem");
-__device__ void sort_medium(u32* keys, int* vals, i64 n, int bits, bool iota) {
-  extern __shared__ __align__(16) unsigned char medium_smem[];
-  sort_keys<kMediumThreads, kMediumItems>(*reinterpret_cast<MediumSort::TempStorage*>(medium_smem), keys, vals,
-                                          (int)n, bits, iota);
+  if (live) {
+    outK[rank] = k;
+    if (outV) outV[rank] = iota ? i : vals[i];
+  }
 }
 
 // counts[d·ntiles + tile] = number of keys of the tile with digit d.
@@ -377,12 +356,9 @@ __global__ void __launch_bounds__(fgs::kThreads)
     scan_tile_i64_i64(const long long* in, long long* out, long long n, long long* total) {
   fgs::scan_tile(in, out, n, total);
 }
-__global__ void __launch_bounds__(fgs::kThreads) sort_small_u32(unsigned* keys, int* vals, long long n, int bits, int iota) {
-  fgs::sort_small(keys, vals, n, bits, iota != 0);
-}
-__global__ void __launch_bounds__(fgs::kMediumThreads) sort_medium_u32(unsigned* keys, int* vals, long long n, int bits,
-                                                                       int iota) {
-  fgs::sort_medium(keys, vals, n, bits, iota != 0);
+__global__ void __launch_bounds__(fgs::kThreads) sort_rank_u32(const unsigned* keys, const int* vals, long long n,
+                                                               int iota, unsigned* outK, int* outV) {
+  fgs::rank_sort(keys, vals, (int)n, iota != 0, outK, outV);
 }
 
 // out[i] = i for i < n.
