@@ -1106,10 +1106,7 @@ func (d *Device) tileUnions(mask, order devPtr, n, V, rows int) (t tileTables, e
 		return fail(err)
 	}
 	defer d.freeTemp(cnt)
-	if err := d.fillI32(cnt.ptr, 0, nt); err != nil {
-		return fail(err)
-	}
-	g, b := d.elementwise(32 * nt * int64(W)) // a warp per tile and word
+	g, b := d.elementwise(32 * nt) // a warp per tile
 	if err := d.launch("masks_union", g, b, 0, mask, order, int64(n), int32(W), int32(rows), nt, unions.ptr, cnt.ptr); err != nil {
 		return fail(err)
 	}

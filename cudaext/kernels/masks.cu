@@ -23,8 +23,8 @@
 //                    ints
 //   masks_word       keys[j] = rank[order[j]·W + w] (one LSD word pass)
 //   masks_union      OR of the masks of each tile of `rows` consecutive
-//                    entries of the order, a warp per tile and word;
-//                    cnt[tile] += popcount
+//                    entries of the order, a warp per tile; cnt[tile] =
+//                    its popcount
 //   masks_taps       the set bits of each union, ascending, at seg[tile]
 //   masks_sched_keys keys[tile] = V − the tile's tap count, to sort the
 //                    tiles longest first (the gathers' tile_sched)
@@ -198,26 +198,26 @@ __device__ void word(const u64* rank, const int* order, i64 rows, int W, int w, 
   for (i64 j = gtid(); j < rows; j += gstride()) keys[j] = rank[(i64)order[j] * W + w];
 }
 
-// tile_union runs a warp per (tile, word): the lanes OR the masks of
-// every 32nd row of the tile (their order and mask loads independent, so
-// a tile costs a few load latencies, not one per row), then the warp
-// reduces the halves of the word. The loop is warp-uniform.
+// tile_union runs a warp per tile: for each mask word the lanes OR the
+// masks of every 32nd row of the tile (their order and mask loads
+// independent, so a tile costs a few load latencies, not one per row),
+// the warp reduces the word's halves, and lane 0 writes the unions and
+// the tile's tap count (no atomics, no zero fill first). The loops are
+// warp-uniform.
 __device__ void tile_union(const u64* mask, const int* order, i64 rows, int W, int tile_rows, i64 nt, u64* unions,
                            int* cnt) {
-  const i64 total = nt * W;
   const int lane = threadIdx.x & 31;
-  for (i64 e = gtid() >> 5; e < total; e += gstride() >> 5) {
-    const i64 tile = e / W;
-    const int w = (int)(e - tile * W);
+  for (i64 tile = gtid() >> 5; tile < nt; tile += gstride() >> 5) {
     const i64 r0 = tile * tile_rows, r1 = min(rows, r0 + tile_rows);
-    u64 u = 0;
-    for (i64 j = r0 + lane; j < r1; j += 32) u |= mask[(i64)order[j] * W + w];
-    const u32 lo = __reduce_or_sync(0xffffffffu, (u32)u), hi = __reduce_or_sync(0xffffffffu, (u32)(u >> 32));
-    if (lane == 0) {
-      const u64 all = (u64)hi << 32 | lo;
-      unions[e] = all;
-      if (all) atomicAdd(cnt + tile, __popcll(all));
+    int taps = 0;
+    for (int w = 0; w < W; ++w) {
+      u64 u = 0;
+      for (i64 j = r0 + lane; j < r1; j += 32) u |= mask[(i64)order[j] * W + w];
+      const u64 all = (u64)__reduce_or_sync(0xffffffffu, (u32)(u >> 32)) << 32 | __reduce_or_sync(0xffffffffu, (u32)u);
+      if (lane == 0) unions[tile * W + w] = all;
+      taps += __popcll(all);
     }
+    if (lane == 0) cnt[tile] = taps;
   }
 }
 
