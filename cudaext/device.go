@@ -67,6 +67,11 @@ type Device struct {
 	// brickMinRows: the brick search builds submanifold maps from this
 	// many rows on (brickMinRows or EnvBrickMinRows; the tests lower it).
 	brickMinRows int
+	// statusHost (page-locked, stWords int32) and statusEv receive a status
+	// array without draining the stream (hashCoordsThen); made on first
+	// use.
+	statusHost unsafe.Pointer
+	statusEv   cuEvent
 }
 
 type loadedModule struct {
@@ -203,6 +208,11 @@ func (d *Device) teardown() {
 		}
 	}
 	d.modules = nil
+	if d.statusHost != nil {
+		_ = memFreeHost(d.statusHost)
+		_ = eventDestroy(d.statusEv)
+		d.statusHost = nil
+	}
 	if d.stream != nil {
 		_ = streamDestroy(d.stream)
 	}

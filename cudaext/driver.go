@@ -277,6 +277,22 @@ func memcpyDtoH(dst unsafe.Pointer, src devPtr, bytes int64, s C.CUstream) error
 	return streamSync(s)
 }
 
+// memcpyDtoHAsync starts a copy into page-locked host memory (memAllocHost)
+// behind the stream's work and returns without waiting for it.
+func memcpyDtoHAsync(dst unsafe.Pointer, src devPtr, bytes int64, s C.CUstream) error {
+	return cuOK(C.cuMemcpyDtoHAsync(dst, src, C.size_t(bytes), s), "cuMemcpyDtoHAsync")
+}
+
+// memAllocHost returns bytes of page-locked host memory, which copies fill
+// without the host waiting for them.
+func memAllocHost(bytes int64) (unsafe.Pointer, error) {
+	var p unsafe.Pointer
+	err := cuOK(C.cuMemAllocHost(&p, C.size_t(bytes)), "cuMemAllocHost")
+	return p, err
+}
+
+func memFreeHost(p unsafe.Pointer) error { return cuOK(C.cuMemFreeHost(p), "cuMemFreeHost") }
+
 func memcpyDtoD(dst, src devPtr, bytes int64, s C.CUstream) error {
 	if bytes == 0 {
 		return nil

@@ -282,6 +282,75 @@ func (d *Device) hashCoordsPer(coords devPtr, n int64, ext grid.Extent, lg int, 
 	}
 }
 
+// hashCoordsThen is hashCoordsPer's first attempt (an auto-sized table of
+// perKey slots per key) without its drain of the stream: it inserts the
+// rows, queues the copy of the inserts' status into page-locked memory,
+// runs then on the table (whose lookups probe up to the table's limit, not
+// the longest insert's probe) and only then waits, for the status copy
+// alone, so the device works through then's kernels while the host reads
+// the status instead of idling between the inserts and them (a submanifold
+// map's build: session 13). ok is false, with nothing to free here, when
+// the status reports anything — rows outside ext, duplicates, a full table
+// — and the caller discards what then made and calls hashCoordsPer, which
+// grows the table or names the rows.
+func (d *Device) hashCoordsThen(coords devPtr, n int64, ext grid.Extent, perKey int64, then func(*devTable) error) (t *devTable, ok bool, err error) {
+	if n >= math.MaxInt32 {
+		return nil, false, nil // hashCoordsPer names the overflow
+	}
+	if d.statusHost == nil {
+		ev, err := eventCreate()
+		if err != nil {
+			return nil, false, err
+		}
+		p, err := memAllocHost(stWords * 4)
+		if err != nil {
+			_ = eventDestroy(ev)
+			return nil, false, err
+		}
+		d.statusHost, d.statusEv = p, ev
+	}
+	if t, err = d.newDevTable(tableLogPer(n, perKey), ext, maxProbeLimit, false); err != nil {
+		return nil, false, err
+	}
+	t.n, t.probe = n, t.limit
+	fail := func(err error) (*devTable, bool, error) {
+		d.freeTable(t)
+		return nil, false, err
+	}
+	sb, err := d.newStatusBuf()
+	if err != nil {
+		return fail(err)
+	}
+	defer d.freeTemp(sb.raw) // stream-ordered: reused only behind the copy
+	if n > 0 {
+		g, b := d.elementwise(n)
+		if err := d.launch("hash_insert_coords", g, b, 0, d.addr(coords), n, extOf(ext), t.arg(), sb.ptr()); err != nil {
+			return fail(err)
+		}
+	}
+	d.waits.Add(1)
+	d.downloads.Add(1)
+	d.downloadBytes.Add(stWords * 4)
+	if err := memcpyDtoHAsync(d.statusHost, sb.ptr(), stWords*4, d.stream); err != nil {
+		return fail(err)
+	}
+	if err := eventRecord(d.statusEv, d.stream); err != nil {
+		return fail(err)
+	}
+	if err := then(t); err != nil {
+		return fail(err)
+	}
+	if err := eventSync(d.statusEv); err != nil {
+		return fail(err)
+	}
+	st := deviceStatus(unsafe.Slice((*int32)(d.statusHost), stWords))
+	if st[stFlags] != 0 {
+		return fail(nil)
+	}
+	t.probe = int(st[stMaxProbe]) + 1
+	return t, true, nil
+}
+
 // insertCoords runs hash_insert_coords and returns the status.
 func (d *Device) insertCoords(t *devTable, coords devPtr, n int64, ext grid.Extent) (deviceStatus, error) {
 	return d.statusOf(func(status devPtr) error {

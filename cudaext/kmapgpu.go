@@ -207,8 +207,22 @@ func (d *Device) submanifold(op string, c deviceCoords, ext grid.Extent, conv gr
 		return dm, nil
 	}
 	// The coordinate table checks the rows (range, duplicates) and answers
-	// the neighbour lookups.
-	t, err := d.hashCoordsPer(c.ptr, int64(c.n), ext, 0, mapSlotsPerKey, false, op+": ")
+	// the neighbour lookups, queued behind its inserts before their status
+	// is read; where the status reports anything, the map is built again
+	// after hashCoordsPer's checks (which name the rows).
+	t, ok, err := d.hashCoordsThen(c.ptr, int64(c.n), ext, mapSlotsPerKey, func(t *devTable) error {
+		return d.buildSubNbr(dm, c.ptr, ext, conv, t)
+	})
+	if ok {
+		d.freeTable(t)
+		return dm, nil
+	}
+	d.freeDevMap(dm)
+	if err != nil {
+		return nil, err
+	}
+	dm = &devMap{nIn: c.n, nOut: c.n, V: V}
+	t, err = d.hashCoordsPer(c.ptr, int64(c.n), ext, 0, mapSlotsPerKey, false, op+": ")
 	if err != nil {
 		return nil, err
 	}
