@@ -631,6 +631,11 @@ func TestGPUMapErrors(t *testing.T) {
 	require.ErrorIs(t, err, kmap.ErrDuplicate)
 	require.ErrorIs(t, err, sparse.ErrDuplicate)
 	require.ErrorContains(t, err, "rows 0 and 2 are both (0, 1, 1, 1)")
+	// The hash path reads the inserts' status after queueing the
+	// neighbour search (hashCoordsThen), then rebuilds through the checks.
+	_, err = e.SubmanifoldMap(gxCoords(t, e, out), ext, k3, d1)
+	require.ErrorIs(t, err, kmap.ErrOutOfRange)
+	require.ErrorContains(t, err, "row 1 (0, 6, 2, 2)")
 	_, err = e.StridedMap(gxCoords(t, e, out), ext, grid.Cube(2, 2, 0, 1), sparse.Matrix{})
 	require.ErrorIs(t, err, kmap.ErrOutOfRange)
 	require.ErrorContains(t, err, "row 1 (0, 6, 2, 2)")
