@@ -213,11 +213,11 @@ func TestSortPlan(t *testing.T) {
 func TestGPURadixSort(t *testing.T) {
 	e := gxEngine(t)
 	rng := rand.New(rand.NewPCG(3, 4))
-	// Up to 16384 32-bit keys sort by counting in one launch (sort_rank),
-	// more in radix passes.
-	sizes := []int{0, 1, 2, 64, 255, 257, 2049, 4097, 10_000, 15_192, 16_384, 16_385, 1_000_003}
+	// Up to 65536 32-bit keys sort in runs of 1024 (sort_runs) merged in
+	// one launch (sort_merge), more in radix passes.
+	sizes := []int{0, 1, 2, 64, 1023, 1025, 4097, 15_192, 64_160, 65_536, 65_537, 1_000_003}
 	if testing.Short() {
-		sizes = sizes[:12]
+		sizes = sizes[:11]
 	}
 	for _, n := range sizes {
 		for _, nbits := range []int{0, 1, 5, 8, 9, 17, 27, 32, 41, 64} {

@@ -17,13 +17,15 @@ import (
 
 // sortTile is the number of elements per block of the sort and scan
 // kernels (kernels/sort.cu kTile); sortThreads their block size;
-// rankSort the most 32-bit keys sorted by counting in one launch
-// (kRankSort); sortMaxDigit the widest digit of a radix pass (kMaxRadix
+// runSort the most 32-bit keys sorted in two launches, runs of
+// runSortRun keys sorted by one block each, then merged (kRunSort, kRun);
+// sortMaxDigit the widest digit of a radix pass (kMaxRadix
 // = 1 << sortMaxDigit: a 27-bit Gray rank sorts in three passes, not four).
 const (
 	sortTile     = 2048
 	sortThreads  = 256
-	rankSort     = 16384
+	runSort      = 65536
+	runSortRun   = 1024
 	sortMaxDigit = 9
 )
 
@@ -87,36 +89,29 @@ func sortPlan(nbits int) (passes, width int) {
 	return passes, width
 }
 
-// rankSort is radixSort for at most rankSort 32-bit keys: sort_rank
-// writes them and their values sorted into temporaries, copied back.
-func (d *Device) rankSort(keys, vals devPtr, n int64, iota bool) error {
+// runSort is radixSort for at most runSort 32-bit keys: sort_runs sorts
+// each run of runSortRun keys into temporaries, sort_merge places every
+// key from there into keys and vals.
+func (d *Device) runSort(keys, vals devPtr, n int64, nbits int, iota bool) error {
 	k2, err := d.allocTemp(n * 4)
 	if err != nil {
 		return err
 	}
 	defer d.freeTemp(k2)
-	var v2 rawBuf
-	if vals != 0 {
-		if v2, err = d.allocTemp(n * 4); err != nil {
-			return err
-		}
-		defer d.freeTemp(v2)
+	v2, err := d.allocTemp(n * 4)
+	if err != nil {
+		return err
 	}
+	defer d.freeTemp(v2)
 	var i int32
 	if iota {
 		i = 1
 	}
-	g := dim3{X: int((n + sortThreads - 1) / sortThreads)}
-	if err := d.launch("sort_rank_u32", g, dim3{X: sortThreads}, 0, keys, vals, n, i, k2.ptr, v2.ptr); err != nil {
+	runs := dim3{X: int((n + runSortRun - 1) / runSortRun)}
+	if err := d.launch("sort_runs_u32", runs, dim3{X: sortThreads}, 0, keys, vals, n, int32(nbits), i, k2.ptr, v2.ptr); err != nil {
 		return err
 	}
-	if err := memcpyDtoD(keys, k2.ptr, n*4, d.stream); err != nil {
-		return err
-	}
-	if vals != 0 {
-		return memcpyDtoD(vals, v2.ptr, n*4, d.stream)
-	}
-	return nil
+	return d.launch("sort_merge_u32", runs, dim3{X: runSortRun}, 0, k2.ptr, v2.ptr, n, keys, vals)
 }
 
 // radixSort sorts the n keys at keys (uint64 if wide, else uint32)
@@ -136,8 +131,8 @@ func (d *Device) radixSort(keys, vals devPtr, n int64, wide bool, nbits int, iot
 		}
 		return nil
 	}
-	if !wide && n <= rankSort {
-		return d.rankSort(keys, vals, n, iota)
+	if !wide && n <= runSort {
+		return d.runSort(keys, vals, n, nbits, iota)
 	}
 	ksize := int64(4)
 	suffix := "u32"

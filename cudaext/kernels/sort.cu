@@ -5,14 +5,14 @@
 // Every kernel works on tiles of kTile = 2048 elements, one block of 256
 // threads per tile (the grid has one block per tile), so partitions depend
 // only on n. A scan of one tile is one launch (scan_tile), and a sort of at
-// most kRankSort = 16384 32-bit keys one launch (sort_rank, by counting).
-// The scan is reduce → scan of the block sums (one block) →
+// most kRunSort = 65536 32-bit keys two (sort_runs, sort_merge). The scan is reduce → scan of the block sums (one block) →
 // downsweep. A radix pass is histogram (per tile and digit) → exclusive
 // scan of the digit-major counts → scatter, where each warp ranks its 256
 // keys in index order with __match_any_sync, so the sort is stable and
 // deterministic. Integer atomics only count; no result depends on their
 // order.
 #include <cub/block/block_load.cuh>
+#include <cub/block/block_radix_sort.cuh>
 #include <cub/block/block_reduce.cuh>
 #include <cub/block/block_scan.cuh>
 #include <cub/block/block_store.cuh>
@@ -130,39 +130,79 @@ template <class In, class Out> __device__ void scan_tile(const In* in, Out* out,
   if (threadIdx.x == 0 && total) *total = agg;
 }
 
-// rank_sort writes the n ≤ kRankSort keys (and values) sorted stably to
-// outK / outV: each thread owns one key and counts the keys that sort
-// before it (smaller, or equal at a smaller index), reading every key from
-// shared memory in chunks of kThreads; the count is the key's place. A
-// chunk wholly before or after the block's own keys needs one comparison
-// per key. O(n²) comparisons (2.3·10⁸ for the 15 K rows of a RES 64 map),
-// spread over n threads in one launch, where three radix passes take nine
-// launches and a one-block CUB sort took 91 µs for those keys (session 13,
-// call 2). Stable like the multi-pass sort, so both give the same order;
-// with iota the values are the original positions; vals may be null.
-constexpr int kRankSort = 16384;  // cudaext/sort.go rankSort, the engine's bound (any n sorts, in O(n²))
-__device__ void rank_sort(const u32* keys, const int* vals, int n, bool iota, u32* outK, int* outV) {
-  __shared__ u32 chunk[kThreads];
-  const int i0 = blockIdx.x * kThreads, i = i0 + threadIdx.x;
-  const bool live = i < n;
-  const u32 k = live ? keys[i] : 0;
-  int rank = 0;
-  for (int c0 = 0; c0 < n; c0 += kThreads) {
-    __syncthreads();
-    if (c0 + (int)threadIdx.x < n) chunk[threadIdx.x] = keys[c0 + threadIdx.x];
-    __syncthreads();
-    const int m = min(kThreads, n - c0);
-    if (c0 < i0) {  // every key of the chunk comes before this block's
-      for (int j = 0; j < m; ++j) rank += chunk[j] <= k;
-    } else if (c0 > i0) {  // every key of the chunk comes after
-      for (int j = 0; j < m; ++j) rank += chunk[j] < k;
-    } else {
-      for (int j = 0; j < m; ++j) rank += chunk[j] < k || (chunk[j] == k && j < (int)threadIdx.x);
+// The sort of at most kRunSort 32-bit keys in two launches: sort_runs
+// sorts each run of kRun consecutive keys in one block (CUB
+// BlockRadixSort, stable) into temporaries, then sort_merge places every
+// key: its place in its own run plus, in every other run, the keys that
+// sort before it — the smaller ones of later runs (lower bound) and the
+// smaller or equal ones of earlier runs (upper bound) — each run loaded
+// into shared memory in turn and binary-searched by all threads. Stable,
+// like the radix passes, so both give the same order. Three radix passes
+// of a RES 64 map's 15 K Gray ranks took nine launches and about 75 µs of
+// kernels, one block sorting all of them 91 µs (session 13, calls 1–2).
+constexpr int kRunThreads = 256, kRunItems = 4, kRun = kRunThreads * kRunItems;
+constexpr int kRunSort = 64 * kRun;  // cudaext/sort.go runSort
+static_assert(kRun == 1024 && kRunSort == 65536 && kRunThreads == kThreads,
+              "cudaext/sort.go runSortRun, runSort and sortThreads mirror kRun, kRunSort and kRunThreads");
+
+__device__ void sort_runs(const u32* keys, const int* vals, int n, int bits, bool iota, u32* runK, int* runV) {
+  using BRS = cub::BlockRadixSort<u32, kRunThreads, kRunItems, int>;
+  __shared__ typename BRS::TempStorage tmp;
+  const int base = blockIdx.x * kRun;
+  u32 k[kRunItems];
+  int v[kRunItems];
+#pragma unroll
+  for (int j = 0; j < kRunItems; ++j) {
+    // Blocked arrangement (stability); the padding sorts last.
+    const int i = base + (int)threadIdx.x * kRunItems + j;
+    k[j] = i < n ? keys[i] : ~0u;
+    v[j] = i < n ? (iota ? i : vals ? vals[i] : 0) : 0;
+  }
+  BRS(tmp).Sort(k, v, 0, bits);
+#pragma unroll
+  for (int j = 0; j < kRunItems; ++j) {
+    const int i = base + (int)threadIdx.x * kRunItems + j;
+    if (i < n) {
+      runK[i] = k[j];
+      runV[i] = v[j];
     }
   }
+}
+
+// sort_merge runs a block of kRun threads per run; thread t places key t of
+// its run.
+__device__ void sort_merge(const u32* runK, const int* runV, int n, u32* keys, int* vals) {
+  __shared__ u32 other[kRun];
+  const int r = blockIdx.x, runs = (n + kRun - 1) / kRun;
+  const int i = r * kRun + (int)threadIdx.x;
+  const bool live = i < n;
+  const u32 k = live ? runK[i] : 0;
+  int rank = live ? (int)threadIdx.x : 0;
+  for (int q = 0; q < runs; ++q) {
+    if (q == r) continue;
+    const int m = min(kRun, n - q * kRun);
+    __syncthreads();
+    if ((int)threadIdx.x < m) other[threadIdx.x] = runK[q * kRun + threadIdx.x];
+    __syncthreads();
+    // First place in run q whose key sorts after k: > k for earlier runs
+    // (upper bound), ≥ k for later ones (lower bound).
+    int lo = 0, hi = m;
+    if (q < r) {
+      while (lo < hi) {
+        const int mid = (lo + hi) >> 1;
+        if (other[mid] <= k) lo = mid + 1; else hi = mid;
+      }
+    } else {
+      while (lo < hi) {
+        const int mid = (lo + hi) >> 1;
+        if (other[mid] < k) lo = mid + 1; else hi = mid;
+      }
+    }
+    rank += lo;
+  }
   if (live) {
-    outK[rank] = k;
-    if (outV) outV[rank] = iota ? i : vals[i];
+    keys[rank] = k;
+    if (vals) vals[rank] = runV[i];
   }
 }
 
@@ -356,9 +396,13 @@ __global__ void __launch_bounds__(fgs::kThreads)
     scan_tile_i64_i64(const long long* in, long long* out, long long n, long long* total) {
   fgs::scan_tile(in, out, n, total);
 }
-__global__ void __launch_bounds__(fgs::kThreads) sort_rank_u32(const unsigned* keys, const int* vals, long long n,
-                                                               int iota, unsigned* outK, int* outV) {
-  fgs::rank_sort(keys, vals, (int)n, iota != 0, outK, outV);
+__global__ void __launch_bounds__(fgs::kRunThreads) sort_runs_u32(const unsigned* keys, const int* vals, long long n,
+                                                                  int bits, int iota, unsigned* runK, int* runV) {
+  fgs::sort_runs(keys, vals, (int)n, bits, iota != 0, runK, runV);
+}
+__global__ void __launch_bounds__(fgs::kRun) sort_merge_u32(const unsigned* runK, const int* runV, long long n,
+                                                            unsigned* keys, int* vals) {
+  fgs::sort_merge(runK, runV, (int)n, keys, vals);
 }
 
 // out[i] = i for i < n.
