@@ -137,9 +137,12 @@ template <class In, class Out> __device__ void scan_tile(const In* in, Out* out,
 // sort before it — the smaller ones of later runs (lower bound) and the
 // smaller or equal ones of earlier runs (upper bound) — each run loaded
 // into shared memory in turn and binary-searched by all threads. Stable,
-// like the radix passes, so both give the same order. Three radix passes
-// of a RES 64 map's 15 K Gray ranks took nine launches and about 75 µs of
-// kernels, one block sorting all of them 91 µs (session 13, calls 1–2).
+// like the radix passes, so both give the same order. H200, a RES 64
+// map's 15 K Gray ranks: three radix passes, nine launches and about 80 µs
+// of kernels (session 12's phase profiles); one CUB block sorting all of
+// them 91 µs (session 13, call 2); a sort by counting (each key's place
+// from comparisons with every key) 150 µs (call 3); these two launches
+// 32 µs (call 4).
 constexpr int kRunThreads = 256, kRunItems = 4, kRun = kRunThreads * kRunItems;
 constexpr int kRunSort = 64 * kRun;  // cudaext/sort.go runSort
 static_assert(kRun == 1024 && kRunSort == 65536 && kRunThreads == kThreads,
