@@ -63,9 +63,10 @@
 //     algorithms visit rows in Gray-code order (kmap.Masked: its key reads
 //     the least evenly splitting taps first up to kmap.BalancedKeyMaxRows
 //     rows) and only the union of taps of each tile (kmap.Masked.Tiles),
-//     launching the tiles with the most taps first when there are at most
-//     FLEXGEMM_LONGEST_FIRST_TILES_PER_SM (default 8) per SM; the split-K
-//     variants split the reduction and sum float32 partials in split order;
+//     launching the tiles with the most taps first when there are from half
+//     a tile up to FLEXGEMM_LONGEST_FIRST_TILES_PER_SM (default 8) per SM;
+//     the split-K variants split the reduction and sum float32 partials in
+//     split order;
 //   - the weight gradient runs one GEMM per tap over the pair lists
 //     (kmap.Pairs), split-K for the split algorithms (the heuristic gives
 //     each tap split slices in proportion to its pairs), and over the
