@@ -85,10 +85,17 @@ type devMap struct {
 	// order of tables of more than kmap.BalancedKeyMaxRows rows
 	// (grayTablesFor).
 	mask, rank rawBuf
+	// From the hash path of small submanifold maps: the Gray order of Nbr,
+	// derived before the host waits for the inserts' status (submanifold).
+	gray *grayTables
 }
 
 func (d *Device) freeDevMap(dm *devMap) {
-	for _, r := range []rawBuf{dm.out, dm.nbr, dm.rev, dm.mask, dm.rank} {
+	bufs := []rawBuf{dm.out, dm.nbr, dm.rev, dm.mask, dm.rank}
+	if dm.gray != nil {
+		bufs = append(bufs, dm.gray.mask, dm.gray.order)
+	}
+	for _, r := range bufs {
 		if r.ptr != 0 {
 			d.freeTemp(r)
 		}
@@ -208,10 +215,22 @@ func (d *Device) submanifold(op string, c deviceCoords, ext grid.Extent, conv gr
 	}
 	// The coordinate table checks the rows (range, duplicates) and answers
 	// the neighbour lookups, queued behind its inserts before their status
-	// is read; where the status reports anything, the map is built again
-	// after hashCoordsPer's checks (which name the rows).
+	// is read, and so is the Gray order of the masked algorithms (3×3×3
+	// and smaller kernels), which grayTablesFor would otherwise derive at
+	// the first convolution: the device works through both while the host
+	// waits (docs/PERF_NOTES.md, step 30). Where the status reports
+	// anything, the map is built again after hashCoordsPer's checks (which
+	// name the rows).
 	t, ok, err := d.hashCoordsThen(c.ptr, int64(c.n), ext, mapSlotsPerKey, func(t *devTable) error {
-		return d.buildSubNbr(dm, c.ptr, ext, conv, t)
+		if err := d.buildSubNbr(dm, c.ptr, ext, conv, t); err != nil {
+			return err
+		}
+		if dm.nOut == 0 || dm.V > 32 {
+			return nil
+		}
+		var err error
+		dm.gray, err = d.grayMasks(dm.nbr.ptr, dm.nOut, dm.V)
+		return err
 	})
 	if ok {
 		d.freeTable(t)
@@ -573,6 +592,9 @@ func (e *Engine) finish(m *kmap.Map, dm *devMap, in, out coordBlock) {
 	me.rev, me.haveRev = dm.rev, dm.rev.ptr != 0 // submanifold: derived on first use
 	me.nbrMask, me.nbrRank = dm.mask, dm.rank
 	dm.mask, dm.rank = rawBuf{}, rawBuf{}
+	if dm.gray != nil {
+		me.gray[0], dm.gray = dm.gray, nil
+	}
 	me.inC, me.outC, me.haveIn, me.haveOut = in, out, true, true
 	me.sameCoords = in.ptr == out.ptr
 	if dm.out.ptr == out.ptr {
