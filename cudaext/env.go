@@ -68,7 +68,8 @@ func longestFirstTilesPerSMFromEnv() (int, error) {
 // but cost up to 2.6 % at RES 256 (1,972 row tiles) and 1024, where the
 // tail is short and tiles of unlike masks run side by side (H200, session
 // 12, call 2; docs/PERF_NOTES.md step 28). It also cost (32, 1024, 4), 30
-// row tiles, 2 % in inference (call 6): a lower bound is the next step.
+// row tiles, 2 % in inference (call 6), hence the lower bound of half a
+// tile per SM (Device.longestFirst).
 const longestFirstTilesPerSM = 8
 
 // EnvSpecializedGathers names the environment variable that, read when an

@@ -307,16 +307,16 @@ __device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMa
 // the consumers above that cap (ptxas of CUDA 13 compiles the whole kernel
 // within it and refuses a 64×256 wgmma under 154 registers, session 9
 // call 2), so a tile's producer warps are limited by its accumulators.
-#define FG_GATHER_WS_KERNEL(NAME, MATH, BM, BN, BK, WM, S, PW, MINB, SMEM)                                  \
-  extern "C" __global__ void __launch_bounds__(32 * ((WM) + (PW)), MINB)                                      \
+#define FG_GATHER_WS_KERNEL(NAME, MATH, BM, BN, BK, WM, S, PW, MINB, SMEM)                                     \
+  extern "C" __global__ void __launch_bounds__(32 * ((WM) + (PW)), MINB)                                       \
       NAME(const fg::GatherParams p, const __grid_constant__ fg::WsMaps maps) {                                \
-    using Cfg = fg::TileCfg<MATH, BM, BN, BK, WM, 1, S, true>;                                               \
-    static_assert(fg::WsLayout<Cfg, PW>::kSmem == (SMEM), "shared memory differs from the Go tile table");   \
-    fg::gather_gemm_ws<Cfg, PW, false>(p, maps);                                                       \
+    using Cfg = fg::TileCfg<MATH, BM, BN, BK, WM, 1, S, true>;                                                 \
+    static_assert(fg::WsLayout<Cfg, PW>::kSmem == (SMEM), "shared memory differs from the Go tile table");     \
+    fg::gather_gemm_ws<Cfg, PW, false>(p, maps);                                                               \
   }
 #define FG_GATHER_WS_WT_KERNEL(NAME, MATH, BM, BN, BK, WM, S, PW, MINB)                                        \
-  extern "C" __global__ void __launch_bounds__(32 * ((WM) + (PW)), MINB)                                        \
-      NAME##_wt(const fg::GatherParams p, const __grid_constant__ fg::WsMaps maps) {                             \
+  extern "C" __global__ void __launch_bounds__(32 * ((WM) + (PW)), MINB)                                       \
+      NAME##_wt(const fg::GatherParams p, const __grid_constant__ fg::WsMaps maps) {                           \
     using Cfg = fg::TileCfg<MATH, BM, BN, BK, WM, 1, S, true>;                                                 \
-    fg::gather_gemm_ws<Cfg, PW, true>(p, maps);                                                          \
+    fg::gather_gemm_ws<Cfg, PW, true>(p, maps);                                                                \
   }

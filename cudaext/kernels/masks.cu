@@ -37,7 +37,6 @@ using namespace fgx;
 
 constexpr int kBuildWarps = 8;  // masks_build runs 256-thread blocks
 
-
 // add_counts adds a block's per-tap counts (shared, V entries) to cnt
 // once every thread of the block is done with them.
 __device__ __forceinline__ void add_counts(const u32* shared, int V, u32* cnt) {
