@@ -401,13 +401,15 @@ func balancedPairsSplits(t kernels.Tile, tiles, taps, longest, total, outElems, 
 
 // windowPairsSplits is the split-K factor that gives the per-tap weight
 // gradient over rows rows (output rows of the map, whose pair lists are in
-// row order) DRAM locality: every tap's list split evenly into s slices
-// (PairsParams.chunk = 0), slice z of every tap covers about the same rows
-// [z, z+1)·rows/s, and blocks run z-major, so the blocks resident at any
-// time read the dy and x rows of a few consecutive windows of
-// pairsWindowRows rows, shared by all taps through L2, instead of the
-// whole tensors once per tap. It applies when the operands (rows·(M+N)
-// elements of esz bytes) exceed pairsWindowMinBytes (the L2 holds less);
+// row order) DRAM locality: slice z of every tap covers the pairs of the
+// output rows [z, z+1)·rows/s (in chunks of pairsChunk rows, through the
+// lists' chunk offsets, PairsParams.off; with EnvNoRowSlices, or without
+// offsets, an equal share of every tap's pairs, which covers about those
+// rows), and blocks run z-major, so the blocks resident at any time read
+// the dy and x rows of a few consecutive windows of windowRows rows,
+// shared by all taps through L2, instead of the whole tensors once per
+// tap. It applies when the operands (rows·(M+N) elements of esz bytes)
+// reach minBytes (pairsWindowMinBytes: the L2 holds less);
 // the float32 partials of outElems each are capped at half the operands'
 // bytes (and pairsPartBytes). 0 where it does not apply. Measured (H200,
 // BenchmarkConvTiles, forced splits): session 6, RES 1024 C 64 2.64 →
@@ -421,12 +423,12 @@ func balancedPairsSplits(t kernels.Tile, tiles, taps, longest, total, outElems, 
 // (Nsight Compute: 1,200 slices read 5.8 GB from DRAM instead of 7.4, for
 // 2.02 ms of kernel against 2.14, and the partials cost it back). Now 18,
 // 126 and 503 slices there.
-func windowPairsSplits(rows, M, N, esz, outElems int64) int {
+func windowPairsSplits(rows, M, N, esz, outElems, minBytes, windowRows int64) int {
 	operands := rows * (M + N) * esz
-	if operands < pairsWindowMinBytes || outElems <= 0 {
+	if operands < minBytes || outElems <= 0 {
 		return 0
 	}
-	s := min(ceilDiv(rows, pairsWindowRows), max(min(pairsPartBytes, operands/2)/(4*outElems), 1))
+	s := min(ceilDiv(rows, windowRows), max(min(pairsPartBytes, operands/2)/(4*outElems), 1))
 	if s < 2 {
 		return 0
 	}
@@ -569,6 +571,7 @@ type pairsJob struct {
 	a, b       devPtr // [*, M], [*, N]
 	ia, ib     devPtr // 0: identity
 	seg        devPtr // [V+1] int64 ([taps+1] with mirror), or 0 with K
+	off        devPtr // with seg, the first pair of each chunk of pairsChunk output rows per tap (Device.pairs), or 0
 	M, N, V, K int64
 	mirror     bool      // seg holds the taps before the centre (see fg::PairsParams.mirror; K = rows)
 	maxPairs   int64     // longest segment, for the split heuristic
@@ -589,12 +592,14 @@ func (e *Engine) runPairs(j pairsJob) error {
 	}
 	tiles := ceilDiv(j.M, int64(t.BM)) * ceilDiv(j.N, int64(t.BN))
 	splits, chunk := 1, int64(0)
+	rowSlices := false
 	switch {
 	case !j.splitAlg:
 	case j.userSplits == 0 && j.seg != 0 && len(j.stats.iters) > 0:
 		// Windows where they apply (large operands), else the balanced split.
-		if w := windowPairsSplits(j.K, j.M, j.N, int64(j.math.ElemSize()), j.M*j.V*j.N); w > 0 {
+		if w := windowPairsSplits(j.K, j.M, j.N, int64(j.math.ElemSize()), j.M*j.V*j.N, d.pairsWindowMin, d.pairsWindowRows); w > 0 {
 			splits = w
+			rowSlices = j.off != 0 && !d.noRowSlices
 		} else {
 			longest, total := j.stats.itersOf(int64(t.BK))
 			partBytes := int64(pairsPartBytes)
@@ -620,6 +625,9 @@ func (e *Engine) runPairs(j pairsJob) error {
 	}
 	if j.mirror {
 		p.Mirror = 1
+	}
+	if rowSlices {
+		p.Off, p.Nc, p.OffRows = uint64(j.off), ceilDiv(j.K, pairsChunk), pairsChunk
 	}
 	if (j.M*esz)%16 == 0 && (j.N*esz)%16 == 0 {
 		p.Vec = 1
@@ -1008,12 +1016,12 @@ func (e *Engine) WeightGrad(m *kmap.Map, x, dy sparse.Matrix, o Options) (sparse
 			defer e.d.freeTemp(col)
 			return e.runPairs(pairsJob{math: math, tile: tile, a: db.ptr, b: col.ptr, M: co, N: V * ci, V: 1, K: M, maxPairs: M, out: out})
 		}
-		in, outIdx, seg, st, half, err := e.pairTables(m)
+		pl, err := e.pairTables(m)
 		if err != nil {
 			return err
 		}
-		return e.runPairs(pairsJob{math: math, tile: tile, a: db.ptr, b: xb.ptr, ia: outIdx, ib: in, seg: seg,
-			M: co, N: ci, V: V, K: int64(m.NOut), mirror: half, maxPairs: st.longest, stats: st, splitAlg: isSplit(alg),
+		return e.runPairs(pairsJob{math: math, tile: tile, a: db.ptr, b: xb.ptr, ia: pl.out, ib: pl.in, seg: pl.seg, off: pl.off,
+			M: co, N: ci, V: V, K: int64(m.NOut), mirror: pl.half, maxPairs: pl.st.longest, stats: pl.st, splitAlg: isSplit(alg),
 			userSplits: o.SplitK, out: out})
 	})
 	if err != nil {

@@ -697,6 +697,76 @@ func TestWeightGradFloat32(t *testing.T) {
 	}
 }
 
+// TestWeightGradRowSlices checks the weight gradient's window split on
+// maps small enough to run it only with its thresholds lowered: slices cut
+// at the same output rows in every tap (PairsParams.off; windows of 64
+// rows give more slices than chunks of offsets, so some are empty) and,
+// for comparison, equal shares of every tap's pairs (EnvNoRowSlices), on
+// a submanifold map (mirrored lists and the identity centre), a strided
+// and a transposed one, against the float64 reference of the rounded
+// inputs, in every arithmetic.
+func TestWeightGradRowSlices(t *testing.T) {
+	ok := mapOK(t)
+	rng := rand.New(rand.NewPCG(31, 32))
+	coords, ext := synth.SphereShell(16, 1)
+	rext := grid.Extent{Batch: 1, X: 20, Y: 18, Z: 22}
+	rc := synth.RandomScene(rng, rext, 0.08)
+	maps := []scene{
+		{"shell16-subm3", ok(kmap.NewSubmanifold(coords, ext, [3]int{3, 3, 3}, [3]int{1, 1, 1}))},
+		{"random-strided-k3s2", ok(kmap.NewStrided(rc, rext, grid.Cube(3, 2, 1, 1), nil))},
+		{"random-transposed-k2s2", ok(kmap.NewTransposed(rc, rext, grid.Cube(2, 2, 0, 1)))},
+	}
+	setWindow := func(minBytes, rows int64, noRowSlices bool) {
+		require.NoError(t, gpu.d.do(func() error {
+			gpu.d.pairsWindowMin, gpu.d.pairsWindowRows, gpu.d.noRowSlices = minBytes, rows, noRowSlices
+			return nil
+		}))
+	}
+	defer setWindow(pairsWindowMinBytes, pairsWindowRows, false)
+	split := 0
+	for _, sc := range maps {
+		m := sc.m
+		V := m.V()
+		// 8 channels: small outputs, so the partials' cap leaves many
+		// slices; 13: unaligned rows (plain loads); 32/64: cp.async.
+		for _, ch := range [][2]int{{8, 8}, {13, 40}, {32, 64}} {
+			ci, co := ch[0], ch[1]
+			xs := synth.Uniform[float32](rng, m.NIn*ci)
+			dys := synth.Uniform[float32](rng, m.NOut*co)
+			for _, mth := range kernels.Maths {
+				gpu.SetTF32(mth == kernels.TF32)
+				dt := dtypeOf(mth)
+				want, _ := refWeightGrad(t, m, roundedF64(mth, xs), roundedF64(mth, dys), ci, co)
+				lim := accBound
+				if dt == sparse.Float32 {
+					want, _ = refWeightGrad(t, m, f64(xs), f64(dys), ci, co)
+					lim = bound(mth)
+				}
+				x := dev(t, m.NIn, ci, xs, dt)
+				dy := dev(t, m.NOut, co, dys, dt)
+				for _, rows := range []int64{64, 1000} {
+					s := windowPairsSplits(int64(m.NOut), int64(co), int64(ci), int64(mth.ElemSize()), int64(co*V*ci), 0, rows)
+					if s > 1 {
+						split++
+					}
+					for _, noRowSlices := range []bool{false, true} {
+						setWindow(0, rows, noRowSlices)
+						name := fmt.Sprintf("%s/ci%d-co%d/%v/window%d-slices%d-noRowSlices%v", sc.name, ci, co, mth, rows, s, noRowSlices)
+						dw, err := gpu.WeightGrad(m, x, dy, Options{ConvOptions: sparse.ConvOptions{Algorithm: sparse.MaskedImplicitSplitK}})
+						require.NoError(t, err, name)
+						e := relL2(host(t, dw), want)
+						gpu.Free(dw)
+						require.LessOrEqual(t, e, lim, name)
+					}
+				}
+				gpu.Free(x, dy)
+			}
+		}
+	}
+	gpu.SetTF32(false)
+	require.Greater(t, split, 0, "no case ran the window split")
+}
+
 // TestWeightGradFloat16Overflow is the loss-scaling case: float16 inputs
 // whose weight and bias gradients exceed 65504, the largest float16. The
 // narrow results overflow to infinity (a dynamic loss scaler would skip the

@@ -67,6 +67,13 @@ type Device struct {
 	// brickMinRows: the brick search builds submanifold maps from this
 	// many rows on (brickMinRows or EnvBrickMinRows; the tests lower it).
 	brickMinRows int
+	// The weight gradient's window split (windowPairsSplits): from
+	// pairsWindowMin bytes of operands on, slices of pairsWindowRows rows
+	// (pairsWindowMinBytes, pairsWindowRows; the tests lower both), cut
+	// at the same output rows in every tap unless noRowSlices
+	// (EnvNoRowSlices).
+	pairsWindowMin, pairsWindowRows int64
+	noRowSlices                     bool
 	// statusHost (page-locked, stWords int32) and statusEv receive a status
 	// array without draining the stream (hashCoordsThen); made on first
 	// use.
@@ -102,6 +109,9 @@ func openDevice(ordinal int) (*Device, error) {
 		noBricks:               os.Getenv(EnvNoBricks) == "1",
 		longestFirstTilesPerSM: perSM,
 		brickMinRows:           minRows,
+		pairsWindowMin:         pairsWindowMinBytes,
+		pairsWindowRows:        pairsWindowRows,
+		noRowSlices:            os.Getenv(EnvNoRowSlices) == "1",
 	}
 	d.mem.free = map[int64][]devPtr{}
 	runtime.LockOSThread()

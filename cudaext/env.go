@@ -72,6 +72,12 @@ func longestFirstTilesPerSMFromEnv() (int, error) {
 // tile per SM (Device.longestFirst).
 const longestFirstTilesPerSM = 8
 
+// EnvNoRowSlices names the environment variable that, set to "1" when an
+// engine opens, cuts the weight gradient's window split (windowPairsSplits)
+// into equal shares of every tap's pairs, as before session 14, instead
+// of at the same output rows in every tap (fg::PairsParams.off).
+const EnvNoRowSlices = "FLEXGEMM_NO_ROW_SLICES"
+
 // EnvSpecializedGathers names the environment variable that, read when an
 // engine opens, turns the fixed heuristic's warp-specialised gather tiles
 // (kernels.Tile.Producers) on ("1") or off ("0"); unset, they are on.

@@ -933,7 +933,7 @@ func (e *Engine) DeriveTables(m *kmap.Map, which Tables, tileRows ...int) error 
 			}
 		}
 		if which&TablePairs != 0 {
-			if _, _, _, _, _, err := e.pairTables(m); err != nil {
+			if _, err := e.pairTables(m); err != nil {
 				return err
 			}
 		}
@@ -991,15 +991,18 @@ func (s pairStats) itersOf(bk int64) (longest, total int64) {
 // device once, downloading the segment table (taps+1 int64) to size the
 // lists. With half (a submanifold map) it builds the taps before the
 // centre, taps = (V−1)/2, and the lengths it returns are those of all V
-// taps: tap V−1−v's is tap v's and the centre's nOut.
-func (d *Device) pairs(nbr devPtr, nOut, V int, half bool) (pin, pout, psg rawBuf, st pairStats, err error) {
-	fail := func(e error) (rawBuf, rawBuf, rawBuf, pairStats, error) {
-		for _, r := range []rawBuf{pin, pout, psg} {
+// taps: tap V−1−v's is tap v's and the centre's nOut. off, when the lists
+// are not empty, is the first pair of every chunk of pairsChunk output
+// rows of every tap ([taps·⌈nOut/pairsChunk⌉] int64, in the segments'
+// numbering; fg::PairsParams.off), else a zero rawBuf.
+func (d *Device) pairs(nbr devPtr, nOut, V int, half bool) (pin, pout, psg, off rawBuf, st pairStats, err error) {
+	fail := func(e error) (rawBuf, rawBuf, rawBuf, rawBuf, pairStats, error) {
+		for _, r := range []rawBuf{pin, pout, psg, off} {
 			if r.ptr != 0 {
 				d.freeTemp(r)
 			}
 		}
-		return rawBuf{}, rawBuf{}, rawBuf{}, pairStats{}, e
+		return rawBuf{}, rawBuf{}, rawBuf{}, rawBuf{}, pairStats{}, e
 	}
 	taps := V
 	if half {
@@ -1020,18 +1023,16 @@ func (d *Device) pairs(nbr devPtr, nOut, V int, half bool) (pin, pout, psg rawBu
 		if err := memsetD8(psg.ptr, 0, int64(taps+1)*8, d.stream); err != nil {
 			return fail(err)
 		}
-		return rawBuf{ptr: d.zeroPage}, rawBuf{ptr: d.zeroPage}, psg, st, nil
+		return rawBuf{ptr: d.zeroPage}, rawBuf{ptr: d.zeroPage}, psg, rawBuf{}, st, nil
 	}
 	cnt, err := d.allocTemp(int64(taps) * nc * 4)
 	if err != nil {
 		return fail(err)
 	}
 	defer d.freeTemp(cnt)
-	off, err := d.allocTemp(int64(taps) * nc * 8)
-	if err != nil {
+	if off, err = d.allocTemp(int64(taps) * nc * 8); err != nil {
 		return fail(err)
 	}
-	defer d.freeTemp(off)
 	blk := dim3{X: pairsChunk}
 	if err := d.launch("kmap_pairs_count", dim3{X: int(nc)}, blk, 0, nbr, int64(nOut), int32(V), int32(taps), cnt.ptr, nc); err != nil {
 		return fail(err)
@@ -1056,7 +1057,8 @@ func (d *Device) pairs(nbr devPtr, nOut, V int, half bool) (pin, pout, psg rawBu
 	}
 	total := seg[taps]
 	if total == 0 {
-		return rawBuf{ptr: d.zeroPage}, rawBuf{ptr: d.zeroPage}, psg, st, nil
+		d.freeTemp(off)
+		return rawBuf{ptr: d.zeroPage}, rawBuf{ptr: d.zeroPage}, psg, rawBuf{}, st, nil
 	}
 	if pin, err = d.allocTemp(total * 4); err != nil {
 		return fail(err)
@@ -1067,7 +1069,7 @@ func (d *Device) pairs(nbr devPtr, nOut, V int, half bool) (pin, pout, psg rawBu
 	if err := d.launch("kmap_pairs_write", dim3{X: int(nc)}, blk, 0, nbr, int64(nOut), int32(V), int32(taps), off.ptr, nc, pin.ptr, pout.ptr); err != nil {
 		return fail(err)
 	}
-	return pin, pout, psg, st, nil
+	return pin, pout, psg, off, st, nil
 }
 
 // grayMasks computes the bitmasks [n, W] of the rows of table [n, V] and

@@ -201,6 +201,30 @@ func gxSameDerived(t *testing.T, e *Engine, gpu, cpu *kmap.Map) {
 		if out, err = download[int32](e.d, me.pairOut.ptr, int(listed)); err != nil {
 			return err
 		}
+		// The chunk offsets: tap v's pairs of the output rows before chunk
+		// c start at off[v·nc + c] (the lists are in output-row order).
+		if nc := (gpu.NOut + pairsChunk - 1) / pairsChunk; listed > 0 {
+			if me.pairOff.ptr == 0 {
+				return fmt.Errorf("no chunk offsets for %d listed pairs", listed)
+			}
+			off, err := download[int64](e.d, me.pairOff.ptr, taps*nc)
+			if err != nil {
+				return err
+			}
+			for v := range taps {
+				want := seg[v]
+				for c := range nc {
+					for want < seg[v+1] && int(out[want]) < c*pairsChunk {
+						want++
+					}
+					if off[v*nc+c] != want {
+						return fmt.Errorf("tap %d chunk %d: first pair %d, want %d", v, c, off[v*nc+c], want)
+					}
+				}
+			}
+		} else if me.pairOff.ptr != 0 {
+			return fmt.Errorf("chunk offsets for empty pair lists")
+		}
 		for _, reverse := range []bool{false, true} {
 			rows := cpu.NOut
 			if reverse {
@@ -936,8 +960,10 @@ func BenchmarkGPUDeriveTables(b *testing.B) {
 				require.NoError(b, e.d.do(func() error {
 					me := e.entry(m)
 					if me.havePairs {
-						for _, r := range []rawBuf{me.pairIn, me.pairOut, me.pairSg} {
-							e.d.freeTemp(r)
+						for _, r := range []rawBuf{me.pairIn, me.pairOut, me.pairSg, me.pairOff} {
+							if r.ptr != 0 {
+								e.d.freeTemp(r)
+							}
 						}
 						me.havePairs = false
 					}

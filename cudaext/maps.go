@@ -67,6 +67,7 @@ type mapEntry struct {
 	nbr, rev                rawBuf // [NOut·V], [NIn·V] int32
 	haveNbr, haveRev        bool
 	pairIn, pairOut, pairSg rawBuf // pair lists and [taps+1] int64 segments
+	pairOff                 rawBuf // first pair of each chunk of pairsChunk rows per tap, or none
 	havePairs               bool
 	pairsHalf               bool           // the lists hold the taps before the centre (submanifold; TablePairs)
 	pairStats               pairStats      // tap segment lengths of the pair lists
@@ -114,7 +115,7 @@ func (e *Engine) dropMap(k mapKey) {
 	if !me.sameCoords {
 		me.outC.release(d)
 	}
-	bufs := []rawBuf{me.nbr, me.rev, me.pairIn, me.pairOut, me.pairSg, me.nbrMask, me.nbrRank}
+	bufs := []rawBuf{me.nbr, me.rev, me.pairIn, me.pairOut, me.pairSg, me.pairOff, me.nbrMask, me.nbrRank}
 	for _, g := range me.gray {
 		if g != nil {
 			bufs = append(bufs, g.mask, g.order)
@@ -318,27 +319,33 @@ func (e *Engine) revTable(m *kmap.Map) (devPtr, error) {
 	return rev.ptr, nil
 }
 
-// pairTables returns the device pair lists of m (kmap.Map.Pairs: in, out
-// [P] int32, seg [taps+1] int64), the segment lengths of all V taps, and
-// whether the lists hold only the taps before the centre (half: a
-// submanifold map, read mirrored; see TablePairs), computing them on the
-// device if they are not cached (which waits once for the device, to
-// size the lists). Worker only.
-func (e *Engine) pairTables(m *kmap.Map) (in, out, seg devPtr, st pairStats, half bool, err error) {
+// pairLists are the device pair lists of a map (kmap.Map.Pairs).
+type pairLists struct {
+	in, out devPtr    // [P] int32
+	seg     devPtr    // [taps+1] int64
+	off     devPtr    // first pair of each chunk of pairsChunk output rows per tap (Device.pairs), or 0
+	st      pairStats // segment lengths of all V taps
+	half    bool      // the lists hold only the taps before the centre (a submanifold map, read mirrored; see TablePairs)
+}
+
+// pairTables returns the device pair lists of m, computing them on the
+// device if they are not cached (which waits once for the device, to size
+// the lists). Worker only.
+func (e *Engine) pairTables(m *kmap.Map) (pairLists, error) {
 	me := e.entry(m)
 	if !me.havePairs {
 		nbr, err := e.nbrTable(m)
 		if err != nil {
-			return 0, 0, 0, pairStats{}, false, err
+			return pairLists{}, err
 		}
 		half := m.Kind == kmap.Submanifold
-		pin, pout, psg, ps, err := e.d.pairs(nbr, m.NOut, m.V(), half)
+		pin, pout, psg, off, ps, err := e.d.pairs(nbr, m.NOut, m.V(), half)
 		if err != nil {
-			return 0, 0, 0, pairStats{}, false, err
+			return pairLists{}, err
 		}
-		me.pairIn, me.pairOut, me.pairSg, me.pairStats, me.pairsHalf, me.havePairs = pin, pout, psg, ps, half, true
+		me.pairIn, me.pairOut, me.pairSg, me.pairOff, me.pairStats, me.pairsHalf, me.havePairs = pin, pout, psg, off, ps, half, true
 	}
-	return me.pairIn.ptr, me.pairOut.ptr, me.pairSg.ptr, me.pairStats, me.pairsHalf, nil
+	return pairLists{in: me.pairIn.ptr, out: me.pairOut.ptr, seg: me.pairSg.ptr, off: me.pairOff.ptr, st: me.pairStats, half: me.pairsHalf}, nil
 }
 
 // grayTablesFor returns the device masks and Gray order of m's forward

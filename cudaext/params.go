@@ -25,6 +25,8 @@ type pairsParams struct {
 	Vec             int64
 	Chunk           int64
 	Mirror          int64
+	Off             uint64
+	Nc, OffRows     int64
 }
 
 func (p *gatherParams) argBytes() []byte {

@@ -1146,7 +1146,7 @@ func TestWindowPairsSplits(t *testing.T) {
 		{1 << 24, 16, 16, 2, 2048},  // windows of pairsWindowRows: 2^24 / 8192 slices
 		{0, 64, 64, 2, 0},
 	} {
-		got := windowPairsSplits(tc.rows, tc.m, tc.n, tc.esz, tc.m*27*tc.n)
+		got := windowPairsSplits(tc.rows, tc.m, tc.n, tc.esz, tc.m*27*tc.n, pairsWindowMinBytes, pairsWindowRows)
 		require.Equal(t, tc.want, got, "%+v", tc)
 		if got > 0 {
 			part := int64(got) * 4 * tc.m * 27 * tc.n

@@ -201,8 +201,15 @@ struct PairsParams {
                           // map only (seg [H + 1]): tap V − 1 − v multiplies the pairs of
                           // tap v with ia and ib swapped, and the centre tap H is the
                           // identity over K rows
+  const long long* off;   // null, or with chunk == 0 and splits > 1 the first pair of each chunk of
+                          // off_rows output rows of each list tap ([taps·nc], kmap_pairs_count's
+                          // scan): split z of every tap then covers the pairs of the output rows
+                          // of chunks [⌊z·nc/splits⌋, ⌊(z+1)·nc/splits⌋) (the identity of the
+                          // centre those rows), the same rows for every tap
+  long long nc;           // chunks per tap in off
+  long long off_rows;     // output rows per chunk of off
 };
-static_assert(sizeof(PairsParams) == 15 * 8, "PairsParams layout");
+static_assert(sizeof(PairsParams) == 18 * 8, "PairsParams layout");
 
 // ---- PTX wrappers -----------------------------------------------------------
 
@@ -821,15 +828,33 @@ template <class C> __device__ __forceinline__ void pairs_gemm(const PairsParams&
   const int vs = flip ? (int)p.V - 1 - v : v;
   const int* ia = centre ? nullptr : flip ? p.ib : p.ia;
   const int* ib = centre ? nullptr : flip ? p.ia : p.ib;
-  const long long s0 = p.seg && !centre ? p.seg[vs] : 0, s1 = p.seg && !centre ? p.seg[vs + 1] : p.K;
-  const long long total = (s1 - s0 + C::BK - 1) / C::BK;
-  // Splits of this tap: all p.splits, or with p.chunk about one per chunk
-  // iterations (at least one); split slices z beyond them get no
-  // iterations and store zeros.
-  long long sv = p.splits;
-  if (p.chunk > 0) sv = min(p.splits, max(1ll, (total + p.chunk - 1) / p.chunk));
-  const long long t0 = z < sv ? (total * z + sv - 1) / sv : 0;
-  const long long t1 = z < sv ? (total * (z + 1) + sv - 1) / sv : 0;
+  long long s0 = p.seg && !centre ? p.seg[vs] : 0, s1 = p.seg && !centre ? p.seg[vs + 1] : p.K;
+  long long t0, t1;
+  if (p.off && p.chunk == 0 && p.splits > 1) {
+    // Row slices: the pairs of this split's output rows (the lists are in
+    // output-row order), so the blocks of one split read the same rows.
+    const long long c0 = p.nc * z / p.splits, c1 = p.nc * (z + 1) / p.splits;
+    if (centre) {
+      s0 = min(c0 * p.off_rows, p.K);
+      s1 = min(c1 * p.off_rows, p.K);
+    } else {
+      const long long* o = p.off + (long long)vs * p.nc;
+      const long long end = s1;
+      s0 = o[c0];
+      s1 = c1 < p.nc ? o[c1] : end;
+    }
+    t0 = 0;
+    t1 = (s1 - s0 + C::BK - 1) / C::BK;
+  } else {
+    const long long total = (s1 - s0 + C::BK - 1) / C::BK;
+    // Splits of this tap: all p.splits, or with p.chunk about one per
+    // chunk iterations (at least one); split slices z beyond them get no
+    // iterations and store zeros.
+    long long sv = p.splits;
+    if (p.chunk > 0) sv = min(p.splits, max(1ll, (total + p.chunk - 1) / p.chunk));
+    t0 = z < sv ? (total * z + sv - 1) / sv : 0;
+    t1 = z < sv ? (total * (z + 1) + sv - 1) / sv : 0;
+  }
   const int nIter = (int)(t1 - t0);
 
   const T* a = reinterpret_cast<const T*>(p.a);
