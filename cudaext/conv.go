@@ -435,12 +435,9 @@ func windowPairsSplits(rows, M, N, esz, outElems, minBytes, windowRows int64) in
 	return int(s)
 }
 
-// pairsWindowRows and pairsWindowMinBytes are windowPairsSplits' window
-// and threshold.
-const (
-	pairsWindowRows     = 8192
-	pairsWindowMinBytes = 192 << 20
-)
+// pairsWindowMinBytes is windowPairsSplits' threshold (its window,
+// pairsWindowRows, is in env.go).
+const pairsWindowMinBytes = 192 << 20
 
 // pairsTarget is the number of blocks the weight-gradient split
 // heuristics aim at with tile t on sms multiprocessors: pairsWaves per SM,

@@ -69,7 +69,8 @@ type Device struct {
 	brickMinRows int
 	// The weight gradient's window split (windowPairsSplits): from
 	// pairsWindowMin bytes of operands on, slices of pairsWindowRows rows
-	// (pairsWindowMinBytes, pairsWindowRows; the tests lower both), cut
+	// (pairsWindowMinBytes, pairsWindowRows or EnvPairsWindowRows; the
+	// tests lower both), cut
 	// at the same output rows in every tap unless noRowSlices
 	// (EnvNoRowSlices).
 	pairsWindowMin, pairsWindowRows int64
@@ -103,6 +104,10 @@ func openDevice(ordinal int) (*Device, error) {
 	if err != nil {
 		return nil, err
 	}
+	windowRows, err := pairsWindowRowsFromEnv()
+	if err != nil {
+		return nil, err
+	}
 	d := &Device{
 		funcs:                  map[string]*kernelFunc{},
 		syncEach:               os.Getenv(EnvSync) == "1",
@@ -110,7 +115,7 @@ func openDevice(ordinal int) (*Device, error) {
 		longestFirstTilesPerSM: perSM,
 		brickMinRows:           minRows,
 		pairsWindowMin:         pairsWindowMinBytes,
-		pairsWindowRows:        pairsWindowRows,
+		pairsWindowRows:        windowRows,
 		noRowSlices:            os.Getenv(EnvNoRowSlices) == "1",
 	}
 	d.mem.free = map[int64][]devPtr{}

@@ -72,6 +72,25 @@ func longestFirstTilesPerSMFromEnv() (int, error) {
 // tile per SM (Device.longestFirst).
 const longestFirstTilesPerSM = 8
 
+// EnvPairsWindowRows names the environment variable that, read when the
+// engine opens, sets the output rows per slice of the weight gradient's
+// window split (a positive integer; default pairsWindowRows).
+const EnvPairsWindowRows = "FLEXGEMM_PAIRS_WINDOW_ROWS"
+
+// pairsWindowRows is the default window of windowPairsSplits (conv.go).
+const pairsWindowRows = 8192
+
+// pairsWindowRowsFromEnv returns EnvPairsWindowRows's value, or
+// pairsWindowRows when it is unset; anything but a positive integer is an
+// error.
+func pairsWindowRowsFromEnv() (int64, error) {
+	n, err := nonNegativeFromEnv(EnvPairsWindowRows, pairsWindowRows, "rows")
+	if err == nil && n == 0 {
+		err = fmt.Errorf("cudaext: %s=0: want a positive number of rows", EnvPairsWindowRows)
+	}
+	return int64(n), err
+}
+
 // EnvNoRowSlices names the environment variable that, set to "1" when an
 // engine opens, cuts the weight gradient's window split (windowPairsSplits)
 // into equal shares of every tap's pairs, as before session 14, instead

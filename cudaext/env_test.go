@@ -33,6 +33,18 @@ func TestLongestFirstTilesPerSMFromEnv(t *testing.T) {
 	})
 }
 
+// TestPairsWindowRowsFromEnv checks the parsing of EnvPairsWindowRows.
+func TestPairsWindowRowsFromEnv(t *testing.T) {
+	checkEnvParse(t, EnvPairsWindowRows, pairsWindowRowsFromEnv, []envCase[int64]{
+		{set: false, want: pairsWindowRows},
+		{value: "", set: true, want: pairsWindowRows},
+		{value: "4096", set: true, want: 4096},
+		{value: "0", set: true, bad: true},
+		{value: "-3", set: true, bad: true},
+		{value: "many", set: true, bad: true},
+	})
+}
+
 // TestSpecializedGathersFromEnv checks the parsing of EnvSpecializedGathers.
 func TestSpecializedGathersFromEnv(t *testing.T) {
 	checkEnvParse(t, EnvSpecializedGathers, specializedGathersFromEnv, []envCase[bool]{
