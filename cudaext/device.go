@@ -75,6 +75,11 @@ type Device struct {
 	// (EnvNoRowSlices).
 	pairsWindowMin, pairsWindowRows int64
 	noRowSlices                     bool
+	// noRowsFirst: masked gathers never launch their tiles in the order
+	// of their first rows (rowsFirst; EnvNoRowsFirst); rowsFirstMin: they
+	// do from this many rows on (rowsFirstMinRows; the tests lower it).
+	noRowsFirst  bool
+	rowsFirstMin int64
 	// statusHost (page-locked, stWords int32) and statusEv receive a status
 	// array without draining the stream (hashCoordsThen); made on first
 	// use.
@@ -117,6 +122,8 @@ func openDevice(ordinal int) (*Device, error) {
 		pairsWindowMin:         pairsWindowMinBytes,
 		pairsWindowRows:        windowRows,
 		noRowSlices:            os.Getenv(EnvNoRowSlices) == "1",
+		noRowsFirst:            os.Getenv(EnvNoRowsFirst) == "1",
+		rowsFirstMin:           rowsFirstMinRows,
 	}
 	d.mem.free = map[int64][]devPtr{}
 	runtime.LockOSThread()

@@ -97,6 +97,12 @@ func pairsWindowRowsFromEnv() (int64, error) {
 // of at the same output rows in every tap (fg::PairsParams.off).
 const EnvNoRowSlices = "FLEXGEMM_NO_ROW_SLICES"
 
+// EnvNoRowsFirst names the environment variable that, set to "1" when an
+// engine opens, keeps masked gathers from launching their tiles in the
+// order of their first rows (Device.rowsFirst): they run in the Gray
+// order's tile order, as before session 14.
+const EnvNoRowsFirst = "FLEXGEMM_NO_ROWS_FIRST"
+
 // EnvSpecializedGathers names the environment variable that, read when an
 // engine opens, turns the fixed heuristic's warp-specialised gather tiles
 // (kernels.Tile.Producers) on ("1") or off ("0"); unset, they are on.

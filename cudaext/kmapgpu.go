@@ -1106,6 +1106,29 @@ func (d *Device) longestFirst(nt int64) bool {
 	return 2*nt >= sms && nt <= int64(d.longestFirstTilesPerSM)*sms
 }
 
+// rowsFirst reports whether masked gathers over nt row tiles of a table of
+// n rows launch them in the order of their first rows (tileTables.sched):
+// where they do not launch them longest first, from more than a tile per
+// SM and Device.rowsFirstMin rows on (rowsFirstMinRows; the tests lower
+// it), unless EnvNoRowsFirst. The Gray order
+// groups the rows by tap mask, so the tiles resident at any time hold
+// rows of a few masks from all over the input, each reading rows that
+// tiles of the other masks read at other times; launched by their first
+// rows (in table order: the masks' rows keep it within the Gray order),
+// they hold rows of many masks around one place, which read the same
+// input rows while they are in L2 (docs/PERF_NOTES.md, step 32). H200,
+// session 14, call 3: the RES 1024 C 64 forward's L2 hit rate 61 → 79 %
+// and DRAM 37 → 22 % busy, (1024, 64, 2) fp16 inference −4.5 % and
+// training −1.6 %; but (512, 128, 2) +2.0 % and +1.6 %, and (256, 256, 2)
+// ±0.5 %, hence the threshold between them.
+func (d *Device) rowsFirst(nt, n int64) bool {
+	return !d.noRowsFirst && n >= d.rowsFirstMin && nt > int64(d.info.SMs) && !d.longestFirst(nt)
+}
+
+// rowsFirstMinRows is the fewest table rows for which rowsFirst applies:
+// above RES 512's 1.03 M rows, at RES 1024's 4.1 M.
+const rowsFirstMinRows = 1 << 21
+
 // tileUnions computes the tap unions of tiles of `rows` consecutive
 // entries of order over the masks mask [n, W] (kmap.Masked.Tiles). The
 // taps block is sized for the worst case (every tile has all V taps), so
@@ -1158,18 +1181,27 @@ func (d *Device) tileUnions(mask, order devPtr, n, V, rows int) (t tileTables, e
 	if err := d.launch("masks_taps", g, b, 0, unions.ptr, nt, int32(W), t.seg.ptr, t.taps.ptr); err != nil {
 		return fail(err)
 	}
-	if !d.longestFirst(nt) {
+	longest, byRows := d.longestFirst(nt), d.rowsFirst(nt, int64(n))
+	if !longest && !byRows {
 		return t, nil
 	}
-	// The launch order: tiles by descending tap count, ties in index
-	// order (a stable sort of V − count; cnt is free to hold the keys).
+	// The launch order (a stable sort; cnt is free to hold the keys):
+	// tiles by descending tap count (V − count), or by their first row,
+	// ties in index order.
 	if t.sched, err = d.allocTemp(nt * 4); err != nil {
 		return fail(err)
 	}
-	if err := d.launch("masks_sched_keys", g, b, 0, t.seg.ptr, nt, int32(V), cnt.ptr); err != nil {
+	keyBits := bits.Len(uint(V))
+	if longest {
+		err = d.launch("masks_sched_keys", g, b, 0, t.seg.ptr, nt, int32(V), cnt.ptr)
+	} else {
+		keyBits = bits.Len(uint(n - 1))
+		err = d.launch("masks_sched_rows", g, b, 0, order, nt, int32(rows), cnt.ptr)
+	}
+	if err != nil {
 		return fail(err)
 	}
-	if err := d.radixSort(cnt.ptr, t.sched.ptr, nt, false, bits.Len(uint(V)), true); err != nil {
+	if err := d.radixSort(cnt.ptr, t.sched.ptr, nt, false, keyBits, true); err != nil {
 		return fail(err)
 	}
 	return t, nil

@@ -3,6 +3,7 @@
 package cudaext
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -251,7 +252,7 @@ func gxSameDerived(t *testing.T, e *Engine, gpu, cpu *kmap.Map) {
 				if h.taps, err = download[int32](e.d, mt.taps, int(h.seg[nt])); err != nil {
 					return err
 				}
-				if longest := e.d.longestFirst(int64(nt)); nt > 0 && longest != (mt.sched != 0) {
+				if sched := e.d.longestFirst(int64(nt)) || e.d.rowsFirst(int64(nt), int64(rows)); nt > 0 && sched != (mt.sched != 0) {
 					return fmt.Errorf("reverse %v, rows %d: %d tiles with a schedule %v", reverse, th, nt, mt.sched != 0)
 				}
 				if mt.sched != 0 {
@@ -302,10 +303,26 @@ func gxSameDerived(t *testing.T, e *Engine, gpu, cpu *kmap.Map) {
 			require.True(t, slices.Equal(tl.Taps, h.taps), "reverse %v rows %d: tile taps differ at %d", reverse, th, firstDiff(tl.Taps, h.taps))
 			if h.sched != nil {
 				want := longestTilesFirst(tl.Seg)
+				if !e.d.longestFirst(int64(len(tl.Seg) - 1)) {
+					want = tilesByFirstRow(ms.Order, th)
+				}
 				require.True(t, slices.Equal(want, h.sched), "reverse %v rows %d: tile schedule differs at %d", reverse, th, firstDiff(want, h.sched))
 			}
 		}
 	}
+}
+
+// tilesByFirstRow is tileUnions' launch order by rows (Device.rowsFirst)
+// on the host: the tiles of rows consecutive entries of order by their
+// first entry, ties in index order.
+func tilesByFirstRow(order []int32, rows int) []int32 {
+	nt := (len(order) + rows - 1) / rows
+	s := make([]int32, nt)
+	for i := range s {
+		s[i] = int32(i)
+	}
+	slices.SortStableFunc(s, func(a, b int32) int { return cmp.Compare(order[int(a)*rows], order[int(b)*rows]) })
+	return s
 }
 
 // longestTilesFirst is tileUnions' launch order on the host: the tiles of
@@ -337,6 +354,12 @@ func TestGPUSubmanifoldMapLarge(t *testing.T) {
 	e := gxEngine(t)
 	coords, ext := synth.SphereShell(256, 1)
 	require.Greater(t, len(coords)/4, max(kmap.BalancedKeyMaxRows, brickMinRows))
+	// Its tiles of the smallest height launch by their first rows with
+	// the threshold lowered (gxSameDerived checks that schedule).
+	require.NoError(t, e.d.do(func() error { e.d.rowsFirstMin = 0; return nil }))
+	defer func() { require.NoError(t, e.d.do(func() error { e.d.rowsFirstMin = rowsFirstMinRows; return nil })) }()
+	n := int64(len(coords) / 4)
+	require.True(t, e.d.rowsFirst(ceilDiv(n, int64(tileHeights()[0])), n), "no rows-first schedule")
 	cpu, err := kmap.NewSubmanifold(coords, ext, [3]int{3, 3, 3}, [3]int{1, 1, 1})
 	require.NoError(t, err)
 	for _, bricks := range []bool{true, false} {

@@ -28,6 +28,8 @@
 //   masks_taps       the set bits of each union, ascending, at seg[tile]
 //   masks_sched_keys keys[tile] = V − the tile's tap count, to sort the
 //                    tiles longest first (the gathers' tile_sched)
+//   masks_sched_rows keys[tile] = the tile's first row (table order), to
+//                    sort the tiles by where their rows lie
 #include "gray.cuh"
 #include "hashtable.cuh"
 
@@ -237,6 +239,10 @@ __device__ void sched_keys(const int* seg, i64 nt, int V, u32* keys) {
   for (i64 tile = gtid(); tile < nt; tile += gstride()) keys[tile] = (u32)(V - (seg[tile + 1] - seg[tile]));
 }
 
+__device__ void sched_rows(const int* order, i64 nt, int rows, u32* keys) {
+  for (i64 tile = gtid(); tile < nt; tile += gstride()) keys[tile] = (u32)order[tile * rows];
+}
+
 }  // namespace fgm
 
 extern "C" {
@@ -264,6 +270,9 @@ __global__ void masks_taps(const unsigned long long* unions, long long nt, int W
 }
 __global__ void masks_sched_keys(const int* seg, long long nt, int V, unsigned* keys) {
   fgm::sched_keys(seg, nt, V, keys);
+}
+__global__ void masks_sched_rows(const int* order, long long nt, int rows, unsigned* keys) {
+  fgm::sched_rows(order, nt, rows, keys);
 }
 
 }  // extern "C"
