@@ -64,13 +64,18 @@
 //     the least evenly splitting taps first up to kmap.BalancedKeyMaxRows
 //     rows) and only the union of taps of each tile (kmap.Masked.Tiles),
 //     launching the tiles with the most taps first when there are from half
-//     a tile up to FLEXGEMM_LONGEST_FIRST_TILES_PER_SM (default 8) per SM;
-//     the split-K variants split the reduction and sum float32 partials in
+//     a tile up to FLEXGEMM_LONGEST_FIRST_TILES_PER_SM (default 8) per SM,
+//     and, for tables above 2^21 rows, in the order of their first rows
+//     (FLEXGEMM_NO_ROWS_FIRST=1 keeps the Gray order's tile order); the
+//     split-K variants split the reduction and sum float32 partials in
 //     split order;
 //   - the weight gradient runs one GEMM per tap over the pair lists
 //     (kmap.Pairs), split-K for the split algorithms (the heuristic gives
-//     each tap split slices in proportion to its pairs), and over the
-//     im2col matrix for Explicit; a submanifold map's device lists hold
+//     each tap split slices in proportion to its pairs, or, for operands
+//     larger than the L2, slices of FLEXGEMM_PAIRS_WINDOW_ROWS output rows,
+//     default 8192, cut at the same rows in every tap;
+//     FLEXGEMM_NO_ROW_SLICES=1 cuts equal shares of each tap's pairs), and
+//     over the im2col matrix for Explicit; a submanifold map's device lists hold
 //     the taps before the centre only, read swapped for their mirror taps
 //     and the centre as the identity (TablePairs);
 //   - every family has mma.sync tiles (sm_80 and newer) and, on compute
