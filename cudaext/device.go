@@ -425,10 +425,17 @@ func (d *Device) copyToHost(dst unsafe.Pointer, src devPtr, bytes int64) error {
 	if bytes == 0 {
 		return nil
 	}
+	d.countDownload(bytes)
+	return memcpyDtoH(dst, src, bytes, d.stream)
+}
+
+// countDownload counts a device → host copy of bytes that the host waits
+// for (HostWaits): copyToHost's, or one queued asynchronously and waited
+// for by an event (hashCoordsThen).
+func (d *Device) countDownload(bytes int64) {
 	d.waits.Add(1)
 	d.downloads.Add(1)
 	d.downloadBytes.Add(bytes)
-	return memcpyDtoH(dst, src, bytes, d.stream)
 }
 
 // structArg is a kernel parameter passed by value as raw bytes.

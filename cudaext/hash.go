@@ -322,15 +322,10 @@ func (d *Device) hashCoordsThen(coords devPtr, n int64, ext grid.Extent, perKey 
 		return fail(err)
 	}
 	defer d.freeTemp(sb.raw) // stream-ordered: reused only behind the copy
-	if n > 0 {
-		g, b := d.elementwise(n)
-		if err := d.launch("hash_insert_coords", g, b, 0, d.addr(coords), n, extOf(ext), t.arg(), sb.ptr()); err != nil {
-			return fail(err)
-		}
+	if err := d.launchInsert(t, coords, n, ext, sb.ptr()); err != nil {
+		return fail(err)
 	}
-	d.waits.Add(1)
-	d.downloads.Add(1)
-	d.downloadBytes.Add(stWords * 4)
+	d.countDownload(stWords * 4)
 	if err := memcpyDtoHAsync(d.statusHost, sb.ptr(), stWords*4, d.stream); err != nil {
 		return fail(err)
 	}
@@ -353,13 +348,17 @@ func (d *Device) hashCoordsThen(coords devPtr, n int64, ext grid.Extent, perKey 
 
 // insertCoords runs hash_insert_coords and returns the status.
 func (d *Device) insertCoords(t *devTable, coords devPtr, n int64, ext grid.Extent) (deviceStatus, error) {
-	return d.statusOf(func(status devPtr) error {
-		if n == 0 {
-			return nil
-		}
-		g, b := d.elementwise(n)
-		return d.launch("hash_insert_coords", g, b, 0, d.addr(coords), n, extOf(ext), t.arg(), status)
-	})
+	return d.statusOf(func(status devPtr) error { return d.launchInsert(t, coords, n, ext, status) })
+}
+
+// launchInsert queues hash_insert_coords of the n rows of coords into t,
+// reporting into the status block at status.
+func (d *Device) launchInsert(t *devTable, coords devPtr, n int64, ext grid.Extent, status devPtr) error {
+	if n == 0 {
+		return nil
+	}
+	g, b := d.elementwise(n)
+	return d.launch("hash_insert_coords", g, b, 0, d.addr(coords), n, extOf(ext), t.arg(), status)
 }
 
 // findDups names the smallest duplicated row r and the first row q with

@@ -193,7 +193,8 @@ func (d *Device) submanifold(op string, c deviceCoords, ext grid.Extent, conv gr
 	if err := checkTable(op, c.n, V); err != nil {
 		return nil, err
 	}
-	dm := &devMap{nIn: c.n, nOut: c.n, V: V}
+	empty := func() *devMap { return &devMap{nIn: c.n, nOut: c.n, V: V} }
+	dm := empty()
 	if d.brickSearch(c.n, ext, conv) {
 		// The brick search checks the rows itself; the coordinate table is
 		// built only to name the offending rows.
@@ -240,7 +241,7 @@ func (d *Device) submanifold(op string, c deviceCoords, ext grid.Extent, conv gr
 	if err != nil {
 		return nil, err
 	}
-	dm = &devMap{nIn: c.n, nOut: c.n, V: V}
+	dm = empty()
 	t, err = d.hashCoordsPer(c.ptr, int64(c.n), ext, 0, mapSlotsPerKey, false, op+": ")
 	if err != nil {
 		return nil, err

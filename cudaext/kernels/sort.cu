@@ -189,17 +189,12 @@ __device__ void sort_merge(const u32* runK, const int* runV, int n, u32* keys, i
     __syncthreads();
     // First place in run q whose key sorts after k: > k for earlier runs
     // (upper bound), ≥ k for later ones (lower bound).
+    const bool earlier = q < r;
     int lo = 0, hi = m;
-    if (q < r) {
-      while (lo < hi) {
-        const int mid = (lo + hi) >> 1;
-        if (other[mid] <= k) lo = mid + 1; else hi = mid;
-      }
-    } else {
-      while (lo < hi) {
-        const int mid = (lo + hi) >> 1;
-        if (other[mid] < k) lo = mid + 1; else hi = mid;
-      }
+    while (lo < hi) {
+      const int mid = (lo + hi) >> 1;
+      const u32 o = other[mid];
+      if (o < k || (earlier && o == k)) lo = mid + 1; else hi = mid;
     }
     rank += lo;
   }

@@ -213,28 +213,38 @@ func (m *Map) ReverseMasked() *Masked {
 func newMasked(table []int32, rows, V int) *Masked {
 	words := (V + 63) / 64
 	ms := &Masked{V: V, Words: words, Mask: make([]uint64, rows*words), Order: make([]int32, rows)}
+	// The per-tap counts feed the balanced key only (KeyTaps).
+	balanced := rows <= BalancedKeyMaxRows
 	nc := (rows + grain - 1) / grain
-	counts := make([]int64, nc*V) // per chunk of rows, per tap
+	var counts []int64 // per chunk of rows, per tap
+	if balanced {
+		counts = make([]int64, nc*V)
+	}
 	parallelRows(rows, func(lo, hi int) {
-		cnt := counts[lo/grain*V : lo/grain*V+V]
+		var cnt []int64
+		if balanced {
+			cnt = counts[lo/grain*V : lo/grain*V+V]
+		}
 		for r := lo; r < hi; r++ {
 			mask := ms.Mask[r*words : r*words+words]
 			for v, i := range table[r*V : r*V+V] {
 				if i >= 0 {
 					mask[v/64] |= 1 << (v % 64)
-					cnt[v]++
+					if balanced {
+						cnt[v]++
+					}
 				}
 			}
 			ms.Order[r] = int32(r)
 		}
 	})
-	count := make([]int64, V)
-	for c := range nc {
-		for v, k := range counts[c*V : c*V+V] {
-			count[v] += k
+	if balanced {
+		count := make([]int64, V)
+		for c := range nc {
+			for v, k := range counts[c*V : c*V+V] {
+				count[v] += k
+			}
 		}
-	}
-	if rows <= BalancedKeyMaxRows {
 		ms.KeyTaps = KeyTaps(count, rows)
 	} else {
 		ms.KeyTaps = make([]int32, V)
