@@ -500,11 +500,10 @@ __device__ void nbr_brick(const int* coords, i64 nb, Ext bext, Table bt, const u
 }
 
 // The pair kernels run kChunk-row blocks, a warp per 32 rows (a lane per
-// row). PairRows gives a lane its row's entries of the first taps taps:
-// for tables of at most kStagedTaps taps the warp first copies those
-// entries of its 32 rows (of the 32·V consecutive ones, so a 32-byte
-// sector that holds none of them is not read) into shared memory with
-// coalesced loads, otherwise each entry is read from the table.
+// row). PairRows gives a lane its row's entries: for tables of at most
+// kStagedTaps taps the warp first copies its 32 rows (32·V consecutive
+// entries) into shared memory with coalesced loads, otherwise each entry
+// is read from the table.
 constexpr int kChunkWarps = kChunk / 32;
 constexpr int kStagedTaps = 32;
 
@@ -514,7 +513,7 @@ struct PairRows {
   i64 o;       // this lane's row
   int V;
   bool valid;  // o < n_out
-  __device__ PairRows(const int* nbr_, i64 n_out, int V_, int taps, int* stage_) : nbr(nbr_), stage(nullptr), V(V_) {
+  __device__ PairRows(const int* nbr_, i64 n_out, int V_, int* stage_) : nbr(nbr_), stage(nullptr), V(V_) {
     const int lane = threadIdx.x & 31;
     const i64 o0 = (i64)blockIdx.x * kChunk + (threadIdx.x & ~31);
     o = o0 + lane;
@@ -523,13 +522,7 @@ struct PairRows {
       stage = stage_;
       const int n = (int)max((i64)0, min((i64)32, n_out - o0)) * V;
       const int* src = nbr + o0 * V;
-      const int step = 32 % V;
-      int col = lane % V;  // entry k's tap, k mod V, stepped with k
-      for (int k = lane; k < n; k += 32) {
-        if (col < taps) stage[k] = src[k];
-        col += step;
-        if (col >= V) col -= V;
-      }
+      for (int k = lane; k < n; k += 32) stage[k] = src[k];
       __syncwarp();
     }
   }
@@ -555,7 +548,7 @@ __device__ void pairs_count(const int* nbr, i64 n_out, int V, int taps, int* cnt
   __shared__ int stage[kChunkWarps][32 * kStagedTaps];
   __shared__ int wc[kChunkWarps][32];
   const int w = threadIdx.x >> 5;
-  const PairRows rows(nbr, n_out, V, taps, stage[w]);
+  const PairRows rows(nbr, n_out, V, stage[w]);
   for (int v0 = 0; v0 < taps; v0 += 32) {
     const int nt = min(32, taps - v0);
     rows.count(v0, nt, wc[w]);
@@ -575,27 +568,24 @@ __device__ void pairs_seg(const i64* off, i64 nc, int V, i64* seg) {
 }
 
 // pairs_write writes the chunk's pairs of each of the first taps taps at
-// off[v·nc + chunk] on (read once per block into shared memory): in row
-// order, a lane's place is the rows before it in its warp (ballot) and in
-// the warps before (their counts).
+// off[v·nc + chunk] on: in row order, a lane's place is the rows before it
+// in its warp (ballot) and in the warps before (their counts).
 __device__ void pairs_write(const int* nbr, i64 n_out, int V, int taps, const i64* off, i64 nc, int* pin,
                             int* pout) {
   __shared__ int stage[kChunkWarps][32 * kStagedTaps];
   __shared__ int wc[kChunkWarps][32];
-  __shared__ i64 first[32];  // the chunk's first pair of each tap of the round
   const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const unsigned below = (1u << lane) - 1;
-  const PairRows rows(nbr, n_out, V, taps, stage[w]);
+  const PairRows rows(nbr, n_out, V, stage[w]);
   for (int v0 = 0; v0 < taps; v0 += 32) {
     const int nt = min(32, taps - v0);
-    if ((int)threadIdx.x < nt) first[threadIdx.x] = off[(i64)(v0 + threadIdx.x) * nc + blockIdx.x];
     rows.count(v0, nt, wc[w]);
     __syncthreads();
     for (int t = 0; t < nt; ++t) {
       const int i = rows.at(v0 + t);
       const unsigned b = __ballot_sync(0xffffffffu, i >= 0);
       if (i >= 0) {
-        i64 p = first[t] + __popc(b & below);
+        i64 p = off[(i64)(v0 + t) * nc + blockIdx.x] + __popc(b & below);
         for (int k = 0; k < w; ++k) p += wc[k][t];
         pin[p] = i;
         pout[p] = (int)rows.o;
