@@ -68,11 +68,10 @@ type Device struct {
 	// many rows on (brickMinRows or EnvBrickMinRows; the tests lower it).
 	brickMinRows int
 	// The weight gradient's window split (windowPairsSplits): from
-	// pairsWindowMin bytes of operands on, slices of pairsWindowRows rows
-	// (pairsWindowMinBytes, pairsWindowRows or EnvPairsWindowRows; the
-	// tests lower both), cut
-	// at the same output rows in every tap unless noRowSlices
-	// (EnvNoRowSlices).
+	// pairsWindowMin bytes of operands on (pairsWindowMinBytes), slices of
+	// pairsWindowRows rows (pairsWindowRows or EnvPairsWindowRows; the
+	// tests lower both), cut at the same output rows in every tap unless
+	// noRowSlices (EnvNoRowSlices).
 	pairsWindowMin, pairsWindowRows int64
 	noRowSlices                     bool
 	// noRowsFirst: masked gathers never launch their tiles in the order

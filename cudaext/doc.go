@@ -75,9 +75,9 @@
 //     larger than the L2, slices of FLEXGEMM_PAIRS_WINDOW_ROWS output rows,
 //     default 8192, cut at the same rows in every tap;
 //     FLEXGEMM_NO_ROW_SLICES=1 cuts equal shares of each tap's pairs), and
-//     over the im2col matrix for Explicit; a submanifold map's device lists hold
-//     the taps before the centre only, read swapped for their mirror taps
-//     and the centre as the identity (TablePairs);
+//     over the im2col matrix for Explicit; a submanifold map's device
+//     lists hold the taps before the centre only, read swapped for their
+//     mirror taps and the centre as the identity (TablePairs);
 //   - every family has mma.sync tiles (sm_80 and newer) and, on compute
 //     capability 9.0, Hopper tiles multiplying with wgmma.mma_async
 //     (kernels.HopperTiles; the fixed heuristic prefers them where they

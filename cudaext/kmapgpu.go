@@ -1111,13 +1111,13 @@ func (d *Device) longestFirst(nt int64) bool {
 // n rows launch them in the order of their first rows (tileTables.sched):
 // where they do not launch them longest first, from more than a tile per
 // SM and Device.rowsFirstMin rows on (rowsFirstMinRows; the tests lower
-// it), unless EnvNoRowsFirst. The Gray order
-// groups the rows by tap mask, so the tiles resident at any time hold
-// rows of a few masks from all over the input, each reading rows that
-// tiles of the other masks read at other times; launched by their first
-// rows (in table order: the masks' rows keep it within the Gray order),
-// they hold rows of many masks around one place, which read the same
-// input rows while they are in L2 (docs/PERF_NOTES.md, step 32). H200,
+// it), unless EnvNoRowsFirst. The Gray order groups the rows by tap mask,
+// so the tiles resident at any time hold rows of a few masks from all
+// over the input, each reading rows that tiles of the other masks read at
+// other times; launched by their first rows (in table order: the masks'
+// rows keep it within the Gray order), they hold rows of many masks around
+// one place, which read the same input rows while they are in L2
+// (docs/PERF_NOTES.md, step 32). H200,
 // session 14, call 3: the RES 1024 C 64 forward's L2 hit rate 61 → 79 %
 // and DRAM 37 → 22 % busy, (1024, 64, 2) fp16 inference −4.5 % and
 // training −1.6 %; but (512, 128, 2) +2.0 % and +1.6 %, and (256, 256, 2)
