@@ -257,6 +257,11 @@ func newMasked(table []int32, rows, V int) *Masked {
 		key := make([]uint64, words)
 		for r := lo; r < hi; r++ {
 			mask := ms.Mask[r*words : r*words+words]
+			if !balanced {
+				// Table order: the key is the mask.
+				grayToBinary(mask, rank[r*words:r*words+words])
+				continue
+			}
 			clear(key)
 			for b, v := range ms.KeyTaps {
 				key[b/64] |= (mask[v/64] >> (v % 64) & 1) << (b % 64)
