@@ -424,15 +424,22 @@ func balancedPairsSplits(t kernels.Tile, tiles, taps, longest, total, outElems, 
 // 2.02 ms of kernel against 2.14, and the partials cost it back). Now 18,
 // 126 and 503 slices there.
 func windowPairsSplits(rows, M, N, esz, outElems, minBytes, windowRows int64) int {
-	operands := rows * (M + N) * esz
-	if operands < minBytes || outElems <= 0 {
+	if rows*(M+N)*esz < minBytes || outElems <= 0 {
 		return 0
 	}
-	s := min(ceilDiv(rows, windowRows), max(min(pairsPartBytes, operands/2)/(4*outElems), 1))
+	s := min(ceilDiv(rows, windowRows), max(halfOperandsPartBytes(rows, M, N, esz)/(4*outElems), 1))
 	if s < 2 {
 		return 0
 	}
 	return int(s)
+}
+
+// halfOperandsPartBytes is the float32 partials budget of a weight
+// gradient whose operands are rows·(M+N) elements of esz bytes: half the
+// operands, at most pairsPartBytes (windowPairsSplits, and runPairs'
+// balanced split of 4-byte operands).
+func halfOperandsPartBytes(rows, M, N, esz int64) int64 {
+	return min(pairsPartBytes, rows*(M+N)*esz/2)
 }
 
 // pairsWindowMinBytes is windowPairsSplits' threshold (its window,
@@ -607,7 +614,7 @@ func (e *Engine) runPairs(j pairsJob) error {
 				// of the 128×128 tile: 0.87 against 0.77 GiB, session 11
 				// call 5), so they get the window split's cap, half the
 				// operands.
-				partBytes = min(partBytes, j.K*(j.M+j.N)*4/2)
+				partBytes = halfOperandsPartBytes(j.K, j.M, j.N, 4)
 			}
 			splits, chunk = balancedPairsSplits(t, tiles, j.V, longest, total, j.M*j.V*j.N, partBytes, int64(d.info.SMs))
 		}

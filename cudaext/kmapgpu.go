@@ -1117,11 +1117,11 @@ func (d *Device) longestFirst(nt int64) bool {
 // other times; launched by their first rows (in table order: the masks'
 // rows keep it within the Gray order), they hold rows of many masks around
 // one place, which read the same input rows while they are in L2
-// (docs/PERF_NOTES.md, step 32). H200,
-// session 14, call 3: the RES 1024 C 64 forward's L2 hit rate 61 → 79 %
-// and DRAM 37 → 22 % busy, (1024, 64, 2) fp16 inference −4.5 % and
-// training −1.6 %; but (512, 128, 2) +2.0 % and +1.6 %, and (256, 256, 2)
-// ±0.5 %, hence the threshold between them.
+// (docs/PERF_NOTES.md, step 32). H200, session 14, call 3: the RES 1024
+// C 64 forward's L2 hit rate 61 → 79 % and DRAM 37 → 22 % busy,
+// (1024, 64, 2) fp16 inference −4.5 % and training −1.6 %; but
+// (512, 128, 2) +2.0 % and +1.6 %, and (256, 256, 2) ±0.5 %, hence the
+// threshold between them.
 func (d *Device) rowsFirst(nt, n int64) bool {
 	return !d.noRowsFirst && n >= d.rowsFirstMin && nt > int64(d.info.SMs) && !d.longestFirst(nt)
 }

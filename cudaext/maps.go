@@ -51,8 +51,9 @@ type grayTables struct {
 // tileTables are the tap unions of the tiles of one height over a Gray
 // order: seg [tiles + 1] int32 and taps (allocated for the worst case,
 // tiles · V, so that no host wait sizes them), and sched [tiles] int32, the
-// tiles by descending tap count (the gathers' launch order), allocated
-// only when Device.longestFirst says so.
+// gathers' launch order of the tiles (by descending tap count or by first
+// row), allocated only when Device.longestFirst or Device.rowsFirst says
+// so.
 type tileTables struct {
 	seg, taps, sched rawBuf
 }

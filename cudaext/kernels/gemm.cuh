@@ -171,7 +171,7 @@ struct GatherParams {
   const int* tile_seg;    // [tiles + 1] per-tile tap segments (masked) or null
   const int* tile_taps;   // taps of each tile, ascending
   const int* tile_sched;  // [tiles] the row tile of each blockIdx.x / column tiles (masked:
-                          // the tiles with the most taps first), or null (identity)
+                          // the launch order, cudaext tileUnions), or null (identity)
   long long M, N, Kc, V;  // rows, output cols, channels per tap, taps
   long long splits;       // split-K factor (>= 1)
   long long vec;          // 1: Kc·elem (and N·elem when wt) is a multiple of 16 bytes (cp.async path)

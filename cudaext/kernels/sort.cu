@@ -6,9 +6,10 @@
 // threads per tile (the grid has one block per tile), so partitions depend
 // only on n. A scan of one tile is one launch (scan_tile), and a sort of at
 // most kRunSort = 65536 32-bit keys two (sort_runs, sort_merge). The scan
-// is reduce → scan of the block sums (one block) → downsweep. A radix pass is histogram (per tile and digit) → exclusive
-// scan of the digit-major counts → scatter, where each warp ranks its 256
-// keys in index order with __match_any_sync, so the sort is stable and
+// is reduce → scan of the block sums (one block) → downsweep. A radix
+// pass is histogram (per tile and digit) → exclusive scan of the
+// digit-major counts → scatter, where each warp ranks its 256 keys in
+// index order with __match_any_sync, so the sort is stable and
 // deterministic. Integer atomics only count; no result depends on their
 // order.
 #include <cub/block/block_load.cuh>
