@@ -520,6 +520,11 @@ func (e *Engine) runGather(j gatherJob) error {
 		}
 		defer d.freeTemp(part)
 		p.Part = uint64(part.ptr)
+		if d.poisonPartials {
+			if err := memsetD8(part.ptr, 0xff, part.size, d.stream); err != nil {
+				return err
+			}
+		}
 	}
 	name := kernels.KernelName(kernels.Gather, j.math, t)
 	if j.wt {
@@ -645,6 +650,11 @@ func (e *Engine) runPairs(j pairsJob) error {
 		}
 		defer d.freeTemp(part)
 		p.Part = uint64(part.ptr)
+		if d.poisonPartials {
+			if err := memsetD8(part.ptr, 0xff, part.size, d.stream); err != nil {
+				return err
+			}
+		}
 	case esz == 2 && j.out.dtype == sparse.Float32:
 		// Narrow operands, float32 result: the kernel writes its float32
 		// accumulators through the partials path straight into out.
@@ -653,15 +663,30 @@ func (e *Engine) runPairs(j pairsJob) error {
 	if j.V > 65535 {
 		return fmt.Errorf("%w: kernel volume %d exceeds 65535", sparse.ErrShape, j.V)
 	}
+	d.lastPairs, d.lastPairsBK = p, int64(t.BK)
 	name := kernels.KernelName(kernels.Pairs, j.math, t)
 	if err := d.launch(name, dim3{X: int(tiles), Y: int(j.V), Z: splits}, dim3{X: t.Threads()}, kernels.SmemBytes(kernels.Pairs, j.math, t), &p); err != nil {
 		return err
 	}
-	if splits > 1 {
+	switch {
+	case splits > 1 && chunk > 0:
+		// The balanced split: each tap's own slices only.
+		return e.reduceTaps(part.ptr, j.out, p, int64(t.BK))
+	case splits > 1:
 		// The reduction rounds to out's dtype: float32 or the operands'.
 		return e.reduce(part.ptr, j.out, 0, j.M, j.V*j.N, splits)
 	}
 	return nil
+}
+
+// reduceTaps sums the float32 partials of a weight gradient launched with
+// p's balanced split (p.Chunk > 0, reduction steps of bk pairs) into out
+// [M, V·N]: for each tap only the split slices its pairs kernel wrote
+// (fg::pairs_tap_slices), in split order.
+func (e *Engine) reduceTaps(part devPtr, out *Buffer, p pairsParams, bk int64) error {
+	name := map[sparse.DType]string{sparse.Float32: "spconv_reduce_taps_f32", sparse.Float16: "spconv_reduce_taps_f16", sparse.BFloat16: "spconv_reduce_taps_bf16"}[out.dtype]
+	g, b := e.d.elementwise(p.M * p.V * p.N)
+	return e.d.launch(name, g, b, 0, part, out.ptr, p.M, p.V, p.N, p.Splits, devPtr(p.Seg), p.Mirror, p.K, bk, p.Chunk)
 }
 
 // im2col gathers [rows, V·C] from in [*, C] through tbl [rows, V].

@@ -767,6 +767,84 @@ func TestWeightGradRowSlices(t *testing.T) {
 	require.Greater(t, split, 0, "no case ran the window split")
 }
 
+// TestWeightGradBalancedSlices checks the balanced weight-gradient split
+// (PairsParams.chunk > 0), in which a tap with few pairs uses fewer split
+// slices than the longest: its other slices are neither written nor read
+// (fg::pairs_tap_slices, spconv_reduce_taps_*). The partials are filled
+// with NaN bytes before each launch, so a slice read but never written
+// shows in the result, which is compared with the float64 reference for
+// mirrored submanifold lists, strided and transposed maps, aligned and
+// unaligned channels and every arithmetic. The test asserts that some case
+// left slices unused.
+func TestWeightGradBalancedSlices(t *testing.T) {
+	ok := mapOK(t)
+	rng := rand.New(rand.NewPCG(33, 34))
+	coords, ext := synth.SphereShell(24, 1)
+	rext := grid.Extent{Batch: 1, X: 30, Y: 28, Z: 32}
+	rc := synth.RandomScene(rng, rext, 0.1)
+	maps := []scene{
+		{"shell24-subm3", ok(kmap.NewSubmanifold(coords, ext, [3]int{3, 3, 3}, [3]int{1, 1, 1}))},
+		{"random-strided-k3s2", ok(kmap.NewStrided(rc, rext, grid.Cube(3, 2, 1, 1), nil))},
+		{"random-transposed-k2s2", ok(kmap.NewTransposed(rc, rext, grid.Cube(2, 2, 0, 1)))},
+	}
+	setPoison := func(on bool) {
+		require.NoError(t, gpu.d.do(func() error { gpu.d.poisonPartials = on; return nil }))
+	}
+	setPoison(true)
+	defer setPoison(false)
+	unused := 0
+	for _, sc := range maps {
+		m := sc.m
+		V := m.V()
+		perTap := make([]int64, V)
+		for o := range m.NOut {
+			for v, i := range m.Nbr[o*V : o*V+V] {
+				if i >= 0 {
+					perTap[v]++
+				}
+			}
+		}
+		for _, ch := range [][2]int{{8, 8}, {13, 40}, {32, 64}} {
+			ci, co := ch[0], ch[1]
+			xs := synth.Uniform[float32](rng, m.NIn*ci)
+			dys := synth.Uniform[float32](rng, m.NOut*co)
+			for _, mth := range kernels.Maths {
+				gpu.SetTF32(mth == kernels.TF32)
+				dt := dtypeOf(mth)
+				want, _ := refWeightGrad(t, m, roundedF64(mth, xs), roundedF64(mth, dys), ci, co)
+				lim := accBound
+				if dt == sparse.Float32 {
+					want, _ = refWeightGrad(t, m, f64(xs), f64(dys), ci, co)
+					lim = bound(mth)
+				}
+				x := dev(t, m.NIn, ci, xs, dt)
+				dy := dev(t, m.NOut, co, dys, dt)
+				name := fmt.Sprintf("%s/ci%d-co%d/%v", sc.name, ci, co, mth)
+				dw, err := gpu.WeightGrad(m, x, dy, Options{ConvOptions: sparse.ConvOptions{Algorithm: sparse.MaskedImplicitSplitK}})
+				require.NoError(t, err, name)
+				var p pairsParams
+				var bk int64
+				require.NoError(t, gpu.d.do(func() error { p, bk = gpu.d.lastPairs, gpu.d.lastPairsBK; return nil }))
+				if p.Chunk > 0 && p.Splits > 1 {
+					for _, n := range perTap {
+						iters := (n + bk - 1) / bk
+						if min(p.Splits, max(1, (iters+p.Chunk-1)/p.Chunk)) < p.Splits {
+							unused++
+							break
+						}
+					}
+				}
+				e := relL2(host(t, dw), want)
+				gpu.Free(dw, x, dy)
+				require.False(t, math.IsNaN(e), "%s: a NaN partial was read (splits %d, chunk %d)", name, p.Splits, p.Chunk)
+				require.LessOrEqual(t, e, lim, "%s (splits %d, chunk %d)", name, p.Splits, p.Chunk)
+			}
+		}
+	}
+	gpu.SetTF32(false)
+	require.Greater(t, unused, 0, "no case left a tap's split slices unused")
+}
+
 // TestWeightGradFloat16Overflow is the loss-scaling case: float16 inputs
 // whose weight and bias gradients exceed 65504, the largest float16. The
 // narrow results overflow to infinity (a dynamic loss scaler would skip the

@@ -79,6 +79,14 @@ type Device struct {
 	// do from this many rows on (rowsFirstMinRows; the tests lower it).
 	noRowsFirst  bool
 	rowsFirstMin int64
+	// Test instruments of the weight gradient: with poisonPartials its
+	// split-K partials are filled with NaN bytes before the launch (a slice
+	// a tap leaves unwritten must never be read); lastPairs and
+	// lastPairsBK are the parameters and the tile's BK of the last pairs
+	// launch.
+	poisonPartials bool
+	lastPairs      pairsParams
+	lastPairsBK    int64
 	// statusHost (page-locked, stWords int32) and statusEv receive a status
 	// array without draining the stream (hashCoordsThen); made on first
 	// use.

@@ -1,5 +1,5 @@
 // Auxiliary kernels of the convolution engine: dtype conversion, weight
-// transpose, im2col gather, split-K reduction and bias gradient.
+// transpose, im2col gather, split-K reductions and bias gradient.
 //
 // Every kernel takes 8-byte arguments only (pointers and long long) and
 // uses 64-bit element indices with grid-stride loops.
@@ -53,6 +53,24 @@ __device__ void reduce(const float* part, T* out, const T* bias, long long rows,
     float s = 0.f;
     for (long long z = 0; z < splits; ++z) s += part[z * n + i];
     if (bias) s += to_f32(bias[i % cols]);
+    out[i] = from_f32<T>(s);
+  }
+}
+
+// The reduction of a weight gradient's balanced split (PairsParams.chunk
+// > 0): out[r, v·N + n] = Σ_{z < slices(v)} part[z, r, v·N + n], summed in
+// split order, where slices(v) is the split slices tap v used
+// (fg::pairs_tap_slices with the pairs kernel's seg, mirror, V, K, bk,
+// chunk and splits); its other slices were never written.
+template <class T>
+__device__ void reduce_taps(const float* part, T* out, long long rows, long long V, long long N, long long splits,
+                            const long long* seg, long long mirror, long long K, long long bk, long long chunk) {
+  const long long cols = V * N, n = rows * cols;
+  for (long long i = gtid(); i < n; i += gstride()) {
+    const int v = (int)((i % cols) / N);
+    const long long sv = fg::pairs_tap_slices(seg, mirror, V, K, v, bk, chunk, splits);
+    float s = 0.f;
+    for (long long z = 0; z < sv; ++z) s += part[z * n + i];
     out[i] = from_f32<T>(s);
   }
 }
@@ -134,6 +152,16 @@ __global__ void spconv_reduce_bf16(const float* part, __nv_bfloat16* out, const 
                                    long long cols, long long splits) {
   fg_aux::reduce(part, out, bias, rows, cols, splits);
 }
+
+#define FG_REDUCE_TAPS(NAME, T)                                                                              \
+  __global__ void NAME(const float* part, T* out, long long rows, long long V, long long N, long long splits, \
+                       const long long* seg, long long mirror, long long K, long long bk, long long chunk) {  \
+    fg_aux::reduce_taps(part, out, rows, V, N, splits, seg, mirror, K, bk, chunk);                         \
+  }
+FG_REDUCE_TAPS(spconv_reduce_taps_f32, float)
+FG_REDUCE_TAPS(spconv_reduce_taps_f16, __half)
+FG_REDUCE_TAPS(spconv_reduce_taps_bf16, __nv_bfloat16)
+#undef FG_REDUCE_TAPS
 
 __global__ void spconv_bias_grad1_f32(const float* dy, float* part, long long rows, long long cols, long long chunk_rows) {
   fg_aux::bias_grad1(dy, part, rows, cols, chunk_rows);

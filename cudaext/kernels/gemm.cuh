@@ -196,7 +196,8 @@ struct PairsParams {
   long long splits;       // split-K factor: every tap's, or (chunk > 0) the most any tap gets
   long long vec;          // 1: M·elem and N·elem are multiples of 16 bytes
   long long chunk;        // > 0: tap v gets min(splits, ⌈iters(v)/chunk⌉) splits (balanced
-                          // work per block); its other split slices are written as zeros
+                          // work per block, pairs_tap_slices); its other split slices are
+                          // neither written nor read (spconv_reduce_taps_*)
   long long mirror;       // 1: the lists hold the taps v < H = (V − 1)/2 of a submanifold
                           // map only (seg [H + 1]): tap V − 1 − v multiplies the pairs of
                           // tap v with ia and ib swapped, and the centre tap H is the
@@ -794,6 +795,33 @@ template <class C, bool WT> __device__ __forceinline__ void gather_gemm(const Ga
 
 // ---- pairs family -----------------------------------------------------------------
 
+// pairs_tap_range returns the pair-list range [s0, s1) of tap v of a
+// weight gradient over the lists seg (see PairsParams): its own segment,
+// with mirror for a tap past the centre H = (V − 1)/2 that of tap V − 1 − v,
+// and for the centre (or without seg) [0, K).
+__device__ __forceinline__ void pairs_tap_range(const long long* seg, long long mirror, long long V, long long K,
+                                                int v, long long& s0, long long& s1) {
+  const int H = (int)(V - 1) / 2;
+  const bool centre = mirror && v == H;
+  const int vs = mirror && v > H ? (int)V - 1 - v : v;
+  s0 = seg && !centre ? seg[vs] : 0;
+  s1 = seg && !centre ? seg[vs + 1] : K;
+}
+
+// pairs_tap_slices returns the split slices tap v of a weight gradient
+// uses: every one of splits, or with chunk > 0 (the balanced split) about
+// one per chunk reduction steps of bk pairs, at least one. The pairs
+// kernels and spconv_reduce_taps_* both count with it, so a tap's other
+// slices are neither written nor read.
+__device__ __forceinline__ long long pairs_tap_slices(const long long* seg, long long mirror, long long V, long long K,
+                                                      int v, long long bk, long long chunk, long long splits) {
+  if (chunk <= 0) return splits;
+  long long s0, s1;
+  pairs_tap_range(seg, mirror, V, K, v, s0, s1);
+  const long long total = (s1 - s0 + bk - 1) / bk;
+  return min(splits, max(1ll, (total + chunk - 1) / chunk));
+}
+
 template <class C> __device__ __forceinline__ void pairs_gemm(const PairsParams& p) {
   using T = typename C::T;
   using Raw = typename C::Raw;
@@ -819,16 +847,21 @@ template <class C> __device__ __forceinline__ void pairs_gemm(const PairsParams&
   const long long m0 = ((long long)blockIdx.x / tilesN) * C::BM;
   const long long n0 = ((long long)blockIdx.x % tilesN) * C::BN;
   const int v = blockIdx.y, z = blockIdx.z;
+  // Split slices beyond this tap's (balanced split) hold nothing: the
+  // reduction skips them (spconv_reduce_taps_*).
+  const long long sv = pairs_tap_slices(p.seg, p.mirror, p.V, p.K, v, C::BK, p.chunk, p.splits);
+  if (z >= sv) return;
   // The pair list of tap v: its own segment, or with p.mirror for a tap
   // past the centre the segment of tap V − 1 − v read the other way round
   // (a pair (i, o) of tap v is the pair (o, i) of its mirror tap), and
   // for the centre the identity.
   const int H = (int)(p.V - 1) / 2;
   const bool centre = p.mirror && v == H, flip = p.mirror && v > H;
-  const int vs = flip ? (int)p.V - 1 - v : v;
   const int* ia = centre ? nullptr : flip ? p.ib : p.ia;
   const int* ib = centre ? nullptr : flip ? p.ia : p.ib;
-  long long s0 = p.seg && !centre ? p.seg[vs] : 0, s1 = p.seg && !centre ? p.seg[vs + 1] : p.K;
+  long long s0, s1;
+  pairs_tap_range(p.seg, p.mirror, p.V, p.K, v, s0, s1);
+  const int vs = flip ? (int)p.V - 1 - v : v;
   long long t0, t1;
   if (p.off && p.chunk == 0 && p.splits > 1) {
     // Row slices: the pairs of this split's output rows (the lists are in
@@ -846,14 +879,10 @@ template <class C> __device__ __forceinline__ void pairs_gemm(const PairsParams&
     t0 = 0;
     t1 = (s1 - s0 + C::BK - 1) / C::BK;
   } else {
+    // Slice z of the tap's sv: an equal share of its reduction steps.
     const long long total = (s1 - s0 + C::BK - 1) / C::BK;
-    // Splits of this tap: all p.splits, or with p.chunk about one per
-    // chunk iterations (at least one); split slices z beyond them get no
-    // iterations and store zeros.
-    long long sv = p.splits;
-    if (p.chunk > 0) sv = min(p.splits, max(1ll, (total + p.chunk - 1) / p.chunk));
-    t0 = z < sv ? (total * z + sv - 1) / sv : 0;
-    t1 = z < sv ? (total * (z + 1) + sv - 1) / sv : 0;
+    t0 = (total * z + sv - 1) / sv;
+    t1 = (total * (z + 1) + sv - 1) / sv;
   }
   const int nIter = (int)(t1 - t0);
 
