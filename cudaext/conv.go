@@ -4,6 +4,7 @@ package cudaext
 
 import (
 	"fmt"
+	"math/bits"
 	"slices"
 	"sync/atomic"
 
@@ -1069,6 +1070,12 @@ func (e *Engine) BiasGrad(dy sparse.Matrix) (sparse.Matrix, error) {
 	return e.BiasGradAs(dy, sparse.Float32)
 }
 
+// biasGradBlocksPerSM is how many blocks per SM the first stage of the
+// bias gradient spreads dy's rows over when its rows are read with 16-byte
+// loads (spconv_bias_grad1v_*): long chunks keep every load a full row
+// segment and leave the second stage few partial sums per column.
+const biasGradBlocksPerSM = 8
+
 // BiasGradAs is BiasGrad with the result in dtype dt: float32 (the
 // float32 sums as they are) or dy's own dtype (rounded once, at the end).
 func (e *Engine) BiasGradAs(dy sparse.Matrix, dt sparse.DType) (sparse.Matrix, error) {
@@ -1098,15 +1105,33 @@ func (e *Engine) BiasGradAs(dy sparse.Matrix, dt sparse.DType) (sparse.Matrix, e
 		if rows == 0 {
 			return d.fill(out, 0)
 		}
-		chunkRows := max(int64(1024), ceilDiv(rows, 65535))
-		chunks := ceilDiv(rows, chunkRows)
+		vec := int64(16 / db.dtype.Size())
+		var chunkRows, chunks, gpb int64
+		if cols%vec == 0 && db.ptr%16 == 0 {
+			// 16-byte loads: gpb column groups of vec columns per block
+			// and about biasGradBlocksPerSM blocks per SM in all.
+			gpb = min(int64(32), 1<<(bits.Len64(uint64(cols/vec))-1))
+			tiles := ceilDiv(cols/vec, gpb)
+			chunks = min(max(ceilDiv(biasGradBlocksPerSM*int64(d.info.SMs), tiles), 1), ceilDiv(rows, 256), 65535)
+			chunkRows = ceilDiv(rows, chunks)
+			chunks = ceilDiv(rows, chunkRows)
+		} else {
+			chunkRows = max(int64(1024), ceilDiv(rows, 65535))
+			chunks = ceilDiv(rows, chunkRows)
+		}
 		part, err := d.allocTemp(chunks * cols * 4)
 		if err != nil {
 			return err
 		}
 		defer d.freeTemp(part)
-		if err := d.launch("spconv_bias_grad1_"+sfx, dim3{X: int(ceilDiv(cols, 32)), Y: int(chunks)}, dim3{X: 32, Y: 8}, 0,
-			db.ptr, part.ptr, rows, cols, chunkRows); err != nil {
+		if gpb > 0 {
+			err = d.launch("spconv_bias_grad1v_"+sfx, dim3{X: int(ceilDiv(cols/vec, gpb)), Y: int(chunks)}, dim3{X: 256}, 0,
+				db.ptr, part.ptr, rows, cols, chunkRows, gpb)
+		} else {
+			err = d.launch("spconv_bias_grad1_"+sfx, dim3{X: int(ceilDiv(cols, 32)), Y: int(chunks)}, dim3{X: 32, Y: 8}, 0,
+				db.ptr, part.ptr, rows, cols, chunkRows)
+		}
+		if err != nil {
 			return err
 		}
 		// Stage 2: a warp per column. It reads float32 partials whatever

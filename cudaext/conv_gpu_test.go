@@ -767,6 +767,58 @@ func TestWeightGradRowSlices(t *testing.T) {
 	require.Greater(t, split, 0, "no case ran the window split")
 }
 
+// TestBiasGradShapes checks the bias gradient (column sums of dy) on both
+// first stages, the 16-byte loads of spconv_bias_grad1v_* (columns a
+// multiple of 16 bytes: every column-group width, one and several column
+// tiles, chunks of one row to thousands) and the scalar one (other
+// widths), against float64 sums of the rounded inputs, in every storage
+// dtype, plus an impulse: a single non-zero row lands in its columns only.
+func TestBiasGradShapes(t *testing.T) {
+	rng := rand.New(rand.NewPCG(35, 36))
+	for _, cols := range []int{1, 8, 13, 16, 24, 64, 96, 256, 520, 1024} {
+		for _, rows := range []int{1, 7, 255, 4099, 70001} {
+			for _, dt := range []sparse.DType{sparse.Float32, sparse.Float16, sparse.BFloat16} {
+				mth := kernels.F32
+				switch dt {
+				case sparse.Float16:
+					mth = kernels.F16
+				case sparse.BFloat16:
+					mth = kernels.BF16
+				}
+				vals := synth.Uniform[float32](rng, rows*cols)
+				in := roundedF64(mth, vals)
+				want := make([]float64, cols)
+				for r := range rows {
+					for c := range cols {
+						want[c] += in[r*cols+c]
+					}
+				}
+				name := fmt.Sprintf("rows%d-cols%d-%v", rows, cols, dt)
+				dy := dev(t, rows, cols, vals, dt)
+				db, err := gpu.BiasGrad(dy)
+				require.NoError(t, err, name)
+				got := host(t, db)
+				gpu.Free(db, dy)
+				require.LessOrEqual(t, relL2(got, want), accBound, name)
+			}
+		}
+	}
+	// Impulse: row 3000 of 5000 holds 1 … cols, every other row zero.
+	const rows, cols = 5000, 64
+	vals := make([]float32, rows*cols)
+	for c := range cols {
+		vals[3000*cols+c] = float32(c + 1)
+	}
+	dy := dev(t, rows, cols, vals, sparse.Float16)
+	db, err := gpu.BiasGrad(dy)
+	require.NoError(t, err)
+	got := host(t, db)
+	gpu.Free(db, dy)
+	for c, v := range got {
+		require.Equal(t, float32(c+1), v, "column %d", c)
+	}
+}
+
 // TestWeightGradBalancedSlices checks the balanced weight-gradient split
 // (PairsParams.chunk > 0), in which a tap with few pairs uses fewer split
 // slices than the longest: its other slices are neither written nor read

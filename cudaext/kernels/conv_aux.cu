@@ -98,6 +98,43 @@ __device__ void bias_grad1(const T* dy, float* part, long long rows, long long c
   }
 }
 
+// Bias gradient, stage 1 with 16-byte loads (cols a multiple of
+// V = 16/sizeof(T), dy 16-byte aligned): part[chunk, c] as bias_grad1.
+// Block of 256 threads over gpb column groups of V columns (gpb a power of
+// two, at most 32): thread t reads group t mod gpb of rows r0 + ⌊t/gpb⌋,
+// r0 + ⌊t/gpb⌋ + 256/gpb, … of its chunk, one 16-byte load per row, then
+// the 256/gpb row lanes of every column are added in lane order. Fixed
+// partition: deterministic.
+template <class T>
+__device__ void bias_grad1v(const T* dy, float* part, long long rows, long long cols, long long chunk_rows, long long gpb) {
+  constexpr int V = 16 / sizeof(T);
+  __shared__ float red[256 * V];
+  const int t = threadIdx.x, q = t % (int)gpb, lanes = 256 / (int)gpb, r = t / (int)gpb;
+  const long long c0 = ((long long)blockIdx.x * gpb + q) * V;
+  const long long chunk = blockIdx.y;
+  const long long r0 = chunk * chunk_rows, r1 = min(rows, r0 + chunk_rows);
+  float acc[V];
+#pragma unroll
+  for (int j = 0; j < V; ++j) acc[j] = 0.f;
+  if (c0 < cols)
+    for (long long i = r0 + r; i < r1; i += lanes) {
+      const uint4 raw = *reinterpret_cast<const uint4*>(dy + i * cols + c0);
+      const T* e = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+      for (int j = 0; j < V; ++j) acc[j] += to_f32(e[j]);
+    }
+#pragma unroll
+  for (int j = 0; j < V; ++j) red[t * V + j] = acc[j];
+  __syncthreads();
+  if (t < gpb * V) {
+    const int g = t / V, j = t % V;
+    const long long c = ((long long)blockIdx.x * gpb + g) * V + j;
+    float sum = 0.f;
+    for (int l = 0; l < lanes; ++l) sum += red[(l * (int)gpb + g) * V + j];
+    if (c < cols) part[chunk * cols + c] = sum;
+  }
+}
+
 // Bias gradient, stage 2: out[c] = Σ_chunk part[chunk, c], one warp per
 // column (8 per 256-thread block): lane l sums chunks l, l + 32, … in
 // order, then a fixed xor-shuffle tree adds the 32 lane sums. The order is
@@ -163,6 +200,18 @@ FG_REDUCE_TAPS(spconv_reduce_taps_f16, __half)
 FG_REDUCE_TAPS(spconv_reduce_taps_bf16, __nv_bfloat16)
 #undef FG_REDUCE_TAPS
 
+__global__ void spconv_bias_grad1v_f32(const float* dy, float* part, long long rows, long long cols, long long chunk_rows,
+                                       long long gpb) {
+  fg_aux::bias_grad1v(dy, part, rows, cols, chunk_rows, gpb);
+}
+__global__ void spconv_bias_grad1v_f16(const __half* dy, float* part, long long rows, long long cols, long long chunk_rows,
+                                       long long gpb) {
+  fg_aux::bias_grad1v(dy, part, rows, cols, chunk_rows, gpb);
+}
+__global__ void spconv_bias_grad1v_bf16(const __nv_bfloat16* dy, float* part, long long rows, long long cols,
+                                        long long chunk_rows, long long gpb) {
+  fg_aux::bias_grad1v(dy, part, rows, cols, chunk_rows, gpb);
+}
 __global__ void spconv_bias_grad1_f32(const float* dy, float* part, long long rows, long long cols, long long chunk_rows) {
   fg_aux::bias_grad1(dy, part, rows, cols, chunk_rows);
 }
