@@ -61,14 +61,26 @@ __device__ void reduce(const float* part, T* out, const T* bias, long long rows,
 // > 0): out[r, v·N + n] = Σ_{z < slices(v)} part[z, r, v·N + n], summed in
 // split order, where slices(v) is the split slices tap v used
 // (fg::pairs_tap_slices with the pairs kernel's seg, mirror, V, K, bk,
-// chunk and splits); its other slices were never written.
+// chunk and splits); its other slices were never written. Each block
+// first tabulates slices(v) in shared memory (up to kReduceTapsTable
+// taps), so an element costs one 32-bit division and its loads, not a
+// chain of 64-bit divisions and segment loads.
+constexpr int kReduceTapsTable = 1024;
 template <class T>
 __device__ void reduce_taps(const float* part, T* out, long long rows, long long V, long long N, long long splits,
                             const long long* seg, long long mirror, long long K, long long bk, long long chunk) {
+  __shared__ int slices[kReduceTapsTable];
+  const bool table = V <= kReduceTapsTable;
+  if (table) {
+    for (int v = threadIdx.x; v < V; v += blockDim.x)
+      slices[v] = (int)fg::pairs_tap_slices(seg, mirror, V, K, v, bk, chunk, splits);
+    __syncthreads();
+  }
   const long long cols = V * N, n = rows * cols;
+  const bool narrow = n < (1ll << 32);  // every index fits 32 bits
   for (long long i = gtid(); i < n; i += gstride()) {
-    const int v = (int)((i % cols) / N);
-    const long long sv = fg::pairs_tap_slices(seg, mirror, V, K, v, bk, chunk, splits);
+    const int v = narrow ? (int)((unsigned)i % (unsigned)cols / (unsigned)N) : (int)((i % cols) / N);
+    const long long sv = table ? slices[v] : fg::pairs_tap_slices(seg, mirror, V, K, v, bk, chunk, splits);
     float s = 0.f;
     for (long long z = 0; z < sv; ++z) s += part[z * n + i];
     out[i] = from_f32<T>(s);
