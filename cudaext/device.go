@@ -79,11 +79,12 @@ type Device struct {
 	// do from this many rows on (rowsFirstMinRows; the tests lower it).
 	noRowsFirst  bool
 	rowsFirstMin int64
-	// Test instruments of the weight gradient: with poisonPartials its
-	// split-K partials are filled with NaN bytes before the launch (a slice
-	// a tap leaves unwritten must never be read); lastPairs and
-	// lastPairsBK are the parameters and the tile's BK of the last pairs
-	// launch.
+	// Test instruments: with poisonPartials every split-K partials buffer
+	// (gathers and weight gradients) is filled with NaN bytes before its
+	// launch, so a slice read but never written shows in the result (the
+	// balanced weight-gradient split leaves a tap's unused slices
+	// unwritten); lastPairs and lastPairsBK are the parameters and the
+	// tile's BK of the last weight-gradient (pairs) launch.
 	poisonPartials bool
 	lastPairs      pairsParams
 	lastPairsBK    int64
