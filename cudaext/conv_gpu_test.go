@@ -14,6 +14,7 @@ package cudaext
 import (
 	"errors"
 	"fmt"
+	"iter"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -697,6 +698,63 @@ func TestWeightGradFloat32(t *testing.T) {
 	}
 }
 
+// splitTestMaps returns the maps of the weight-gradient split tests: a
+// submanifold 3×3×3 map of the sphere shell of resolution res (mirrored
+// pair lists, identity centre), and a strided k3s2 and a transposed k2s2
+// map of a random scene of density in rext.
+func splitTestMaps(t *testing.T, rng *rand.Rand, res int, rext grid.Extent, density float64) []scene {
+	t.Helper()
+	ok := mapOK(t)
+	coords, ext := synth.SphereShell(res, 1)
+	rc := synth.RandomScene(rng, rext, density)
+	return []scene{
+		{fmt.Sprintf("shell%d-subm3", res), ok(kmap.NewSubmanifold(coords, ext, [3]int{3, 3, 3}, [3]int{1, 1, 1}))},
+		{"random-strided-k3s2", ok(kmap.NewStrided(rc, rext, grid.Cube(3, 2, 1, 1), nil))},
+		{"random-transposed-k2s2", ok(kmap.NewTransposed(rc, rext, grid.Cube(2, 2, 0, 1)))},
+	}
+}
+
+// wgradCase is one weight-gradient case of the split tests: x [m.NIn, ci]
+// and dy [m.NOut, co] on the device in mth's storage dtype (the caller
+// frees them), the float64 result to compare with (of the rounded inputs
+// for 16-bit storage) and the relative-L2 bound of the comparison.
+type wgradCase struct {
+	ci, co int
+	mth    kernels.Math
+	x, dy  sparse.Matrix
+	want   []float64
+	lim    float64
+}
+
+// wgradCases yields the cases of the split tests on m: 8 channels (small
+// outputs, so the partials' cap leaves many slices), 13 → 40 (unaligned
+// rows: plain loads) and 32 → 64 (cp.async), random inputs drawn from rng
+// once per channel pair, each in every arithmetic with the engine's tf32
+// mode set to match (the caller resets it).
+func wgradCases(t *testing.T, rng *rand.Rand, m *kmap.Map) iter.Seq[wgradCase] {
+	return func(yield func(wgradCase) bool) {
+		for _, ch := range [][2]int{{8, 8}, {13, 40}, {32, 64}} {
+			ci, co := ch[0], ch[1]
+			xs := synth.Uniform[float32](rng, m.NIn*ci)
+			dys := synth.Uniform[float32](rng, m.NOut*co)
+			for _, mth := range kernels.Maths {
+				gpu.SetTF32(mth == kernels.TF32)
+				dt := dtypeOf(mth)
+				c := wgradCase{ci: ci, co: co, mth: mth, lim: accBound}
+				c.want, _ = refWeightGrad(t, m, roundedF64(mth, xs), roundedF64(mth, dys), ci, co)
+				if dt == sparse.Float32 {
+					c.want, _ = refWeightGrad(t, m, f64(xs), f64(dys), ci, co)
+					c.lim = bound(mth)
+				}
+				c.x, c.dy = dev(t, m.NIn, ci, xs, dt), dev(t, m.NOut, co, dys, dt)
+				if !yield(c) {
+					return
+				}
+			}
+		}
+	}
+}
+
 // TestWeightGradRowSlices checks the weight gradient's window split on
 // maps small enough to run it only with its thresholds lowered: slices cut
 // at the same output rows in every tap (PairsParams.off; windows of 64
@@ -706,16 +764,8 @@ func TestWeightGradFloat32(t *testing.T) {
 // and a transposed one, against the float64 reference of the rounded
 // inputs, in every arithmetic.
 func TestWeightGradRowSlices(t *testing.T) {
-	ok := mapOK(t)
 	rng := rand.New(rand.NewPCG(31, 32))
-	coords, ext := synth.SphereShell(16, 1)
-	rext := grid.Extent{Batch: 1, X: 20, Y: 18, Z: 22}
-	rc := synth.RandomScene(rng, rext, 0.08)
-	maps := []scene{
-		{"shell16-subm3", ok(kmap.NewSubmanifold(coords, ext, [3]int{3, 3, 3}, [3]int{1, 1, 1}))},
-		{"random-strided-k3s2", ok(kmap.NewStrided(rc, rext, grid.Cube(3, 2, 1, 1), nil))},
-		{"random-transposed-k2s2", ok(kmap.NewTransposed(rc, rext, grid.Cube(2, 2, 0, 1)))},
-	}
+	maps := splitTestMaps(t, rng, 16, grid.Extent{Batch: 1, X: 20, Y: 18, Z: 22}, 0.08)
 	setWindow := func(minBytes, rows int64, noRowSlices bool) {
 		require.NoError(t, gpu.d.do(func() error {
 			gpu.d.pairsWindowMin, gpu.d.pairsWindowRows, gpu.d.noRowSlices = minBytes, rows, noRowSlices
@@ -727,40 +777,23 @@ func TestWeightGradRowSlices(t *testing.T) {
 	for _, sc := range maps {
 		m := sc.m
 		V := m.V()
-		// 8 channels: small outputs, so the partials' cap leaves many
-		// slices; 13: unaligned rows (plain loads); 32/64: cp.async.
-		for _, ch := range [][2]int{{8, 8}, {13, 40}, {32, 64}} {
-			ci, co := ch[0], ch[1]
-			xs := synth.Uniform[float32](rng, m.NIn*ci)
-			dys := synth.Uniform[float32](rng, m.NOut*co)
-			for _, mth := range kernels.Maths {
-				gpu.SetTF32(mth == kernels.TF32)
-				dt := dtypeOf(mth)
-				want, _ := refWeightGrad(t, m, roundedF64(mth, xs), roundedF64(mth, dys), ci, co)
-				lim := accBound
-				if dt == sparse.Float32 {
-					want, _ = refWeightGrad(t, m, f64(xs), f64(dys), ci, co)
-					lim = bound(mth)
+		for c := range wgradCases(t, rng, m) {
+			for _, rows := range []int64{64, 1000} {
+				s := windowPairsSplits(int64(m.NOut), int64(c.co), int64(c.ci), int64(c.mth.ElemSize()), int64(c.co*V*c.ci), 0, rows)
+				if s > 1 {
+					split++
 				}
-				x := dev(t, m.NIn, ci, xs, dt)
-				dy := dev(t, m.NOut, co, dys, dt)
-				for _, rows := range []int64{64, 1000} {
-					s := windowPairsSplits(int64(m.NOut), int64(co), int64(ci), int64(mth.ElemSize()), int64(co*V*ci), 0, rows)
-					if s > 1 {
-						split++
-					}
-					for _, noRowSlices := range []bool{false, true} {
-						setWindow(0, rows, noRowSlices)
-						name := fmt.Sprintf("%s/ci%d-co%d/%v/window%d-slices%d-noRowSlices%v", sc.name, ci, co, mth, rows, s, noRowSlices)
-						dw, err := gpu.WeightGrad(m, x, dy, Options{ConvOptions: sparse.ConvOptions{Algorithm: sparse.MaskedImplicitSplitK}})
-						require.NoError(t, err, name)
-						e := relL2(host(t, dw), want)
-						gpu.Free(dw)
-						require.LessOrEqual(t, e, lim, name)
-					}
+				for _, noRowSlices := range []bool{false, true} {
+					setWindow(0, rows, noRowSlices)
+					name := fmt.Sprintf("%s/ci%d-co%d/%v/window%d-slices%d-noRowSlices%v", sc.name, c.ci, c.co, c.mth, rows, s, noRowSlices)
+					dw, err := gpu.WeightGrad(m, c.x, c.dy, Options{ConvOptions: sparse.ConvOptions{Algorithm: sparse.MaskedImplicitSplitK}})
+					require.NoError(t, err, name)
+					e := relL2(host(t, dw), c.want)
+					gpu.Free(dw)
+					require.LessOrEqual(t, e, c.lim, name)
 				}
-				gpu.Free(x, dy)
 			}
+			gpu.Free(c.x, c.dy)
 		}
 	}
 	gpu.SetTF32(false)
@@ -829,16 +862,8 @@ func TestBiasGradShapes(t *testing.T) {
 // unaligned channels and every arithmetic. The test asserts that some case
 // left slices unused.
 func TestWeightGradBalancedSlices(t *testing.T) {
-	ok := mapOK(t)
 	rng := rand.New(rand.NewPCG(33, 34))
-	coords, ext := synth.SphereShell(24, 1)
-	rext := grid.Extent{Batch: 1, X: 30, Y: 28, Z: 32}
-	rc := synth.RandomScene(rng, rext, 0.1)
-	maps := []scene{
-		{"shell24-subm3", ok(kmap.NewSubmanifold(coords, ext, [3]int{3, 3, 3}, [3]int{1, 1, 1}))},
-		{"random-strided-k3s2", ok(kmap.NewStrided(rc, rext, grid.Cube(3, 2, 1, 1), nil))},
-		{"random-transposed-k2s2", ok(kmap.NewTransposed(rc, rext, grid.Cube(2, 2, 0, 1)))},
-	}
+	maps := splitTestMaps(t, rng, 24, grid.Extent{Batch: 1, X: 30, Y: 28, Z: 32}, 0.1)
 	setPoison := func(on bool) {
 		require.NoError(t, gpu.d.do(func() error { gpu.d.poisonPartials = on; return nil }))
 	}
@@ -856,41 +881,26 @@ func TestWeightGradBalancedSlices(t *testing.T) {
 				}
 			}
 		}
-		for _, ch := range [][2]int{{8, 8}, {13, 40}, {32, 64}} {
-			ci, co := ch[0], ch[1]
-			xs := synth.Uniform[float32](rng, m.NIn*ci)
-			dys := synth.Uniform[float32](rng, m.NOut*co)
-			for _, mth := range kernels.Maths {
-				gpu.SetTF32(mth == kernels.TF32)
-				dt := dtypeOf(mth)
-				want, _ := refWeightGrad(t, m, roundedF64(mth, xs), roundedF64(mth, dys), ci, co)
-				lim := accBound
-				if dt == sparse.Float32 {
-					want, _ = refWeightGrad(t, m, f64(xs), f64(dys), ci, co)
-					lim = bound(mth)
-				}
-				x := dev(t, m.NIn, ci, xs, dt)
-				dy := dev(t, m.NOut, co, dys, dt)
-				name := fmt.Sprintf("%s/ci%d-co%d/%v", sc.name, ci, co, mth)
-				dw, err := gpu.WeightGrad(m, x, dy, Options{ConvOptions: sparse.ConvOptions{Algorithm: sparse.MaskedImplicitSplitK}})
-				require.NoError(t, err, name)
-				var p pairsParams
-				var bk int64
-				require.NoError(t, gpu.d.do(func() error { p, bk = gpu.d.lastPairs, gpu.d.lastPairsBK; return nil }))
-				if p.Chunk > 0 && p.Splits > 1 {
-					for _, n := range perTap {
-						iters := (n + bk - 1) / bk
-						if min(p.Splits, max(1, (iters+p.Chunk-1)/p.Chunk)) < p.Splits {
-							unused++
-							break
-						}
+		for c := range wgradCases(t, rng, m) {
+			name := fmt.Sprintf("%s/ci%d-co%d/%v", sc.name, c.ci, c.co, c.mth)
+			dw, err := gpu.WeightGrad(m, c.x, c.dy, Options{ConvOptions: sparse.ConvOptions{Algorithm: sparse.MaskedImplicitSplitK}})
+			require.NoError(t, err, name)
+			var p pairsParams
+			var bk int64
+			require.NoError(t, gpu.d.do(func() error { p, bk = gpu.d.lastPairs, gpu.d.lastPairsBK; return nil }))
+			if p.Chunk > 0 && p.Splits > 1 {
+				for _, n := range perTap {
+					iters := (n + bk - 1) / bk
+					if min(p.Splits, max(1, (iters+p.Chunk-1)/p.Chunk)) < p.Splits {
+						unused++
+						break
 					}
 				}
-				e := relL2(host(t, dw), want)
-				gpu.Free(dw, x, dy)
-				require.False(t, math.IsNaN(e), "%s: a NaN partial was read (splits %d, chunk %d)", name, p.Splits, p.Chunk)
-				require.LessOrEqual(t, e, lim, "%s (splits %d, chunk %d)", name, p.Splits, p.Chunk)
 			}
+			e := relL2(host(t, dw), c.want)
+			gpu.Free(dw, c.x, c.dy)
+			require.False(t, math.IsNaN(e), "%s: a NaN partial was read (splits %d, chunk %d)", name, p.Splits, p.Chunk)
+			require.LessOrEqual(t, e, c.lim, "%s (splits %d, chunk %d)", name, p.Splits, p.Chunk)
 		}
 	}
 	gpu.SetTF32(false)
