@@ -22,7 +22,8 @@ import (
 // the padding of an experimental greedy regrouping of that order into
 // tiles (regroupTiles), which no engine uses yet, and with -windows the
 // same greedy within disjoint windows of W rows (regroupWindows, as one GPU
-// block per window would run it); with -halo the padding of tiles of the
+// block per window would run it) and the passes over its candidates such a
+// block would make (regroupByPasses, windowPasses); with -halo the padding of tiles of the
 // z-order of the coordinates and, for both orders, the distinct input rows
 // per tile relative to the pairs (tileHaloRows); with -wgrad G,… the
 // products and rows read of a multi-tap weight gradient over the Gray order
@@ -33,7 +34,7 @@ func paddingMain(args []string, stdout, stderr io.Writer) error {
 	res := fs.String("res", "8,16,32,64,128,256,512,1024", "sphere-shell resolutions")
 	rows := fs.String("rows", "64,128,256", "tile heights (BM) to report")
 	regroup := fs.Int("regroup", 0, "also report the padding after a greedy regrouping of the Gray order into tiles, each row chosen among the next `W` rows (0: off; maps of at most 2^19 rows)")
-	windows := fs.Bool("windows", false, "with -regroup W: regroup each window of W rows of the Gray order on its own instead of a sliding window")
+	windows := fs.Bool("windows", false, "with -regroup W: regroup each window of W rows of the Gray order on its own instead of a sliding window, and report the passes per window of the GPU design (regroupByPasses)")
 	halo := fs.Bool("halo", false, "also report the padding of tiles in z-order and, for tiles in Gray order and in z-order, the distinct input rows of each tile summed over the tiles relative to the pairs (what a gather reading each tile's neighbourhood once would read; today's read one row per pair)")
 	wgrad := fs.String("wgrad", "", "also report, for these tap-group sizes `G,…`, the rows a multi-tap weight gradient over the Gray order would read, relative to the pairs kernels (multiTapTraffic)")
 	wgradRows := fs.Int("wgradrows", 32, "rows per K slab of the multi-tap weight gradient (-wgrad)")
@@ -81,6 +82,13 @@ func paddingMain(args []string, stdout, stderr io.Writer) error {
 		for _, bm := range bms {
 			cols = append(cols, fmt.Sprintf("%s BM %d", name, bm))
 		}
+		if *windows {
+			// The GPU design's latency: one block per window scans its
+			// candidates once per pass (regroupByPasses).
+			for _, bm := range bms {
+				cols = append(cols, fmt.Sprintf("passes per window, mean / max, BM %d", bm))
+			}
+		}
 	}
 	if *halo {
 		for _, bm := range bms {
@@ -116,6 +124,16 @@ func paddingMain(args []string, stdout, stderr io.Writer) error {
 					order = regroupWindows(ms, bm, *regroup)
 				}
 				fmt.Fprintf(stdout, " %.2f× |", float64(orderWork(ms, order, bm))/float64(st.Pairs))
+			}
+			if *windows {
+				for _, bm := range bms {
+					if st.NOut > regroupMaxRows || st.Pairs == 0 {
+						fmt.Fprintf(stdout, " – |")
+						continue
+					}
+					mean, most := windowPasses(m.Masked(), bm, *regroup)
+					fmt.Fprintf(stdout, " %.0f / %d |", mean, most)
+				}
 			}
 		}
 		if *halo {

@@ -67,3 +67,23 @@ func TestRegroupWindows(t *testing.T) {
 		}
 	}
 }
+
+// TestRegroupByPasses checks that the pass formulation of the greedy (the
+// GPU design) picks exactly the rows regroupTiles picks, sliding and in
+// windows, and counts at least one pass per regrouped tile.
+func TestRegroupByPasses(t *testing.T) {
+	ms := &kmap.Masked{V: 2, Words: 1, Mask: []uint64{0b01, 0b10, 0b01, 0b10}, Order: []int32{0, 1, 2, 3}}
+	got, passes := regroupByPasses(ms, 2, 4)
+	require.Equal(t, regroupTiles(ms, 2, 4), got)
+	require.Equal(t, 2, passes)
+	for _, res := range []int{16, 32} {
+		ms := mustShellMap(t, res).Masked()
+		for _, bm := range []int{64, 128} {
+			for _, w := range []int{1, 256, 1024} {
+				got, passes := regroupByPasses(ms, bm, w)
+				require.Equal(t, regroupTiles(ms, bm, w), got, "RES %d BM %d window %d", res, bm, w)
+				require.GreaterOrEqual(t, passes, (len(ms.Order)+bm-1)/bm-1, "RES %d BM %d window %d", res, bm, w)
+			}
+		}
+	}
+}
