@@ -1,7 +1,9 @@
 package main
 
 import (
+	"iter"
 	"math/bits"
+	"slices"
 
 	"github.com/flexgemm-go/flexgemm/sparse/kmap"
 )
@@ -20,50 +22,91 @@ const regroupMaxRows = 1 << 19
 // how many (row, tap) products it saves, which Padding of the result
 // tells.
 func regroupTiles(ms *kmap.Masked, bm, window int) []int32 {
-	n, W := len(ms.Order), ms.Words
-	placed := make([]bool, n) // by position in ms.Order
-	out := make([]int32, 0, n)
-	union := make([]uint64, W)
-	cands := make([]int, 0, window)
-	mask := func(pos int) []uint64 { r := int(ms.Order[pos]); return ms.Mask[r*W : r*W+W] }
-	next := 0 // first unplaced position
-	for len(out) < n {
-		for placed[next] {
-			next++
-		}
-		placed[next] = true
-		out = append(out, ms.Order[next])
-		copy(union, mask(next))
-		cands = cands[:0]
-		for p := next + 1; p < n && len(cands) < window; p++ {
-			if !placed[p] {
-				cands = append(cands, p)
-			}
-		}
-		for k := 1; k < bm && len(cands) > 0; k++ {
+	g := newRegrouping(ms, window)
+	for g.startTile(window) {
+		for k := 1; k < bm && len(g.cands) > 0; k++ {
 			best, bestAdd := 0, -1
-			for i, p := range cands {
-				add := 0
-				for w, x := range mask(p) {
-					add += bits.OnesCount64(x &^ union[w])
-				}
-				if bestAdd < 0 || add < bestAdd {
+			for i, p := range g.cands {
+				if add := g.adds(p); bestAdd < 0 || add < bestAdd {
 					best, bestAdd = i, add
 					if add == 0 {
 						break
 					}
 				}
 			}
-			p := cands[best]
-			placed[p] = true
-			out = append(out, ms.Order[p])
-			for w, x := range mask(p) {
-				union[w] |= x
-			}
-			cands = append(cands[:best], cands[best+1:]...)
+			g.take(g.cands[best])
+			g.cands = slices.Delete(g.cands, best, best+1)
 		}
 	}
-	return out
+	return g.order
+}
+
+// regrouping is the state both regroup greedies keep: which positions of
+// ms.Order are placed, the order built so far, and the current tile's tap
+// union and candidates (unplaced positions after its first row).
+type regrouping struct {
+	ms     *kmap.Masked
+	placed []bool // by position in ms.Order
+	order  []int32
+	union  []uint64
+	cands  []int
+	next   int // first unplaced position
+}
+
+func newRegrouping(ms *kmap.Masked, window int) *regrouping {
+	return &regrouping{ms: ms, placed: make([]bool, len(ms.Order)), order: make([]int32, 0, len(ms.Order)),
+		union: make([]uint64, ms.Words), cands: make([]int, 0, window)}
+}
+
+// mask returns the tap mask of the row at position pos of the Gray order.
+func (g *regrouping) mask(pos int) []uint64 {
+	r, W := int(g.ms.Order[pos]), g.ms.Words
+	return g.ms.Mask[r*W : r*W+W]
+}
+
+// adds returns how many taps the row at pos would add to the tile's union.
+func (g *regrouping) adds(pos int) int {
+	a := 0
+	for w, x := range g.mask(pos) {
+		a += bits.OnesCount64(x &^ g.union[w])
+	}
+	return a
+}
+
+// place appends the row at pos to the order (its taps must be in the
+// union already, or be added by the caller).
+func (g *regrouping) place(pos int) {
+	g.placed[pos] = true
+	g.order = append(g.order, g.ms.Order[pos])
+}
+
+// take places the row at pos and adds its taps to the tile's union.
+func (g *regrouping) take(pos int) {
+	g.place(pos)
+	for w, x := range g.mask(pos) {
+		g.union[w] |= x
+	}
+}
+
+// startTile starts a tile with the first unplaced row of the Gray order
+// and makes the next window unplaced rows after it the candidates; false
+// when every row is placed.
+func (g *regrouping) startTile(window int) bool {
+	if len(g.order) == len(g.ms.Order) {
+		return false
+	}
+	for g.placed[g.next] {
+		g.next++
+	}
+	g.place(g.next)
+	copy(g.union, g.mask(g.next))
+	g.cands = g.cands[:0]
+	for p := g.next + 1; p < len(g.ms.Order) && len(g.cands) < window; p++ {
+		if !g.placed[p] {
+			g.cands = append(g.cands, p)
+		}
+	}
+	return true
 }
 
 // orderWork returns the (row, tap) products a masked GEMM computes with
@@ -79,11 +122,22 @@ func orderWork(ms *kmap.Masked, order []int32, bm int) int64 {
 // do it. An experiment of `bench padding -regroup W -windows`.
 func regroupWindows(ms *kmap.Masked, bm, window int) []int32 {
 	out := make([]int32, 0, len(ms.Order))
-	for s := 0; s < len(ms.Order); s += window {
-		sub := &kmap.Masked{V: ms.V, Words: ms.Words, Mask: ms.Mask, Order: ms.Order[s:min(s+window, len(ms.Order))]}
+	for sub := range orderWindows(ms, window) {
 		out = append(out, regroupTiles(sub, bm, window)...)
 	}
 	return out
+}
+
+// orderWindows yields ms restricted to each window of window rows of its
+// Gray order in turn (the last may be shorter).
+func orderWindows(ms *kmap.Masked, window int) iter.Seq[*kmap.Masked] {
+	return func(yield func(*kmap.Masked) bool) {
+		for s := 0; s < len(ms.Order); s += window {
+			if !yield(&kmap.Masked{V: ms.V, Words: ms.Words, Mask: ms.Mask, Order: ms.Order[s:min(s+window, len(ms.Order))]}) {
+				return
+			}
+		}
+	}
 }
 
 // regroupByPasses is regroupTiles computed the way one GPU block per
@@ -96,44 +150,18 @@ func regroupWindows(ms *kmap.Masked, bm, window int) []int32 {
 // as regroupTiles (TestRegroupByPasses); passes counts the scans of the
 // candidates, one per union growth and one to start each tile.
 func regroupByPasses(ms *kmap.Masked, bm, window int) (order []int32, passes int) {
-	n, W := len(ms.Order), ms.Words
-	placed := make([]bool, n)
-	order = make([]int32, 0, n)
-	union := make([]uint64, W)
-	cands := make([]int, 0, window)
-	mask := func(pos int) []uint64 { r := int(ms.Order[pos]); return ms.Mask[r*W : r*W+W] }
-	adds := func(pos int) int {
-		a := 0
-		for w, x := range mask(pos) {
-			a += bits.OnesCount64(x &^ union[w])
-		}
-		return a
-	}
-	next := 0
-	for len(order) < n {
-		for placed[next] {
-			next++
-		}
-		placed[next] = true
-		order = append(order, ms.Order[next])
-		copy(union, mask(next))
-		cands = cands[:0]
-		for p := next + 1; p < n && len(cands) < window; p++ {
-			if !placed[p] {
-				cands = append(cands, p)
-			}
-		}
+	g := newRegrouping(ms, window)
+	for g.startTile(window) {
 		room := bm - 1
-		for room > 0 && len(cands) > 0 {
+		for room > 0 && len(g.cands) > 0 {
 			passes++
 			best, bestAdd := -1, 0
-			kept := cands[:0]
-			for _, p := range cands {
-				a := adds(p)
+			kept := g.cands[:0]
+			for _, p := range g.cands {
+				a := g.adds(p)
 				switch {
 				case a == 0 && room > 0:
-					placed[p] = true
-					order = append(order, ms.Order[p])
+					g.place(p)
 					room--
 					continue
 				case a > 0 && (best < 0 || a < bestAdd):
@@ -141,21 +169,16 @@ func regroupByPasses(ms *kmap.Masked, bm, window int) (order []int32, passes int
 				}
 				kept = append(kept, p)
 			}
-			cands = kept
+			g.cands = kept
 			if room == 0 || best < 0 {
 				continue
 			}
-			p := cands[best]
-			placed[p] = true
-			order = append(order, ms.Order[p])
+			g.take(g.cands[best])
 			room--
-			for w, x := range mask(p) {
-				union[w] |= x
-			}
-			cands = append(cands[:best], cands[best+1:]...)
+			g.cands = slices.Delete(g.cands, best, best+1)
 		}
 	}
-	return order, passes
+	return g.order, passes
 }
 
 // windowPasses returns the mean and the largest number of passes
@@ -164,8 +187,7 @@ func regroupByPasses(ms *kmap.Masked, bm, window int) (order []int32, passes int
 // would scan in sequence.
 func windowPasses(ms *kmap.Masked, bm, window int) (mean float64, most int) {
 	total, windows := 0, 0
-	for s := 0; s < len(ms.Order); s += window {
-		sub := &kmap.Masked{V: ms.V, Words: ms.Words, Mask: ms.Mask, Order: ms.Order[s:min(s+window, len(ms.Order))]}
+	for sub := range orderWindows(ms, window) {
 		_, p := regroupByPasses(sub, bm, window)
 		total += p
 		most = max(most, p)
