@@ -800,6 +800,75 @@ func TestWeightGradRowSlices(t *testing.T) {
 	require.Greater(t, split, 0, "no case ran the window split")
 }
 
+// TestReduceFourPerThread checks the split-K reductions' four elements
+// per thread (Device.reduceVec, 16-byte loads) against their one element
+// per thread, with the threshold lowered so that small maps take it: the
+// forward and input gradient (gather splits; the bias added by the
+// reduction) and the weight gradient (balanced split, spconv_reduce_taps;
+// window split, spconv_reduce) equal the one-element results bit for bit
+// — the same sums in the same order — on aligned and unaligned channels
+// (13 → 40 keeps one element per thread), in every arithmetic.
+func TestReduceFourPerThread(t *testing.T) {
+	rng := rand.New(rand.NewPCG(51, 52))
+	maps := splitTestMaps(t, rng, 16, grid.Extent{Batch: 1, X: 20, Y: 18, Z: 22}, 0.08)
+	set := func(vecMin, windowMin, windowRows int64) {
+		require.NoError(t, gpu.d.do(func() error {
+			gpu.d.reduceVecMin, gpu.d.pairsWindowMin, gpu.d.pairsWindowRows = vecMin, windowMin, windowRows
+			return nil
+		}))
+	}
+	launches := func() (n int) {
+		require.NoError(t, gpu.d.do(func() error { n = gpu.d.reduceVecLaunches; return nil }))
+		return n
+	}
+	defer set(reduceVecMinElems(gpu.d.info.SMs), pairsWindowMinBytes, pairsWindowRows)
+	before := launches()
+	for _, sc := range maps {
+		m := sc.m
+		V := m.V()
+		for c := range wgradCases(t, rng, m) {
+			dt := dtypeOf(c.mth)
+			w := dev(t, c.co, V*c.ci, synth.Uniform[float32](rng, c.co*V*c.ci), dt)
+			b := dev(t, 1, c.co, synth.Uniform[float32](rng, c.co), dt)
+			for _, window := range []bool{false, true} {
+				run := func(vecMin int64) [][]float32 {
+					windowMin := int64(pairsWindowMinBytes)
+					if window {
+						windowMin = 0
+					}
+					set(vecMin, windowMin, 64)
+					o := Options{ConvOptions: sparse.ConvOptions{Algorithm: sparse.MaskedImplicitSplitK, SplitK: 7}}
+					y, err := gpu.Forward(m, c.x, w, b, o)
+					require.NoError(t, err)
+					dx, err := gpu.InputGrad(m, c.dy, w, o)
+					require.NoError(t, err)
+					dw, err := gpu.WeightGrad(m, c.x, c.dy, Options{ConvOptions: sparse.ConvOptions{Algorithm: sparse.MaskedImplicitSplitK}})
+					require.NoError(t, err)
+					out := [][]float32{host(t, y), host(t, dx), host(t, dw)}
+					gpu.Free(y, dx, dw)
+					return out
+				}
+				one, four := run(math.MaxInt64), run(0)
+				for d, dir := range []string{"fwd", "dgrad", "wgrad"} {
+					name := fmt.Sprintf("%s/ci%d-co%d/%v/window%v/%s", sc.name, c.ci, c.co, c.mth, window, dir)
+					require.Len(t, four[d], len(one[d]), name)
+					for i := range one[d] {
+						if math.Float32bits(one[d][i]) != math.Float32bits(four[d][i]) {
+							t.Fatalf("%s: element %d: four per thread %g, one per thread %g", name, i, four[d][i], one[d][i])
+						}
+					}
+				}
+				// And right: the weight gradient against the float64
+				// reference.
+				require.LessOrEqual(t, relL2(one[2], c.want), c.lim, "%s/ci%d-co%d/%v/window%v", sc.name, c.ci, c.co, c.mth, window)
+			}
+			gpu.Free(w, b, c.x, c.dy)
+		}
+	}
+	gpu.SetTF32(false)
+	require.Greater(t, launches(), before, "no reduction took four elements per thread")
+}
+
 // TestBiasGradShapes checks the bias gradient (column sums of dy) on both
 // first stages, the 16-byte loads of spconv_bias_grad1v_* (columns a
 // multiple of 16 bytes: every column-group width, one and several column

@@ -79,6 +79,10 @@ type Device struct {
 	// do from this many rows on (rowsFirstMinRows; the tests lower it).
 	noRowsFirst  bool
 	rowsFirstMin int64
+	// reduceVecMin: the split-K reductions sum four elements per thread
+	// from this many elements per slice on (reduceVecMinElems; the tests
+	// lower it).
+	reduceVecMin int64
 	// Test instruments: with poisonPartials every split-K partials buffer
 	// (gathers and weight gradients) is filled with NaN bytes before its
 	// launch, so a slice read but never written shows in the result (the
@@ -88,6 +92,9 @@ type Device struct {
 	poisonPartials bool
 	lastPairs      pairsParams
 	lastPairsBK    int64
+	// reduceVecLaunches counts the split-K reductions launched with four
+	// elements per thread (reduceVec).
+	reduceVecLaunches int
 	// statusHost (page-locked, stWords int32) and statusEv receive a status
 	// array without draining the stream (hashCoordsThen); made on first
 	// use.
@@ -140,6 +147,7 @@ func openDevice(ordinal int) (*Device, error) {
 		d.teardown()
 		return nil, err
 	}
+	d.reduceVecMin = reduceVecMinElems(d.info.SMs)
 	return d, nil
 }
 

@@ -45,10 +45,55 @@ template <class R> __device__ void im2col(const R* in, const int* tbl, R* out, l
   }
 }
 
-// out[r, c] = Σ_z part[z, r, c] (+ bias[c]), summed in split order.
+// store4 writes four consecutive results at p (aligned to 4 elements).
+template <class T> __device__ __forceinline__ void store4(T* p, const float4& v) {
+  if constexpr (sizeof(T) == 4) {
+    *reinterpret_cast<float4*>(p) = v;
+  } else {
+    union {
+      T h[4];
+      uint2 u;
+    } w;
+    w.h[0] = from_f32<T>(v.x);
+    w.h[1] = from_f32<T>(v.y);
+    w.h[2] = from_f32<T>(v.z);
+    w.h[3] = from_f32<T>(v.w);
+    *reinterpret_cast<uint2*>(p) = w.u;
+  }
+}
+
+// add4 adds the four partial sums at p (16-byte aligned) to s, in place.
+__device__ __forceinline__ void add4(float4& s, const float* p) {
+  const float4 v = *reinterpret_cast<const float4*>(p);
+  s.x += v.x;
+  s.y += v.y;
+  s.z += v.z;
+  s.w += v.w;
+}
+
+// out[r, c] = Σ_z part[z, r, c] (+ bias[c]), summed in split order. With
+// vec (rows·cols and cols multiples of 4, part 16-byte and out 4-element
+// aligned: the host checks) a thread sums four consecutive elements with
+// 16-byte loads, the same sums in the same order.
 template <class T>
-__device__ void reduce(const float* part, T* out, const T* bias, long long rows, long long cols, long long splits) {
+__device__ void reduce(const float* part, T* out, const T* bias, long long rows, long long cols, long long splits,
+                       long long vec) {
   const long long n = rows * cols;
+  if (vec) {
+    for (long long i = gtid() * 4; i < n; i += gstride() * 4) {
+      float4 s = make_float4(0.f, 0.f, 0.f, 0.f);
+      for (long long z = 0; z < splits; ++z) add4(s, part + z * n + i);
+      if (bias) {
+        const long long c = i % cols;
+        s.x += to_f32(bias[c]);
+        s.y += to_f32(bias[c + 1]);
+        s.z += to_f32(bias[c + 2]);
+        s.w += to_f32(bias[c + 3]);
+      }
+      store4(out + i, s);
+    }
+    return;
+  }
   for (long long i = gtid(); i < n; i += gstride()) {
     float s = 0.f;
     for (long long z = 0; z < splits; ++z) s += part[z * n + i];
@@ -68,7 +113,8 @@ __device__ void reduce(const float* part, T* out, const T* bias, long long rows,
 constexpr int kReduceTapsTable = 1024;
 template <class T>
 __device__ void reduce_taps(const float* part, T* out, long long rows, long long V, long long N, long long splits,
-                            const long long* seg, long long mirror, long long K, long long bk, long long chunk) {
+                            const long long* seg, long long mirror, long long K, long long bk, long long chunk,
+                            long long vec) {
   __shared__ int slices[kReduceTapsTable];
   const bool table = V <= kReduceTapsTable;
   if (table) {
@@ -78,6 +124,18 @@ __device__ void reduce_taps(const float* part, T* out, long long rows, long long
   }
   const long long cols = V * N, n = rows * cols;
   const bool narrow = n < (1ll << 32);  // every index fits 32 bits
+  if (vec) {
+    // Four consecutive elements (N a multiple of 4: one tap) with 16-byte
+    // loads, as reduce.
+    for (long long i = gtid() * 4; i < n; i += gstride() * 4) {
+      const int v = narrow ? (int)((unsigned)i % (unsigned)cols / (unsigned)N) : (int)((i % cols) / N);
+      const long long sv = table ? slices[v] : fg::pairs_tap_slices(seg, mirror, V, K, v, bk, chunk, splits);
+      float4 s = make_float4(0.f, 0.f, 0.f, 0.f);
+      for (long long z = 0; z < sv; ++z) add4(s, part + z * n + i);
+      store4(out + i, s);
+    }
+    return;
+  }
   for (long long i = gtid(); i < n; i += gstride()) {
     const int v = narrow ? (int)((unsigned)i % (unsigned)cols / (unsigned)N) : (int)((i % cols) / N);
     const long long sv = table ? slices[v] : fg::pairs_tap_slices(seg, mirror, V, K, v, bk, chunk, splits);
@@ -190,22 +248,23 @@ __global__ void spconv_im2col_b16(const unsigned short* in, const int* tbl, unsi
 }
 
 __global__ void spconv_reduce_f32(const float* part, float* out, const float* bias, long long rows, long long cols,
-                                  long long splits) {
-  fg_aux::reduce(part, out, bias, rows, cols, splits);
+                                  long long splits, long long vec) {
+  fg_aux::reduce(part, out, bias, rows, cols, splits, vec);
 }
 __global__ void spconv_reduce_f16(const float* part, __half* out, const __half* bias, long long rows, long long cols,
-                                  long long splits) {
-  fg_aux::reduce(part, out, bias, rows, cols, splits);
+                                  long long splits, long long vec) {
+  fg_aux::reduce(part, out, bias, rows, cols, splits, vec);
 }
 __global__ void spconv_reduce_bf16(const float* part, __nv_bfloat16* out, const __nv_bfloat16* bias, long long rows,
-                                   long long cols, long long splits) {
-  fg_aux::reduce(part, out, bias, rows, cols, splits);
+                                   long long cols, long long splits, long long vec) {
+  fg_aux::reduce(part, out, bias, rows, cols, splits, vec);
 }
 
 #define FG_REDUCE_TAPS(NAME, T)                                                                              \
   __global__ void NAME(const float* part, T* out, long long rows, long long V, long long N, long long splits, \
-                       const long long* seg, long long mirror, long long K, long long bk, long long chunk) {  \
-    fg_aux::reduce_taps(part, out, rows, V, N, splits, seg, mirror, K, bk, chunk);                         \
+                       const long long* seg, long long mirror, long long K, long long bk, long long chunk,    \
+                       long long vec) {                                                                       \
+    fg_aux::reduce_taps(part, out, rows, V, N, splits, seg, mirror, K, bk, chunk, vec);                    \
   }
 FG_REDUCE_TAPS(spconv_reduce_taps_f32, float)
 FG_REDUCE_TAPS(spconv_reduce_taps_f16, __half)
