@@ -12,21 +12,58 @@ import (
 // where today's gathers read one input row per pair. An experiment of
 // `bench padding -halo`.
 func tileHaloRows(m *kmap.Map, order []int32, bm int) int64 {
+	sum, _ := tileHaloStats(m, order, bm)
+	return sum
+}
+
+// tileHaloStats returns tileHaloRows and the most distinct input rows of
+// any one tile (what its shared memory would have to hold).
+func tileHaloStats(m *kmap.Map, order []int32, bm int) (sum int64, most int) {
 	V := m.V()
 	seen := make([]int32, m.NIn) // tile number + 1 of the last tile that read the row
-	var rows int64
 	for t0 := 0; t0 < len(order); t0 += bm {
-		stamp := int32(t0/bm + 1)
+		stamp, n := int32(t0/bm+1), 0
 		for _, o := range order[t0:min(len(order), t0+bm)] {
 			for _, i := range m.Nbr[int(o)*V : int(o)*V+V] {
 				if i >= 0 && seen[i] != stamp {
 					seen[i] = stamp
-					rows++
+					n++
 				}
 			}
 		}
+		sum += int64(n)
+		most = max(most, n)
 	}
-	return rows
+	return sum, most
+}
+
+// gatherBytes models the bytes a masked forward gather of a c → c layer
+// over m reads from L2 with tiles of bm consecutive rows of order, in
+// elements of esz bytes: every tile reads, for each of its ⌈c/bn⌉ column
+// tiles, the input rows it gathers (c·esz bytes each) and, for each tap
+// of its union, its columns' weight slice (c·bn·esz), bn the column tile
+// the engine's heuristic takes for c columns (256, 128 or 64). The rows
+// are one per pair (today's gathers) or, with once, each tile's distinct
+// input rows once (a gather that stages its neighbourhood). Nsight Compute
+// measured 10.6 GB for the first gather of a RES 1024 C 64 step (this
+// model: 10.2) and 5.4 GB at RES 256 C 256 (model: 5.4; session 16, call
+// 3). An experiment of `bench padding -bytes`.
+func gatherBytes(m *kmap.Map, order []int32, bm, c, esz int, once bool) (rows, weights int64) {
+	bn := 64
+	switch {
+	case c >= 256:
+		bn = 256
+	case c >= 128:
+		bn = 128
+	}
+	colTiles := int64((c + bn - 1) / bn)
+	n := m.Stats(0).Pairs
+	if once {
+		n = tileHaloRows(m, order, bm)
+	}
+	ms := m.Masked()
+	visits := int64(len((&kmap.Masked{V: ms.V, Words: ms.Words, Mask: ms.Mask, Order: order}).Tiles(bm).Taps))
+	return n * int64(c*esz) * colTiles, visits * int64(c*c*esz)
 }
 
 // zOrder returns the output rows of m sorted by the z-order code of their

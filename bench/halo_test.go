@@ -31,6 +31,67 @@ func TestTileHaloRows(t *testing.T) {
 	} {
 		require.Equal(t, tc.want, tileHaloRows(m, tc.order, tc.bm), "order %v, %d rows", tc.order, tc.bm)
 	}
+	// The most distinct rows of one tile.
+	for _, tc := range []struct {
+		order []int32
+		bm    int
+		most  int
+	}{
+		{[]int32{0, 1, 2, 3}, 1, 2},
+		{[]int32{0, 1, 2, 3}, 2, 3}, // {0, 1, 2}
+		{[]int32{0, 2, 1, 3}, 2, 4}, // {1, 2, 3, 4}
+		{[]int32{0, 1, 2, 3}, 4, 5},
+		{nil, 2, 0},
+	} {
+		sum, most := tileHaloStats(m, tc.order, tc.bm)
+		require.Equal(t, tileHaloRows(m, tc.order, tc.bm), sum)
+		require.Equal(t, tc.most, most, "order %v, %d rows", tc.order, tc.bm)
+	}
+}
+
+// TestGatherBytes checks the gather traffic model on a hand-made map and
+// its relations on a shell.
+func TestGatherBytes(t *testing.T) {
+	// Four output rows, two taps (present: row 0 {0, 1}, row 1 {0, 1},
+	// row 2 {0}, row 3 {0, 1}); seven pairs.
+	m := &kmap.Map{NIn: 5, NOut: 4, Nbr: []int32{
+		0, 1,
+		1, 2,
+		3, -1,
+		3, 4,
+	}}
+	m.Conv.Kernel = [3]int{2, 1, 1}
+	order := []int32{0, 1, 2, 3}
+	for _, tc := range []struct {
+		bm, c       int
+		once        bool
+		rows, wts   int64
+		description string
+	}{
+		// Tiles {0, 1} and {2, 3} visit both taps: 4 visits of a 64×64
+		// fp16 slice; one column tile of 64.
+		{2, 64, false, 7 * 64 * 2, 4 * 64 * 64 * 2, "a row per pair"},
+		{2, 64, true, 5 * 64 * 2, 4 * 64 * 64 * 2, "distinct rows once: {0, 1, 2}, {3, 4}"},
+		// 512 channels: two column tiles of 256 re-read the rows.
+		{2, 512, false, 7 * 512 * 2 * 2, 4 * 512 * 512 * 2, "two column tiles"},
+		// Tiles of one row: row 2 has one tap.
+		{1, 64, false, 7 * 64 * 2, 7 * 64 * 64 * 2, "one-row tiles"},
+	} {
+		r, w := gatherBytes(m, order, tc.bm, tc.c, 2, tc.once)
+		require.Equal(t, tc.rows, r, tc.description)
+		require.Equal(t, tc.wts, w, tc.description)
+	}
+
+	shell := mustShellMap(t, 32)
+	z, err := zOrder(shell)
+	require.NoError(t, err)
+	st := shell.Stats(0)
+	gr, gw := gatherBytes(shell, shell.Masked().Order, 128, 64, 2, false)
+	require.Equal(t, st.Pairs*64*2, gr)
+	require.Equal(t, shell.Stats(128).Padding*float64(st.Pairs)*64*64*2, float64(gw)*128, "weights: one slice per tap of each 128-row union")
+	zr, zw := gatherBytes(shell, z, 128, 64, 2, true)
+	require.Less(t, zr, gr, "z-order tiles read fewer rows once")
+	require.Greater(t, zw, gw, "but visit more taps")
 }
 
 func TestZOrderTilesOfTheShell(t *testing.T) {

@@ -25,7 +25,9 @@ import (
 // block per window would run it) and the passes over its candidates such a
 // block would make (regroupByPasses, windowPasses); with -halo the padding of tiles of the
 // z-order of the coordinates and, for both orders, the distinct input rows
-// per tile relative to the pairs (tileHaloRows); with -wgrad G,… the
+// per tile relative to the pairs (tileHaloRows); with -bytes C the bytes a
+// forward gather of C channels reads from L2 with either kind of tile
+// (gatherBytes); with -wgrad G,… the
 // products and rows read of a multi-tap weight gradient over the Gray order
 // (multiTapTraffic, a design) relative to the pairs kernels.
 func paddingMain(args []string, stdout, stderr io.Writer) error {
@@ -36,6 +38,7 @@ func paddingMain(args []string, stdout, stderr io.Writer) error {
 	regroup := fs.Int("regroup", 0, "also report the padding after a greedy regrouping of the Gray order into tiles, each row chosen among the next `W` rows (0: off; maps of at most 2^19 rows)")
 	windows := fs.Bool("windows", false, "with -regroup W: regroup each window of W rows of the Gray order on its own instead of a sliding window, and report the passes per window of the GPU design (regroupByPasses)")
 	halo := fs.Bool("halo", false, "also report the padding of tiles in z-order and, for tiles in Gray order and in z-order, the distinct input rows of each tile summed over the tiles relative to the pairs (what a gather reading each tile's neighbourhood once would read; today's read one row per pair)")
+	bytesC := fs.Int("bytes", 0, "also report, for C → C layers of `C` channels (fp16), the gigabytes a forward gather reads from L2 per layer: today's Gray tiles (one input row per pair) and z-order tiles reading each tile's distinct rows once, and the most distinct rows of one z-order tile (gatherBytes; 0: off)")
 	wgrad := fs.String("wgrad", "", "also report, for these tap-group sizes `G,…`, the rows a multi-tap weight gradient over the Gray order would read, relative to the pairs kernels (multiTapTraffic)")
 	wgradRows := fs.Int("wgradrows", 32, "rows per K slab of the multi-tap weight gradient (-wgrad)")
 	if err := fs.Parse(args); err != nil {
@@ -95,6 +98,15 @@ func paddingMain(args []string, stdout, stderr io.Writer) error {
 			cols = append(cols, fmt.Sprintf("z-order padding BM %d", bm), fmt.Sprintf("Gray rows read BM %d", bm), fmt.Sprintf("z-order rows read BM %d", bm))
 		}
 	}
+	if *bytesC < 0 {
+		return fmt.Errorf("-bytes %d must not be negative", *bytesC)
+	}
+	if *bytesC > 0 {
+		for _, bm := range bms {
+			cols = append(cols, fmt.Sprintf("GB read C %d, Gray BM %d (rows + weights)", *bytesC, bm),
+				fmt.Sprintf("GB read C %d, z-order once BM %d (rows + weights)", *bytesC, bm), fmt.Sprintf("most rows of a z-order tile BM %d", bm))
+		}
+	}
 	if len(groups) > 0 {
 		cols = append(cols, fmt.Sprintf("wgrad products, %d-row slabs", *wgradRows))
 		for _, g := range groups {
@@ -149,6 +161,19 @@ func paddingMain(args []string, stdout, stderr io.Writer) error {
 				p := float64(st.Pairs)
 				fmt.Fprintf(stdout, " %.2f× | %.2f | %.2f |", float64(orderWork(m.Masked(), z, bm))/p,
 					float64(tileHaloRows(m, m.Masked().Order, bm))/p, float64(tileHaloRows(m, z, bm))/p)
+			}
+		}
+		if *bytesC > 0 {
+			z, err := zOrder(m)
+			if err != nil {
+				return fmt.Errorf("RES %d: %w", r, err)
+			}
+			gb := func(a, b int64) string { return fmt.Sprintf("%.2f + %.2f", float64(a)/1e9, float64(b)/1e9) }
+			for _, bm := range bms {
+				gr, gw := gatherBytes(m, m.Masked().Order, bm, *bytesC, 2, false)
+				zr, zw := gatherBytes(m, z, bm, *bytesC, 2, true)
+				_, most := tileHaloStats(m, z, bm)
+				fmt.Fprintf(stdout, " %s | %s | %d |", gb(gr, gw), gb(zr, zw), most)
 			}
 		}
 		if len(groups) > 0 {
