@@ -8,8 +8,9 @@ import (
 	"github.com/flexgemm-go/flexgemm/sparse/kmap"
 )
 
-func TestTileHaloRows(t *testing.T) {
-	// Four output rows over five input rows, two taps; -1 = no neighbour.
+// handMap is a map of four output rows over five input rows through two
+// taps (-1 = no neighbour): seven pairs, row 2 has tap 0 only.
+func handMap() *kmap.Map {
 	m := &kmap.Map{NIn: 5, NOut: 4, Nbr: []int32{
 		0, 1,
 		1, 2,
@@ -17,6 +18,11 @@ func TestTileHaloRows(t *testing.T) {
 		3, 4,
 	}}
 	m.Conv.Kernel = [3]int{2, 1, 1} // V = 2
+	return m
+}
+
+func TestTileHaloRows(t *testing.T) {
+	m := handMap()
 	for _, tc := range []struct {
 		order []int32
 		bm    int
@@ -52,15 +58,7 @@ func TestTileHaloRows(t *testing.T) {
 // TestGatherBytes checks the gather traffic model on a hand-made map and
 // its relations on a shell.
 func TestGatherBytes(t *testing.T) {
-	// Four output rows, two taps (present: row 0 {0, 1}, row 1 {0, 1},
-	// row 2 {0}, row 3 {0, 1}); seven pairs.
-	m := &kmap.Map{NIn: 5, NOut: 4, Nbr: []int32{
-		0, 1,
-		1, 2,
-		3, -1,
-		3, 4,
-	}}
-	m.Conv.Kernel = [3]int{2, 1, 1}
+	m := handMap()
 	order := []int32{0, 1, 2, 3}
 	for _, tc := range []struct {
 		bm, c       int
