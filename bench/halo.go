@@ -68,9 +68,13 @@ func gatherBytes(m *kmap.Map, order []int32, bm, c, esz int, once bool) (rows, w
 
 // zOrder returns the output rows of m sorted by the z-order code of their
 // coordinates: tiles of consecutive rows of it are compact pieces of space.
-func zOrder(m *kmap.Map) ([]int32, error) {
+func zOrder(m *kmap.Map) ([]int32, error) { return curveOrder(m, serialize.ZOrder) }
+
+// curveOrder returns the output rows of m sorted by the code of their
+// coordinates on the space-filling curve mode.
+func curveOrder(m *kmap.Map, mode serialize.Mode) ([]int32, error) {
 	codes := make([]uint64, m.NOut)
-	if err := serialize.Encode(serialize.ZOrder, m.OutCoords, m.Out, codes); err != nil {
+	if err := serialize.Encode(mode, m.OutCoords, m.Out, codes); err != nil {
 		return nil, err
 	}
 	return serialize.Argsort(codes)

@@ -6,6 +6,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flexgemm-go/flexgemm/sparse/kmap"
+	"github.com/flexgemm-go/flexgemm/sparse/serialize"
 )
 
 // handMap is a map of four output rows over five input rows through two
@@ -90,6 +91,24 @@ func TestGatherBytes(t *testing.T) {
 	zr, zw := gatherBytes(shell, z, 128, 64, 2, true)
 	require.Less(t, zr, gr, "z-order tiles read fewer rows once")
 	require.Greater(t, zw, gw, "but visit more taps")
+}
+
+// TestCurveOrders checks that both curve orders are permutations of the
+// output rows whose tiles read fewer distinct rows than the Gray order's.
+func TestCurveOrders(t *testing.T) {
+	m := mustShellMap(t, 24)
+	gray := tileHaloRows(m, m.Masked().Order, 256)
+	for _, mode := range []serialize.Mode{serialize.ZOrder, serialize.Hilbert} {
+		o, err := curveOrder(m, mode)
+		require.NoError(t, err)
+		seen := make([]bool, m.NOut)
+		for _, r := range o {
+			require.False(t, seen[r], "%v: row %d twice", mode, r)
+			seen[r] = true
+		}
+		require.Len(t, o, m.NOut)
+		require.Less(t, tileHaloRows(m, o, 256), gray, "%v", mode)
+	}
 }
 
 func TestZOrderTilesOfTheShell(t *testing.T) {

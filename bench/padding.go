@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/flexgemm-go/flexgemm/sparse/kmap"
+	"github.com/flexgemm-go/flexgemm/sparse/serialize"
 	"github.com/flexgemm-go/flexgemm/sparse/synth"
 )
 
@@ -38,7 +39,7 @@ func paddingMain(args []string, stdout, stderr io.Writer) error {
 	regroup := fs.Int("regroup", 0, "also report the padding after a greedy regrouping of the Gray order into tiles, each row chosen among the next `W` rows (0: off; maps of at most 2^19 rows)")
 	windows := fs.Bool("windows", false, "with -regroup W: regroup each window of W rows of the Gray order on its own instead of a sliding window, and report the passes per window of the GPU design (regroupByPasses)")
 	halo := fs.Bool("halo", false, "also report the padding of tiles in z-order and, for tiles in Gray order and in z-order, the distinct input rows of each tile summed over the tiles relative to the pairs (what a gather reading each tile's neighbourhood once would read; today's read one row per pair)")
-	bytesC := fs.Int("bytes", 0, "also report, for C → C layers of `C` channels (fp16), the gigabytes a forward gather reads from L2 per layer: today's Gray tiles (one input row per pair) and z-order tiles reading each tile's distinct rows once, and the most distinct rows of one z-order tile (gatherBytes; 0: off)")
+	bytesC := fs.Int("bytes", 0, "also report, for C → C layers of `C` channels (fp16), the gigabytes a forward gather reads from L2 per layer: today's Gray tiles (one input row per pair) and z-order and Hilbert tiles reading each tile's distinct rows once, with their padding and the most distinct rows of one tile (gatherBytes; 0: off)")
 	wgrad := fs.String("wgrad", "", "also report, for these tap-group sizes `G,…`, the rows a multi-tap weight gradient over the Gray order would read, relative to the pairs kernels (multiTapTraffic)")
 	wgradRows := fs.Int("wgradrows", 32, "rows per K slab of the multi-tap weight gradient (-wgrad)")
 	if err := fs.Parse(args); err != nil {
@@ -103,8 +104,11 @@ func paddingMain(args []string, stdout, stderr io.Writer) error {
 	}
 	if *bytesC > 0 {
 		for _, bm := range bms {
-			cols = append(cols, fmt.Sprintf("GB read C %d, Gray BM %d (rows + weights)", *bytesC, bm),
-				fmt.Sprintf("GB read C %d, z-order once BM %d (rows + weights)", *bytesC, bm), fmt.Sprintf("most rows of a z-order tile BM %d", bm))
+			cols = append(cols, fmt.Sprintf("GB read C %d, Gray BM %d (rows + weights)", *bytesC, bm))
+			for _, curve := range []string{"z-order", "Hilbert"} {
+				cols = append(cols, fmt.Sprintf("GB read C %d, %s once BM %d (rows + weights)", *bytesC, curve, bm),
+					fmt.Sprintf("%s padding, most rows of a tile, BM %d", curve, bm))
+			}
 		}
 	}
 	if len(groups) > 0 {
@@ -164,16 +168,24 @@ func paddingMain(args []string, stdout, stderr io.Writer) error {
 			}
 		}
 		if *bytesC > 0 {
-			z, err := zOrder(m)
-			if err != nil {
-				return fmt.Errorf("RES %d: %w", r, err)
+			var curves [][]int32
+			for _, mode := range []serialize.Mode{serialize.ZOrder, serialize.Hilbert} {
+				o, err := curveOrder(m, mode)
+				if err != nil {
+					return fmt.Errorf("RES %d: %w", r, err)
+				}
+				curves = append(curves, o)
 			}
 			gb := func(a, b int64) string { return fmt.Sprintf("%.2f + %.2f", float64(a)/1e9, float64(b)/1e9) }
 			for _, bm := range bms {
 				gr, gw := gatherBytes(m, m.Masked().Order, bm, *bytesC, 2, false)
-				zr, zw := gatherBytes(m, z, bm, *bytesC, 2, true)
-				_, most := tileHaloStats(m, z, bm)
-				fmt.Fprintf(stdout, " %s | %s | %d |", gb(gr, gw), gb(zr, zw), most)
+				fmt.Fprintf(stdout, " %s |", gb(gr, gw))
+				for _, o := range curves {
+					cr, cw := gatherBytes(m, o, bm, *bytesC, 2, true)
+					_, most := tileHaloStats(m, o, bm)
+					pad := float64(orderWork(m.Masked(), o, bm)) / float64(max(st.Pairs, 1))
+					fmt.Fprintf(stdout, " %s | %.2f×, %d |", gb(cr, cw), pad, most)
+				}
 			}
 		}
 		if len(groups) > 0 {
