@@ -11,8 +11,10 @@
 //	bash bench/gpu_run.sh         # ours and FlexGEMM side by side, ratio table last
 //	.gpu/bench tune [-res 64,128,256] [-c 16,…] [-o autotune/pretuned/h200.json]
 //	                              # offline autotuning of a shell grid (GPU build)
-//	go run ./bench padding [-res 8,…,1024] [-rows 64,128,256] [-regroup W] [-wgrad G,…]
-//	                              # masked-GEMM padding of the benchmark shells (CPU)
+//	go run ./bench padding [-res 8,…,1024] [-rows 64,128,256] [-regroup W [-windows]] [-halo]
+//	                       [-bytes C] [-wgrad G,…]
+//	                              # masked-GEMM padding of the benchmark shells, and the
+//	                              # rows and bytes a gather reads per tile order (CPU)
 //
 // The default workload is FlexGEMM's submanifold training benchmark
 // (tests/submconv/train_benchmark.py, and the anchor script
