@@ -38,17 +38,18 @@ func tileHaloStats(m *kmap.Map, order []int32, bm int) (sum int64, most int) {
 }
 
 // gatherBytes models the bytes a masked forward gather of a c → c layer
-// over m reads from L2 with tiles of bm consecutive rows of order, in
-// elements of esz bytes: every tile reads, for each of its ⌈c/bn⌉ column
-// tiles, the input rows it gathers (c·esz bytes each) and, for each tap
-// of its union, its columns' weight slice (c·bn·esz), bn the column tile
-// the engine's heuristic takes for c columns (256, 128 or 64). The rows
-// are one per pair (today's gathers) or, with once, each tile's distinct
-// input rows once (a gather that stages its neighbourhood). Nsight Compute
-// measured 10.6 GB for the first gather of a RES 1024 C 64 step (this
-// model: 10.2) and 5.4 GB at RES 256 C 256 (model: 5.4; session 16, call
-// 3). An experiment of `bench padding -bytes`.
-func gatherBytes(m *kmap.Map, order []int32, bm, c, esz int, once bool) (rows, weights int64) {
+// reads from L2 with the row tiles whose tap unions are tiles, in elements
+// of esz bytes: every tile reads, for each of its ⌈c/bn⌉ column tiles, the
+// input rows it gathers (rowsRead over all tiles, c·esz bytes each) and,
+// for each tap of its union, its columns' weight slice (c·bn·esz), bn the
+// column tile the engine's heuristic takes for c columns (256, 128 or
+// 64). rowsRead is one row per pair for today's gathers, or the tiles'
+// distinct input rows (tileHaloRows) for a gather that stages its
+// neighbourhood once. Nsight Compute measured 10.6 GB for the first
+// gather of a RES 1024 C 64 step (this model: 10.2) and 5.4 GB at RES 256
+// C 256 (model: 5.4; session 16, call 3). An experiment of
+// `bench padding -bytes`.
+func gatherBytes(rowsRead int64, tiles *kmap.Tiles, c, esz int) (rows, weights int64) {
 	bn := 64
 	switch {
 	case c >= 256:
@@ -57,13 +58,7 @@ func gatherBytes(m *kmap.Map, order []int32, bm, c, esz int, once bool) (rows, w
 		bn = 128
 	}
 	colTiles := int64((c + bn - 1) / bn)
-	n := m.Stats(0).Pairs
-	if once {
-		n = tileHaloRows(m, order, bm)
-	}
-	ms := m.Masked()
-	visits := int64(len((&kmap.Masked{V: ms.V, Words: ms.Words, Mask: ms.Mask, Order: order}).Tiles(bm).Taps))
-	return n * int64(c*esz) * colTiles, visits * int64(c*c*esz)
+	return rowsRead * int64(c*esz) * colTiles, int64(len(tiles.Taps)) * int64(c*c*esz)
 }
 
 // zOrder returns the output rows of m sorted by the z-order code of their

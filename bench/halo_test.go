@@ -76,7 +76,11 @@ func TestGatherBytes(t *testing.T) {
 		// Tiles of one row: row 2 has one tap.
 		{1, 64, false, 7 * 64 * 2, 7 * 64 * 64 * 2, "one-row tiles"},
 	} {
-		r, w := gatherBytes(m, order, tc.bm, tc.c, 2, tc.once)
+		rowsRead := m.Stats(0).Pairs
+		if tc.once {
+			rowsRead = tileHaloRows(m, order, tc.bm)
+		}
+		r, w := gatherBytes(rowsRead, orderTiles(m.Masked(), order, tc.bm), tc.c, 2)
 		require.Equal(t, tc.rows, r, tc.description)
 		require.Equal(t, tc.wts, w, tc.description)
 	}
@@ -85,10 +89,10 @@ func TestGatherBytes(t *testing.T) {
 	z, err := zOrder(shell)
 	require.NoError(t, err)
 	st := shell.Stats(0)
-	gr, gw := gatherBytes(shell, shell.Masked().Order, 128, 64, 2, false)
+	gr, gw := gatherBytes(st.Pairs, shell.Masked().Tiles(128), 64, 2)
 	require.Equal(t, st.Pairs*64*2, gr)
 	require.Equal(t, shell.Stats(128).Padding*float64(st.Pairs)*64*64*2, float64(gw)*128, "weights: one slice per tap of each 128-row union")
-	zr, zw := gatherBytes(shell, z, 128, 64, 2, true)
+	zr, zw := gatherBytes(tileHaloRows(shell, z, 128), orderTiles(shell.Masked(), z, 128), 64, 2)
 	require.Less(t, zr, gr, "z-order tiles read fewer rows once")
 	require.Greater(t, zw, gw, "but visit more taps")
 }

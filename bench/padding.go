@@ -177,14 +177,15 @@ func paddingMain(args []string, stdout, stderr io.Writer) error {
 				curves = append(curves, o)
 			}
 			gb := func(a, b int64) string { return fmt.Sprintf("%.2f + %.2f", float64(a)/1e9, float64(b)/1e9) }
+			ms := m.Masked()
 			for _, bm := range bms {
-				gr, gw := gatherBytes(m, m.Masked().Order, bm, *bytesC, 2, false)
+				gr, gw := gatherBytes(st.Pairs, ms.Tiles(bm), *bytesC, 2)
 				fmt.Fprintf(stdout, " %s |", gb(gr, gw))
 				for _, o := range curves {
-					cr, cw := gatherBytes(m, o, bm, *bytesC, 2, true)
-					_, most := tileHaloStats(m, o, bm)
-					pad := float64(orderWork(m.Masked(), o, bm)) / float64(max(st.Pairs, 1))
-					fmt.Fprintf(stdout, " %s | %.2f×, %d |", gb(cr, cw), pad, most)
+					tiles := orderTiles(ms, o, bm)
+					halo, most := tileHaloStats(m, o, bm)
+					cr, cw := gatherBytes(halo, tiles, *bytesC, 2)
+					fmt.Fprintf(stdout, " %s | %.2f×, %d |", gb(cr, cw), float64(tiles.Work)/float64(max(st.Pairs, 1)), most)
 				}
 			}
 		}

@@ -109,11 +109,21 @@ func (g *regrouping) startTile(window int) bool {
 	return true
 }
 
+// withOrder returns ms's masks with their rows in order instead.
+func withOrder(ms *kmap.Masked, order []int32) *kmap.Masked {
+	return &kmap.Masked{V: ms.V, Words: ms.Words, Mask: ms.Mask, Order: order}
+}
+
+// orderTiles returns the tap unions of tiles of bm consecutive rows of
+// order over the masks of ms (kmap's Tiles(bm) of the masks in that order).
+func orderTiles(ms *kmap.Masked, order []int32, bm int) *kmap.Tiles {
+	return withOrder(ms, order).Tiles(bm)
+}
+
 // orderWork returns the (row, tap) products a masked GEMM computes with
-// tiles of bm consecutive rows of order over the masks of ms: kmap's
-// Tiles(bm).Work of the same masks in that order.
+// tiles of bm consecutive rows of order over the masks of ms.
 func orderWork(ms *kmap.Masked, order []int32, bm int) int64 {
-	return (&kmap.Masked{V: ms.V, Words: ms.Words, Mask: ms.Mask, Order: order}).Tiles(bm).Work
+	return orderTiles(ms, order, bm).Work
 }
 
 // regroupWindows is regroupTiles applied to each window of window rows of
@@ -133,7 +143,7 @@ func regroupWindows(ms *kmap.Masked, bm, window int) []int32 {
 func orderWindows(ms *kmap.Masked, window int) iter.Seq[*kmap.Masked] {
 	return func(yield func(*kmap.Masked) bool) {
 		for s := 0; s < len(ms.Order); s += window {
-			if !yield(&kmap.Masked{V: ms.V, Words: ms.Words, Mask: ms.Mask, Order: ms.Order[s:min(s+window, len(ms.Order))]}) {
+			if !yield(withOrder(ms, ms.Order[s:min(s+window, len(ms.Order))])) {
 				return
 			}
 		}
