@@ -822,6 +822,95 @@ __device__ __forceinline__ long long pairs_tap_slices(const long long* seg, long
   return min(splits, max(1ll, (total + chunk - 1) / chunk));
 }
 
+// A pairs block's output tile (blockIdx.x: row tile m0 and column tile
+// n0 of the [M, N] product of tap v = blockIdx.y) and its share of the
+// tap's pair list (split z = blockIdx.z): the lists ia / ib (null: the
+// identity), the pair range [s0, s1) and the reduction steps [t0, t0 +
+// nIter) of BK pairs. none: a balanced split's slice the tap does not use
+// (the reduction skips it: spconv_reduce_taps_*).
+template <class C> struct PairsBlock {
+  long long m0, n0, s0, s1, t0;
+  int v, z, nIter;
+  const int* ia;
+  const int* ib;
+  bool none;
+  __device__ __forceinline__ explicit PairsBlock(const PairsParams& p) {
+    const long long tilesN = (p.N + C::BN - 1) / C::BN;
+    m0 = ((long long)blockIdx.x / tilesN) * C::BM;
+    n0 = ((long long)blockIdx.x % tilesN) * C::BN;
+    v = blockIdx.y;
+    z = blockIdx.z;
+    const long long sv = pairs_tap_slices(p.seg, p.mirror, p.V, p.K, v, C::BK, p.chunk, p.splits);
+    none = z >= sv;
+    // The pair list of tap v: its own segment, or with p.mirror for a tap
+    // past the centre the segment of tap V − 1 − v read the other way round
+    // (a pair (i, o) of tap v is the pair (o, i) of its mirror tap), and
+    // for the centre the identity.
+    const int H = (int)(p.V - 1) / 2;
+    const bool centre = p.mirror && v == H, flip = p.mirror && v > H;
+    ia = centre ? nullptr : flip ? p.ib : p.ia;
+    ib = centre ? nullptr : flip ? p.ia : p.ib;
+    pairs_tap_range(p.seg, p.mirror, p.V, p.K, v, s0, s1);
+    const int vs = flip ? (int)p.V - 1 - v : v;
+    long long t1;
+    if (p.off && p.chunk == 0 && p.splits > 1) {
+      // Row slices: the pairs of this split's output rows (the lists are in
+      // output-row order), so the blocks of one split read the same rows.
+      const long long c0 = p.nc * z / p.splits, c1 = p.nc * (z + 1) / p.splits;
+      if (centre) {
+        s0 = min(c0 * p.off_rows, p.K);
+        s1 = min(c1 * p.off_rows, p.K);
+      } else {
+        const long long* o = p.off + (long long)vs * p.nc;
+        const long long end = s1;
+        s0 = o[c0];
+        s1 = c1 < p.nc ? o[c1] : end;
+      }
+      t0 = 0;
+      t1 = (s1 - s0 + C::BK - 1) / C::BK;
+    } else {
+      // Slice z of the tap's sv: an equal share of its reduction steps.
+      const long long total = (s1 - s0 + C::BK - 1) / C::BK;
+      t0 = (total * z + sv - 1) / sv;
+      t1 = (total * (z + 1) + sv - 1) / sv;
+    }
+    nIter = none ? 0 : (int)(t1 - t0);
+  }
+};
+
+// Epilogue of a pairs GEMM: warp (wm, wn)'s accumulator fragments
+// (mma.sync C-fragment order) to rows m0 … and columns n0 … of tap v of
+// the [M, V, N] result, or to split z's float32 partials.
+template <class C>
+__device__ __forceinline__ void pairs_store(const PairsParams& p, const float (&acc)[C::MI][C::NI][4], long long m0,
+                                            long long n0, int v, int z, int wm, int wn, int lane) {
+  using T = typename C::T;
+  const int g = lane >> 2, t4 = lane & 3;
+  const long long ldo = p.V * p.N;  // row pitch of [M, V, N]
+  const bool pairOK = (p.N & 1) == 0;
+  T* out = reinterpret_cast<T*>(p.out);
+#pragma unroll
+  for (int mi = 0; mi < C::MI; ++mi)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const long long m = m0 + wm * C::WTM + mi * 16 + g + 8 * h;
+      if (m >= p.M) continue;
+#pragma unroll
+      for (int ni = 0; ni < C::NI; ++ni) {
+        const long long n = n0 + wn * C::WTN + ni * 8 + 2 * t4;
+        if (n >= p.N) continue;
+        const int nv = n + 1 < p.N ? 2 : 1;
+        const long long off = m * ldo + (long long)v * p.N + n;
+        if (p.part == nullptr) {
+          store2<T>(out + off, acc[mi][ni][2 * h], acc[mi][ni][2 * h + 1], nv, pairOK);
+        } else {
+          store2<float>(p.part + (long long)z * p.M * ldo + off, acc[mi][ni][2 * h], acc[mi][ni][2 * h + 1], nv,
+                        pairOK);
+        }
+      }
+    }
+}
+
 template <class C> __device__ __forceinline__ void pairs_gemm(const PairsParams& p) {
   using T = typename C::T;
   using Raw = typename C::Raw;
@@ -843,48 +932,12 @@ template <class C> __device__ __forceinline__ void pairs_gemm(const PairsParams&
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int wm = warp / C::WN, wn = warp % C::WN;
-  const long long tilesN = (p.N + C::BN - 1) / C::BN;
-  const long long m0 = ((long long)blockIdx.x / tilesN) * C::BM;
-  const long long n0 = ((long long)blockIdx.x % tilesN) * C::BN;
-  const int v = blockIdx.y, z = blockIdx.z;
-  // Split slices beyond this tap's (balanced split) hold nothing: the
-  // reduction skips them (spconv_reduce_taps_*).
-  const long long sv = pairs_tap_slices(p.seg, p.mirror, p.V, p.K, v, C::BK, p.chunk, p.splits);
-  if (z >= sv) return;
-  // The pair list of tap v: its own segment, or with p.mirror for a tap
-  // past the centre the segment of tap V − 1 − v read the other way round
-  // (a pair (i, o) of tap v is the pair (o, i) of its mirror tap), and
-  // for the centre the identity.
-  const int H = (int)(p.V - 1) / 2;
-  const bool centre = p.mirror && v == H, flip = p.mirror && v > H;
-  const int* ia = centre ? nullptr : flip ? p.ib : p.ia;
-  const int* ib = centre ? nullptr : flip ? p.ia : p.ib;
-  long long s0, s1;
-  pairs_tap_range(p.seg, p.mirror, p.V, p.K, v, s0, s1);
-  const int vs = flip ? (int)p.V - 1 - v : v;
-  long long t0, t1;
-  if (p.off && p.chunk == 0 && p.splits > 1) {
-    // Row slices: the pairs of this split's output rows (the lists are in
-    // output-row order), so the blocks of one split read the same rows.
-    const long long c0 = p.nc * z / p.splits, c1 = p.nc * (z + 1) / p.splits;
-    if (centre) {
-      s0 = min(c0 * p.off_rows, p.K);
-      s1 = min(c1 * p.off_rows, p.K);
-    } else {
-      const long long* o = p.off + (long long)vs * p.nc;
-      const long long end = s1;
-      s0 = o[c0];
-      s1 = c1 < p.nc ? o[c1] : end;
-    }
-    t0 = 0;
-    t1 = (s1 - s0 + C::BK - 1) / C::BK;
-  } else {
-    // Slice z of the tap's sv: an equal share of its reduction steps.
-    const long long total = (s1 - s0 + C::BK - 1) / C::BK;
-    t0 = (total * z + sv - 1) / sv;
-    t1 = (total * (z + 1) + sv - 1) / sv;
-  }
-  const int nIter = (int)(t1 - t0);
+  const PairsBlock<C> blk(p);
+  if (blk.none) return;
+  const long long m0 = blk.m0, n0 = blk.n0, s0 = blk.s0, s1 = blk.s1, t0 = blk.t0;
+  const int v = blk.v, z = blk.z, nIter = blk.nIter;
+  const int* ia = blk.ia;
+  const int* ib = blk.ib;
 
   const T* a = reinterpret_cast<const T*>(p.a);
   const T* b = reinterpret_cast<const T*>(p.b);
@@ -1029,30 +1082,7 @@ template <class C> __device__ __forceinline__ void pairs_gemm(const PairsParams&
   cp_async_wait<0>();
   if constexpr (C::kHopper) wgmma_wait<0>();
 
-  const int g = lane >> 2, t4 = lane & 3;
-  const long long ldo = p.V * p.N;  // row pitch of [M, V, N]
-  const bool pairOK = (p.N & 1) == 0;
-  T* out = reinterpret_cast<T*>(p.out);
-#pragma unroll
-  for (int mi = 0; mi < C::MI; ++mi)
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const long long m = m0 + wm * C::WTM + mi * 16 + g + 8 * h;
-      if (m >= p.M) continue;
-#pragma unroll
-      for (int ni = 0; ni < C::NI; ++ni) {
-        const long long n = n0 + wn * C::WTN + ni * 8 + 2 * t4;
-        if (n >= p.N) continue;
-        const int nv = n + 1 < p.N ? 2 : 1;
-        const long long off = m * ldo + (long long)v * p.N + n;
-        if (p.part == nullptr) {
-          store2<T>(out + off, acc[mi][ni][2 * h], acc[mi][ni][2 * h + 1], nv, pairOK);
-        } else {
-          store2<float>(p.part + (long long)z * p.M * ldo + off, acc[mi][ni][2 * h], acc[mi][ni][2 * h + 1], nv,
-                        pairOK);
-        }
-      }
-    }
+  pairs_store<C>(p, acc, m0, n0, v, z, wm, wn, lane);
 }
 
 }  // namespace fg
