@@ -516,16 +516,11 @@ func (e *Engine) runGather(j gatherJob) error {
 	var part rawBuf
 	if splits > 1 {
 		var err error
-		if part, err = d.allocTemp(int64(splits) * j.M * j.N * 4); err != nil {
+		if part, err = d.allocPartials(int64(splits) * j.M * j.N); err != nil {
 			return err
 		}
 		defer d.freeTemp(part)
 		p.Part = uint64(part.ptr)
-		if d.poisonPartials {
-			if err := memsetD8(part.ptr, 0xff, part.size, d.stream); err != nil {
-				return err
-			}
-		}
 	}
 	name := kernels.KernelName(kernels.Gather, j.math, t)
 	if j.wt {
@@ -567,9 +562,10 @@ func weightTensorMap(out *[16]uint64, addr devPtr, j gatherJob, t kernels.Tile) 
 
 // reduce sums split-K partials [splits, rows, cols] into out (+ bias).
 func (e *Engine) reduce(part devPtr, out *Buffer, bias devPtr, rows, cols int64, splits int) error {
-	name := map[sparse.DType]string{sparse.Float32: "spconv_reduce_f32", sparse.Float16: "spconv_reduce_f16", sparse.BFloat16: "spconv_reduce_bf16"}[out.dtype]
-	vec := e.d.reduceVec(part, out, rows*cols, cols)
-	g, b := e.d.elementwise(ceilDiv(rows*cols, 1+3*vec))
+	name, g, b, vec, err := e.d.reduceLaunch("spconv_reduce_", part, out, rows*cols, cols)
+	if err != nil {
+		return err
+	}
 	return e.d.launch(name, g, b, 0, part, out.ptr, bias, rows, cols, int64(splits), vec)
 }
 
@@ -647,16 +643,11 @@ func (e *Engine) runPairs(j pairsJob) error {
 	switch {
 	case splits > 1:
 		var err error
-		if part, err = d.allocTemp(int64(splits) * j.M * j.V * j.N * 4); err != nil {
+		if part, err = d.allocPartials(int64(splits) * j.M * j.V * j.N); err != nil {
 			return err
 		}
 		defer d.freeTemp(part)
 		p.Part = uint64(part.ptr)
-		if d.poisonPartials {
-			if err := memsetD8(part.ptr, 0xff, part.size, d.stream); err != nil {
-				return err
-			}
-		}
 	case esz == 2 && j.out.dtype == sparse.Float32:
 		// Narrow operands, float32 result: the kernel writes its float32
 		// accumulators through the partials path straight into out.
@@ -686,10 +677,42 @@ func (e *Engine) runPairs(j pairsJob) error {
 // [M, V·N]: for each tap only the split slices its pairs kernel wrote
 // (fg::pairs_tap_slices), in split order.
 func (e *Engine) reduceTaps(part devPtr, out *Buffer, p pairsParams, bk int64) error {
-	name := map[sparse.DType]string{sparse.Float32: "spconv_reduce_taps_f32", sparse.Float16: "spconv_reduce_taps_f16", sparse.BFloat16: "spconv_reduce_taps_bf16"}[out.dtype]
-	vec := e.d.reduceVec(part, out, p.M*p.V*p.N, p.N)
-	g, b := e.d.elementwise(ceilDiv(p.M*p.V*p.N, 1+3*vec))
+	name, g, b, vec, err := e.d.reduceLaunch("spconv_reduce_taps_", part, out, p.M*p.V*p.N, p.N)
+	if err != nil {
+		return err
+	}
 	return e.d.launch(name, g, b, 0, part, out.ptr, p.M, p.V, p.N, p.Splits, devPtr(p.Seg), p.Mirror, p.K, bk, p.Chunk, vec)
+}
+
+// allocPartials allocates a temporary buffer of n float32 split-K
+// partials (freeTemp frees it), filled with NaN bytes under the
+// poisonPartials test instrument, so that a slice read but never written
+// shows in the result.
+func (d *Device) allocPartials(n int64) (rawBuf, error) {
+	part, err := d.allocTemp(n * 4)
+	if err != nil {
+		return rawBuf{}, err
+	}
+	if d.poisonPartials {
+		if err := memsetD8(part.ptr, 0xff, part.size, d.stream); err != nil {
+			d.freeTemp(part)
+			return rawBuf{}, err
+		}
+	}
+	return part, nil
+}
+
+// reduceLaunch returns the kernel (prefix and out's floatSuffix), grid and
+// reduceVec argument of a split-K reduction of n float32 partials per
+// slice into out whose runs of cols elements must not be split.
+func (d *Device) reduceLaunch(prefix string, part devPtr, out *Buffer, n, cols int64) (name string, g, b dim3, vec int64, err error) {
+	sfx, ok := floatSuffix(out.dtype)
+	if !ok {
+		return "", g, b, 0, fmt.Errorf("%w: cudaext: split-K reduction into %v", sparse.ErrDType, out.dtype)
+	}
+	vec = d.reduceVec(part, out, n, cols)
+	g, b = d.elementwise(ceilDiv(n, 1+3*vec))
+	return prefix + sfx, g, b, vec, nil
 }
 
 // reduceVec is 1 when a split-K reduction of n float32 partials per slice
@@ -1112,15 +1135,15 @@ func (e *Engine) BiasGradAs(dy sparse.Matrix, dt sparse.DType) (sparse.Matrix, e
 	if err != nil {
 		return sparse.Matrix{}, err
 	}
-	if db.dtype == sparse.Int32 {
-		return sparse.Matrix{}, fmt.Errorf("%w: BiasGrad of int32 data", sparse.ErrDType)
+	sfx, ok := floatSuffix(db.dtype)
+	if !ok {
+		return sparse.Matrix{}, fmt.Errorf("%w: BiasGrad of %v data", sparse.ErrDType, db.dtype)
 	}
 	if dt != sparse.Float32 && dt != db.dtype {
 		return sparse.Matrix{}, fmt.Errorf("%w: BiasGrad of %v data into %v (want float32 or %v)", sparse.ErrDType, db.dtype, dt, db.dtype)
 	}
 	rows, cols := int64(dy.Rows), int64(dy.Cols)
-	sfxs := map[sparse.DType]string{sparse.Float32: "f32", sparse.Float16: "f16", sparse.BFloat16: "bf16"}
-	sfx, outSfx := sfxs[db.dtype], sfxs[dt]
+	outSfx, _ := floatSuffix(dt) // float32 or dy's dtype
 	var out *Buffer
 	err = e.d.do(func() error {
 		d := e.d

@@ -17,14 +17,11 @@ import (
 
 var _ sparse.PoolEngine = (*Engine)(nil)
 
+// poolSuffix returns the pooling kernels' suffix of dt (floatSuffix), or
+// an error naming the dtype.
 func poolSuffix(dt sparse.DType) (string, error) {
-	switch dt {
-	case sparse.Float32:
-		return "f32", nil
-	case sparse.Float16:
-		return "f16", nil
-	case sparse.BFloat16:
-		return "bf16", nil
+	if s, ok := floatSuffix(dt); ok {
+		return s, nil
 	}
 	return "", fmt.Errorf("%w: cudaext: pooling of %v data", sparse.ErrDType, dt)
 }

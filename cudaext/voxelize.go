@@ -118,13 +118,8 @@ func checkVoxOpts(op string, opt *sparse.VoxelizeOptions) error {
 }
 
 func meanKernel(dt sparse.DType) (string, error) {
-	switch dt {
-	case sparse.Float32:
-		return "vox_mean_f32", nil
-	case sparse.Float16:
-		return "vox_mean_f16", nil
-	case sparse.BFloat16:
-		return "vox_mean_bf16", nil
+	if s, ok := floatSuffix(dt); ok {
+		return "vox_mean_" + s, nil
 	}
 	return "", fmt.Errorf("%w: cudaext: Voxelize pools Float32, Float16 or BFloat16 features, got %v", sparse.ErrDType, dt)
 }

@@ -124,12 +124,16 @@ __device__ void reduce_taps(const float* part, T* out, long long rows, long long
   }
   const long long cols = V * N, n = rows * cols;
   const bool narrow = n < (1ll << 32);  // every index fits 32 bits
+  // The slices of element i's tap.
+  auto tapSlices = [&](long long i) -> long long {
+    const int v = narrow ? (int)((unsigned)i % (unsigned)cols / (unsigned)N) : (int)((i % cols) / N);
+    return table ? slices[v] : fg::pairs_tap_slices(seg, mirror, V, K, v, bk, chunk, splits);
+  };
   if (vec) {
     // Four consecutive elements (N a multiple of 4: one tap) with 16-byte
     // loads, as reduce.
     for (long long i = gtid() * 4; i < n; i += gstride() * 4) {
-      const int v = narrow ? (int)((unsigned)i % (unsigned)cols / (unsigned)N) : (int)((i % cols) / N);
-      const long long sv = table ? slices[v] : fg::pairs_tap_slices(seg, mirror, V, K, v, bk, chunk, splits);
+      const long long sv = tapSlices(i);
       float4 s = make_float4(0.f, 0.f, 0.f, 0.f);
       for (long long z = 0; z < sv; ++z) add4(s, part + z * n + i);
       store4(out + i, s);
@@ -137,8 +141,7 @@ __device__ void reduce_taps(const float* part, T* out, long long rows, long long
     return;
   }
   for (long long i = gtid(); i < n; i += gstride()) {
-    const int v = narrow ? (int)((unsigned)i % (unsigned)cols / (unsigned)N) : (int)((i % cols) / N);
-    const long long sv = table ? slices[v] : fg::pairs_tap_slices(seg, mirror, V, K, v, bk, chunk, splits);
+    const long long sv = tapSlices(i);
     float s = 0.f;
     for (long long z = 0; z < sv; ++z) s += part[z * n + i];
     out[i] = from_f32<T>(s);
@@ -247,59 +250,32 @@ __global__ void spconv_im2col_b16(const unsigned short* in, const int* tbl, unsi
   fg_aux::im2col(in, tbl, out, rows, v, c);
 }
 
-__global__ void spconv_reduce_f32(const float* part, float* out, const float* bias, long long rows, long long cols,
-                                  long long splits, long long vec) {
-  fg_aux::reduce(part, out, bias, rows, cols, splits, vec);
-}
-__global__ void spconv_reduce_f16(const float* part, __half* out, const __half* bias, long long rows, long long cols,
-                                  long long splits, long long vec) {
-  fg_aux::reduce(part, out, bias, rows, cols, splits, vec);
-}
-__global__ void spconv_reduce_bf16(const float* part, __nv_bfloat16* out, const __nv_bfloat16* bias, long long rows,
-                                   long long cols, long long splits, long long vec) {
-  fg_aux::reduce(part, out, bias, rows, cols, splits, vec);
-}
-
-#define FG_REDUCE_TAPS(NAME, T)                                                                              \
-  __global__ void NAME(const float* part, T* out, long long rows, long long V, long long N, long long splits, \
-                       const long long* seg, long long mirror, long long K, long long bk, long long chunk,    \
-                       long long vec) {                                                                       \
-    fg_aux::reduce_taps(part, out, rows, V, N, splits, seg, mirror, K, bk, chunk, vec);                    \
+// The split-K reductions and the bias gradient's stages of one float
+// dtype T, named by suffix SFX (f32, f16, bf16: cudaext's floatSuffix).
+#define FG_AUX_FLOAT_KERNELS(SFX, T)                                                                              \
+  __global__ void spconv_reduce_##SFX(const float* part, T* out, const T* bias, long long rows, long long cols,      \
+                                      long long splits, long long vec) {                                          \
+    fg_aux::reduce(part, out, bias, rows, cols, splits, vec);                                                     \
+  }                                                                                                               \
+  __global__ void spconv_reduce_taps_##SFX(const float* part, T* out, long long rows, long long V, long long N,     \
+                                           long long splits, const long long* seg, long long mirror, long long K, \
+                                           long long bk, long long chunk, long long vec) {                        \
+    fg_aux::reduce_taps(part, out, rows, V, N, splits, seg, mirror, K, bk, chunk, vec);                           \
+  }                                                                                                               \
+  __global__ void spconv_bias_grad1v_##SFX(const T* dy, float* part, long long rows, long long cols,                \
+                                           long long chunk_rows, long long gpb) {                                 \
+    fg_aux::bias_grad1v(dy, part, rows, cols, chunk_rows, gpb);                                                   \
+  }                                                                                                               \
+  __global__ void spconv_bias_grad1_##SFX(const T* dy, float* part, long long rows, long long cols,                 \
+                                          long long chunk_rows) {                                                 \
+    fg_aux::bias_grad1(dy, part, rows, cols, chunk_rows);                                                         \
+  }                                                                                                               \
+  __global__ void spconv_bias_grad2_##SFX(const float* part, T* out, long long chunks, long long cols) {            \
+    fg_aux::bias_grad2(part, out, chunks, cols);                                                                  \
   }
-FG_REDUCE_TAPS(spconv_reduce_taps_f32, float)
-FG_REDUCE_TAPS(spconv_reduce_taps_f16, __half)
-FG_REDUCE_TAPS(spconv_reduce_taps_bf16, __nv_bfloat16)
-#undef FG_REDUCE_TAPS
-
-__global__ void spconv_bias_grad1v_f32(const float* dy, float* part, long long rows, long long cols, long long chunk_rows,
-                                       long long gpb) {
-  fg_aux::bias_grad1v(dy, part, rows, cols, chunk_rows, gpb);
-}
-__global__ void spconv_bias_grad1v_f16(const __half* dy, float* part, long long rows, long long cols, long long chunk_rows,
-                                       long long gpb) {
-  fg_aux::bias_grad1v(dy, part, rows, cols, chunk_rows, gpb);
-}
-__global__ void spconv_bias_grad1v_bf16(const __nv_bfloat16* dy, float* part, long long rows, long long cols,
-                                        long long chunk_rows, long long gpb) {
-  fg_aux::bias_grad1v(dy, part, rows, cols, chunk_rows, gpb);
-}
-__global__ void spconv_bias_grad1_f32(const float* dy, float* part, long long rows, long long cols, long long chunk_rows) {
-  fg_aux::bias_grad1(dy, part, rows, cols, chunk_rows);
-}
-__global__ void spconv_bias_grad1_f16(const __half* dy, float* part, long long rows, long long cols, long long chunk_rows) {
-  fg_aux::bias_grad1(dy, part, rows, cols, chunk_rows);
-}
-__global__ void spconv_bias_grad1_bf16(const __nv_bfloat16* dy, float* part, long long rows, long long cols, long long chunk_rows) {
-  fg_aux::bias_grad1(dy, part, rows, cols, chunk_rows);
-}
-__global__ void spconv_bias_grad2_f32(const float* part, float* out, long long chunks, long long cols) {
-  fg_aux::bias_grad2(part, out, chunks, cols);
-}
-__global__ void spconv_bias_grad2_f16(const float* part, __half* out, long long chunks, long long cols) {
-  fg_aux::bias_grad2(part, out, chunks, cols);
-}
-__global__ void spconv_bias_grad2_bf16(const float* part, __nv_bfloat16* out, long long chunks, long long cols) {
-  fg_aux::bias_grad2(part, out, chunks, cols);
-}
+FG_AUX_FLOAT_KERNELS(f32, float)
+FG_AUX_FLOAT_KERNELS(f16, __half)
+FG_AUX_FLOAT_KERNELS(bf16, __nv_bfloat16)
+#undef FG_AUX_FLOAT_KERNELS
 
 }  // extern "C"
