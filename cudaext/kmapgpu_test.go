@@ -143,7 +143,7 @@ func gxSameDerived(t *testing.T, e *Engine, gpu, cpu *kmap.Map) {
 	p := cpu.Pairs()
 	V := cpu.V()
 	var hadPairs bool
-	require.NoError(t, e.d.do(func() error { hadPairs = e.entry(gpu).havePairs; return nil }))
+	require.NoError(t, e.d.do(func() error { hadPairs = e.entry(gpu).pairs != nil; return nil }))
 	before := e.HostWaits()
 	// The first tile height's unions from the Gray tables' masks, the
 	// others' from masks rebuilt after a convolution dropped them
@@ -180,35 +180,36 @@ func gxSameDerived(t *testing.T, e *Engine, gpu, cpu *kmap.Map) {
 	got := map[maskKey]maskedHost{}
 	require.NoError(t, e.d.do(func() error {
 		me := e.entry(gpu)
-		if !me.havePairs {
+		pb := me.pairs
+		if pb == nil {
 			return fmt.Errorf("pairs not cached")
 		}
-		if me.pairStats.longest != maxPairs {
-			return fmt.Errorf("longest pair segment %d, want %d", me.pairStats.longest, maxPairs)
+		if pb.st.longest != maxPairs {
+			return fmt.Errorf("longest pair segment %d, want %d", pb.st.longest, maxPairs)
 		}
-		if gpu.NOut > 0 && !slices.Equal(me.pairStats.iters, lens) {
-			return fmt.Errorf("pair segment lengths %v, want %v", me.pairStats.iters, lens)
+		if gpu.NOut > 0 && !slices.Equal(pb.st.iters, lens) {
+			return fmt.Errorf("pair segment lengths %v, want %v", pb.st.iters, lens)
 		}
-		if me.pairsHalf != (gpu.Kind == kmap.Submanifold) {
-			return fmt.Errorf("half pair lists %v for a %v map", me.pairsHalf, gpu.Kind)
+		if pb.half != (gpu.Kind == kmap.Submanifold) {
+			return fmt.Errorf("half pair lists %v for a %v map", pb.half, gpu.Kind)
 		}
 		var err error
-		if seg, err = download[int64](e.d, me.pairSg.ptr, taps+1); err != nil {
+		if seg, err = download[int64](e.d, pb.seg.ptr, taps+1); err != nil {
 			return err
 		}
-		if in, err = download[int32](e.d, me.pairIn.ptr, int(listed)); err != nil {
+		if in, err = download[int32](e.d, pb.in.ptr, int(listed)); err != nil {
 			return err
 		}
-		if out, err = download[int32](e.d, me.pairOut.ptr, int(listed)); err != nil {
+		if out, err = download[int32](e.d, pb.out.ptr, int(listed)); err != nil {
 			return err
 		}
 		// The chunk offsets: tap v's pairs of the output rows before chunk
 		// c start at off[v·nc + c] (the lists are in output-row order).
 		if nc := (gpu.NOut + pairsChunk - 1) / pairsChunk; listed > 0 {
-			if me.pairOff.ptr == 0 {
+			if pb.off.ptr == 0 {
 				return fmt.Errorf("no chunk offsets for %d listed pairs", listed)
 			}
-			off, err := download[int64](e.d, me.pairOff.ptr, taps*nc)
+			off, err := download[int64](e.d, pb.off.ptr, taps*nc)
 			if err != nil {
 				return err
 			}
@@ -223,7 +224,7 @@ func gxSameDerived(t *testing.T, e *Engine, gpu, cpu *kmap.Map) {
 					}
 				}
 			}
-		} else if me.pairOff.ptr != 0 {
+		} else if pb.off.ptr != 0 {
 			return fmt.Errorf("chunk offsets for empty pair lists")
 		}
 		for _, reverse := range []bool{false, true} {
@@ -982,13 +983,13 @@ func BenchmarkGPUDeriveTables(b *testing.B) {
 				// Drop the derived tables, keep Nbr and Rev.
 				require.NoError(b, e.d.do(func() error {
 					me := e.entry(m)
-					if me.havePairs {
-						for _, r := range []rawBuf{me.pairIn, me.pairOut, me.pairSg, me.pairOff} {
+					if p := me.pairs; p != nil {
+						for _, r := range []rawBuf{p.in, p.out, p.seg, p.off} {
 							if r.ptr != 0 {
 								e.d.freeTemp(r)
 							}
 						}
-						me.havePairs = false
+						me.pairs = nil
 					}
 					for i, g := range me.gray {
 						if g != nil {

@@ -166,7 +166,11 @@ func TestGPUMapPairsWaitOnce(t *testing.T) {
 	// The split count follows the longest tap segment, as before the pair
 	// lists moved to the device: the centre tap has every row.
 	require.NoError(t, gpu.d.do(func() error {
-		if got := gpu.entry(m).pairStats.longest; got != int64(m.NOut) {
+		pb := gpu.entry(m).pairs
+		if pb == nil {
+			return fmt.Errorf("no pair lists cached after a weight gradient")
+		}
+		if got := pb.st.longest; got != int64(m.NOut) {
 			return fmt.Errorf("longest segment %d, want %d", got, m.NOut)
 		}
 		return nil

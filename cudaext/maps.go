@@ -65,14 +65,10 @@ type maskedTables struct {
 }
 
 type mapEntry struct {
-	nbr, rev                rawBuf // [NOut·V], [NIn·V] int32
-	haveNbr, haveRev        bool
-	pairIn, pairOut, pairSg rawBuf // pair lists and [taps+1] int64 segments
-	pairOff                 rawBuf // first pair of each chunk of pairsChunk rows per tap, or none
-	havePairs               bool
-	pairsHalf               bool           // the lists hold the taps before the centre (submanifold; TablePairs)
-	pairStats               pairStats      // tap segment lengths of the pair lists
-	gray                    [2]*grayTables // forward, reverse
+	nbr, rev         rawBuf // [NOut·V], [NIn·V] int32
+	haveNbr, haveRev bool
+	pairs            *pairBufs      // the pair lists, once derived
+	gray             [2]*grayTables // forward, reverse
 	// Nbr's tap masks and their Gray ranks in table order from the brick
 	// search (devMap), until the forward Gray tables take them.
 	nbrMask, nbrRank rawBuf
@@ -116,7 +112,10 @@ func (e *Engine) dropMap(k mapKey) {
 	if !me.sameCoords {
 		me.outC.release(d)
 	}
-	bufs := []rawBuf{me.nbr, me.rev, me.pairIn, me.pairOut, me.pairSg, me.pairOff, me.nbrMask, me.nbrRank}
+	bufs := []rawBuf{me.nbr, me.rev, me.nbrMask, me.nbrRank}
+	if p := me.pairs; p != nil {
+		bufs = append(bufs, p.in, p.out, p.seg, p.off)
+	}
 	for _, g := range me.gray {
 		if g != nil {
 			bufs = append(bufs, g.mask, g.order)
@@ -329,12 +328,26 @@ type pairLists struct {
 	half    bool      // the lists hold only the taps before the centre (a submanifold map, read mirrored; see TablePairs)
 }
 
+// pairBufs are a map's cached device pair lists (Device.pairs).
+type pairBufs struct {
+	in, out rawBuf    // [P] int32
+	seg     rawBuf    // [taps+1] int64
+	off     rawBuf    // first pair of each chunk of pairsChunk output rows per tap, or none
+	st      pairStats // segment lengths of all V taps
+	half    bool      // the lists hold the taps before the centre (submanifold; TablePairs)
+}
+
+// lists returns the launch view of the cached lists.
+func (p *pairBufs) lists() pairLists {
+	return pairLists{in: p.in.ptr, out: p.out.ptr, seg: p.seg.ptr, off: p.off.ptr, st: p.st, half: p.half}
+}
+
 // pairTables returns the device pair lists of m, computing them on the
 // device if they are not cached (which waits once for the device, to size
 // the lists). Worker only.
 func (e *Engine) pairTables(m *kmap.Map) (pairLists, error) {
 	me := e.entry(m)
-	if !me.havePairs {
+	if me.pairs == nil {
 		nbr, err := e.nbrTable(m)
 		if err != nil {
 			return pairLists{}, err
@@ -344,9 +357,9 @@ func (e *Engine) pairTables(m *kmap.Map) (pairLists, error) {
 		if err != nil {
 			return pairLists{}, err
 		}
-		me.pairIn, me.pairOut, me.pairSg, me.pairOff, me.pairStats, me.pairsHalf, me.havePairs = pin, pout, psg, off, ps, half, true
+		me.pairs = &pairBufs{in: pin, out: pout, seg: psg, off: off, st: ps, half: half}
 	}
-	return pairLists{in: me.pairIn.ptr, out: me.pairOut.ptr, seg: me.pairSg.ptr, off: me.pairOff.ptr, st: me.pairStats, half: me.pairsHalf}, nil
+	return me.pairs.lists(), nil
 }
 
 // grayTablesFor returns the device masks and Gray order of m's forward
