@@ -56,6 +56,13 @@ func (d *Device) allocRaw(n int64) (devPtr, int64, error) {
 	}
 	size := roundSize(n)
 	a := &d.mem
+	if d.side.in {
+		// Blocks held for the side stream are free for its own work.
+		if p, ok := d.side.ledger.take(size); ok {
+			a.stats.CacheHits++
+			return devPtr(p), size, nil
+		}
+	}
 	if l := a.free[size]; len(l) > 0 {
 		p := l[len(l)-1]
 		a.free[size] = l[:len(l)-1]
@@ -99,12 +106,23 @@ func (a *allocator) use(size int64) {
 	a.stats.PeakReserved = max(a.stats.PeakReserved, a.stats.InUse+a.stats.Cached)
 }
 
-// freeRaw returns a block to the cache. Work already queued on the stream
-// that uses the block runs before any later reuse (one stream).
+// freeRaw returns a block to the cache. Work already queued on the main
+// stream that uses the block runs before any later reuse; while work on
+// the side stream may still use it, it is held (still in use) until the
+// main stream has waited for that work (sideLedger).
 func (d *Device) freeRaw(p devPtr, size int64) {
 	if p == 0 || size == 0 {
 		return
 	}
+	if d.side.in || d.side.ledger.pending() {
+		d.side.ledger.hold(uint64(p), size)
+		return
+	}
+	d.cacheBlock(p, size)
+}
+
+// cacheBlock puts a block no queued work uses into the cache.
+func (d *Device) cacheBlock(p devPtr, size int64) {
 	a := &d.mem
 	a.free[size] = append(a.free[size], p)
 	a.stats.InUse -= size
@@ -113,8 +131,9 @@ func (d *Device) freeRaw(p devPtr, size int64) {
 
 // flushCache gives every cached block back to the driver.
 func (d *Device) flushCache() {
-	if d.stream != nil {
-		_ = d.sync()
+	if d.mainStream != nil {
+		d.waits.Add(1)
+		_ = d.syncAll()
 	}
 	a := &d.mem
 	sizes := make([]int64, 0, len(a.free))

@@ -981,7 +981,9 @@ func (e *Engine) InputGrad(m *kmap.Map, dy, w sparse.Matrix, o Options) (sparse.
 		return sparse.Matrix{}, err
 	}
 	var out *Buffer
-	err = e.d.do(func() error {
+	// Beside the side stream's weight and bias gradients (Device.doBeside):
+	// it reads neither.
+	err = e.d.doBeside(func() error {
 		var err error
 		if out, err = e.newOutput(db.dtype, int(M*ci)); err != nil {
 			return err
@@ -1085,26 +1087,33 @@ func (e *Engine) WeightGrad(m *kmap.Map, x, dy sparse.Matrix, o Options) (sparse
 		if co*V*ci == 0 {
 			return nil
 		}
+		// The map's tables are derived on the main stream (an input
+		// gradient beside this one may read them); the products go to the
+		// side stream (Device.onSide).
 		if alg == sparse.Explicit {
 			nbr, err := e.nbrTable(m)
 			if err != nil {
 				return err
 			}
-			M := int64(m.NOut)
-			col, err := e.im2col(xb.ptr, xb.dtype, nbr, M, V, ci)
-			if err != nil {
-				return err
-			}
-			defer e.d.freeTemp(col)
-			return e.runPairs(pairsJob{math: math, tile: tile, a: db.ptr, b: col.ptr, M: co, N: V * ci, V: 1, K: M, maxPairs: M, out: out})
+			return e.d.onSide(func() error {
+				M := int64(m.NOut)
+				col, err := e.im2col(xb.ptr, xb.dtype, nbr, M, V, ci)
+				if err != nil {
+					return err
+				}
+				defer e.d.freeTemp(col)
+				return e.runPairs(pairsJob{math: math, tile: tile, a: db.ptr, b: col.ptr, M: co, N: V * ci, V: 1, K: M, maxPairs: M, out: out})
+			})
 		}
 		pl, err := e.pairTables(m)
 		if err != nil {
 			return err
 		}
-		return e.runPairs(pairsJob{math: math, tile: tile, a: db.ptr, b: xb.ptr, ia: pl.out, ib: pl.in, seg: pl.seg, off: pl.off,
-			M: co, N: ci, V: V, K: int64(m.NOut), mirror: pl.half, maxPairs: pl.st.longest, stats: pl.st, splitAlg: isSplit(alg),
-			userSplits: o.SplitK, out: out})
+		return e.d.onSide(func() error {
+			return e.runPairs(pairsJob{math: math, tile: tile, a: db.ptr, b: xb.ptr, ia: pl.out, ib: pl.in, seg: pl.seg, off: pl.off,
+				M: co, N: ci, V: V, K: int64(m.NOut), mirror: pl.half, maxPairs: pl.st.longest, stats: pl.st, splitAlg: isSplit(alg),
+				userSplits: o.SplitK, out: out})
+		})
 	})
 	if err != nil {
 		if out != nil {
@@ -1154,42 +1163,7 @@ func (e *Engine) BiasGradAs(dy sparse.Matrix, dt sparse.DType) (sparse.Matrix, e
 		if cols == 0 {
 			return nil
 		}
-		if rows == 0 {
-			return d.fill(out, 0)
-		}
-		vec := int64(16 / db.dtype.Size())
-		var chunkRows, chunks, gpb int64
-		if cols%vec == 0 && db.ptr%16 == 0 {
-			// 16-byte loads: gpb column groups of vec columns per block
-			// and about biasGradBlocksPerSM blocks per SM in all.
-			gpb = min(int64(32), 1<<(bits.Len64(uint64(cols/vec))-1))
-			tiles := ceilDiv(cols/vec, gpb)
-			chunks = min(max(ceilDiv(biasGradBlocksPerSM*int64(d.info.SMs), tiles), 1), ceilDiv(rows, 256), 65535)
-			chunkRows = ceilDiv(rows, chunks)
-			chunks = ceilDiv(rows, chunkRows)
-		} else {
-			chunkRows = max(int64(1024), ceilDiv(rows, 65535))
-			chunks = ceilDiv(rows, chunkRows)
-		}
-		part, err := d.allocTemp(chunks * cols * 4)
-		if err != nil {
-			return err
-		}
-		defer d.freeTemp(part)
-		if gpb > 0 {
-			err = d.launch("spconv_bias_grad1v_"+sfx, dim3{X: int(ceilDiv(cols/vec, gpb)), Y: int(chunks)}, dim3{X: 256}, 0,
-				db.ptr, part.ptr, rows, cols, chunkRows, gpb)
-		} else {
-			err = d.launch("spconv_bias_grad1_"+sfx, dim3{X: int(ceilDiv(cols, 32)), Y: int(chunks)}, dim3{X: 32, Y: 8}, 0,
-				db.ptr, part.ptr, rows, cols, chunkRows)
-		}
-		if err != nil {
-			return err
-		}
-		// Stage 2: a warp per column. It reads float32 partials whatever
-		// dy's dtype; its suffix is the output's.
-		g, b := d.elementwise(32 * cols)
-		return d.launch("spconv_bias_grad2_"+outSfx, g, b, 0, part.ptr, out.ptr, chunks, cols)
+		return d.onSide(func() error { return e.biasGrad(out, db, rows, cols, sfx, outSfx) })
 	})
 	if err != nil {
 		if out != nil {
@@ -1198,4 +1172,46 @@ func (e *Engine) BiasGradAs(dy sparse.Matrix, dt sparse.DType) (sparse.Matrix, e
 		return sparse.Matrix{}, err
 	}
 	return sparse.Matrix{Rows: 1, Cols: int(cols), Data: out}, nil
+}
+
+// biasGrad queues BiasGradAs's kernels: the column sums of dy [rows, cols]
+// (db, kernel suffix sfx) into out (suffix outSfx). Worker only.
+func (e *Engine) biasGrad(out, db *Buffer, rows, cols int64, sfx, outSfx string) error {
+	d := e.d
+	if rows == 0 {
+		return d.fill(out, 0)
+	}
+	vec := int64(16 / db.dtype.Size())
+	var chunkRows, chunks, gpb int64
+	if cols%vec == 0 && db.ptr%16 == 0 {
+		// 16-byte loads: gpb column groups of vec columns per block
+		// and about biasGradBlocksPerSM blocks per SM in all.
+		gpb = min(int64(32), 1<<(bits.Len64(uint64(cols/vec))-1))
+		tiles := ceilDiv(cols/vec, gpb)
+		chunks = min(max(ceilDiv(biasGradBlocksPerSM*int64(d.info.SMs), tiles), 1), ceilDiv(rows, 256), 65535)
+		chunkRows = ceilDiv(rows, chunks)
+		chunks = ceilDiv(rows, chunkRows)
+	} else {
+		chunkRows = max(int64(1024), ceilDiv(rows, 65535))
+		chunks = ceilDiv(rows, chunkRows)
+	}
+	part, err := d.allocTemp(chunks * cols * 4)
+	if err != nil {
+		return err
+	}
+	defer d.freeTemp(part)
+	if gpb > 0 {
+		err = d.launch("spconv_bias_grad1v_"+sfx, dim3{X: int(ceilDiv(cols/vec, gpb)), Y: int(chunks)}, dim3{X: 256}, 0,
+			db.ptr, part.ptr, rows, cols, chunkRows, gpb)
+	} else {
+		err = d.launch("spconv_bias_grad1_"+sfx, dim3{X: int(ceilDiv(cols, 32)), Y: int(chunks)}, dim3{X: 32, Y: 8}, 0,
+			db.ptr, part.ptr, rows, cols, chunkRows)
+	}
+	if err != nil {
+		return err
+	}
+	// Stage 2: a warp per column. It reads float32 partials whatever
+	// dy's dtype; its suffix is the output's.
+	g, b := d.elementwise(32 * cols)
+	return d.launch("spconv_bias_grad2_"+outSfx, g, b, 0, part.ptr, out.ptr, chunks, cols)
 }

@@ -30,9 +30,12 @@ type dim3 struct{ X, Y, Z int }
 // Device runs inside do, which holds the Device's lock, pins the calling
 // goroutine to its thread and makes the context current there: the
 // calling goroutine does the work itself (no hand-off to a worker, which
-// cost a goroutine wake-up of ~10-20 us per call). All work goes to one
-// non-blocking stream in submission order, so freed memory can be reused by
-// later work without synchronisation.
+// cost a goroutine wake-up of ~10-20 us per call). Work goes to one
+// non-blocking main stream in submission order, so freed memory can be
+// reused by later work without synchronisation; only weight and bias
+// gradients go to a second, side stream, beside the input gradient that
+// follows them (side.go: the main stream waits for the side stream before
+// any other call, and blocks freed meanwhile are held until it has).
 type Device struct {
 	info     DeviceInfo
 	syncEach bool
@@ -47,10 +50,13 @@ type Device struct {
 	waits, downloads, downloadBytes atomic.Int64
 
 	// State used only inside do ("worker only" below means: under mu).
-	cdev    cuDevice
-	ctx     cuContext
-	stream  cuStream
-	modules []loadedModule
+	cdev cuDevice
+	ctx  cuContext
+	// stream is where work is queued now: mainStream, or the side
+	// stream while onSide queues a section.
+	stream, mainStream cuStream
+	side               sideStream
+	modules            []loadedModule
 	// hopper[m]: the Hopper kernels of arithmetic m are loaded (set once
 	// by open, read-only afterwards; see hopperTiles).
 	hopper   [4]bool
@@ -190,6 +196,10 @@ func (d *Device) setup(ordinal int) error {
 	if d.stream, err = streamCreate(); err != nil {
 		return err
 	}
+	d.mainStream = d.stream
+	if err := d.openSide(); err != nil {
+		return err
+	}
 	if d.args, err = newArgStage(); err != nil {
 		return err
 	}
@@ -236,7 +246,7 @@ func (d *Device) teardown() {
 		return
 	}
 	if d.stream != nil {
-		_ = streamSync(d.stream)
+		_ = d.syncAll()
 	}
 	d.drainPending()
 	d.flushCache()
@@ -251,8 +261,9 @@ func (d *Device) teardown() {
 		_ = eventDestroy(d.statusEv)
 		d.statusHost = nil
 	}
-	if d.stream != nil {
-		_ = streamDestroy(d.stream)
+	d.closeSide()
+	if d.mainStream != nil {
+		_ = streamDestroy(d.mainStream)
 	}
 	d.args.free()
 	_ = primaryCtxRelease(d.cdev)
@@ -261,9 +272,22 @@ func (d *Device) teardown() {
 
 // do runs f with the device's context current, one call at a time, on the
 // calling goroutine (pinned to its OS thread for the call), and returns
-// its error; releases queued by later run first. f must not call do
-// itself.
+// its error; releases queued by later run first, then the main stream is
+// made to wait for the side stream's work (joinSide), so f sees every
+// result queued before. f must not call do itself.
 func (d *Device) do(f func() error) error {
+	return d.doJoining(f, d.joinSide)
+}
+
+// doBeside is do for a call that reads no result of the side stream's
+// pending work and frees nothing it uses (an input gradient): the main
+// stream waits only for the sections before the previous such call
+// (besideSide), so f runs beside the latest ones.
+func (d *Device) doBeside(f func() error) error {
+	return d.doJoining(f, d.besideSide)
+}
+
+func (d *Device) doJoining(f func() error, join func() error) error {
 	if d.closed.Load() {
 		return ErrClosed
 	}
@@ -278,6 +302,9 @@ func (d *Device) do(f func() error) error {
 		return err
 	}
 	d.drainPending()
+	if err := join(); err != nil {
+		return err
+	}
 	return d.run(f)
 }
 

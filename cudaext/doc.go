@@ -27,7 +27,13 @@
 // happens inside Device.do, which takes the Device's lock, pins the
 // calling goroutine to its thread and makes the context current there (the
 // caller does the work itself: no hand-off to a worker goroutine), and
-// all work goes to one non-blocking stream in order. Device memory comes from a caching
+// work goes to one non-blocking main stream in order — except the weight
+// and bias gradients, which go to a side stream so that the input
+// gradient issued after them runs beside them and fills their last
+// waves' idle SMs (side.go; every other call first makes the main stream
+// wait for the side stream, blocks freed meanwhile are held until it has,
+// and FLEXGEMM_NO_SIDE_STREAM=1 keeps everything on the main stream;
+// results are the same bit for bit). Device memory comes from a caching
 // allocator (plain cuMemAlloc, never managed memory; sizes rounded to
 // powers of two up to 1 MiB and to 2 MiB above; out-of-memory releases the
 // cache and runs the GC before failing with ErrOutOfMemory naming the

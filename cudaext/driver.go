@@ -179,6 +179,12 @@ func streamSync(s C.CUstream) error { return cuOK(C.cuStreamSynchronize(s), "cuS
 
 func streamDestroy(s C.CUstream) error { return cuOK(C.cuStreamDestroy(s), "cuStreamDestroy") }
 
+// streamWaitEvent makes the work queued on s after this call wait for the
+// work before the last record of e (no host wait).
+func streamWaitEvent(s C.CUstream, e C.CUevent) error {
+	return cuOK(C.cuStreamWaitEvent(s, e, 0), "cuStreamWaitEvent")
+}
+
 // moduleLoad loads a fatbin/cubin/PTX image; the JIT error log is part of
 // the error.
 func moduleLoad(image []byte) (C.CUmodule, error) {
@@ -326,6 +332,14 @@ func memsetD8(dst devPtr, v uint8, n int64, s C.CUstream) error {
 func eventCreate() (C.CUevent, error) {
 	var e C.CUevent
 	err := cuOK(C.cuEventCreate(&e, C.CU_EVENT_DEFAULT), "cuEventCreate")
+	return e, err
+}
+
+// eventCreateOrdering creates an event without timing, for ordering one
+// stream after another (streamWaitEvent): cheaper to record and wait on.
+func eventCreateOrdering() (C.CUevent, error) {
+	var e C.CUevent
+	err := cuOK(C.cuEventCreate(&e, C.CU_EVENT_DISABLE_TIMING), "cuEventCreate")
 	return e, err
 }
 

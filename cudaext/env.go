@@ -121,3 +121,9 @@ func specializedGathersFromEnv() (bool, error) {
 		return false, fmt.Errorf("cudaext: %s=%q: want 0 or 1", EnvSpecializedGathers, v)
 	}
 }
+
+// EnvNoSideStream names the environment variable that, set to "1" when an
+// engine opens, keeps all work on the main stream: weight and bias
+// gradients no longer run on the side stream beside the input gradient
+// (Device.onSide), as before session 18.
+const EnvNoSideStream = "FLEXGEMM_NO_SIDE_STREAM"

@@ -853,7 +853,11 @@ func (e *Engine) choose(st *tuneState, tuner *autotune.Tuner, k autotune.Key, la
 		}
 		return time.Duration(float64(ms) * float64(time.Millisecond)), nil
 	}
+	// The trials run on the main stream, where the timer's events are
+	// (Device.onSide queues nothing on the side stream meanwhile).
+	e.d.pauseSide(1)
 	r, err := tuner.Choose(k, cands, run)
+	e.d.pauseSide(-1)
 	if timer != nil {
 		st.tuneNanos.Add(int64(time.Since(start)))
 	}
