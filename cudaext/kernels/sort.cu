@@ -137,8 +137,10 @@ template <class In, class Out> __device__ void scan_tile(const In* in, Out* out,
 // key: its place in its own run plus, in every other run, the keys that
 // sort before it — the smaller ones of later runs (lower bound) and the
 // smaller or equal ones of earlier runs (upper bound) — each run loaded
-// into shared memory in turn and binary-searched by all threads. Stable,
-// like the radix passes, so both give the same order. H200, a RES 64
+// into shared memory in turn and binary-searched by all threads (with
+// many runs, split over blocks that each take a group of the other runs:
+// sort_merge_ranks, sort_merge_place). Stable, like the radix passes, so
+// both give the same order. H200, a RES 64
 // map's 15 K Gray ranks: three radix passes, nine launches and about 80 µs
 // of kernels (session 12's phase profiles); one CUB block sorting all of
 // them 91 µs (session 13, call 2); a sort by counting (each key's place
@@ -173,23 +175,21 @@ __device__ void sort_runs(const u32* keys, const int* vals, int n, int bits, boo
   }
 }
 
-// sort_merge runs a block of kRun threads per run; thread t places key t of
-// its run.
-__device__ void sort_merge(const u32* runK, const int* runV, int n, u32* keys, int* vals) {
+// merge_rank returns, for key k of run r (live: a key, not padding), the
+// keys of runs q0, q0 + step, … (other than r) that sort before it: the
+// smaller ones of later runs (lower bound) and the smaller or equal ones
+// of earlier runs (upper bound), each run loaded into shared memory in
+// turn and binary-searched by all kRun threads of the block.
+__device__ int merge_rank(const u32* runK, int n, int r, int q0, int step, u32 k) {
   __shared__ u32 other[kRun];
-  const int r = blockIdx.x, runs = (n + kRun - 1) / kRun;
-  const int i = r * kRun + (int)threadIdx.x;
-  const bool live = i < n;
-  const u32 k = live ? runK[i] : 0;
-  int rank = live ? (int)threadIdx.x : 0;
-  for (int q = 0; q < runs; ++q) {
+  const int runs = (n + kRun - 1) / kRun;
+  int rank = 0;
+  for (int q = q0; q < runs; q += step) {
     if (q == r) continue;
     const int m = min(kRun, n - q * kRun);
     __syncthreads();
     if ((int)threadIdx.x < m) other[threadIdx.x] = runK[q * kRun + threadIdx.x];
     __syncthreads();
-    // First place in run q whose key sorts after k: > k for earlier runs
-    // (upper bound), ≥ k for later ones (lower bound).
     const bool earlier = q < r;
     int lo = 0, hi = m;
     while (lo < hi) {
@@ -199,8 +199,44 @@ __device__ void sort_merge(const u32* runK, const int* runV, int n, u32* keys, i
     }
     rank += lo;
   }
+  return rank;
+}
+
+// sort_merge runs a block of kRun threads per run; thread t places key t of
+// its run.
+__device__ void sort_merge(const u32* runK, const int* runV, int n, u32* keys, int* vals) {
+  const int r = blockIdx.x;
+  const int i = r * kRun + (int)threadIdx.x;
+  const bool live = i < n;
+  const u32 k = live ? runK[i] : 0;
+  const int rank = (int)threadIdx.x + merge_rank(runK, n, r, 0, 1, k);
   if (live) {
     keys[rank] = k;
+    if (vals) vals[rank] = runV[i];
+  }
+}
+
+// sort_merge's work split over groups of the other runs, for more runs
+// than a wave of blocks should take one at a time: block (r, g) writes
+// part[g·n + i], the keys of runs g, g + groups, … that sort before key i
+// of run r (plus its place in its own run for g = 0); sort_merge_place
+// then sums a key's groups in order and places it. The same places as
+// sort_merge: integer sums, no atomics.
+__device__ void sort_merge_ranks(const u32* runK, int n, int groups, int* part) {
+  const int r = blockIdx.x, g = blockIdx.y;
+  const int i = r * kRun + (int)threadIdx.x;
+  const bool live = i < n;
+  const u32 k = live ? runK[i] : 0;
+  const int rank = (g == 0 ? (int)threadIdx.x : 0) + merge_rank(runK, n, r, g, groups, k);
+  if (live) part[(i64)g * n + i] = rank;
+}
+
+__device__ void sort_merge_place(const u32* runK, const int* runV, const int* part, int n, int groups, u32* keys,
+                                 int* vals) {
+  for (i64 i = fgx::gtid(); i < n; i += fgx::gstride()) {
+    int rank = 0;
+    for (int g = 0; g < groups; ++g) rank += part[(i64)g * n + i];
+    keys[rank] = runK[i];
     if (vals) vals[rank] = runV[i];
   }
 }
@@ -402,6 +438,14 @@ __global__ void __launch_bounds__(fgs::kRunThreads) sort_runs_u32(const unsigned
 __global__ void __launch_bounds__(fgs::kRun) sort_merge_u32(const unsigned* runK, const int* runV, long long n,
                                                             unsigned* keys, int* vals) {
   fgs::sort_merge(runK, runV, (int)n, keys, vals);
+}
+__global__ void __launch_bounds__(fgs::kRun) sort_merge_ranks_u32(const unsigned* runK, long long n, int groups,
+                                                                  int* part) {
+  fgs::sort_merge_ranks(runK, (int)n, groups, part);
+}
+__global__ void sort_merge_place_u32(const unsigned* runK, const int* runV, const int* part, long long n, int groups,
+                                     unsigned* keys, int* vals) {
+  fgs::sort_merge_place(runK, runV, part, (int)n, groups, keys, vals);
 }
 
 // out[i] = i for i < n.
