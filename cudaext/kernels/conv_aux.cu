@@ -71,6 +71,52 @@ __device__ __forceinline__ void add4(float4& s, const float* p) {
   s.w += v.w;
 }
 
+// sum_slices writes out[i] = Σ_{z < slices(i)} part[z·n + i], plus
+// add(s, i), for the n elements, summed in split order. With vec a thread
+// sums four consecutive elements (which share slices(i)) with 16-byte
+// loads: the same sums in the same order. reduce and reduce_taps differ
+// only in slices and add.
+template <class T, class Slices, class Add>
+__device__ __forceinline__ void sum_slices(const float* part, T* out, long long n, long long vec, Slices slices,
+                                           Add add) {
+  if (vec) {
+    for (long long i = gtid() * 4; i < n; i += gstride() * 4) {
+      const long long sv = slices(i);
+      float4 s = make_float4(0.f, 0.f, 0.f, 0.f);
+      for (long long z = 0; z < sv; ++z) add4(s, part + z * n + i);
+      add(s, i);
+      store4(out + i, s);
+    }
+    return;
+  }
+  for (long long i = gtid(); i < n; i += gstride()) {
+    const long long sv = slices(i);
+    float s = 0.f;
+    for (long long z = 0; z < sv; ++z) s += part[z * n + i];
+    add(s, i);
+    out[i] = from_f32<T>(s);
+  }
+}
+
+// AddBias adds bias[c] (or nothing for a null bias) to the sum of element
+// i of a [rows, cols] result, c = i mod cols: to one sum, or to four of
+// consecutive elements.
+template <class T> struct AddBias {
+  const T* bias;
+  long long cols;
+  __device__ __forceinline__ void operator()(float4& s, long long i) const {
+    if (!bias) return;
+    const long long c = i % cols;
+    s.x += to_f32(bias[c]);
+    s.y += to_f32(bias[c + 1]);
+    s.z += to_f32(bias[c + 2]);
+    s.w += to_f32(bias[c + 3]);
+  }
+  __device__ __forceinline__ void operator()(float& s, long long i) const {
+    if (bias) s += to_f32(bias[i % cols]);
+  }
+};
+
 // out[r, c] = Σ_z part[z, r, c] (+ bias[c]), summed in split order. With
 // vec (rows·cols and cols multiples of 4, part 16-byte and out 4-element
 // aligned: the host checks) a thread sums four consecutive elements with
@@ -78,28 +124,7 @@ __device__ __forceinline__ void add4(float4& s, const float* p) {
 template <class T>
 __device__ void reduce(const float* part, T* out, const T* bias, long long rows, long long cols, long long splits,
                        long long vec) {
-  const long long n = rows * cols;
-  if (vec) {
-    for (long long i = gtid() * 4; i < n; i += gstride() * 4) {
-      float4 s = make_float4(0.f, 0.f, 0.f, 0.f);
-      for (long long z = 0; z < splits; ++z) add4(s, part + z * n + i);
-      if (bias) {
-        const long long c = i % cols;
-        s.x += to_f32(bias[c]);
-        s.y += to_f32(bias[c + 1]);
-        s.z += to_f32(bias[c + 2]);
-        s.w += to_f32(bias[c + 3]);
-      }
-      store4(out + i, s);
-    }
-    return;
-  }
-  for (long long i = gtid(); i < n; i += gstride()) {
-    float s = 0.f;
-    for (long long z = 0; z < splits; ++z) s += part[z * n + i];
-    if (bias) s += to_f32(bias[i % cols]);
-    out[i] = from_f32<T>(s);
-  }
+  sum_slices(part, out, rows * cols, vec, [=](long long) { return splits; }, AddBias<T>{bias, cols});
 }
 
 // The reduction of a weight gradient's balanced split (PairsParams.chunk
@@ -129,23 +154,8 @@ __device__ void reduce_taps(const float* part, T* out, long long rows, long long
     const int v = narrow ? (int)((unsigned)i % (unsigned)cols / (unsigned)N) : (int)((i % cols) / N);
     return table ? slices[v] : fg::pairs_tap_slices(seg, mirror, V, K, v, bk, chunk, splits);
   };
-  if (vec) {
-    // Four consecutive elements (N a multiple of 4: one tap) with 16-byte
-    // loads, as reduce.
-    for (long long i = gtid() * 4; i < n; i += gstride() * 4) {
-      const long long sv = tapSlices(i);
-      float4 s = make_float4(0.f, 0.f, 0.f, 0.f);
-      for (long long z = 0; z < sv; ++z) add4(s, part + z * n + i);
-      store4(out + i, s);
-    }
-    return;
-  }
-  for (long long i = gtid(); i < n; i += gstride()) {
-    const long long sv = tapSlices(i);
-    float s = 0.f;
-    for (long long z = 0; z < sv; ++z) s += part[z * n + i];
-    out[i] = from_f32<T>(s);
-  }
+  // Four consecutive elements (vec: N a multiple of 4) are of one tap.
+  sum_slices(part, out, n, vec, tapSlices, AddBias<T>{nullptr, cols});
 }
 
 // Bias gradient, stage 1: part[chunk, c] = Σ_{r in chunk} dy[r, c] for

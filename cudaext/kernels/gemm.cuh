@@ -196,7 +196,7 @@ struct PairsParams {
   long long splits;       // split-K factor: every tap's, or (chunk > 0) the most any tap gets
   long long vec;          // 1: M·elem and N·elem are multiples of 16 bytes
   long long chunk;        // > 0: tap v gets min(splits, ⌈iters(v)/chunk⌉) splits (balanced
-                          // work per block, pairs_tap_slices); its other split slices are
+                          // work per block, PairsTap::slices); its other split slices are
                           // neither written nor read (spconv_reduce_taps_*)
   long long mirror;       // 1: the lists hold the taps v < H = (V − 1)/2 of a submanifold
                           // map only (seg [H + 1]): tap V − 1 − v multiplies the pairs of
@@ -795,31 +795,41 @@ template <class C, bool WT> __device__ __forceinline__ void gather_gemm(const Ga
 
 // ---- pairs family -----------------------------------------------------------------
 
-// pairs_tap_range returns the pair-list range [s0, s1) of tap v of a
-// weight gradient over the lists seg (see PairsParams): its own segment,
-// with mirror for a tap past the centre H = (V − 1)/2 that of tap V − 1 − v,
-// and for the centre (or without seg) [0, K).
-__device__ __forceinline__ void pairs_tap_range(const long long* seg, long long mirror, long long V, long long K,
-                                                int v, long long& s0, long long& s1) {
-  const int H = (int)(V - 1) / 2;
-  const bool centre = mirror && v == H;
-  const int vs = mirror && v > H ? (int)V - 1 - v : v;
-  s0 = seg && !centre ? seg[vs] : 0;
-  s1 = seg && !centre ? seg[vs + 1] : K;
-}
+// PairsTap is the pair list of tap v of a weight gradient over the lists
+// seg (see PairsParams): its own segment [s0, s1); with mirror, for a tap
+// past the centre H = (V − 1)/2 the segment of tap vs = V − 1 − v read the
+// other way round (flip: a pair (i, o) of tap v is the pair (o, i) of its
+// mirror tap), and for the centre (or without seg) [0, K), the identity.
+struct PairsTap {
+  long long s0, s1;
+  int vs;
+  bool centre, flip;
+  __device__ __forceinline__ PairsTap(const long long* seg, long long mirror, long long V, long long K, int v) {
+    const int H = (int)(V - 1) / 2;
+    centre = mirror && v == H;
+    flip = mirror && v > H;
+    vs = flip ? (int)V - 1 - v : v;
+    s0 = seg && !centre ? seg[vs] : 0;
+    s1 = seg && !centre ? seg[vs + 1] : K;
+  }
+  // slices returns the split slices the tap uses: every one of splits, or
+  // with chunk > 0 (the balanced split) about one per chunk reduction
+  // steps of bk pairs, at least one. The pairs kernels and
+  // spconv_reduce_taps_* both count with it (pairs_tap_slices), so a tap's
+  // other slices are neither written nor read.
+  __device__ __forceinline__ long long slices(long long bk, long long chunk, long long splits) const {
+    if (chunk <= 0) return splits;
+    const long long total = (s1 - s0 + bk - 1) / bk;
+    return min(splits, max(1ll, (total + chunk - 1) / chunk));
+  }
+};
 
-// pairs_tap_slices returns the split slices tap v of a weight gradient
-// uses: every one of splits, or with chunk > 0 (the balanced split) about
-// one per chunk reduction steps of bk pairs, at least one. The pairs
-// kernels and spconv_reduce_taps_* both count with it, so a tap's other
-// slices are neither written nor read.
+// pairs_tap_slices is PairsTap(seg, mirror, V, K, v).slices(bk, chunk,
+// splits), without reading seg when every tap uses every slice.
 __device__ __forceinline__ long long pairs_tap_slices(const long long* seg, long long mirror, long long V, long long K,
                                                       int v, long long bk, long long chunk, long long splits) {
   if (chunk <= 0) return splits;
-  long long s0, s1;
-  pairs_tap_range(seg, mirror, V, K, v, s0, s1);
-  const long long total = (s1 - s0 + bk - 1) / bk;
-  return min(splits, max(1ll, (total + chunk - 1) / chunk));
+  return PairsTap(seg, mirror, V, K, v).slices(bk, chunk, splits);
 }
 
 // A pairs block's output tile (blockIdx.x: row tile m0 and column tile
@@ -840,18 +850,14 @@ template <class C> struct PairsBlock {
     n0 = ((long long)blockIdx.x % tilesN) * C::BN;
     v = blockIdx.y;
     z = blockIdx.z;
-    const long long sv = pairs_tap_slices(p.seg, p.mirror, p.V, p.K, v, C::BK, p.chunk, p.splits);
+    const PairsTap tap(p.seg, p.mirror, p.V, p.K, v);
+    const long long sv = tap.slices(C::BK, p.chunk, p.splits);
     none = z >= sv;
-    // The pair list of tap v: its own segment, or with p.mirror for a tap
-    // past the centre the segment of tap V − 1 − v read the other way round
-    // (a pair (i, o) of tap v is the pair (o, i) of its mirror tap), and
-    // for the centre the identity.
-    const int H = (int)(p.V - 1) / 2;
-    const bool centre = p.mirror && v == H, flip = p.mirror && v > H;
-    ia = centre ? nullptr : flip ? p.ib : p.ia;
-    ib = centre ? nullptr : flip ? p.ia : p.ib;
-    pairs_tap_range(p.seg, p.mirror, p.V, p.K, v, s0, s1);
-    const int vs = flip ? (int)p.V - 1 - v : v;
+    const bool centre = tap.centre;
+    ia = centre ? nullptr : tap.flip ? p.ib : p.ia;
+    ib = centre ? nullptr : tap.flip ? p.ia : p.ib;
+    s0 = tap.s0;
+    s1 = tap.s1;
     long long t1;
     if (p.off && p.chunk == 0 && p.splits > 1) {
       // Row slices: the pairs of this split's output rows (the lists are in
@@ -861,7 +867,7 @@ template <class C> struct PairsBlock {
         s0 = min(c0 * p.off_rows, p.K);
         s1 = min(c1 * p.off_rows, p.K);
       } else {
-        const long long* o = p.off + (long long)vs * p.nc;
+        const long long* o = p.off + (long long)tap.vs * p.nc;
         const long long end = s1;
         s0 = o[c0];
         s1 = c1 < p.nc ? o[c1] : end;
