@@ -18,7 +18,9 @@ import (
 // computes on matrices whose Data is a *Buffer of its device; Open
 // registers it with package sparse, so sparse.Conv and friends route device
 // matrices to it. Its methods are safe for concurrent use (the work is
-// serialised by the device's lock, on one stream).
+// serialised by the device's lock; it runs on one stream, but for weight
+// and bias gradients, which run on a side stream beside the input gradient
+// issued after them: Device.onSide).
 type Engine struct {
 	d    *Device
 	tf32 atomic.Bool
