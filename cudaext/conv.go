@@ -1095,7 +1095,7 @@ func (e *Engine) WeightGrad(m *kmap.Map, x, dy sparse.Matrix, o Options) (sparse
 			if err != nil {
 				return err
 			}
-			return e.d.onSide(func() error {
+			return e.d.onSide(int64(m.NOut), func() error {
 				M := int64(m.NOut)
 				col, err := e.im2col(xb.ptr, xb.dtype, nbr, M, V, ci)
 				if err != nil {
@@ -1109,7 +1109,7 @@ func (e *Engine) WeightGrad(m *kmap.Map, x, dy sparse.Matrix, o Options) (sparse
 		if err != nil {
 			return err
 		}
-		return e.d.onSide(func() error {
+		return e.d.onSide(int64(m.NOut), func() error {
 			return e.runPairs(pairsJob{math: math, tile: tile, a: db.ptr, b: xb.ptr, ia: pl.out, ib: pl.in, seg: pl.seg, off: pl.off,
 				M: co, N: ci, V: V, K: int64(m.NOut), mirror: pl.half, maxPairs: pl.st.longest, stats: pl.st, splitAlg: isSplit(alg),
 				userSplits: o.SplitK, out: out})
@@ -1163,7 +1163,7 @@ func (e *Engine) BiasGradAs(dy sparse.Matrix, dt sparse.DType) (sparse.Matrix, e
 		if cols == 0 {
 			return nil
 		}
-		return d.onSide(func() error { return e.biasGrad(out, db, rows, cols, sfx, outSfx) })
+		return d.onSide(rows, func() error { return e.biasGrad(out, db, rows, cols, sfx, outSfx) })
 	})
 	if err != nil {
 		if out != nil {

@@ -19,8 +19,9 @@ import (
 // work may still run are held (sideLedger) until the main stream has
 // waited for it; the side stream reuses them at once. Results are the same
 // bit for bit: no kernel changes, only when it runs. Measured (H200,
-// session 18, step 41): fp16 training steps of small maps 1–3 % faster,
-// those from RES 64 up unchanged.
+// session 18, step 41): fp16 training steps of small maps 1–3 % faster;
+// from RES 64 up the kernels interleave instead, so only calls of at most
+// sideMaxRows rows take the side stream.
 
 // sideStream is the Device's side stream and its events.
 type sideStream struct {
@@ -37,7 +38,23 @@ type sideStream struct {
 	// sections counts the sections queued on the side stream (a test
 	// instrument).
 	sections int
+	// maxRows: only calls over at most this many rows go to the side
+	// stream (sideMaxRows; the tests raise it).
+	maxRows int64
 }
+
+// sideMaxRows is the most rows (a weight gradient's output rows, a bias
+// gradient's dy rows) for which onSide queues on the side stream. H200,
+// session 18: with the side stream fp16 training steps of (8, 1024, 16),
+// (16, 1024, 8) and (32, 1024, 4) (192, 848 and 3,840 rows) took 3.2,
+// 2.6 and 1.2 % less time, those of 15 K rows and more (RES 64–1024) within
+// ±0.3 % (call 1). One layer's weight, bias and input gradients on random
+// data (BenchmarkSideStreamOverlap) ran interleaved rather than in each
+// other's idle SMs, the weight gradient ending with the input gradient:
+// RES 64 C 1024 1.945 → 2.094 ms in call 6, 1.934 → 1.936 in call 7;
+// RES 256 C 256 2.009 → 2.071 and 1.980 → 1.983; RES 16 C 1024 0.261 →
+// 0.258 and 0.252 → 0.241. Above this, the main stream alone.
+const sideMaxRows = 1 << 13
 
 // sideEnd is the event recorded after the work of section idx.
 type sideEnd struct {
@@ -48,6 +65,7 @@ type sideEnd struct {
 // openSide creates the side stream (setup).
 func (d *Device) openSide() error {
 	d.side.off = os.Getenv(EnvNoSideStream) == "1"
+	d.side.maxRows = sideMaxRows
 	var err error
 	if d.side.stream, err = streamCreate(); err != nil {
 		return err
@@ -91,12 +109,12 @@ func (d *Device) pauseSide(delta int) {
 	d.mu.Unlock()
 }
 
-// onSide runs f, which queues one call's work, on the side stream after
-// all the work queued so far (see the side stream above); without it
-// (sideOn false, or inside a section already) f runs on the current
-// stream. Worker only.
-func (d *Device) onSide(f func() error) error {
-	if !d.sideOn() || d.side.in {
+// onSide runs f, which queues the work of one call over rows rows, on the
+// side stream after all the work queued so far (see the side stream
+// above); without it (sideOn false, more than side.maxRows rows, or inside
+// a section already) f runs on the current stream. Worker only.
+func (d *Device) onSide(rows int64, f func() error) error {
+	if !d.sideOn() || rows > d.side.maxRows || d.side.in {
 		return f()
 	}
 	if err := eventRecord(d.side.fork, d.mainStream); err != nil {

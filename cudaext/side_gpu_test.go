@@ -26,7 +26,8 @@ import (
 // one bit for bit (a block reused too early would show), the first layer's
 // weight gradient matches the float64 reference, the side stream took two
 // sections per layer, and once the pass is done and its results freed no
-// block stays held or in use.
+// block stays held or in use; and that calls over more than side.maxRows
+// rows stay on the main stream.
 func TestSideStreamBackward(t *testing.T) {
 	ok := mapOK(t)
 	coords, ext := synth.SphereShell(48, 1)
@@ -37,6 +38,9 @@ func TestSideStreamBackward(t *testing.T) {
 	set := func(sideOff, syncEach bool) {
 		require.NoError(t, gpu.d.do(func() error { gpu.d.side.off, gpu.d.syncEach = sideOff, syncEach; return nil }))
 	}
+	setMaxRows := func(n int64) { require.NoError(t, gpu.d.do(func() error { gpu.d.side.maxRows = n; return nil })) }
+	defer setMaxRows(sideMaxRows)
+	setMaxRows(int64(m.NOut)) // the map's calls go to the side stream whatever its size
 	sections := func() (n int) {
 		require.NoError(t, gpu.d.do(func() error { n = gpu.d.side.sections; return nil }))
 		return n
@@ -133,5 +137,118 @@ func TestSideStreamBackward(t *testing.T) {
 			require.LessOrEqual(t, relL2(wantW[0], ref), lim, "%v/%v: top weight gradient", mth, alg)
 		}
 		gpu.Free(ws...)
+	}
+	// Above side.maxRows rows, weight and bias gradients stay on the main
+	// stream.
+	setMaxRows(int64(m.NOut) - 1)
+	x := dev(t, m.NIn, c, synth.Uniform[float32](rng, m.NIn*c), sparse.Float32)
+	dy := dev(t, m.NOut, c, synth.Uniform[float32](rng, m.NOut*c), sparse.Float32)
+	before := sections()
+	dw, err := gpu.WeightGrad(m, x, dy, Options{ConvOptions: sparse.ConvOptions{Algorithm: sparse.MaskedImplicitSplitK}})
+	require.NoError(t, err)
+	db, err := gpu.BiasGrad(dy)
+	require.NoError(t, err)
+	require.Equal(t, before, sections(), "sections queued for %d rows, above side.maxRows", m.NOut)
+	gpu.Free(x, dy, dw, db)
+}
+
+// BenchmarkSideStreamOverlap times one layer's backward calls — weight
+// gradient, bias gradient, input gradient, as the bench issues them — on
+// sphere-shell maps, with the side stream (side) and without (main), by
+// CUDA events recorded on the stream each call ran on: wgrad-end-ms is
+// when the weight and bias gradients were done and dgrad-end-ms when the
+// input gradient was, both from an event on the main stream before the
+// first call. With the side stream, an input gradient that starts on the
+// SMs the weight gradient leaves idle ends before the sum of the two
+// main-stream times; one that slows the weight gradient shows as a later
+// wgrad-end-ms. fp16, masked implicit GEMM split-K, the engine's
+// heuristics; the side stream taken whatever the map's size.
+func BenchmarkSideStreamOverlap(b *testing.B) {
+	ok := mapOK(b)
+	poison := gpu.poison.Swap(false)
+	defer gpu.poison.Store(poison)
+	o := Options{ConvOptions: sparse.ConvOptions{Algorithm: sparse.MaskedImplicitSplitK}}
+	for _, cfg := range []struct{ res, c int }{{16, 1024}, {64, 1024}, {256, 256}} {
+		coords, ext := synth.SphereShell(cfg.res, 1)
+		m := ok(kmap.NewSubmanifold(coords, ext, [3]int{3, 3, 3}, [3]int{1, 1, 1}))
+		x, w, dy := benchInputs(b, m, cfg.c, kernels.F16)
+		for _, mode := range []string{"main", "side"} {
+			b.Run(fmt.Sprintf("res%d-c%d/%s", cfg.res, cfg.c, mode), func(b *testing.B) {
+				// side: every call of the map on the side stream, whatever
+				// its size (side.maxRows).
+				require.NoError(b, gpu.d.do(func() error {
+					gpu.d.side.off, gpu.d.side.maxRows = mode == "main", math.MaxInt64
+					return nil
+				}))
+				defer func() {
+					_ = gpu.d.do(func() error { gpu.d.side.off, gpu.d.side.maxRows = false, sideMaxRows; return nil })
+				}()
+				var ev [3]cuEvent
+				require.NoError(b, gpu.d.do(func() error {
+					for i := range ev {
+						var err error
+						if ev[i], err = eventCreate(); err != nil {
+							return err
+						}
+					}
+					return nil
+				}))
+				defer func() {
+					_ = gpu.d.do(func() error {
+						for _, e := range ev {
+							_ = eventDestroy(e)
+						}
+						return nil
+					})
+				}()
+				// record queues event i on stream s without joining the
+				// side stream (do would make the main stream wait for it).
+				record := func(i int, side bool) {
+					require.NoError(b, gpu.d.doJoining(func() error {
+						s := gpu.d.mainStream
+						if side && mode == "side" {
+							s = gpu.d.side.stream
+						}
+						return eventRecord(ev[i], s)
+					}, func() error { return nil }))
+				}
+				step := func() {
+					record(0, false)
+					dw, err := gpu.WeightGrad(m, x, dy, o)
+					require.NoError(b, err)
+					db, err := gpu.BiasGrad(dy)
+					require.NoError(b, err)
+					record(1, true)
+					dx, err := gpu.InputGrad(m, dy, w, o)
+					require.NoError(b, err)
+					record(2, false)
+					gpu.Free(dw, db, dx)
+				}
+				step() // warm-up
+				var wEnd, dEnd float64
+				for b.Loop() {
+					step()
+					require.NoError(b, gpu.d.do(func() error {
+						if err := eventSync(ev[1]); err != nil {
+							return err
+						}
+						if err := eventSync(ev[2]); err != nil {
+							return err
+						}
+						t1, err := eventElapsed(ev[0], ev[1])
+						if err != nil {
+							return err
+						}
+						t2, err := eventElapsed(ev[0], ev[2])
+						wEnd += float64(t1)
+						dEnd += float64(t2)
+						return err
+					}))
+				}
+				b.ReportMetric(wEnd/float64(b.N), "wgrad-end-ms")
+				b.ReportMetric(dEnd/float64(b.N), "dgrad-end-ms")
+			})
+		}
+		gpu.Free(x, w, dy)
 	}
 }
