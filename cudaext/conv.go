@@ -1095,8 +1095,8 @@ func (e *Engine) WeightGrad(m *kmap.Map, x, dy sparse.Matrix, o Options) (sparse
 			if err != nil {
 				return err
 			}
-			return e.d.onSide(int64(m.NOut), func() error {
-				M := int64(m.NOut)
+			M := int64(m.NOut)
+			return e.d.onSide(M, func() error {
 				col, err := e.im2col(xb.ptr, xb.dtype, nbr, M, V, ci)
 				if err != nil {
 					return err

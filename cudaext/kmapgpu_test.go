@@ -984,7 +984,7 @@ func BenchmarkGPUDeriveTables(b *testing.B) {
 				require.NoError(b, e.d.do(func() error {
 					me := e.entry(m)
 					if p := me.pairs; p != nil {
-						for _, r := range []rawBuf{p.in, p.out, p.seg, p.off} {
+						for _, r := range p.bufs() {
 							if r.ptr != 0 {
 								e.d.freeTemp(r)
 							}

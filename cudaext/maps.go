@@ -114,7 +114,7 @@ func (e *Engine) dropMap(k mapKey) {
 	}
 	bufs := []rawBuf{me.nbr, me.rev, me.nbrMask, me.nbrRank}
 	if p := me.pairs; p != nil {
-		bufs = append(bufs, p.in, p.out, p.seg, p.off)
+		bufs = append(bufs, p.bufs()...)
 	}
 	for _, g := range me.gray {
 		if g != nil {
@@ -336,6 +336,9 @@ type pairBufs struct {
 	st      pairStats // segment lengths of all V taps
 	half    bool      // the lists hold the taps before the centre (submanifold; TablePairs)
 }
+
+// bufs returns the allocator blocks of the lists (some may be empty).
+func (p *pairBufs) bufs() []rawBuf { return []rawBuf{p.in, p.out, p.seg, p.off} }
 
 // lists returns the launch view of the cached lists.
 func (p *pairBufs) lists() pairLists {

@@ -162,9 +162,6 @@ func (d *Device) endSection(idx int64) error {
 // returns the held blocks to the cache (do, before every call but the
 // independent ones). Worker only.
 func (d *Device) joinSide() error {
-	if d.side.in || !d.side.ledger.pending() {
-		return nil
-	}
 	return d.waitSide(d.side.ledger.join())
 }
 
@@ -172,9 +169,6 @@ func (d *Device) joinSide() error {
 // stream waits only for the sections opened before the previous
 // independent call (sideLedger.beside). Worker only.
 func (d *Device) besideSide() error {
-	if d.side.in || !d.side.ledger.pending() {
-		return nil
-	}
 	return d.waitSide(d.side.ledger.beside())
 }
 
