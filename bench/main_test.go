@@ -466,9 +466,9 @@ func factorCell(t *testing.T, cell string) float64 {
 // TestPaddingRegroupColumns checks the -regroup columns of `bench
 // padding`: a regrouped padding of at least 1 and at most the Gray order's.
 func TestPaddingRegroupColumns(t *testing.T) {
-	header, rows := paddingTable(t, 1, 6, "-res", "16", "-rows", "64", "-regroup", "256")
+	header, rows := paddingTable(t, 1, 7, "-res", "16", "-rows", "64", "-regroup", "256")
 	require.Contains(t, header, "regrouped BM 64")
-	gray, regrouped := factorCell(t, rows[0][4]), factorCell(t, rows[0][5])
+	gray, regrouped := factorCell(t, rows[0][4]), factorCell(t, rows[0][6])
 	require.GreaterOrEqual(t, regrouped, 1.0)
 	require.LessOrEqual(t, regrouped, gray)
 	var out, errb bytes.Buffer
@@ -480,10 +480,10 @@ func TestPaddingRegroupColumns(t *testing.T) {
 // relative to the pairs kernels — (1 + products) / 2 for one tap, fewer for
 // larger groups — and that bad groups and slab heights are errors.
 func TestPaddingWgradColumns(t *testing.T) {
-	header, rows := paddingTable(t, 1, 8, "-res", "16", "-rows", "64", "-wgrad", "1,9", "-wgradrows", "32")
+	header, rows := paddingTable(t, 1, 9, "-res", "16", "-rows", "64", "-wgrad", "1,9", "-wgradrows", "32")
 	require.Contains(t, header, "wgrad products, 32-row slabs")
 	require.Contains(t, header, "wgrad rows read, 9-tap groups")
-	products, one, nine := factorCell(t, rows[0][5]), factorCell(t, rows[0][6]), factorCell(t, rows[0][7])
+	products, one, nine := factorCell(t, rows[0][6]), factorCell(t, rows[0][7]), factorCell(t, rows[0][8])
 	require.GreaterOrEqual(t, products, 1.0)
 	require.InDelta(t, (1+products)/2, one, 0.01)
 	require.Less(t, nine, one)
@@ -499,12 +499,12 @@ func TestPaddingWgradColumns(t *testing.T) {
 // z-order's padding (≥ 1), and the rows read per pair of tiles in Gray
 // order (at most 1) and in z-order (fewer).
 func TestPaddingHaloColumns(t *testing.T) {
-	header, rows := paddingTable(t, 1, 8, "-res", "16", "-rows", "64", "-halo")
+	header, rows := paddingTable(t, 1, 9, "-res", "16", "-rows", "64", "-halo")
 	require.Contains(t, header, "z-order padding BM 64")
 	require.Contains(t, header, "z-order rows read BM 64")
-	padding := factorCell(t, rows[0][5])
+	padding := factorCell(t, rows[0][6])
 	var gray, z float64
-	_, err := fmt.Sscanf(rows[0][6]+" "+rows[0][7], "%f %f", &gray, &z)
+	_, err := fmt.Sscanf(rows[0][7]+" "+rows[0][8], "%f %f", &gray, &z)
 	require.NoError(t, err)
 	require.GreaterOrEqual(t, padding, 1.0)
 	require.LessOrEqual(t, gray, 1.0)
@@ -512,11 +512,12 @@ func TestPaddingHaloColumns(t *testing.T) {
 }
 
 // TestPaddingCommand runs `bench padding` on small shells: one row per
-// resolution, the map's voxel and pair counts, and a padding factor ≥ 1 per
-// tile height that grows with the tile height; bad lists are errors.
+// resolution, the map's voxel and pair counts, and per tile height the
+// Gray order's padding and the engines' (≥ 1, growing with the tile
+// height, the engines' at most the Gray order's); bad lists are errors.
 func TestPaddingCommand(t *testing.T) {
-	header, rows := paddingTable(t, 2, 6, "-res", "8,16", "-rows", "64,256")
-	require.Contains(t, header, "padding BM 64")
+	header, rows := paddingTable(t, 2, 8, "-res", "8,16", "-rows", "64,256")
+	require.Contains(t, header, "Gray order padding BM 64")
 	require.Contains(t, header, "padding BM 256")
 	for i, res := range []int{8, 16} {
 		m := mustShellMap(t, res)
@@ -525,9 +526,12 @@ func TestPaddingCommand(t *testing.T) {
 		require.Equal(t, fmt.Sprint(res), cells[0])
 		require.Equal(t, fmt.Sprint(st.NOut), cells[1])
 		require.Equal(t, fmt.Sprint(st.Pairs), cells[2])
-		p64, p256 := factorCell(t, cells[4]), factorCell(t, cells[5])
+		g64, g256 := factorCell(t, cells[4]), factorCell(t, cells[5])
+		p64, p256 := factorCell(t, cells[6]), factorCell(t, cells[7])
 		require.GreaterOrEqual(t, p64, 1.0)
 		require.GreaterOrEqual(t, p256, p64)
+		require.GreaterOrEqual(t, g256, g64)
+		require.LessOrEqual(t, p64, g64)
 		require.InDelta(t, m.Stats(64).Padding, p64, 0.005)
 	}
 	var out, errb bytes.Buffer

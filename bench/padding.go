@@ -17,14 +17,16 @@ import (
 // BM rows of the Gray-code order multiplies the union of its rows' taps,
 // so it computes Σ_tiles |union|·rows (row, tap) products where the
 // convolution needs only the map's pairs; the ratio (kmap.Stats.Padding,
-// ≥ 1) bounds the useful share of a masked GEMM's tensor-core work. CPU
-// only: the maps are built by package kmap (the GPU builds the same maps
-// and the same Gray order on the device). With -regroup W it also reports
-// the padding of an experimental greedy regrouping of that order into
-// tiles (regroupTiles), which no engine uses yet, and with -windows the
-// same greedy within disjoint windows of W rows (regroupWindows, as one GPU
-// block per window would run it) and the passes over its candidates such a
-// block would make (regroupByPasses, windowPasses); with -halo the padding of tiles of the
+// ≥ 1) bounds the useful share of a masked GEMM's tensor-core work. It
+// reports the padding of the Gray order and of the engines' order (the
+// Gray order regrouped where kmap.Regroups says so). CPU only: the maps
+// are built by package kmap (the GPU builds the same maps and the same
+// orders on the device). With -regroup W it also reports the padding of
+// an experimental greedy regrouping of the Gray order into tiles with a
+// sliding window of W rows (regroupTiles), and with -windows that of the
+// engines' greedy within disjoint windows of W rows (regroupWindows, as
+// one GPU block per window runs it) and the passes over its candidates
+// such a block makes; with -halo the padding of tiles of the
 // z-order of the coordinates and, for both orders, the distinct input rows
 // per tile relative to the pairs (tileHaloRows); with -bytes C the bytes a
 // forward gather of C channels reads from L2 with either kind of tile
@@ -37,7 +39,7 @@ func paddingMain(args []string, stdout, stderr io.Writer) error {
 	res := fs.String("res", "8,16,32,64,128,256,512,1024", "sphere-shell resolutions")
 	rows := fs.String("rows", "64,128,256", "tile heights (BM) to report")
 	regroup := fs.Int("regroup", 0, "also report the padding after a greedy regrouping of the Gray order into tiles, each row chosen among the next `W` rows (0: off; maps of at most 2^19 rows)")
-	windows := fs.Bool("windows", false, "with -regroup W: regroup each window of W rows of the Gray order on its own instead of a sliding window, and report the passes per window of the GPU design (regroupByPasses)")
+	windows := fs.Bool("windows", false, "with -regroup W: regroup each window of W rows of the Gray order on its own instead of a sliding window, and report the passes per window of the GPU design (kmap.RegroupWindow)")
 	halo := fs.Bool("halo", false, "also report the padding of tiles in z-order and, for tiles in Gray order and in z-order, the distinct input rows of each tile summed over the tiles relative to the pairs (what a gather reading each tile's neighbourhood once would read; today's read one row per pair)")
 	bytesC := fs.Int("bytes", 0, "also report, for C → C layers of `C` channels (fp16), the gigabytes a forward gather reads from L2 per layer: today's Gray tiles (one input row per pair) and z-order and Hilbert tiles reading each tile's distinct rows once, with their padding and the most distinct rows of one tile (gatherBytes; 0: off)")
 	wgrad := fs.String("wgrad", "", "also report, for these tap-group sizes `G,…`, the rows a multi-tap weight gradient over the Gray order would read, relative to the pairs kernels (multiTapTraffic)")
@@ -72,6 +74,9 @@ func paddingMain(args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	cols := []string{"RES", "N", "pairs", "taps present"}
+	for _, bm := range bms {
+		cols = append(cols, fmt.Sprintf("Gray order padding BM %d", bm))
+	}
 	for _, bm := range bms {
 		cols = append(cols, fmt.Sprintf("padding BM %d", bm))
 	}
@@ -126,18 +131,35 @@ func paddingMain(args []string, stdout, stderr io.Writer) error {
 		st := m.Stats(0)
 		fmt.Fprintf(stdout, "| %d | %d | %d | %.1f %% |", r, st.NOut, st.Pairs, 100*st.Density)
 		for _, bm := range bms {
+			if st.Pairs == 0 {
+				fmt.Fprintf(stdout, " – |")
+				continue
+			}
+			ms := m.Masked()
+			fmt.Fprintf(stdout, " %.2f× |", float64(orderWork(ms, ms.Gray, bm))/float64(st.Pairs))
+		}
+		for _, bm := range bms {
 			fmt.Fprintf(stdout, " %.2f× |", m.Stats(bm).Padding)
 		}
 		if *regroup > 0 {
+			type windowPasses struct {
+				mean float64
+				most int
+			}
+			passes := make(map[int]windowPasses)
 			for _, bm := range bms {
 				if st.NOut > regroupMaxRows || st.Pairs == 0 {
 					fmt.Fprintf(stdout, " – |")
 					continue
 				}
 				ms := m.Masked()
-				order := regroupTiles(ms, bm, *regroup)
+				var order []int32
 				if *windows {
-					order = regroupWindows(ms, bm, *regroup)
+					var p windowPasses
+					order, p.mean, p.most = regroupWindows(ms, bm, *regroup)
+					passes[bm] = p
+				} else {
+					order = regroupTiles(withOrder(ms, ms.Gray), bm, *regroup)
 				}
 				fmt.Fprintf(stdout, " %.2f× |", float64(orderWork(ms, order, bm))/float64(st.Pairs))
 			}
@@ -147,8 +169,7 @@ func paddingMain(args []string, stdout, stderr io.Writer) error {
 						fmt.Fprintf(stdout, " – |")
 						continue
 					}
-					mean, most := windowPasses(m.Masked(), bm, *regroup)
-					fmt.Fprintf(stdout, " %.0f / %d |", mean, most)
+					fmt.Fprintf(stdout, " %.0f / %d |", passes[bm].mean, passes[bm].most)
 				}
 			}
 		}

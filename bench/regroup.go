@@ -1,7 +1,6 @@
 package main
 
 import (
-	"iter"
 	"math/bits"
 	"slices"
 
@@ -13,7 +12,7 @@ import (
 const regroupMaxRows = 1 << 19
 
 // regroupTiles is an experiment of `bench padding -regroup`: it regroups
-// the Gray order of ms into tiles of bm rows greedily and returns the new
+// the order of ms (the Gray order, as the caller passes it) into tiles of bm rows greedily and returns the new
 // order. Each tile starts with the first row of the Gray order not yet
 // placed; then, bm − 1 times, it takes the unplaced row among the next
 // window rows of the order that adds the fewest taps to the tile's union
@@ -126,85 +125,24 @@ func orderWork(ms *kmap.Masked, order []int32, bm int) int64 {
 	return orderTiles(ms, order, bm).Work
 }
 
-// regroupWindows is regroupTiles applied to each window of window rows of
-// the Gray order on its own (the last window may be shorter): the rows of a
-// window are regrouped among themselves, as one GPU block per window would
-// do it. An experiment of `bench padding -regroup W -windows`.
-func regroupWindows(ms *kmap.Masked, bm, window int) []int32 {
-	out := make([]int32, 0, len(ms.Order))
-	for sub := range orderWindows(ms, window) {
-		out = append(out, regroupTiles(sub, bm, window)...)
-	}
-	return out
-}
-
-// orderWindows yields ms restricted to each window of window rows of its
-// Gray order in turn (the last may be shorter).
-func orderWindows(ms *kmap.Masked, window int) iter.Seq[*kmap.Masked] {
-	return func(yield func(*kmap.Masked) bool) {
-		for s := 0; s < len(ms.Order); s += window {
-			if !yield(withOrder(ms, ms.Order[s:min(s+window, len(ms.Order))])) {
-				return
-			}
-		}
-	}
-}
-
-// regroupByPasses is regroupTiles computed the way one GPU block per
-// window would (`bench padding -regroup W -windows` reports its passes):
-// in passes over the tile's candidates, each of which first takes, in
-// order, every candidate whose taps are all in the tile's union (up to the
-// tile's capacity: the greedy takes them one by one, earliest first, and
-// the union does not change), then, if the tile is not full, the earliest
-// candidate that adds the fewest taps, which grows the union. Same order
-// as regroupTiles (TestRegroupByPasses); passes counts the scans of the
-// candidates, one per union growth and one to start each tile.
-func regroupByPasses(ms *kmap.Masked, bm, window int) (order []int32, passes int) {
-	g := newRegrouping(ms, window)
-	for g.startTile(window) {
-		room := bm - 1
-		for room > 0 && len(g.cands) > 0 {
-			passes++
-			best, bestAdd := -1, 0
-			kept := g.cands[:0]
-			for _, p := range g.cands {
-				a := g.adds(p)
-				switch {
-				case a == 0 && room > 0:
-					g.place(p)
-					room--
-					continue
-				case a > 0 && (best < 0 || a < bestAdd):
-					best, bestAdd = len(kept), a
-				}
-				kept = append(kept, p)
-			}
-			g.cands = kept
-			if room == 0 || best < 0 {
-				continue
-			}
-			g.take(g.cands[best])
-			room--
-			g.cands = slices.Delete(g.cands, best, best+1)
-		}
-	}
-	return g.order, passes
-}
-
-// windowPasses returns the mean and the largest number of passes
-// regroupByPasses makes over one window of window rows of the Gray order
-// of ms (the last window may be shorter): what one GPU block per window
-// would scan in sequence.
-func windowPasses(ms *kmap.Masked, bm, window int) (mean float64, most int) {
+// regroupWindows is the engines' regrouping (kmap.RegroupWindow) of each
+// window of window rows of the Gray order of ms (the last may be shorter)
+// into tiles of bm rows, with the mean and the largest number of passes
+// over one window: what one GPU block per window scans in sequence. An
+// experiment of `bench padding -regroup W -windows` (the engines use
+// kmap.RegroupWindowRows and kmap.RegroupTileRows).
+func regroupWindows(ms *kmap.Masked, bm, window int) (order []int32, mean float64, most int) {
+	order = make([]int32, len(ms.Gray))
 	total, windows := 0, 0
-	for sub := range orderWindows(ms, window) {
-		_, p := regroupByPasses(sub, bm, window)
+	for lo := 0; lo < len(ms.Gray); lo += window {
+		hi := min(lo+window, len(ms.Gray))
+		p := kmap.RegroupWindow(ms.Mask, ms.Gray[lo:hi], bm, order[lo:hi])
 		total += p
 		most = max(most, p)
 		windows++
 	}
-	if windows == 0 {
-		return 0, 0
+	if windows > 0 {
+		mean = float64(total) / float64(windows)
 	}
-	return float64(total) / float64(windows), most
+	return order, mean, most
 }

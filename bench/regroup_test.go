@@ -33,57 +33,47 @@ func TestRegroupTilesByHand(t *testing.T) {
 func TestRegroupTilesSphere(t *testing.T) {
 	for _, res := range []int{16, 32} {
 		ms := mustShellMap(t, res).Masked()
+		gray := withOrder(ms, ms.Gray)
 		for _, bm := range []int{64, 128} {
-			require.Equal(t, ms.Tiles(bm).Work, orderWork(ms, ms.Order, bm), "RES %d BM %d", res, bm)
-			got := regroupTiles(ms, bm, 1024)
+			require.Equal(t, gray.Tiles(bm).Work, orderWork(ms, ms.Gray, bm), "RES %d BM %d", res, bm)
+			got := regroupTiles(gray, bm, 1024)
 			// A permutation of the rows …
 			sorted := slices.Clone(got)
 			slices.Sort(sorted)
-			want := slices.Clone(ms.Order)
+			want := slices.Clone(ms.Gray)
 			slices.Sort(want)
 			require.Equal(t, want, sorted, "RES %d BM %d", res, bm)
 			// … that on these shells needs no more products than the Gray order.
-			require.LessOrEqual(t, orderWork(ms, got, bm), ms.Tiles(bm).Work, "RES %d BM %d", res, bm)
+			require.LessOrEqual(t, orderWork(ms, got, bm), gray.Tiles(bm).Work, "RES %d BM %d", res, bm)
 		}
 	}
 }
 
+// TestRegroupWindows checks the windowed greedy against the sliding one
+// (regroupTiles, the greedy written pick by pick): within each window the
+// two pick the same rows, and the engines' order is the windowed greedy at
+// kmap's window and tile height.
 func TestRegroupWindows(t *testing.T) {
-	ms := mustShellMap(t, 32).Masked()
-	n := len(ms.Order)
-	// One window holding every row is the sliding greedy over that window.
-	require.Equal(t, regroupTiles(ms, 128, n), regroupWindows(ms, 128, n))
-	for _, w := range []int{256, 1000, 2048} {
-		got := regroupWindows(ms, 128, w)
-		require.Len(t, got, n)
-		// Every window keeps its own rows, regrouped among themselves.
-		for s := 0; s < n; s += w {
-			e := min(s+w, n)
-			want := slices.Clone(ms.Order[s:e])
-			have := slices.Clone(got[s:e])
-			slices.Sort(want)
-			slices.Sort(have)
-			require.Equal(t, want, have, "window %d at %d", w, s)
-		}
-	}
-}
-
-// TestRegroupByPasses checks that the pass formulation of the greedy (the
-// GPU design) picks exactly the rows regroupTiles picks, sliding and in
-// windows, and counts at least one pass per regrouped tile.
-func TestRegroupByPasses(t *testing.T) {
-	ms := &kmap.Masked{V: 2, Words: 1, Mask: []uint64{0b01, 0b10, 0b01, 0b10}, Order: []int32{0, 1, 2, 3}}
-	got, passes := regroupByPasses(ms, 2, 4)
-	require.Equal(t, regroupTiles(ms, 2, 4), got)
-	require.Equal(t, 2, passes)
+	ms := &kmap.Masked{V: 2, Words: 1, Mask: []uint64{0b01, 0b10, 0b01, 0b10}, Gray: []int32{0, 1, 2, 3}}
+	got, mean, most := regroupWindows(ms, 2, 4)
+	require.Equal(t, regroupTiles(withOrder(ms, ms.Gray), 2, 4), got)
+	require.Equal(t, 2.0, mean)
+	require.Equal(t, 2, most)
 	for _, res := range []int{16, 32} {
 		ms := mustShellMap(t, res).Masked()
+		n := len(ms.Gray)
 		for _, bm := range []int{64, 128} {
-			for _, w := range []int{1, 256, 1024} {
-				got, passes := regroupByPasses(ms, bm, w)
-				require.Equal(t, regroupTiles(ms, bm, w), got, "RES %d BM %d window %d", res, bm, w)
-				require.GreaterOrEqual(t, passes, (len(ms.Order)+bm-1)/bm-1, "RES %d BM %d window %d", res, bm, w)
+			for _, w := range []int{256, 1000, 2048} {
+				got, _, most := regroupWindows(ms, bm, w)
+				require.GreaterOrEqual(t, most, 1, "RES %d BM %d window %d", res, bm, w)
+				for s := 0; s < n; s += w {
+					e := min(s+w, n)
+					want := regroupTiles(withOrder(ms, ms.Gray[s:e]), bm, w)
+					require.Equal(t, want, got[s:e], "RES %d BM %d window %d at %d", res, bm, w, s)
+				}
 			}
 		}
+		got, _, _ := regroupWindows(ms, kmap.RegroupTileRows, kmap.RegroupWindowRows)
+		require.Equal(t, ms.Order, got, "RES %d: the engines' order", res)
 	}
 }

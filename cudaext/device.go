@@ -85,6 +85,8 @@ type Device struct {
 	// do from this many rows on (rowsFirstMinRows; the tests lower it).
 	noRowsFirst  bool
 	rowsFirstMin int64
+	// noRegroup: masked orders stay in the Gray order (EnvNoRegroup).
+	noRegroup bool
 	// reduceVecMin: the split-K reductions sum four elements per thread
 	// from this many elements per slice on (reduceVecMinElems; the tests
 	// lower it).
@@ -145,6 +147,7 @@ func openDevice(ordinal int) (*Device, error) {
 		noRowSlices:            os.Getenv(EnvNoRowSlices) == "1",
 		noRowsFirst:            os.Getenv(EnvNoRowsFirst) == "1",
 		rowsFirstMin:           rowsFirstMinRows,
+		noRegroup:              os.Getenv(EnvNoRegroup) == "1",
 	}
 	d.mem.free = map[int64][]devPtr{}
 	runtime.LockOSThread()

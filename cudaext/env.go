@@ -103,6 +103,13 @@ const EnvNoRowSlices = "FLEXGEMM_NO_ROW_SLICES"
 // order's tile order, as before session 14.
 const EnvNoRowsFirst = "FLEXGEMM_NO_ROWS_FIRST"
 
+// EnvNoRegroup names the environment variable that, set to "1" when an
+// engine opens, keeps the device's masked orders in the Gray order
+// instead of regrouping them where kmap.Regroups says so (an experiment
+// switch: the device's orders then differ from package kmap's, which the
+// GPU tests compare).
+const EnvNoRegroup = "FLEXGEMM_NO_REGROUP"
+
 // EnvSpecializedGathers names the environment variable that, read when an
 // engine opens, turns the fixed heuristic's warp-specialised gather tiles
 // (kernels.Tile.Producers) on ("1") or off ("0"); unset, they are on.

@@ -1074,7 +1074,8 @@ func (d *Device) pairs(nbr devPtr, nOut, V int, half bool) (pin, pout, psg, off 
 }
 
 // grayMasks computes the bitmasks [n, W] of the rows of table [n, V] and
-// the rows sorted stably by the Gray rank of their masks (kmap.Masked).
+// their masked order: sorted stably by the Gray rank of their masks, then
+// regrouped (regroupOrder; kmap.Masked's Gray and Order).
 func (d *Device) grayMasks(table devPtr, n, V int) (*grayTables, error) {
 	if n == 0 {
 		return &grayTables{mask: rawBuf{ptr: d.zeroPage}, order: rawBuf{ptr: d.zeroPage}}, nil
@@ -1090,6 +1091,11 @@ func (d *Device) grayMasks(table devPtr, n, V int) (*grayTables, error) {
 		return nil, err
 	}
 	if err := d.grayOrder(table, n, V, mask.ptr, order.ptr); err != nil {
+		d.freeTemp(mask)
+		d.freeTemp(order)
+		return nil, err
+	}
+	if err := d.regroupOrder(mask.ptr, order.ptr, n, V); err != nil {
 		d.freeTemp(mask)
 		d.freeTemp(order)
 		return nil, err
@@ -1211,8 +1217,8 @@ func (d *Device) tileUnions(mask, order devPtr, n, V, rows int) (t tileTables, e
 // grayFromRanks returns the Gray tables of a table [n, V] (V ≤ 32, more
 // than kmap.BalancedKeyMaxRows rows) whose masks and uint32 Gray ranks in
 // table order were written with it (kmap_nbr_brick): the rows sorted
-// stably by rank, as grayOrder. It takes mask over and frees rank, on
-// failure too.
+// stably by rank, as grayOrder, then regrouped (regroupOrder). It takes
+// mask over and frees rank, on failure too.
 func (d *Device) grayFromRanks(mask, rank rawBuf, n, V int) (*grayTables, error) {
 	defer d.freeTemp(rank)
 	order, err := d.allocTemp(int64(n) * 4)
@@ -1225,7 +1231,36 @@ func (d *Device) grayFromRanks(mask, rank rawBuf, n, V int) (*grayTables, error)
 		d.freeTemp(order)
 		return nil, err
 	}
+	if err := d.regroupOrder(mask.ptr, order.ptr, n, V); err != nil {
+		d.freeTemp(mask)
+		d.freeTemp(order)
+		return nil, err
+	}
 	return &grayTables{mask: mask, order: order}, nil
+}
+
+// The regrouping's blocks: regroupThreads threads holding regroupPer
+// positions of a window each (masks.cu's kRegroupThreads, kRegroupPer).
+const (
+	regroupThreads = 256
+	regroupPer     = 8
+)
+
+// A window must fit one block (a compile-time check: a negative constant
+// does not convert to uint).
+const _ = uint(regroupThreads*regroupPer - kmap.RegroupWindowRows)
+
+// regroupOrder regroups the Gray order [n] of the masks [n, W] in place,
+// window by window (kmap.RegroupWindow, a block per window), where
+// kmap.Regroups says so (and not with EnvNoRegroup): the masked order of
+// package kmap.
+func (d *Device) regroupOrder(mask, order devPtr, n, V int) error {
+	if n == 0 || d.noRegroup || !kmap.Regroups(n, (V+63)/64) {
+		return nil
+	}
+	windows := ceilDiv(int64(n), kmap.RegroupWindowRows)
+	return d.launch("masks_regroup", dim3{X: int(windows)}, dim3{X: regroupThreads}, 0, mask, order, int64(n),
+		int32(kmap.RegroupWindowRows), int32(kmap.RegroupTileRows))
 }
 
 // tableMasks returns the bitmasks [n, W] of the rows of table [n, V] in a

@@ -1011,3 +1011,81 @@ func BenchmarkGPUDeriveTables(b *testing.B) {
 		})
 	}
 }
+
+// TestGPURegroup runs masks_regroup on random single-word masks (three
+// taps: many ties; 27; all 64 bits) over orders of one row, a partial
+// window, one window, several windows with a partial last one, against
+// kmap.RegroupWindow; then checks EnvNoRegroup's switch on a shell map,
+// whose device order is kmap's Gray order with it and kmap's regrouped
+// order without (gxSameDerived checks the latter on every map).
+func TestGPURegroup(t *testing.T) {
+	e := gxEngine(t)
+	rng := rand.New(rand.NewPCG(21, 22))
+	for _, c := range []struct{ rows, V int }{{1, 27}, {200, 3}, {2048, 27}, {5000, 3}, {9000, 64}} {
+		mask := make([]int64, c.rows)
+		umask := make([]uint64, c.rows)
+		for r := range mask {
+			for v := range c.V {
+				if rng.IntN(3) == 0 {
+					umask[r] |= 1 << v
+				}
+			}
+			mask[r] = int64(umask[r])
+		}
+		order := make([]int32, c.rows)
+		for i, p := range rng.Perm(c.rows) {
+			order[i] = int32(p)
+		}
+		want := make([]int32, c.rows)
+		for lo := 0; lo < c.rows; lo += kmap.RegroupWindowRows {
+			hi := min(c.rows, lo+kmap.RegroupWindowRows)
+			kmap.RegroupWindow(umask, order[lo:hi], kmap.RegroupTileRows, want[lo:hi])
+		}
+		var got []int32
+		require.NoError(t, e.d.do(func() error {
+			m, err := uploadSlice(e.d, mask)
+			if err != nil {
+				return err
+			}
+			defer e.d.freeTemp(m)
+			o, err := uploadSlice(e.d, order)
+			if err != nil {
+				return err
+			}
+			defer e.d.freeTemp(o)
+			if err := e.d.regroupOrder(m.ptr, o.ptr, c.rows, c.V); err != nil {
+				return err
+			}
+			got, err = download[int32](e.d, o.ptr, c.rows)
+			return err
+		}))
+		require.True(t, slices.Equal(want, got), "%+v: orders differ at %d", c, firstDiff(want, got))
+	}
+	coords, ext := synth.SphereShell(64, 1)
+	cpu, err := kmap.NewSubmanifold(coords, ext, [3]int{3, 3, 3}, [3]int{1, 1, 1})
+	require.NoError(t, err)
+	ms := cpu.Masked()
+	require.False(t, slices.Equal(ms.Gray, ms.Order), "the shell is regrouped")
+	for _, off := range []bool{false, true} {
+		require.NoError(t, e.d.do(func() error { e.d.noRegroup = off; return nil }))
+		gpu := gxBuild(t, e, func() (*kmap.Map, error) {
+			return e.SubmanifoldMap(gxCoords(t, e, coords), ext, [3]int{3, 3, 3}, [3]int{1, 1, 1})
+		})
+		var got []int32
+		require.NoError(t, e.d.do(func() error {
+			g, err := e.grayTablesFor(gpu, false)
+			if err != nil {
+				return err
+			}
+			got, err = download[int32](e.d, g.order.ptr, cpu.NOut)
+			return err
+		}))
+		require.NoError(t, e.d.do(func() error { e.d.noRegroup = false; return nil }))
+		want := ms.Order
+		if off {
+			want = ms.Gray
+		}
+		require.True(t, slices.Equal(want, got), "noRegroup %v: orders differ at %d", off, firstDiff(want, got))
+		e.ReleaseMap(gpu)
+	}
+}

@@ -39,8 +39,9 @@ type maskKey struct {
 	rows    int  // tile rows (the kernel's BM)
 }
 
-// grayTables are the device bitmasks [n, W] uint64 and the Gray-code
-// order [n] int32 of the forward or the reverse table. The masks serve
+// grayTables are the device bitmasks [n, W] uint64 and the masked order
+// [n] int32 (kmap.Masked.Order: the Gray-code order, regrouped where
+// kmap.Regroups says so) of the forward or the reverse table. The masks serve
 // only to compute tile unions: a convolution drops them once it has its
 // tiles' (dropMasks; mask.ptr 0), and unions of another tile height
 // rebuild them for the while (maskedTablesFor).

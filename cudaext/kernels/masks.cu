@@ -30,6 +30,9 @@
 //                    tiles longest first (the gathers' tile_sched)
 //   masks_sched_rows keys[tile] = the tile's first row (table order), to
 //                    sort the tiles by where their rows lie
+//   masks_regroup    the order regrouped in place window by window
+//                    (kmap.RegroupWindow), a 256-thread block per window
+//                    of at most kRegroupThreads·kRegroupPer rows, W == 1
 #include "gray.cuh"
 #include "hashtable.cuh"
 
@@ -243,6 +246,148 @@ __device__ void sched_rows(const int* order, i64 nt, int rows, u32* keys) {
   for (i64 tile = gtid(); tile < nt; tile += gstride()) keys[tile] = (u32)order[tile * rows];
 }
 
+// ---- regrouping (kmap.RegroupWindow) ------------------------------------------
+
+constexpr int kRegroupThreads = 256;
+constexpr int kRegroupPer = 8;  // window positions per thread
+constexpr int kRegroupWarps = kRegroupThreads / 32;
+
+// RegroupStep is what one block-wide step of the regrouping tells every
+// thread: the zero-adders before its own (in window order) and in all, and
+// the smallest key of the block with its mask.
+struct RegroupStep {
+  int before, total;
+  u32 best;
+  u64 bestMask;
+};
+
+// regroup_step is a block-wide exclusive scan of z (in thread order) and
+// argmin of key (unique unless ~0u) carrying mask, with one barrier: the
+// warps' results go to shared buffer buf of two, which the caller
+// alternates, so a buffer is written again only after every thread has
+// passed the barrier of the step in between, i.e. has read it.
+__device__ __forceinline__ RegroupStep regroup_step(int z, u32 key, u64 mask, int buf) {
+  __shared__ int sZ[2][kRegroupWarps];
+  __shared__ u32 sK[2][kRegroupWarps];
+  __shared__ u64 sM[2][kRegroupWarps];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  int inc = z;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const int y = __shfl_up_sync(0xffffffffu, inc, o);
+    if (lane >= o) inc += y;
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const u32 k = __shfl_xor_sync(0xffffffffu, key, o);
+    const u64 m = __shfl_xor_sync(0xffffffffu, mask, o);
+    if (k < key) key = k, mask = m;
+  }
+  if (lane == 31) sZ[buf][warp] = inc;
+  if (lane == 0) sK[buf][warp] = key, sM[buf][warp] = mask;
+  __syncthreads();
+  RegroupStep s{inc - z, 0, ~0u, 0};
+#pragma unroll
+  for (int w = 0; w < kRegroupWarps; ++w) {
+    const int zw = sZ[buf][w];
+    if (w < warp) s.before += zw;
+    s.total += zw;
+    const u32 k = sK[buf][w];
+    if (k < s.best) s.best = k, s.bestMask = sM[buf][w];
+  }
+  return s;
+}
+
+// regroup is masks_regroup for the window of block blockIdx.x: thread t
+// holds positions t·kRegroupPer … of it (so thread order is window
+// order), their rows and masks in registers, and a bit per position still
+// to place. Every loop condition is block-uniform (filled, room and union
+// are the same in every thread), so every thread reaches every barrier.
+__device__ void regroup(const u64* mask, int* order, i64 rows, int window, int tile_rows) {
+  const i64 w0 = (i64)blockIdx.x * window;
+  const int n = (int)min((i64)window, rows - w0);
+  const int p0 = threadIdx.x * kRegroupPer;
+  int* out = order + w0;
+  int row[kRegroupPer];
+  u64 m[kRegroupPer];
+  u32 alive = 0;
+#pragma unroll
+  for (int i = 0; i < kRegroupPer; ++i) {
+    row[i] = 0;
+    m[i] = 0;
+    if (p0 + i < n) {
+      row[i] = out[p0 + i];
+      m[i] = mask[row[i]];
+      alive |= 1u << i;
+    }
+  }
+  __syncthreads();  // every read of the window's order before any write
+  int filled = 0, buf = 0;
+  while (filled < n) {
+    // A tile starts with the first position still to place.
+    const int f = __ffs(alive) - 1;
+    u64 fm = 0;
+#pragma unroll
+    for (int i = 0; i < kRegroupPer; ++i)
+      if (i == f) fm = m[i];
+    RegroupStep s = regroup_step(0, alive ? (u32)(p0 + f) : ~0u, fm, buf);
+    buf ^= 1;
+    if ((int)s.best - p0 == f && alive) {
+#pragma unroll
+      for (int i = 0; i < kRegroupPer; ++i)
+        if (i == f) out[filled] = row[i];
+      alive &= ~(1u << f);
+    }
+    u64 uni = s.bestMask;
+    ++filled;
+    int room = tile_rows - 1;
+    while (room > 0 && filled < n) {
+      // A pass: the rows adding no tap, earliest first, while there is
+      // room; then the earliest row adding the fewest.
+      int z = 0;
+      u32 key = ~0u;
+      u64 km = 0;
+#pragma unroll
+      for (int i = 0; i < kRegroupPer; ++i) {
+        if (!(alive >> i & 1)) continue;
+        const u32 a = __popcll(m[i] & ~uni);
+        if (a == 0) {
+          ++z;
+        } else if ((a << 16 | (u32)(p0 + i)) < key) {
+          key = a << 16 | (u32)(p0 + i);
+          km = m[i];
+        }
+      }
+      s = regroup_step(z, key, km, buf);
+      buf ^= 1;
+      int take = min(z, max(0, room - s.before)), at = filled + s.before;
+#pragma unroll
+      for (int i = 0; i < kRegroupPer; ++i) {
+        if (take > 0 && (alive >> i & 1) && (m[i] & ~uni) == 0) {
+          out[at++] = row[i];
+          alive &= ~(1u << i);
+          --take;
+        }
+      }
+      const int placed = min(s.total, room);
+      filled += placed;
+      room -= placed;
+      if (room == 0 || s.best == ~0u) break;
+      const int b = (int)(s.best & 0xffffu) - p0;
+#pragma unroll
+      for (int i = 0; i < kRegroupPer; ++i) {
+        if (i == b) {
+          out[filled] = row[i];
+          alive &= ~(1u << i);
+        }
+      }
+      uni |= s.bestMask;
+      ++filled;
+      --room;
+    }
+  }
+}
+
 }  // namespace fgm
 
 extern "C" {
@@ -273,6 +418,10 @@ __global__ void masks_sched_keys(const int* seg, long long nt, int V, unsigned* 
 }
 __global__ void masks_sched_rows(const int* order, long long nt, int rows, unsigned* keys) {
   fgm::sched_rows(order, nt, rows, keys);
+}
+__global__ void __launch_bounds__(fgm::kRegroupThreads)
+    masks_regroup(const unsigned long long* mask, int* order, long long rows, int window, int tile_rows) {
+  fgm::regroup(mask, order, rows, window, tile_rows);
 }
 
 }  // extern "C"

@@ -177,17 +177,21 @@ type Masked struct {
 	// KeyTaps[b] is the tap read as bit b of a row's Gray key: KeyTaps's
 	// order for tables of at most BalancedKeyMaxRows rows, else b.
 	KeyTaps []int32
-	// Order lists the rows sorted stably by the rank of their Gray key in
+	// Gray lists the rows sorted stably by the rank of their Gray key in
 	// the reflected binary Gray-code sequence (rows of equal rank keep
 	// their index order), so that consecutive rows have similar masks and
 	// tiles of them have small tap unions.
+	Gray []int32
+	// Order is the row order of the masked GEMMs: Gray regrouped window
+	// by window into tiles with smaller unions where Regroups says so
+	// (RegroupWindow), else Gray itself (the same slice).
 	Order []int32
 
 	mu    sync.Mutex
 	tiles map[int]*Tiles
 }
 
-// Masked returns the masks and Gray-code order of the forward table Nbr.
+// Masked returns the masks and masked order of the forward table Nbr.
 func (m *Map) Masked() *Masked {
 	m.mustLoad("Masked")
 	m.derived.mu.Lock()
@@ -198,7 +202,7 @@ func (m *Map) Masked() *Masked {
 	return m.derived.masked
 }
 
-// ReverseMasked returns the masks and Gray-code order of the reverse table,
+// ReverseMasked returns the masks and masked order of the reverse table,
 // used by the masked input-gradient algorithms.
 func (m *Map) ReverseMasked() *Masked {
 	rev := m.Reverse()
@@ -285,6 +289,10 @@ func newMasked(table []int32, rows, V int) *Masked {
 			})
 		}
 		radixSort(keys, ms.Order, min(64, V-64*w), true)
+	}
+	ms.Gray = ms.Order
+	if Regroups(rows, words) {
+		ms.Order = regroup(ms.Mask, ms.Gray)
 	}
 	return ms
 }

@@ -84,8 +84,8 @@ func grayRank(t *testing.T, g *big.Int) *big.Int {
 	return b
 }
 
-// checkMasked verifies masks, the stable Gray order and tile unions of a
-// table with rows rows.
+// checkMasked verifies masks, the stable Gray order, the masked order and
+// tile unions of a table with rows rows.
 func checkMasked(t *testing.T, ms *Masked, table []int32, rows, V int) {
 	t.Helper()
 	require.Equal(t, V, ms.V)
@@ -138,18 +138,19 @@ func checkMasked(t *testing.T, ms *Masked, table []int32, rows, V int) {
 		}
 		ranks[r] = grayRank(t, g)
 	}
-	// Order is a permutation sorted by rank, ties by row index.
-	require.Len(t, ms.Order, rows)
+	// Gray is a permutation sorted by rank, ties by row index.
+	require.Len(t, ms.Gray, rows)
 	seen := make([]bool, rows)
-	for j, r := range ms.Order {
-		require.False(t, seen[r], "row %d twice in Order", r)
+	for j, r := range ms.Gray {
+		require.False(t, seen[r], "row %d twice in Gray", r)
 		seen[r] = true
 		if j > 0 {
-			q := ms.Order[j-1]
+			q := ms.Gray[j-1]
 			c := ranks[q].Cmp(ranks[r])
-			require.True(t, c < 0 || (c == 0 && q < r), "Order[%d]=%d (rank %v) before Order[%d]=%d (rank %v)", j-1, q, ranks[q], j, r, ranks[r])
+			require.True(t, c < 0 || (c == 0 && q < r), "Gray[%d]=%d (rank %v) before Gray[%d]=%d (rank %v)", j-1, q, ranks[q], j, r, ranks[r])
 		}
 	}
+	checkRegrouped(t, ms)
 	// Tiles: the union of the masks of each tile, ascending taps.
 	for _, tr := range []int{1, 3, 8, 64, 0} {
 		tl := ms.Tiles(tr)
