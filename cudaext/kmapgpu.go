@@ -1239,28 +1239,37 @@ func (d *Device) grayFromRanks(mask, rank rawBuf, n, V int) (*grayTables, error)
 	return &grayTables{mask: mask, order: order}, nil
 }
 
-// The regrouping's blocks: regroupThreads threads holding regroupPer
-// positions of a window each (masks.cu's kRegroupThreads, kRegroupPer).
-const (
-	regroupThreads = 256
-	regroupPer     = 8
-)
+// regroupWindowRows is the window of masks_regroup32/64's warp (masks.cu's
+// kRegroupWindow): package kmap's.
+const regroupWindowRows = 1024
 
-// A window must fit one block (a compile-time check: a negative constant
-// does not convert to uint).
-const _ = uint(regroupThreads*regroupPer - kmap.RegroupWindowRows)
+// The windows of both engines agree (a compile-time check: a constant
+// index other than 0 is out of the one-element array's range).
+var _ = [1]struct{}{}[regroupWindowRows-kmap.RegroupWindowRows]
 
-// regroupOrder regroups the Gray order [n] of the masks [n, W] in place,
-// window by window (kmap.RegroupWindow, a block per window), where
-// kmap.Regroups says so (and not with EnvNoRegroup): the masked order of
-// package kmap.
+// regroupOrder regroups the Gray order [n] of the masks [n, W] in place
+// where kmap.Regroups says so (and not with EnvNoRegroup): the masked
+// order of package kmap.
 func (d *Device) regroupOrder(mask, order devPtr, n, V int) error {
-	if n == 0 || d.noRegroup || !kmap.Regroups(n, (V+63)/64) {
+	if d.noRegroup || !kmap.Regroups(n, (V+63)/64) {
 		return nil
 	}
-	windows := ceilDiv(int64(n), kmap.RegroupWindowRows)
-	return d.launch("masks_regroup", dim3{X: int(windows)}, dim3{X: regroupThreads}, 0, mask, order, int64(n),
-		int32(kmap.RegroupWindowRows), int32(kmap.RegroupTileRows))
+	return d.regroupWindows(mask, order, n, V)
+}
+
+// regroupWindows regroups the order [n] of the single-word masks [n]
+// (V ≤ 64) in place, window by window (kmap.RegroupWindow with
+// kmap.RegroupTileRows), a warp per window.
+func (d *Device) regroupWindows(mask, order devPtr, n, V int) error {
+	if n == 0 {
+		return nil
+	}
+	name := "masks_regroup64"
+	if V <= 32 {
+		name = "masks_regroup32"
+	}
+	windows := ceilDiv(int64(n), regroupWindowRows)
+	return d.launch(name, dim3{X: int(windows)}, dim3{X: 32}, 0, mask, order, int64(n), int32(kmap.RegroupTileRows))
 }
 
 // tableMasks returns the bitmasks [n, W] of the rows of table [n, V] in a

@@ -1012,16 +1012,16 @@ func BenchmarkGPUDeriveTables(b *testing.B) {
 	}
 }
 
-// TestGPURegroup runs masks_regroup on random single-word masks (three
-// taps: many ties; 27; all 64 bits) over orders of one row, a partial
-// window, one window, several windows with a partial last one, against
-// kmap.RegroupWindow; then checks EnvNoRegroup's switch on a shell map,
+// TestGPURegroup runs masks_regroup32/64 on random single-word masks
+// (three taps: many ties; 27; 40 and all 64 bits) over orders of one row,
+// a partial window, one window, several windows with a partial last one,
+// against kmap.RegroupWindow; then checks EnvNoRegroup's switch on a shell map,
 // whose device order is kmap's Gray order with it and kmap's regrouped
 // order without (gxSameDerived checks the latter on every map).
 func TestGPURegroup(t *testing.T) {
 	e := gxEngine(t)
 	rng := rand.New(rand.NewPCG(21, 22))
-	for _, c := range []struct{ rows, V int }{{1, 27}, {200, 3}, {2048, 27}, {5000, 3}, {9000, 64}} {
+	for _, c := range []struct{ rows, V int }{{1, 27}, {200, 3}, {1024, 27}, {5000, 3}, {9000, 64}, {3000, 40}} {
 		mask := make([]int64, c.rows)
 		umask := make([]uint64, c.rows)
 		for r := range mask {
@@ -1053,7 +1053,7 @@ func TestGPURegroup(t *testing.T) {
 				return err
 			}
 			defer e.d.freeTemp(o)
-			if err := e.d.regroupOrder(m.ptr, o.ptr, c.rows, c.V); err != nil {
+			if err := e.d.regroupWindows(m.ptr, o.ptr, c.rows, c.V); err != nil {
 				return err
 			}
 			got, err = download[int32](e.d, o.ptr, c.rows)

@@ -30,9 +30,10 @@
 //                    tiles longest first (the gathers' tile_sched)
 //   masks_sched_rows keys[tile] = the tile's first row (table order), to
 //                    sort the tiles by where their rows lie
-//   masks_regroup    the order regrouped in place window by window
-//                    (kmap.RegroupWindow), a 256-thread block per window
-//                    of at most kRegroupThreads·kRegroupPer rows, W == 1
+//   masks_regroup32  the order regrouped in place window by window
+//   masks_regroup64  (kmap.RegroupWindow), a warp per window of
+//                    kRegroupWindow rows, W == 1: 32-bit masks (V ≤ 32)
+//                    or 64-bit
 #include "gray.cuh"
 #include "hashtable.cuh"
 
@@ -248,143 +249,126 @@ __device__ void sched_rows(const int* order, i64 nt, int rows, u32* keys) {
 
 // ---- regrouping (kmap.RegroupWindow) ------------------------------------------
 
-constexpr int kRegroupThreads = 256;
-constexpr int kRegroupPer = 8;  // window positions per thread
-constexpr int kRegroupWarps = kRegroupThreads / 32;
+constexpr int kRegroupLanePositions = 32;                      // window positions per lane
+constexpr int kRegroupWindow = 32 * kRegroupLanePositions;    // the most rows of one window
 
-// RegroupStep is what one block-wide step of the regrouping tells every
-// thread: the zero-adders before its own (in window order) and in all, and
-// the smallest key of the block with its mask.
-struct RegroupStep {
-  int before, total;
-  u32 best;
-  u64 bestMask;
-};
+__device__ __forceinline__ int popcount(u32 x) { return __popc(x); }
+__device__ __forceinline__ int popcount(u64 x) { return __popcll(x); }
 
-// regroup_step is a block-wide exclusive scan of z (in thread order) and
-// argmin of key (unique unless ~0u) carrying mask, with one barrier: the
-// warps' results go to shared buffer buf of two, which the caller
-// alternates, so a buffer is written again only after every thread has
-// passed the barrier of the step in between, i.e. has read it.
-__device__ __forceinline__ RegroupStep regroup_step(int z, u32 key, u64 mask, int buf) {
-  __shared__ int sZ[2][kRegroupWarps];
-  __shared__ u32 sK[2][kRegroupWarps];
-  __shared__ u64 sM[2][kRegroupWarps];
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  int inc = z;
-#pragma unroll
-  for (int o = 1; o < 32; o <<= 1) {
-    const int y = __shfl_up_sync(0xffffffffu, inc, o);
-    if (lane >= o) inc += y;
-  }
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    const u32 k = __shfl_xor_sync(0xffffffffu, key, o);
-    const u64 m = __shfl_xor_sync(0xffffffffu, mask, o);
-    if (k < key) key = k, mask = m;
-  }
-  if (lane == 31) sZ[buf][warp] = inc;
-  if (lane == 0) sK[buf][warp] = key, sM[buf][warp] = mask;
-  __syncthreads();
-  RegroupStep s{inc - z, 0, ~0u, 0};
-#pragma unroll
-  for (int w = 0; w < kRegroupWarps; ++w) {
-    const int zw = sZ[buf][w];
-    if (w < warp) s.before += zw;
-    s.total += zw;
-    const u32 k = sK[buf][w];
-    if (k < s.best) s.best = k, s.bestMask = sM[buf][w];
-  }
-  return s;
-}
-
-// regroup is masks_regroup for the window of block blockIdx.x: thread t
-// holds positions t·kRegroupPer … of it (so thread order is window
-// order), their rows and masks in registers, and a bit per position still
-// to place. Every loop condition is block-uniform (filled, room and union
-// are the same in every thread), so every thread reaches every barrier.
-__device__ void regroup(const u64* mask, int* order, i64 rows, int window, int tile_rows) {
-  const i64 w0 = (i64)blockIdx.x * window;
-  const int n = (int)min((i64)window, rows - w0);
-  const int p0 = threadIdx.x * kRegroupPer;
+// regroup is masks_regroup{32,64} for the window of block blockIdx.x (one
+// warp, masks of type M): lane l holds positions 32·l … of the window (so
+// lane order is window order), their masks in registers and a bit per
+// position still to place. A pass is two warp reductions (the zero-adders'
+// count and the smallest (adds, position) key); only a pass with more
+// zero-adders than room scans them. Each position records its tile; at
+// the end each tile's rows go to its slots in window order. Every loop is
+// warp-uniform (filled, room, tile and the union are the same in every
+// lane).
+template <class M>
+__device__ void regroup(const u64* mask, int* order, i64 rows, int tile_rows) {
+  constexpr int P = kRegroupLanePositions;
+  constexpr unsigned kAll = 0xffffffffu;
+  __shared__ M sMask[kRegroupWindow];
+  __shared__ int sRow[kRegroupWindow];
+  __shared__ unsigned short sTile[kRegroupWindow];
+  const int lane = threadIdx.x;
+  const i64 w0 = (i64)blockIdx.x * kRegroupWindow;
+  const int n = (int)min((i64)kRegroupWindow, rows - w0);
   int* out = order + w0;
-  int row[kRegroupPer];
-  u64 m[kRegroupPer];
+  for (int j = lane; j < n; j += 32) {
+    const int r = out[j];
+    sRow[j] = r;
+    sMask[j] = (M)mask[r];
+  }
+  __syncwarp();
+  const int p0 = lane * P;
+  M m[P];
   u32 alive = 0;
 #pragma unroll
-  for (int i = 0; i < kRegroupPer; ++i) {
-    row[i] = 0;
-    m[i] = 0;
-    if (p0 + i < n) {
-      row[i] = out[p0 + i];
-      m[i] = mask[row[i]];
-      alive |= 1u << i;
-    }
+  for (int i = 0; i < P; ++i) {
+    m[i] = p0 + i < n ? sMask[p0 + i] : (M)0;
+    if (p0 + i < n) alive |= 1u << i;
   }
-  __syncthreads();  // every read of the window's order before any write
-  int filled = 0, buf = 0;
+  int filled = 0, tile = 0;
   while (filled < n) {
     // A tile starts with the first position still to place.
-    const int f = __ffs(alive) - 1;
-    u64 fm = 0;
-#pragma unroll
-    for (int i = 0; i < kRegroupPer; ++i)
-      if (i == f) fm = m[i];
-    RegroupStep s = regroup_step(0, alive ? (u32)(p0 + f) : ~0u, fm, buf);
-    buf ^= 1;
-    if ((int)s.best - p0 == f && alive) {
-#pragma unroll
-      for (int i = 0; i < kRegroupPer; ++i)
-        if (i == f) out[filled] = row[i];
-      alive &= ~(1u << f);
+    const int fl = __ffs(__ballot_sync(kAll, alive != 0)) - 1;
+    const int fp = fl * P + __ffs(__shfl_sync(kAll, alive, fl)) - 1;
+    if (lane == fl) {
+      alive &= alive - 1;
+      sTile[fp] = (unsigned short)tile;
     }
-    u64 uni = s.bestMask;
+    __syncwarp();
+    M uni = sMask[fp];
     ++filled;
     int room = tile_rows - 1;
     while (room > 0 && filled < n) {
       // A pass: the rows adding no tap, earliest first, while there is
       // room; then the earliest row adding the fewest.
-      int z = 0;
-      u32 key = ~0u;
-      u64 km = 0;
+      u32 zb = 0, key = ~0u;
 #pragma unroll
-      for (int i = 0; i < kRegroupPer; ++i) {
-        if (!(alive >> i & 1)) continue;
-        const u32 a = __popcll(m[i] & ~uni);
-        if (a == 0) {
-          ++z;
-        } else if ((a << 16 | (u32)(p0 + i)) < key) {
-          key = a << 16 | (u32)(p0 + i);
-          km = m[i];
-        }
+      for (int i = 0; i < P; ++i) {
+        const u32 a = (u32)popcount(m[i] & ~uni);
+        const bool on = alive >> i & 1;
+        if (on && a == 0) zb |= 1u << i;
+        const u32 k = a << 16 | (u32)(p0 + i);
+        if (on && a != 0 && k < key) key = k;
       }
-      s = regroup_step(z, key, km, buf);
-      buf ^= 1;
-      int take = min(z, max(0, room - s.before)), at = filled + s.before;
+      const int z = __popc(zb);
+      const int total = (int)__reduce_add_sync(kAll, (u32)z);
+      const u32 best = __reduce_min_sync(kAll, key);
+      if (total > room) {
+        // Only the first room zero-adders: those of the lanes before.
+        int inc = z;
 #pragma unroll
-      for (int i = 0; i < kRegroupPer; ++i) {
-        if (take > 0 && (alive >> i & 1) && (m[i] & ~uni) == 0) {
-          out[at++] = row[i];
-          alive &= ~(1u << i);
-          --take;
+        for (int o = 1; o < 32; o <<= 1) {
+          const int y = __shfl_up_sync(kAll, inc, o);
+          if (lane >= o) inc += y;
         }
+        int take = min(z, max(0, room - (inc - z)));
+        u32 keep = 0;
+        for (; take > 0; --take) {
+          keep |= zb & (0u - zb);
+          zb &= zb - 1;
+        }
+        zb = keep;
       }
-      const int placed = min(s.total, room);
+      alive &= ~zb;
+      for (u32 b = zb; b; b &= b - 1) sTile[p0 + __ffs(b) - 1] = (unsigned short)tile;
+      const int placed = min(total, room);
       filled += placed;
       room -= placed;
-      if (room == 0 || s.best == ~0u) break;
-      const int b = (int)(s.best & 0xffffu) - p0;
-#pragma unroll
-      for (int i = 0; i < kRegroupPer; ++i) {
-        if (i == b) {
-          out[filled] = row[i];
-          alive &= ~(1u << i);
-        }
+      if (room == 0 || best == ~0u) break;
+      const int bp = (int)(best & 0xffffu);
+      if (lane == bp / P) {
+        alive &= ~(1u << (bp % P));
+        sTile[bp] = (unsigned short)tile;
       }
-      uni |= s.bestMask;
+      uni |= sMask[bp];
       ++filled;
       --room;
     }
+    ++tile;
+  }
+  __syncwarp();
+  // Tile t's rows, in window order, to out[t·tile_rows …].
+  unsigned short mine[P];
+#pragma unroll
+  for (int i = 0; i < P; ++i) mine[i] = p0 + i < n ? sTile[p0 + i] : (unsigned short)0xffffu;
+  for (int t = 0; t < tile; ++t) {
+    int c = 0;
+#pragma unroll
+    for (int i = 0; i < P; ++i) c += mine[i] == t;
+    int inc = c;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const int y = __shfl_up_sync(kAll, inc, o);
+      if (lane >= o) inc += y;
+    }
+    int at = t * tile_rows + inc - c;
+#pragma unroll
+    for (int i = 0; i < P; ++i)
+      if (mine[i] == t) out[at++] = sRow[p0 + i];
   }
 }
 
@@ -419,9 +403,13 @@ __global__ void masks_sched_keys(const int* seg, long long nt, int V, unsigned* 
 __global__ void masks_sched_rows(const int* order, long long nt, int rows, unsigned* keys) {
   fgm::sched_rows(order, nt, rows, keys);
 }
-__global__ void __launch_bounds__(fgm::kRegroupThreads)
-    masks_regroup(const unsigned long long* mask, int* order, long long rows, int window, int tile_rows) {
-  fgm::regroup(mask, order, rows, window, tile_rows);
+__global__ void __launch_bounds__(32) masks_regroup32(const unsigned long long* mask, int* order, long long rows,
+                                                     int tile_rows) {
+  fgm::regroup<unsigned>(mask, order, rows, tile_rows);
+}
+__global__ void __launch_bounds__(32) masks_regroup64(const unsigned long long* mask, int* order, long long rows,
+                                                     int tile_rows) {
+  fgm::regroup<unsigned long long>(mask, order, rows, tile_rows);
 }
 
 }  // extern "C"

@@ -8,10 +8,10 @@ import "math/bits"
 // window of RegroupWindowRows rows of the Gray order into tiles greedily
 // (RegroupWindow) shrinks those unions where they are large: on the
 // benchmark's sphere shells the (row, tap) products at 128-row tiles fall
-// by 8 % at RES 32, 7 % at RES 64, 4 % at RES 128 and 3 % at RES 256
+// by 6 % at RES 32 and 64, 4 % at RES 128 and 3 % at RES 256
 // (`go run ./bench padding -res 32,64,128,256 -rows 128`;
-// docs/PERF_NOTES.md, step 43). One GPU block per window computes the
-// same order (cudaext, masks_regroup): the order is part of a map's
+// docs/PERF_NOTES.md, step 43). One GPU warp per window computes the same
+// order (cudaext, masks_regroup32/64): the order is part of a map's
 // derived tables, so both engines follow the same rule (Regroups).
 const (
 	// RegroupTileRows is the tile height the regrouping aims at: that of
@@ -21,7 +21,12 @@ const (
 	// RegroupWindowRows is the number of consecutive rows of the Gray
 	// order regrouped among themselves (a multiple of RegroupTileRows, so
 	// the tiles of every window start on a tile boundary).
-	RegroupWindowRows = 2048
+	RegroupWindowRows = 1024
+	// RegroupMinRows is the fewest rows of a table whose masked order is
+	// regrouped: below two windows (RES 16's 848 rows) the tiles are few,
+	// regrouping saved 0.5 % of their products and the greedy's passes
+	// cost the map build more.
+	RegroupMinRows = 2 * RegroupWindowRows
 	// RegroupMaxRows is the most rows of a table whose masked order is
 	// regrouped. Above it (RES 512's million rows) the Gray order's
 	// padding is already small (1.05×) and the greedy would cost the map
@@ -30,10 +35,11 @@ const (
 )
 
 // Regroups reports whether the masked order of a table of rows rows with
-// single-word masks (V ≤ 64) is regrouped; tables with wider masks keep
-// the Gray order.
+// masks of words 64-bit words is regrouped: single-word masks (V ≤ 64)
+// of RegroupMinRows to RegroupMaxRows rows. Other tables keep the Gray
+// order.
 func Regroups(rows, words int) bool {
-	return words == 1 && rows <= RegroupMaxRows
+	return words == 1 && rows >= RegroupMinRows && rows <= RegroupMaxRows
 }
 
 // regroup returns the Gray order gray of the single-word masks mask
@@ -56,23 +62,22 @@ func regroup(mask []uint64, gray []int32) []int32 {
 // window order. A pass first places every row whose taps are all in the
 // tile's union (earliest first, while the tile has room), then, if there
 // is still room, the earliest of the rows that add the fewest taps, whose
-// taps join the union. It returns the number of passes: the sequential
-// steps of the GPU version (one block per window, one block-wide scan and
-// argmin per pass).
+// taps join the union. Each tile's rows are written in window order. It
+// returns the number of passes: the sequential steps of the GPU version
+// (a warp per window, two warp reductions per pass).
 func RegroupWindow(mask []uint64, window []int32, tileRows int, out []int32) (passes int) {
 	tileRows = max(tileRows, 1)
 	n := len(window)
-	cands := make([]int32, 0, n) // remaining positions of window, ascending
+	tile := make([]int32, n)     // the tile of each position
+	cands := make([]int32, 0, n) // positions still to place, ascending
 	for p := range n {
 		cands = append(cands, int32(p))
 	}
-	filled := 0
+	tiles := int32(0)
 	for len(cands) > 0 {
 		// Start a tile with the first remaining row.
-		first := window[cands[0]]
-		out[filled] = first
-		filled++
-		union := mask[first]
+		tile[cands[0]] = tiles
+		union := mask[window[cands[0]]]
 		cands = cands[1:]
 		room := tileRows - 1
 		for room > 0 && len(cands) > 0 {
@@ -80,11 +85,9 @@ func RegroupWindow(mask []uint64, window []int32, tileRows int, out []int32) (pa
 			best, bestAdd := -1, 0
 			kept := cands[:0]
 			for _, p := range cands {
-				r := window[p]
-				a := bits.OnesCount64(mask[r] &^ union)
+				a := bits.OnesCount64(mask[window[p]] &^ union)
 				if a == 0 && room > 0 {
-					out[filled] = r
-					filled++
+					tile[p] = tiles
 					room--
 					continue
 				}
@@ -97,13 +100,22 @@ func RegroupWindow(mask []uint64, window []int32, tileRows int, out []int32) (pa
 			if room == 0 || best < 0 {
 				continue
 			}
-			r := window[cands[best]]
-			out[filled] = r
-			filled++
+			p := cands[best]
+			tile[p] = tiles
 			room--
-			union |= mask[r]
+			union |= mask[window[p]]
 			cands = append(cands[:best], cands[best+1:]...)
 		}
+		tiles++
+	}
+	// Every tile but the last is full: tile t's rows go to t·tileRows …
+	next := make([]int, tiles)
+	for t := range next {
+		next[t] = t * tileRows
+	}
+	for p, t := range tile {
+		out[next[t]] = window[p]
+		next[t]++
 	}
 	return passes
 }

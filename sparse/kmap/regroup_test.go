@@ -12,14 +12,15 @@ import (
 // regroupByPicks is the greedy of RegroupWindow written pick by pick, its
 // definition: each tile starts with the first unplaced row of the window,
 // then takes, one row at a time while it has room, the unplaced row that
-// adds the fewest taps to its union, the earliest on ties.
+// adds the fewest taps to its union, the earliest on ties; each tile's
+// rows are then listed in window order.
 func regroupByPicks(mask []uint64, window []int32, tileRows int) []int32 {
 	placed := make([]bool, len(window))
 	var out []int32
 	for len(out) < len(window) {
 		first := slices.Index(placed, false)
 		placed[first] = true
-		out = append(out, window[first])
+		members := []int{first}
 		union := mask[window[first]]
 		for k := 1; k < tileRows; k++ {
 			best, bestAdd := -1, 65
@@ -32,8 +33,12 @@ func regroupByPicks(mask []uint64, window []int32, tileRows int) []int32 {
 				break
 			}
 			placed[best] = true
-			out = append(out, window[best])
+			members = append(members, best)
 			union |= mask[window[best]]
+		}
+		slices.Sort(members)
+		for _, p := range members {
+			out = append(out, window[p])
 		}
 	}
 	return out
@@ -71,12 +76,13 @@ func TestRegroupWindowByHand(t *testing.T) {
 	out = make([]int32, 4)
 	require.Equal(t, 1, RegroupWindow(mask, []int32{4, 0, 1, 2}, 3, out))
 	require.Equal(t, []int32{4, 0, 1, 2}, out)
-	// Rows that add taps: the one adding fewest goes first, then the
-	// rows it made free.
-	mask = []uint64{0b0001, 0b1110, 0b0011, 0b0010, 0}
-	out = make([]int32, 5)
-	RegroupWindow(mask, []int32{0, 1, 2, 3, 4}, 5, out)
-	require.Equal(t, []int32{0, 4, 2, 3, 1}, out)
+	// Rows that add taps: the one adding fewest goes first (row 2 before
+	// row 1), then the rows it made free (row 3); the tile lists its rows
+	// in window order.
+	mask = []uint64{0b0001, 0b1110, 0b0011, 0b0010, 0, 0b0111}
+	out = make([]int32, 6)
+	require.Equal(t, 2, RegroupWindow(mask, []int32{0, 1, 2, 3, 4, 5}, 3, out))
+	require.Equal(t, []int32{0, 2, 4, 1, 3, 5}, out)
 }
 
 // TestRegroupWindowRandom compares the passes with the greedy by picks on
@@ -111,7 +117,7 @@ func TestRegroupWindowRandom(t *testing.T) {
 // products at RegroupTileRows on the shells), wider masks and tables over
 // RegroupMaxRows in Gray order.
 func TestRegroupedOrder(t *testing.T) {
-	for _, res := range []int{16, 32} {
+	for _, res := range []int{32, 48} {
 		m, err := NewSubmanifold(shellCoords(res, 1), shellExt(res), cube3(3), cube3(1))
 		require.NoError(t, err)
 		ms := m.Masked()
@@ -122,6 +128,8 @@ func TestRegroupedOrder(t *testing.T) {
 		require.Less(t, ms.Tiles(RegroupTileRows).Work, gray.Tiles(RegroupTileRows).Work, "RES %d: the shells gain", res)
 	}
 	require.True(t, Regroups(RegroupMaxRows, 1))
+	require.True(t, Regroups(RegroupMinRows, 1))
+	require.False(t, Regroups(RegroupMinRows-1, 1))
 	require.False(t, Regroups(RegroupMaxRows+1, 1))
-	require.False(t, Regroups(10, 2))
+	require.False(t, Regroups(RegroupMaxRows, 2))
 }
