@@ -275,10 +275,20 @@ __device__ void regroup(const u64* mask, int* order, i64 rows, int tile_rows) {
   const i64 w0 = (i64)blockIdx.x * kRegroupWindow;
   const int n = (int)min((i64)kRegroupWindow, rows - w0);
   int* out = order + w0;
-  for (int j = lane; j < n; j += 32) {
-    const int r = out[j];
-    sRow[j] = r;
-    sMask[j] = (M)mask[r];
+  {
+    // All of the lane's loads in flight at once: its rows, then their
+    // masks (a loop of dependent pairs would wait twice per row).
+    int r[P];
+#pragma unroll
+    for (int k = 0; k < P; ++k) r[k] = lane + 32 * k < n ? out[lane + 32 * k] : 0;
+    M v[P];
+#pragma unroll
+    for (int k = 0; k < P; ++k) v[k] = lane + 32 * k < n ? (M)mask[r[k]] : (M)0;
+#pragma unroll
+    for (int k = 0; k < P; ++k) {
+      sRow[lane + 32 * k] = r[k];
+      sMask[lane + 32 * k] = v[k];
+    }
   }
   __syncwarp();
   const int p0 = lane * P;
@@ -305,15 +315,24 @@ __device__ void regroup(const u64* mask, int* order, i64 rows, int tile_rows) {
     while (room > 0 && filled < n) {
       // A pass: the rows adding no tap, earliest first, while there is
       // room; then the earliest row adding the fewest.
-      u32 zb = 0, key = ~0u;
+      // Keys (adds, position) of the rows still to place that add taps,
+      // ~0u otherwise, reduced as a tree (five levels, not a chain of 32).
+      u32 zb = 0, k[P];
 #pragma unroll
       for (int i = 0; i < P; ++i) {
         const u32 a = (u32)popcount(m[i] & ~uni);
         const bool on = alive >> i & 1;
-        if (on && a == 0) zb |= 1u << i;
-        const u32 k = a << 16 | (u32)(p0 + i);
-        if (on && a != 0 && k < key) key = k;
+        zb |= (u32)(on && a == 0) << i;
+        k[i] = on && a != 0 ? a << 16 | (u32)(p0 + i) : ~0u;
       }
+      static_assert(P == 32, "the tree below has five levels");
+#pragma unroll
+      for (int i = 0; i < 16; ++i) k[i] = min(k[i], k[i + 16]);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) k[i] = min(k[i], k[i + 8]);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) k[i] = min(k[i], k[i + 4]);
+      const u32 key = min(min(k[0], k[2]), min(k[1], k[3]));
       const int z = __popc(zb);
       const int total = (int)__reduce_add_sync(kAll, (u32)z);
       const u32 best = __reduce_min_sync(kAll, key);
