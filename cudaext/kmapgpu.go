@@ -1239,9 +1239,13 @@ func (d *Device) grayFromRanks(mask, rank rawBuf, n, V int) (*grayTables, error)
 	return &grayTables{mask: mask, order: order}, nil
 }
 
-// regroupWindowRows is the window of masks_regroup32/64's warp (masks.cu's
-// kRegroupWindow): package kmap's.
-const regroupWindowRows = 1024
+// regroupWindowRows and regroupThreads are the window and the block of
+// masks_regroup32/64 (masks.cu's kRegroupWindow, kRegroupThreads); the
+// window is package kmap's.
+const (
+	regroupWindowRows = 1024
+	regroupThreads    = 128
+)
 
 // The windows of both engines agree (a compile-time check: a constant
 // index other than 0 is out of the one-element array's range).
@@ -1259,7 +1263,7 @@ func (d *Device) regroupOrder(mask, order devPtr, n, V int) error {
 
 // regroupWindows regroups the order [n] of the single-word masks [n]
 // (V ≤ 64) in place, window by window (kmap.RegroupWindow with
-// kmap.RegroupTileRows), a warp per window.
+// kmap.RegroupTileRows), a block per window.
 func (d *Device) regroupWindows(mask, order devPtr, n, V int) error {
 	if n == 0 {
 		return nil
@@ -1269,7 +1273,7 @@ func (d *Device) regroupWindows(mask, order devPtr, n, V int) error {
 		name = "masks_regroup32"
 	}
 	windows := ceilDiv(int64(n), regroupWindowRows)
-	return d.launch(name, dim3{X: int(windows)}, dim3{X: 32}, 0, mask, order, int64(n), int32(kmap.RegroupTileRows))
+	return d.launch(name, dim3{X: int(windows)}, dim3{X: regroupThreads}, 0, mask, order, int64(n), int32(kmap.RegroupTileRows))
 }
 
 // tableMasks returns the bitmasks [n, W] of the rows of table [n, V] in a

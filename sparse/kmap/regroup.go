@@ -10,8 +10,8 @@ import "math/bits"
 // benchmark's sphere shells the (row, tap) products at 128-row tiles fall
 // by 6 % at RES 32 and 64, 4 % at RES 128 and 3 % at RES 256
 // (`go run ./bench padding -res 32,64,128,256 -rows 128`;
-// docs/PERF_NOTES.md, step 43). One GPU warp per window computes the same
-// order (cudaext, masks_regroup32/64): the order is part of a map's
+// docs/PERF_NOTES.md, step 43). One GPU block per window computes the
+// same order (cudaext, masks_regroup32/64): the order is part of a map's
 // derived tables, so both engines follow the same rule (Regroups).
 const (
 	// RegroupTileRows is the tile height the regrouping aims at: that of
@@ -64,7 +64,7 @@ func regroup(mask []uint64, gray []int32) []int32 {
 // is still room, the earliest of the rows that add the fewest taps, whose
 // taps join the union. Each tile's rows are written in window order. It
 // returns the number of passes: the sequential steps of the GPU version
-// (a warp per window, two warp reductions per pass).
+// (a block per window, one block-wide reduction per pass).
 func RegroupWindow(mask []uint64, window []int32, tileRows int, out []int32) (passes int) {
 	tileRows = max(tileRows, 1)
 	n := len(window)
