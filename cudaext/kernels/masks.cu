@@ -271,7 +271,9 @@ __device__ __forceinline__ int popcount(u64 x) { return __popcll(x); }
 // and the union are the same in every thread), so every thread reaches
 // every barrier. Measured (H200, Nsight Compute, session 19): a warp per
 // window with 32 positions per lane issued an instruction every 4 cycles
-// (latency-bound), about 1.1 µs per pass.
+// (latency-bound), about 1.1 µs per pass. The two words per warp are two
+// arrays: packed into one 64-bit word, nvcc 11.8's sm_90 code stored the
+// count's half unset (session 19, call 5: wrong orders).
 template <class M>
 __device__ void regroup(const u64* mask, int* order, i64 rows, int tile_rows) {
   constexpr int P = kRegroupPer;
@@ -279,7 +281,7 @@ __device__ void regroup(const u64* mask, int* order, i64 rows, int tile_rows) {
   __shared__ M sMask[kRegroupWindow];
   __shared__ int sRow[kRegroupWindow];
   __shared__ unsigned short sTile[kRegroupWindow];
-  __shared__ u64 sStep[2][kRegroupWarps];
+  __shared__ u32 sZ[2][kRegroupWarps], sK[2][kRegroupWarps];  // per warp: zero-adders, least key
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const i64 w0 = (i64)blockIdx.x * kRegroupWindow;
   const int n = (int)min((i64)kRegroupWindow, rows - w0);
@@ -314,11 +316,11 @@ __device__ void regroup(const u64* mask, int* order, i64 rows, int tile_rows) {
   while (filled < n) {
     // A tile starts with the first position still to place.
     const u32 f = __reduce_min_sync(kAll, alive ? (u32)(p0 + __ffs(alive) - 1) : ~0u);
-    if (lane == 0) sStep[buf][warp] = f;
+    if (lane == 0) sK[buf][warp] = f;
     __syncthreads();
     u32 first = ~0u;
 #pragma unroll
-    for (int w = 0; w < kRegroupWarps; ++w) first = min(first, (u32)sStep[buf][w]);
+    for (int w = 0; w < kRegroupWarps; ++w) first = min(first, sK[buf][w]);
     buf ^= 1;
     if (first - (u32)p0 < (u32)P) {
       alive &= ~(1u << (first - p0));
@@ -342,17 +344,16 @@ __device__ void regroup(const u64* mask, int* order, i64 rows, int tile_rows) {
       const u32 key = min(min(min(k[0], k[1]), min(k[2], k[3])), min(min(k[4], k[5]), min(k[6], k[7])));
       const int z = __popc(zb);
       const u32 wz = __reduce_add_sync(kAll, (u32)z), wk = __reduce_min_sync(kAll, key);
-      if (lane == 0) sStep[buf][warp] = (u64)wz << 32 | wk;
+      if (lane == 0) sZ[buf][warp] = wz, sK[buf][warp] = wk;
       __syncthreads();
       int total = 0, before = 0;
       u32 best = ~0u;
 #pragma unroll
       for (int w = 0; w < kRegroupWarps; ++w) {
-        const u64 st = sStep[buf][w];
-        const int zw = (int)(st >> 32);
+        const int zw = (int)sZ[buf][w];
         total += zw;
         before += w < warp ? zw : 0;
-        best = min(best, (u32)st);
+        best = min(best, sK[buf][w]);
       }
       buf ^= 1;
       if (total > room) {
@@ -404,11 +405,11 @@ __device__ void regroup(const u64* mask, int* order, i64 rows, int tile_rows) {
       const int y = __shfl_up_sync(kAll, inc, o);
       if (lane >= o) inc += y;
     }
-    if (lane == 31) sStep[buf][warp] = (u64)inc;
+    if (lane == 31) sZ[buf][warp] = (u32)inc;
     __syncthreads();
     int before = 0;
 #pragma unroll
-    for (int w = 0; w < kRegroupWarps; ++w) before += w < warp ? (int)sStep[buf][w] : 0;
+    for (int w = 0; w < kRegroupWarps; ++w) before += w < warp ? (int)sZ[buf][w] : 0;
     buf ^= 1;
     int at = t * tile_rows + before + inc - c;
 #pragma unroll
