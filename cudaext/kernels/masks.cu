@@ -257,11 +257,23 @@ constexpr int kRegroupWarps = kRegroupThreads / 32;
 __device__ __forceinline__ int popcount(u32 x) { return __popc(x); }
 __device__ __forceinline__ int popcount(u64 x) { return __popcll(x); }
 
+// warp_inclusive_sum returns the sum of x over lanes 0 … lane of the warp
+// (every lane of the warp must call it).
+__device__ __forceinline__ int warp_inclusive_sum(int x, int lane) {
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const int y = __shfl_up_sync(0xffffffffu, x, o);
+    if (lane >= o) x += y;
+  }
+  return x;
+}
+
 // regroup is masks_regroup{32,64} for the window of block blockIdx.x (masks
 // of type M): thread t holds positions kRegroupPer·t … of the window (so
 // thread order is window order), their masks in registers and a bit per
-// position still to place. A block-wide step is two warp reductions, a
-// word per warp in shared memory and one barrier; the words alternate
+// position still to place. A block-wide step is one or two warp
+// reductions, their results per warp in shared memory and one barrier;
+// the results alternate
 // between two buffers, so a buffer is written again only after every
 // thread has passed the barrier of the step in between, i.e. has read it.
 // A pass is one step (the zero-adders' count and the smallest (adds,
@@ -359,12 +371,7 @@ __device__ void regroup(const u64* mask, int* order, i64 rows, int tile_rows) {
       if (total > room) {
         // Only the first room zero-adders: those of the warps and lanes
         // before, then this thread's earliest.
-        int inc = z;
-#pragma unroll
-        for (int o = 1; o < 32; o <<= 1) {
-          const int y = __shfl_up_sync(kAll, inc, o);
-          if (lane >= o) inc += y;
-        }
+        const int inc = warp_inclusive_sum(z, lane);
         int take = min(z, max(0, room - (before + inc - z)));
         u32 keep = 0;
         for (; take > 0; --take) {
@@ -399,12 +406,7 @@ __device__ void regroup(const u64* mask, int* order, i64 rows, int tile_rows) {
     int c = 0;
 #pragma unroll
     for (int i = 0; i < P; ++i) c += mine[i] == t;
-    int inc = c;
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-      const int y = __shfl_up_sync(kAll, inc, o);
-      if (lane >= o) inc += y;
-    }
+    const int inc = warp_inclusive_sum(c, lane);
     if (lane == 31) sZ[buf][warp] = (u32)inc;
     __syncthreads();
     int before = 0;
