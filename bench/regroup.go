@@ -12,11 +12,11 @@ import (
 const regroupMaxRows = 1 << 19
 
 // regroupTiles is an experiment of `bench padding -regroup`: it regroups
-// the order of ms (the Gray order, as the caller passes it) into tiles of bm rows greedily and returns the new
-// order. Each tile starts with the first row of the Gray order not yet
-// placed; then, bm − 1 times, it takes the unplaced row among the next
-// window rows of the order that adds the fewest taps to the tile's union
-// (the earliest on ties). The masked kernels would accept any such order
+// the order of ms (the Gray order, as the caller passes it) into tiles of
+// bm rows greedily and returns the new order. Each tile starts with the
+// first row of the Gray order not yet placed; then, bm − 1 times, it takes
+// the unplaced row among the next window rows of the order that adds the
+// fewest taps to the tile's union (the earliest on ties). The masked kernels would accept any such order
 // (a tile's taps are the union of its rows'); whether it pays depends on
 // how many (row, tap) products it saves, which Padding of the result
 // tells.
@@ -40,9 +40,9 @@ func regroupTiles(ms *kmap.Masked, bm, window int) []int32 {
 	return g.order
 }
 
-// regrouping is the state both regroup greedies keep: which positions of
-// ms.Order are placed, the order built so far, and the current tile's tap
-// union and candidates (unplaced positions after its first row).
+// regrouping is regroupTiles' state: which positions of ms.Order are
+// placed, the order built so far, and the current tile's tap union and
+// candidates (unplaced positions after its first row).
 type regrouping struct {
 	ms     *kmap.Masked
 	placed []bool // by position in ms.Order
