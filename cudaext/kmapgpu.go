@@ -1243,8 +1243,8 @@ func (d *Device) grayFromRanks(mask, rank rawBuf, n, V int) (*grayTables, error)
 // masks_regroup32/64 (masks.cu's kRegroupWindow, kRegroupThreads); the
 // window is package kmap's.
 const (
-	regroupWindowRows = 1024
-	regroupThreads    = 128
+	regroupWindowRows = 2048
+	regroupThreads    = 256
 )
 
 // The windows of both engines agree (a compile-time check: a constant

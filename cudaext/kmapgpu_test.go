@@ -1015,26 +1015,49 @@ func BenchmarkGPUDeriveTables(b *testing.B) {
 // TestGPURegroup runs masks_regroup32/64 on random single-word masks
 // (three taps: many ties; 27; 40 and all 64 bits) over orders of one row,
 // a partial window, one window, several windows with a partial last one,
-// against kmap.RegroupWindow; then checks EnvNoRegroup's switch on a shell map,
-// whose device order is kmap's Gray order with it and kmap's regrouped
-// order without (gxSameDerived checks the latter on every map).
+// against kmap.RegroupWindow: in random order (mask classes of one row or
+// a few), and drawn from pools of 20, 100, 150 and 700 masks in mask order
+// (long classes; windows of at most 64, 128, 256 and more classes, the
+// kernel's four ways of running the greedy); then checks EnvNoRegroup's
+// switch on a shell map, whose device order is kmap's Gray order with it
+// and kmap's regrouped order without (gxSameDerived checks the latter on
+// every map).
 func TestGPURegroup(t *testing.T) {
 	e := gxEngine(t)
 	rng := rand.New(rand.NewPCG(21, 22))
-	for _, c := range []struct{ rows, V int }{{1, 27}, {200, 3}, {1024, 27}, {5000, 3}, {9000, 64}, {3000, 40}} {
+	for _, c := range []struct{ rows, V, pool int }{
+		{1, 27, 0}, {200, 3, 0}, {1024, 27, 0}, {5000, 3, 0}, {9000, 64, 0}, {3000, 40, 0},
+		{5000, 27, 20}, {3000, 40, 100}, {4100, 27, 150}, {3000, 64, 150}, {9000, 27, 700}, {2048, 64, 700},
+	} {
+		random := func() uint64 {
+			var m uint64
+			for v := range c.V {
+				if rng.IntN(3) == 0 {
+					m |= 1 << v
+				}
+			}
+			return m
+		}
+		pool := make([]uint64, c.pool)
+		for i := range pool {
+			pool[i] = random()
+		}
 		mask := make([]int64, c.rows)
 		umask := make([]uint64, c.rows)
 		for r := range mask {
-			for v := range c.V {
-				if rng.IntN(3) == 0 {
-					umask[r] |= 1 << v
-				}
+			if c.pool > 0 {
+				umask[r] = pool[rng.IntN(c.pool)]
+			} else {
+				umask[r] = random()
 			}
 			mask[r] = int64(umask[r])
 		}
 		order := make([]int32, c.rows)
 		for i, p := range rng.Perm(c.rows) {
 			order[i] = int32(p)
+		}
+		if c.pool > 0 {
+			slices.SortStableFunc(order, func(a, b int32) int { return cmp.Compare(umask[a], umask[b]) })
 		}
 		want := make([]int32, c.rows)
 		for lo := 0; lo < c.rows; lo += kmap.RegroupWindowRows {

@@ -31,7 +31,7 @@
 //   masks_sched_rows keys[tile] = the tile's first row (table order), to
 //                    sort the tiles by where their rows lie
 //   masks_regroup32  the order regrouped in place window by window
-//   masks_regroup64  (kmap.RegroupWindow), a 128-thread block per window
+//   masks_regroup64  (kmap.RegroupWindow), a 256-thread block per window
 //                    of kRegroupWindow rows, W == 1: 32-bit masks
 //                    (V ≤ 32) or 64-bit
 #include "gray.cuh"
@@ -249,8 +249,8 @@ __device__ void sched_rows(const int* order, i64 nt, int rows, u32* keys) {
 
 // ---- regrouping (kmap.RegroupWindow) ------------------------------------------
 
-constexpr int kRegroupWindow = 1024;   // the most rows of one window (kmap.RegroupWindowRows)
-constexpr int kRegroupThreads = 128;   // a block per window: a warp on each SM sub-partition
+constexpr int kRegroupWindow = 2048;   // the most rows of one window (kmap.RegroupWindowRows)
+constexpr int kRegroupThreads = 256;   // a block per window: two warps on each SM sub-partition
 constexpr int kRegroupPer = kRegroupWindow / kRegroupThreads;  // window positions per thread
 constexpr int kRegroupWarps = kRegroupThreads / 32;
 
@@ -268,32 +268,180 @@ __device__ __forceinline__ int warp_inclusive_sum(int x, int lane) {
   return x;
 }
 
+// RegroupShared is the shared memory of masks_regroup{32,64}: the window's
+// rows and masks, the tile of each segment's first position (a segment:
+// rows of one class placed together; 0xffff elsewhere), the first position
+// of each mask class (a run of equal masks; kRegroupWindow + 1 entries)
+// and the per-warp results of the block-wide steps, double-buffered.
+template <class M> struct RegroupShared {
+  M mask[kRegroupWindow];
+  int row[kRegroupWindow];
+  unsigned short seg[kRegroupWindow];
+  unsigned short start[kRegroupWindow + 1];
+  u32 z[2][kRegroupWarps], k[2][kRegroupWarps];
+  int tiles;
+};
+
+// regroup_take places the next n rows of a class (positions front …) in
+// tile: it marks the segment's first position with the tile (the rows
+// after it up to the next mark are the segment's) and advances the class
+// past them.
+__device__ __forceinline__ void regroup_take(unsigned short* seg, int& front, int& rem, int n, int tile) {
+  if (n <= 0) return;
+  seg[front] = (unsigned short)tile;
+  front += n;
+  rem -= n;
+}
+
+// regroup_key ranks a class for kmap.RegroupWindow's picks: fewest taps
+// added to union, then most rows left, then earliest (the least key wins);
+// ~0 for a class with no rows left. a ≤ 64 taps, rows ≤ kRegroupWindow and
+// c < kRegroupWindow fit 7, 11 and 11 bits.
+constexpr int kRegroupBits = 11;
+static_assert(kRegroupWindow <= 1 << kRegroupBits, "regroup_key's fields");
+template <class M> __device__ __forceinline__ u32 regroup_key(M m, int rows, int c, M uni) {
+  return rows > 0 ? (u32)popcount(m & ~uni) << (2 * kRegroupBits) | (u32)(kRegroupWindow - rows) << kRegroupBits | (u32)c
+                  : ~0u;
+}
+__device__ __forceinline__ int regroup_key_class(u32 key) { return (int)(key & ((1u << kRegroupBits) - 1)); }
+__device__ __forceinline__ int regroup_key_rows(u32 key) {
+  return kRegroupWindow - (int)(key >> kRegroupBits & ((1u << kRegroupBits) - 1));
+}
+
+// regroup_passes is kmap.RegroupWindow's greedy over the window's mask
+// classes (the runs of equal masks in window order, nclasses of them):
+// a class's remaining rows are a count and the position of the first.
+// Thread t (kBlock: of the block, else lane t of warp 0, the only warp
+// that calls it) holds classes P·t … (so thread order is class order). A
+// step is one or two warp reductions; with kBlock their results per warp
+// go through shared memory and one barrier (alternating buffers: a buffer
+// is written again only after every thread has passed the barrier of the
+// step in between, i.e. has read it). A tile's first class is one step,
+// each pass one more: the zero-adders' rows and the next class's key
+// come from the same reduction (the zero-adders are not candidates, and
+// placing them changes no other class). Every loop is uniform over the
+// threads that run it (filled, room, tile and the union are the same in
+// each). Returns the number of tiles.
+template <class M, int P, bool kBlock>
+__device__ int regroup_passes(RegroupShared<M>& s, int n, int nclasses, int tile_rows) {
+  constexpr unsigned kAll = 0xffffffffu;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int c0 = (kBlock ? (int)threadIdx.x : lane) * P;
+  M m[P];
+  int front[P], rem[P];
+#pragma unroll
+  for (int i = 0; i < P; ++i) {
+    const int c = c0 + i;
+    front[i] = c < nclasses ? s.start[c] : 0;
+    rem[i] = c < nclasses ? s.start[c + 1] - front[i] : 0;
+    m[i] = c < nclasses ? s.mask[front[i]] : (M)0;
+  }
+  int filled = 0, tile = 0, buf = 0;
+  M uni = 0;  // the last tile's union
+  while (filled < n) {
+    // A tile starts with the class with the most rows left or, for the
+    // second tile of a pair, the one adding the fewest taps to the
+    // first's union; as many of its rows as fit.
+    const M seed = tile & 1 ? uni : ~(M)0;
+    u32 f = ~0u;
+#pragma unroll
+    for (int i = 0; i < P; ++i) f = min(f, regroup_key(m[i], rem[i], c0 + i, seed));
+    f = __reduce_min_sync(kAll, f);
+    if (kBlock) {
+      if (lane == 0) s.k[buf][warp] = f;
+      __syncthreads();
+#pragma unroll
+      for (int w = 0; w < kRegroupWarps; ++w) f = min(f, s.k[buf][w]);
+      buf ^= 1;
+    }
+    const int fc = regroup_key_class(f), fk = min(regroup_key_rows(f), tile_rows);
+#pragma unroll
+    for (int i = 0; i < P; ++i)
+      if (c0 + i == fc) regroup_take(s.seg, front[i], rem[i], fk, tile);
+    uni = s.mask[s.start[fc]];
+    filled += fk;
+    int room = tile_rows - fk;
+    while (room > 0 && filled < n) {
+      // A pass: the zero-adders' rows, earliest first, while there is
+      // room; then as many rows as fit of the class adding the fewest.
+      u32 zb = 0, key = ~0u;
+      int z = 0;
+#pragma unroll
+      for (int i = 0; i < P; ++i) {
+        const bool zero = rem[i] > 0 && (m[i] & ~uni) == 0;
+        zb |= (u32)zero << i;
+        z += zero ? rem[i] : 0;
+        key = min(key, zero ? ~0u : regroup_key(m[i], rem[i], c0 + i, uni));
+      }
+      int total = (int)__reduce_add_sync(kAll, (u32)z), before = 0;
+      u32 best = __reduce_min_sync(kAll, key);
+      if (kBlock) {
+        if (lane == 0) s.z[buf][warp] = (u32)total, s.k[buf][warp] = best;
+        __syncthreads();
+        total = 0;
+#pragma unroll
+        for (int w = 0; w < kRegroupWarps; ++w) {
+          const int zw = (int)s.z[buf][w];
+          total += zw;
+          before += w < warp ? zw : 0;
+          best = min(best, s.k[buf][w]);
+        }
+        buf ^= 1;
+      }
+      if (total <= room) {
+#pragma unroll
+        for (int i = 0; i < P; ++i)
+          if (zb >> i & 1) regroup_take(s.seg, front[i], rem[i], rem[i], tile);
+      } else {
+        // Only the first room rows: those of the threads before, then
+        // this thread's classes in order (every lane takes part in the
+        // scan: total is the same in each).
+        int left = room - (before + warp_inclusive_sum(z, lane) - z);
+#pragma unroll
+        for (int i = 0; i < P; ++i)
+          if (zb >> i & 1) {
+            const int k = min(rem[i], max(left, 0));
+            left -= rem[i];
+            regroup_take(s.seg, front[i], rem[i], k, tile);
+          }
+      }
+      const int placed = min(total, room);
+      filled += placed;
+      room -= placed;
+      if (room == 0 || best == ~0u) break;
+      const int bc = regroup_key_class(best), bk = min(regroup_key_rows(best), room);
+#pragma unroll
+      for (int i = 0; i < P; ++i)
+        if (c0 + i == bc) regroup_take(s.seg, front[i], rem[i], bk, tile);
+      uni |= s.mask[s.start[bc]];
+      filled += bk;
+      room -= bk;
+    }
+    ++tile;
+  }
+  return tile;
+}
+
 // regroup is masks_regroup{32,64} for the window of block blockIdx.x (masks
-// of type M): thread t holds positions kRegroupPer·t … of the window (so
-// thread order is window order), their masks in registers and a bit per
-// position still to place. A block-wide step is one or two warp
-// reductions, their results per warp in shared memory and one barrier;
-// the results alternate
-// between two buffers, so a buffer is written again only after every
-// thread has passed the barrier of the step in between, i.e. has read it.
-// A pass is one step (the zero-adders' count and the smallest (adds,
-// position) key); only a pass with more zero-adders than room scans them.
-// Each position records its tile; at the end each tile's rows go to its
-// slots in window order. Every loop is block-uniform (filled, room, tile
-// and the union are the same in every thread), so every thread reaches
-// every barrier. Measured (H200, Nsight Compute, session 19): a warp per
-// window with 32 positions per lane issued an instruction every 4 cycles
-// (latency-bound), about 1.1 µs per pass. The two words per warp are two
-// arrays: packed into one 64-bit word, nvcc 11.8's sm_90 code stored the
-// count's half unset (session 19, call 5: wrong orders).
+// of type M). Thread t loads positions t, t + kRegroupThreads, … of the
+// window, then holds positions kRegroupPer·t … to mark where mask classes
+// start (a block-wide scan). The greedy runs over the classes
+// (regroup_passes): on warp 0 alone where they fit it with two, four or
+// eight per lane (no barriers: on the benchmark's shells a 2,048-row
+// window holds about 50–160 classes at RES 256–128), else on the block
+// with eight per thread. A placement marks only the first position of the
+// rows it places, so a pass costs the same however many rows it places; a
+// block-wide max-scan of the marks then gives every position its tile,
+// and each tile's rows go to its slots in window order. Measured (H200,
+// session 19): the greedy row by row on a 128-thread block over 1,024-row
+// windows, 36–50 µs per map; on a warp alone with 32 positions per lane,
+// about 1.1 µs per pass. The per-warp words are two arrays: packed into
+// one 64-bit word, nvcc 11.8's sm_90 code stored the count's half unset
+// (session 19, call 5).
 template <class M>
 __device__ void regroup(const u64* mask, int* order, i64 rows, int tile_rows) {
   constexpr int P = kRegroupPer;
-  constexpr unsigned kAll = 0xffffffffu;
-  __shared__ M sMask[kRegroupWindow];
-  __shared__ int sRow[kRegroupWindow];
-  __shared__ unsigned short sTile[kRegroupWindow];
-  __shared__ u32 sZ[2][kRegroupWarps], sK[2][kRegroupWarps];  // per warp: zero-adders, least key
+  __shared__ RegroupShared<M> s;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const i64 w0 = (i64)blockIdx.x * kRegroupWindow;
   const int n = (int)min((i64)kRegroupWindow, rows - w0);
@@ -311,112 +459,106 @@ __device__ void regroup(const u64* mask, int* order, i64 rows, int tile_rows) {
     for (int k = 0; k < P; ++k) v[k] = threadIdx.x + kRegroupThreads * k < n ? (M)mask[r[k]] : (M)0;
 #pragma unroll
     for (int k = 0; k < P; ++k) {
-      sRow[threadIdx.x + kRegroupThreads * k] = r[k];
-      sMask[threadIdx.x + kRegroupThreads * k] = v[k];
+      s.row[threadIdx.x + kRegroupThreads * k] = r[k];
+      s.mask[threadIdx.x + kRegroupThreads * k] = v[k];
     }
   }
   __syncthreads();
   const int p0 = threadIdx.x * P;
-  M m[P];
-  u32 alive = 0;
+  int nclasses;
+  {
+    // The classes: a position starts one where its mask differs from the
+    // previous position's.
+    u32 starts = 0;
 #pragma unroll
-  for (int i = 0; i < P; ++i) {
-    m[i] = p0 + i < n ? sMask[p0 + i] : (M)0;
-    if (p0 + i < n) alive |= 1u << i;
-  }
-  int filled = 0, tile = 0, buf = 0;
-  while (filled < n) {
-    // A tile starts with the first position still to place.
-    const u32 f = __reduce_min_sync(kAll, alive ? (u32)(p0 + __ffs(alive) - 1) : ~0u);
-    if (lane == 0) sK[buf][warp] = f;
+    for (int i = 0; i < P; ++i) {
+      const int p = p0 + i;
+      starts |= (u32)(p < n && (p == 0 || s.mask[p] != s.mask[p - 1])) << i;
+    }
+#pragma unroll
+    for (int i = 0; i < P; ++i) s.seg[p0 + i] = 0xffffu;
+    const int c = __popc(starts), inc = warp_inclusive_sum(c, lane);
+    if (lane == 31) s.z[0][warp] = (u32)inc;
     __syncthreads();
-    u32 first = ~0u;
+    int before = 0;
+    nclasses = 0;
 #pragma unroll
-    for (int w = 0; w < kRegroupWarps; ++w) first = min(first, sK[buf][w]);
-    buf ^= 1;
-    if (first - (u32)p0 < (u32)P) {
-      alive &= ~(1u << (first - p0));
-      sTile[first] = (unsigned short)tile;
+    for (int w = 0; w < kRegroupWarps; ++w) {
+      before += w < warp ? (int)s.z[0][w] : 0;
+      nclasses += (int)s.z[0][w];
     }
-    M uni = sMask[first];
-    ++filled;
-    int room = tile_rows - 1;
-    while (room > 0 && filled < n) {
-      // A pass: the rows adding no tap, earliest first, while there is
-      // room; then the earliest row adding the fewest.
-      u32 zb = 0, k[P];
-#pragma unroll
-      for (int i = 0; i < P; ++i) {
-        const u32 a = (u32)popcount(m[i] & ~uni);
-        const bool on = alive >> i & 1;
-        zb |= (u32)(on && a == 0) << i;
-        k[i] = on && a != 0 ? a << 16 | (u32)(p0 + i) : ~0u;
-      }
-      static_assert(P == 8, "the tree below has three levels");
-      const u32 key = min(min(min(k[0], k[1]), min(k[2], k[3])), min(min(k[4], k[5]), min(k[6], k[7])));
-      const int z = __popc(zb);
-      const u32 wz = __reduce_add_sync(kAll, (u32)z), wk = __reduce_min_sync(kAll, key);
-      if (lane == 0) sZ[buf][warp] = wz, sK[buf][warp] = wk;
-      __syncthreads();
-      int total = 0, before = 0;
-      u32 best = ~0u;
-#pragma unroll
-      for (int w = 0; w < kRegroupWarps; ++w) {
-        const int zw = (int)sZ[buf][w];
-        total += zw;
-        before += w < warp ? zw : 0;
-        best = min(best, sK[buf][w]);
-      }
-      buf ^= 1;
-      if (total > room) {
-        // Only the first room zero-adders: those of the warps and lanes
-        // before, then this thread's earliest.
-        const int inc = warp_inclusive_sum(z, lane);
-        int take = min(z, max(0, room - (before + inc - z)));
-        u32 keep = 0;
-        for (; take > 0; --take) {
-          keep |= zb & (0u - zb);
-          zb &= zb - 1;
-        }
-        zb = keep;
-      }
-      alive &= ~zb;
-      for (u32 b = zb; b; b &= b - 1) sTile[p0 + __ffs(b) - 1] = (unsigned short)tile;
-      const int placed = min(total, room);
-      filled += placed;
-      room -= placed;
-      if (room == 0 || best == ~0u) break;
-      const u32 bp = best & 0xffffu;
-      if (bp - (u32)p0 < (u32)P) {
-        alive &= ~(1u << (bp - p0));
-        sTile[bp] = (unsigned short)tile;
-      }
-      uni |= sMask[bp];
-      ++filled;
-      --room;
-    }
-    ++tile;
+    int at = before + inc - c;
+    for (u32 b = starts; b; b &= b - 1) s.start[at++] = (unsigned short)(p0 + __ffs(b) - 1);
+    if (threadIdx.x == 0) s.start[nclasses] = (unsigned short)n;
   }
   __syncthreads();
-  // Tile t's rows, in window order, to out[t·tile_rows …].
+  if (nclasses <= 2 * 32) {
+    if (warp == 0) {
+      const int t = regroup_passes<M, 2, false>(s, n, nclasses, tile_rows);
+      if (lane == 0) s.tiles = t;
+    }
+  } else if (nclasses <= 4 * 32) {
+    if (warp == 0) {
+      const int t = regroup_passes<M, 4, false>(s, n, nclasses, tile_rows);
+      if (lane == 0) s.tiles = t;
+    }
+  } else if (nclasses <= P * 32) {
+    if (warp == 0) {
+      const int t = regroup_passes<M, P, false>(s, n, nclasses, tile_rows);
+      if (lane == 0) s.tiles = t;
+    }
+  } else {
+    const int t = regroup_passes<M, P, true>(s, n, nclasses, tile_rows);
+    if (threadIdx.x == 0) s.tiles = t;
+  }
+  __syncthreads();
+  const int tiles = s.tiles;
+  // Each position's tile: that of the last segment mark at or before it,
+  // a block-wide max-scan of (position + 1) << 16 | tile over the marks.
+  // The per-warp words use s.z[1], then alternate (s.z[0] was last read
+  // before the barrier above).
   unsigned short mine[P];
+  int buf = 1;
+  {
+    u32 run = 0, at[P];
 #pragma unroll
-  for (int i = 0; i < P; ++i) mine[i] = p0 + i < n ? sTile[p0 + i] : (unsigned short)0xffffu;
-  for (int t = 0; t < tile; ++t) {
+    for (int i = 0; i < P; ++i) {
+      const int p = p0 + i;
+      const u32 t = s.seg[p];
+      if (p < n && t != 0xffffu) run = (u32)(p + 1) << 16 | t;
+      at[i] = run;
+    }
+    u32 inc = run;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const u32 y = __shfl_up_sync(0xffffffffu, inc, o);
+      if (lane >= o) inc = max(inc, y);
+    }
+    if (lane == 31) s.z[buf][warp] = inc;
+    u32 carry = __shfl_up_sync(0xffffffffu, inc, 1);
+    if (lane == 0) carry = 0;
+    __syncthreads();
+#pragma unroll
+    for (int w = 0; w < kRegroupWarps; ++w) carry = w < warp ? max(carry, s.z[buf][w]) : carry;
+    buf ^= 1;
+#pragma unroll
+    for (int i = 0; i < P; ++i) mine[i] = p0 + i < n ? (unsigned short)(max(at[i], carry) & 0xffffu) : (unsigned short)0xffffu;
+  }
+  for (int t = 0; t < tiles; ++t) {
     int c = 0;
 #pragma unroll
     for (int i = 0; i < P; ++i) c += mine[i] == t;
     const int inc = warp_inclusive_sum(c, lane);
-    if (lane == 31) sZ[buf][warp] = (u32)inc;
+    if (lane == 31) s.z[buf][warp] = (u32)inc;
     __syncthreads();
     int before = 0;
 #pragma unroll
-    for (int w = 0; w < kRegroupWarps; ++w) before += w < warp ? (int)sZ[buf][w] : 0;
+    for (int w = 0; w < kRegroupWarps; ++w) before += w < warp ? (int)s.z[buf][w] : 0;
     buf ^= 1;
     int at = t * tile_rows + before + inc - c;
 #pragma unroll
     for (int i = 0; i < P; ++i)
-      if (mine[i] == t) out[at++] = sRow[p0 + i];
+      if (mine[i] == t) out[at++] = s.row[p0 + i];
   }
 }
 

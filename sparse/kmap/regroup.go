@@ -7,12 +7,12 @@ import "math/bits"
 // the union of its rows' taps for every row. Regrouping the rows of each
 // window of RegroupWindowRows rows of the Gray order into tiles greedily
 // (RegroupWindow) shrinks those unions where they are large: on the
-// benchmark's sphere shells the (row, tap) products at 128-row tiles fall
-// by 6 % at RES 32 and 64, 4 % at RES 128 and 3 % at RES 256
-// (`go run ./bench padding -res 32,64,128,256 -rows 128`;
-// docs/PERF_NOTES.md, step 43). One GPU block per window computes the
-// same order (cudaext, masks_regroup32/64): the order is part of a map's
-// derived tables, so both engines follow the same rule (Regroups).
+// benchmark's sphere shells the (row, tap) products fall by 12 % at
+// 128-row tiles and 9 % at 256-row tiles at RES 64, by 7 % and 6 % at RES
+// 128 (`go run ./bench padding -res 64,128 -rows 128,256`;
+// docs/PERF_NOTES.md, steps 43 and 44). One GPU block per window computes
+// the same order (cudaext, masks_regroup32/64): the order is part of a
+// map's derived tables, so both engines follow the same rule (Regroups).
 const (
 	// RegroupTileRows is the tile height the regrouping aims at: that of
 	// the H200's masked gathers below a million rows. Tiles of other
@@ -21,17 +21,21 @@ const (
 	// RegroupWindowRows is the number of consecutive rows of the Gray
 	// order regrouped among themselves (a multiple of RegroupTileRows, so
 	// the tiles of every window start on a tile boundary).
-	RegroupWindowRows = 1024
+	RegroupWindowRows = 2048
 	// RegroupMinRows is the fewest rows of a table whose masked order is
-	// regrouped: below two windows (RES 16's 848 rows) the tiles are few,
-	// regrouping saved 0.5 % of their products and the greedy's passes
-	// cost the map build more.
-	RegroupMinRows = 2 * RegroupWindowRows
+	// regrouped. H200, session 20, call 4 (fp16 steps, the regrouped
+	// order against the Gray order in one binary): RES 64's 15,192 rows
+	// gained 7.8 % in inference and 4.1 % in training, RES 32's 3,840 lost
+	// 3.2 % and 0.8 %: its masked gathers fill about one wave of tiles,
+	// whose length the largest unions set, so the greedy's 0.1 ms cost
+	// more than the products saved.
+	RegroupMinRows = 4 * RegroupWindowRows
 	// RegroupMaxRows is the most rows of a table whose masked order is
-	// regrouped. Above it (RES 512's million rows) the Gray order's
-	// padding is already small (1.05×) and the greedy would cost the map
-	// build more than the tiles save.
-	RegroupMaxRows = 1 << 19
+	// regrouped. In the same runs RES 128's 64,160 rows gained 4.7 % and
+	// 2.4 %; RES 256's 252,392 neither gained nor lost (+0.3 %, −0.1 %),
+	// and above them (RES 512's million rows) the Gray order's padding is
+	// already small (1.05× at 256-row tiles).
+	RegroupMaxRows = 1 << 17
 )
 
 // Regroups reports whether the masked order of a table of rows rows with
@@ -56,56 +60,94 @@ func regroup(mask []uint64, gray []int32) []int32 {
 
 // RegroupWindow writes to out (len(window) entries) the rows of window, a
 // run of the Gray order, regrouped into tiles of tileRows rows by a
-// greedy over their single-word masks (mask[r] is row r's): each tile
-// starts with the first row of window not yet placed and grows, as long
-// as it has room and rows remain, in passes over the remaining rows in
-// window order. A pass first places every row whose taps are all in the
-// tile's union (earliest first, while the tile has room), then, if there
-// is still room, the earliest of the rows that add the fewest taps, whose
-// taps join the union. Each tile's rows are written in window order. It
-// returns the number of passes: the sequential steps of the GPU version
-// (a block per window, one block-wide reduction per pass).
+// greedy over their single-word masks (mask[r] is row r's). It works on
+// the window's classes, the maximal runs of rows with equal masks (the
+// Gray order puts equal masks next to each other), whose rows are placed
+// earliest first. A tile starts with as many rows as fit of one class:
+// the one with the most unplaced rows, or, for the second tile of each
+// pair (odd tiles of the window, so that tiles twice as high share taps
+// too), the one adding the fewest taps to the first's union; ties go to
+// the one with the most unplaced rows, then the earliest. It grows, as
+// long as it has room and rows remain, in passes: every class whose taps
+// are all in the tile's union gives as many rows as fit, in window order;
+// then, if there is still room, the class adding the fewest taps (on ties
+// the one with the most unplaced rows, then the earliest) gives as many
+// rows as fit, and its taps join the union. Each tile's rows are written
+// in window order. It returns the number of passes: the sequential steps
+// of the GPU version (a block per window, one block-wide reduction per
+// pass).
 func RegroupWindow(mask []uint64, window []int32, tileRows int, out []int32) (passes int) {
 	tileRows = max(tileRows, 1)
 	n := len(window)
-	tile := make([]int32, n)     // the tile of each position
-	cands := make([]int32, 0, n) // positions still to place, ascending
-	for p := range n {
-		cands = append(cands, int32(p))
+	type class struct {
+		mask        uint64
+		front, rows int // the first unplaced position, the unplaced rows
 	}
+	var classes []class
+	for p, r := range window {
+		if p == 0 || mask[r] != mask[window[p-1]] {
+			classes = append(classes, class{mask: mask[r], front: p})
+		}
+		classes[len(classes)-1].rows++
+	}
+	tile := make([]int32, n) // the tile of each position
 	tiles := int32(0)
-	for len(cands) > 0 {
-		// Start a tile with the first remaining row.
-		tile[cands[0]] = tiles
-		union := mask[window[cands[0]]]
-		cands = cands[1:]
-		room := tileRows - 1
-		for room > 0 && len(cands) > 0 {
-			passes++
-			best, bestAdd := -1, 0
-			kept := cands[:0]
-			for _, p := range cands {
-				a := bits.OnesCount64(mask[window[p]] &^ union)
-				if a == 0 && room > 0 {
-					tile[p] = tiles
-					room--
-					continue
-				}
-				if a > 0 && (best < 0 || a < bestAdd) {
-					best, bestAdd = len(kept), a
-				}
-				kept = append(kept, p)
-			}
-			cands = kept
-			if room == 0 || best < 0 {
+	room := 0
+	take := func(c *class) {
+		k := min(c.rows, room)
+		for p := c.front; p < c.front+k; p++ {
+			tile[p] = tiles
+		}
+		c.front += k
+		c.rows -= k
+		room -= k
+	}
+	// fewest returns the class with unplaced rows adding the fewest taps to
+	// union (the most unplaced rows, then the earliest, on ties), or −1.
+	fewest := func(union uint64) int {
+		best, bestAdd := -1, 0
+		for i, c := range classes {
+			if c.rows == 0 {
 				continue
 			}
-			p := cands[best]
-			tile[p] = tiles
-			room--
-			union |= mask[window[p]]
-			cands = append(cands[:best], cands[best+1:]...)
+			a := bits.OnesCount64(c.mask &^ union)
+			if best < 0 || a < bestAdd || (a == bestAdd && c.rows > classes[best].rows) {
+				best, bestAdd = i, a
+			}
 		}
+		return best
+	}
+	var union uint64 // the last tile's
+	for left := n; left > 0; {
+		// The first tile of a pair ranks the classes by rows alone (none
+		// adds taps to a full union), the second by the taps they add to
+		// the first's union.
+		seed := union
+		if tiles%2 == 0 {
+			seed = ^uint64(0)
+		}
+		start := fewest(seed)
+		room = tileRows
+		union = classes[start].mask
+		take(&classes[start])
+		for room > 0 && left-(tileRows-room) > 0 {
+			passes++
+			for i := range classes {
+				if c := &classes[i]; c.rows > 0 && c.mask&^union == 0 {
+					take(c)
+				}
+			}
+			if room == 0 {
+				break
+			}
+			best := fewest(union)
+			if best < 0 {
+				break
+			}
+			union |= classes[best].mask
+			take(&classes[best])
+		}
+		left -= tileRows - room
 		tiles++
 	}
 	// Every tile but the last is full: tile t's rows go to t·tileRows …

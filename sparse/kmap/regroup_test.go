@@ -1,6 +1,7 @@
 package kmap
 
 import (
+	"cmp"
 	"math/bits"
 	"math/rand/v2"
 	"slices"
@@ -9,32 +10,84 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// regroupByPicks is the greedy of RegroupWindow written pick by pick, its
-// definition: each tile starts with the first unplaced row of the window,
-// then takes, one row at a time while it has room, the unplaced row that
-// adds the fewest taps to its union, the earliest on ties; each tile's
-// rows are then listed in window order.
+// regroupByPicks is the greedy of RegroupWindow written row by row, its
+// definition: a class is a maximal run of rows with equal masks in the
+// window. Each tile starts with the unplaced rows, earliest first, as
+// many as fit, of the class with the most of them, or, for odd tiles, of
+// the class whose rows add the fewest taps to the previous tile's union
+// (the one with the most unplaced rows, then the earliest, on ties);
+// then, while it has room and rows remain, a pass places every unplaced
+// row whose taps are all in the tile's union, in window order while
+// there is room, and then, if there is room, the unplaced rows of the
+// class adding the fewest taps (the one with the most unplaced rows, then
+// the earliest, on ties), earliest first while there is room, whose taps
+// join the union. Each tile's rows are then listed in window order.
 func regroupByPicks(mask []uint64, window []int32, tileRows int) []int32 {
-	placed := make([]bool, len(window))
+	n := len(window)
+	class := make([]int, n) // the class of each position
+	for p := 1; p < n; p++ {
+		class[p] = class[p-1]
+		if mask[window[p]] != mask[window[p-1]] {
+			class[p]++
+		}
+	}
+	placed := make([]bool, n)
+	left := make([]int, class[n-1]+1) // unplaced rows per class
+	for _, c := range class {
+		left[c]++
+	}
+	unplaced := func(c int) int { return left[c] }
 	var out []int32
-	for len(out) < len(window) {
-		first := slices.Index(placed, false)
-		placed[first] = true
-		members := []int{first}
-		union := mask[window[first]]
-		for k := 1; k < tileRows; k++ {
-			best, bestAdd := -1, 65
+	var union uint64
+	for tile := 0; len(out) < n; tile++ {
+		var members []int
+		room := tileRows
+		put := func(p int) {
+			placed[p] = true
+			members = append(members, p)
+			left[class[p]]--
+			room--
+		}
+		place := func(c int) {
+			for p := range n {
+				if class[p] == c && !placed[p] && room > 0 {
+					put(p)
+				}
+			}
+		}
+		start, startAdd := -1, 0
+		for p, r := range window {
+			a := bits.OnesCount64(mask[r] &^ union)
+			if tile%2 == 0 {
+				a = 0
+			}
+			if !placed[p] && (start < 0 || a < startAdd || (a == startAdd && unplaced(class[p]) > unplaced(start))) {
+				start, startAdd = class[p], a
+			}
+		}
+		union = mask[window[slices.Index(class, start)]]
+		place(start)
+		for room > 0 && len(out)+len(members) < n {
 			for p, r := range window {
-				if a := bits.OnesCount64(mask[r] &^ union); !placed[p] && a < bestAdd {
-					best, bestAdd = p, a
+				if !placed[p] && mask[r]&^union == 0 && room > 0 {
+					put(p)
+				}
+			}
+			best, bestAdd := -1, 0
+			for p, r := range window {
+				if placed[p] || room == 0 {
+					continue
+				}
+				a := bits.OnesCount64(mask[r] &^ union)
+				if best < 0 || a < bestAdd || (a == bestAdd && unplaced(class[p]) > unplaced(best)) {
+					best, bestAdd = class[p], a
 				}
 			}
 			if best < 0 {
 				break
 			}
-			placed[best] = true
-			members = append(members, best)
-			union |= mask[window[best]]
+			union |= mask[window[slices.Index(class, best)]]
+			place(best)
 		}
 		slices.Sort(members)
 		for _, p := range members {
@@ -76,29 +129,53 @@ func TestRegroupWindowByHand(t *testing.T) {
 	out = make([]int32, 4)
 	require.Equal(t, 1, RegroupWindow(mask, []int32{4, 0, 1, 2}, 3, out))
 	require.Equal(t, []int32{4, 0, 1, 2}, out)
-	// Rows that add taps: the one adding fewest goes first (row 2 before
-	// row 1), then the rows it made free (row 3); the tile lists its rows
-	// in window order.
+	// Rows that add taps: the one adding fewest joins first (row 2, not
+	// row 1). The second tile starts with the row adding nothing to the
+	// first's union (row 3), then takes rows 1 and 5, a pass each. Each
+	// tile lists its rows in window order.
 	mask = []uint64{0b0001, 0b1110, 0b0011, 0b0010, 0, 0b0111}
 	out = make([]int32, 6)
-	require.Equal(t, 2, RegroupWindow(mask, []int32{0, 1, 2, 3, 4, 5}, 3, out))
+	require.Equal(t, 3, RegroupWindow(mask, []int32{0, 1, 2, 3, 4, 5}, 3, out))
 	require.Equal(t, []int32{0, 2, 4, 1, 3, 5}, out)
+	// Classes: a tile starts with the largest (rows 1–3), and of the
+	// classes adding one tap the larger (rows 4–5) gives what fits (row
+	// 4). The second tile starts with the class adding the fewest taps to
+	// the first's union (row 5, none) and takes, one pass each, the
+	// earliest of those adding one tap (rows 0, 6, 7).
+	mask = []uint64{0b0001, 0b0010, 0b0010, 0b0010, 0b0100, 0b0100, 0b1000, 0b0011}
+	out = make([]int32, 8)
+	require.Equal(t, 4, RegroupWindow(mask, []int32{0, 1, 2, 3, 4, 5, 6, 7}, 4, out))
+	require.Equal(t, []int32{1, 2, 3, 4, 0, 5, 6, 7}, out)
 }
 
 // TestRegroupWindowRandom compares the passes with the greedy by picks on
 // random masks of few taps (many ties) and of many, for tile heights that
-// do and do not divide the window.
+// do and do not divide the window: in random order (classes of one row or
+// a few) and sorted (the masks drawn from a pool: long classes).
 func TestRegroupWindowRandom(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 11))
-	for _, c := range []struct{ rows, V, tile int }{
-		{1, 27, 128}, {5, 3, 2}, {300, 4, 16}, {777, 27, 128}, {2048, 27, 128}, {1000, 64, 100}, {513, 8, 1},
+	for _, c := range []struct{ rows, V, tile, pool int }{
+		{1, 27, 128, 0}, {5, 3, 2, 0}, {300, 4, 16, 0}, {777, 27, 128, 0}, {2048, 27, 128, 0}, {1000, 64, 100, 0}, {513, 8, 1, 0},
+		{600, 27, 128, 30}, {2048, 27, 128, 200}, {1000, 64, 50, 12}, {333, 5, 7, 9},
 	} {
-		mask := make([]uint64, c.rows)
-		for r := range mask {
+		random := func() (m uint64) {
 			for v := range c.V {
 				if rng.IntN(3) == 0 {
-					mask[r] |= 1 << v
+					m |= 1 << v
 				}
+			}
+			return m
+		}
+		pool := make([]uint64, c.pool)
+		for i := range pool {
+			pool[i] = random()
+		}
+		mask := make([]uint64, c.rows)
+		for r := range mask {
+			if c.pool > 0 {
+				mask[r] = pool[rng.IntN(c.pool)]
+			} else {
+				mask[r] = random()
 			}
 		}
 		window := make([]int32, c.rows)
@@ -106,6 +183,9 @@ func TestRegroupWindowRandom(t *testing.T) {
 			window[i] = int32(i)
 		}
 		rng.Shuffle(len(window), func(i, j int) { window[i], window[j] = window[j], window[i] })
+		if c.pool > 0 {
+			slices.SortStableFunc(window, func(a, b int32) int { return cmp.Compare(mask[a], mask[b]) })
+		}
 		out := make([]int32, c.rows)
 		RegroupWindow(mask, window, c.tile, out)
 		require.Equal(t, regroupByPicks(mask, window, c.tile), out, "%+v", c)
@@ -117,7 +197,7 @@ func TestRegroupWindowRandom(t *testing.T) {
 // products at RegroupTileRows on the shells), wider masks and tables over
 // RegroupMaxRows in Gray order.
 func TestRegroupedOrder(t *testing.T) {
-	for _, res := range []int{32, 48} {
+	for _, res := range []int{64, 100} {
 		m, err := NewSubmanifold(shellCoords(res, 1), shellExt(res), cube3(3), cube3(1))
 		require.NoError(t, err)
 		ms := m.Masked()
