@@ -185,9 +185,9 @@ __device__ void bias_grad1(const T* dy, float* part, long long rows, long long c
 // V = 16/sizeof(T), dy 16-byte aligned): part[chunk, c] as bias_grad1.
 // Block of 256 threads over gpb column groups of V columns (gpb a power of
 // two, at most 32): thread t reads group t mod gpb of rows r0 + ⌊t/gpb⌋,
-// r0 + ⌊t/gpb⌋ + 256/gpb, … of its chunk, one 16-byte load per row, then
-// the 256/gpb row lanes of every column are added in lane order. Fixed
-// partition: deterministic.
+// r0 + ⌊t/gpb⌋ + 256/gpb, … of its chunk, one 16-byte load per row (four
+// in flight), then the 256/gpb row lanes of every column are added in
+// lane order. Fixed partition: deterministic.
 template <class T>
 __device__ void bias_grad1v(const T* dy, float* part, long long rows, long long cols, long long chunk_rows, long long gpb) {
   constexpr int V = 16 / sizeof(T);
@@ -199,13 +199,27 @@ __device__ void bias_grad1v(const T* dy, float* part, long long rows, long long 
   float acc[V];
 #pragma unroll
   for (int j = 0; j < V; ++j) acc[j] = 0.f;
-  if (c0 < cols)
-    for (long long i = r0 + r; i < r1; i += lanes) {
+  if (c0 < cols) {
+    // Four rows' loads in flight at a time, added in row order.
+    long long i = r0 + r;
+    for (; i + 3 * lanes < r1; i += 4 * lanes) {
+      uint4 raw[4];
+#pragma unroll
+      for (int k = 0; k < 4; ++k) raw[k] = *reinterpret_cast<const uint4*>(dy + (i + k * lanes) * cols + c0);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const T* e = reinterpret_cast<const T*>(&raw[k]);
+#pragma unroll
+        for (int j = 0; j < V; ++j) acc[j] += to_f32(e[j]);
+      }
+    }
+    for (; i < r1; i += lanes) {
       const uint4 raw = *reinterpret_cast<const uint4*>(dy + i * cols + c0);
       const T* e = reinterpret_cast<const T*>(&raw);
 #pragma unroll
       for (int j = 0; j < V; ++j) acc[j] += to_f32(e[j]);
     }
+  }
 #pragma unroll
   for (int j = 0; j < V; ++j) red[t * V + j] = acc[j];
   __syncthreads();
