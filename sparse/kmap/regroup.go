@@ -74,8 +74,7 @@ func regroup(mask []uint64, gray []int32) []int32 {
 // the one with the most unplaced rows, then the earliest) gives as many
 // rows as fit, and its taps join the union. Each tile's rows are written
 // in window order. It returns the number of passes: the sequential steps
-// of the GPU version (a block per window, one block-wide reduction per
-// pass).
+// of the GPU version (a block per window, one reduction per pass).
 func RegroupWindow(mask []uint64, window []int32, tileRows int, out []int32) (passes int) {
 	tileRows = max(tileRows, 1)
 	n := len(window)
