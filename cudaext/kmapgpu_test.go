@@ -1029,28 +1029,10 @@ func TestGPURegroup(t *testing.T) {
 		{1, 27, 0}, {200, 3, 0}, {1024, 27, 0}, {5000, 3, 0}, {9000, 64, 0}, {3000, 40, 0},
 		{5000, 27, 20}, {3000, 40, 100}, {4100, 27, 150}, {3000, 64, 150}, {9000, 27, 700}, {2048, 64, 700},
 	} {
-		random := func() uint64 {
-			var m uint64
-			for v := range c.V {
-				if rng.IntN(3) == 0 {
-					m |= 1 << v
-				}
-			}
-			return m
-		}
-		pool := make([]uint64, c.pool)
-		for i := range pool {
-			pool[i] = random()
-		}
+		umask := synth.TapMasks(rng, c.rows, c.V, c.pool)
 		mask := make([]int64, c.rows)
-		umask := make([]uint64, c.rows)
-		for r := range mask {
-			if c.pool > 0 {
-				umask[r] = pool[rng.IntN(c.pool)]
-			} else {
-				umask[r] = random()
-			}
-			mask[r] = int64(umask[r])
+		for r, m := range umask {
+			mask[r] = int64(m)
 		}
 		order := make([]int32, c.rows)
 		for i, p := range rng.Perm(c.rows) {

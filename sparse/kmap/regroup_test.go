@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/flexgemm-go/flexgemm/sparse/synth"
 )
 
 // regroupByPicks is the greedy of RegroupWindow written row by row, its
@@ -158,26 +160,7 @@ func TestRegroupWindowRandom(t *testing.T) {
 		{1, 27, 128, 0}, {5, 3, 2, 0}, {300, 4, 16, 0}, {777, 27, 128, 0}, {2048, 27, 128, 0}, {1000, 64, 100, 0}, {513, 8, 1, 0},
 		{600, 27, 128, 30}, {2048, 27, 128, 200}, {1000, 64, 50, 12}, {333, 5, 7, 9},
 	} {
-		random := func() (m uint64) {
-			for v := range c.V {
-				if rng.IntN(3) == 0 {
-					m |= 1 << v
-				}
-			}
-			return m
-		}
-		pool := make([]uint64, c.pool)
-		for i := range pool {
-			pool[i] = random()
-		}
-		mask := make([]uint64, c.rows)
-		for r := range mask {
-			if c.pool > 0 {
-				mask[r] = pool[rng.IntN(c.pool)]
-			} else {
-				mask[r] = random()
-			}
-		}
+		mask := synth.TapMasks(rng, c.rows, c.V, c.pool)
 		window := make([]int32, c.rows)
 		for i := range window {
 			window[i] = int32(i)

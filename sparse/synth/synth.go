@@ -141,3 +141,35 @@ func Weights[T Float](rng *rand.Rand, co, V, ci int) []T {
 	}
 	return w
 }
+
+// TapMasks returns rows random single-word tap masks of taps ≤ 64 taps
+// (bit v set: the row has a neighbour at tap v), for tests of the masked
+// orders: each tap present with probability 1/3. With pool > 0 every
+// row's mask is drawn from pool such masks (so that equal masks repeat:
+// long runs once the rows are sorted by mask), else each row's is its own.
+func TapMasks(rng *rand.Rand, rows, taps, pool int) []uint64 {
+	if taps < 0 || taps > 64 {
+		panic(fmt.Sprintf("synth: TapMasks of %d taps (want 0 to 64)", taps))
+	}
+	random := func() (m uint64) {
+		for v := range taps {
+			if rng.IntN(3) == 0 {
+				m |= 1 << v
+			}
+		}
+		return m
+	}
+	from := make([]uint64, max(pool, 0))
+	for i := range from {
+		from[i] = random()
+	}
+	masks := make([]uint64, rows)
+	for r := range masks {
+		if pool > 0 {
+			masks[r] = from[rng.IntN(pool)]
+		} else {
+			masks[r] = random()
+		}
+	}
+	return masks
+}

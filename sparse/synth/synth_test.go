@@ -125,6 +125,30 @@ func TestRandomValues(t *testing.T) {
 	require.Empty(t, Weights[float32](rng, 2, 27, 0))
 }
 
+func TestTapMasks(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 10))
+	for _, c := range []struct{ rows, taps, pool int }{{0, 27, 0}, {500, 27, 0}, {500, 3, 0}, {2000, 64, 7}, {300, 40, 1}} {
+		m := TapMasks(rng, c.rows, c.taps, c.pool)
+		require.Len(t, m, c.rows)
+		distinct := map[uint64]bool{}
+		for _, x := range m {
+			if c.taps < 64 {
+				require.Zero(t, x>>c.taps, "%+v: a bit past the taps", c)
+			}
+			distinct[x] = true
+		}
+		if c.pool > 0 {
+			require.LessOrEqual(t, len(distinct), c.pool, "%+v", c)
+		} else if c.rows > 0 && c.taps >= 27 {
+			require.Greater(t, len(distinct), c.rows*9/10, "%+v: independent masks", c)
+		}
+	}
+	require.Panics(t, func() { TapMasks(rng, 1, 65, 0) })
+	a := TapMasks(rand.New(rand.NewPCG(1, 1)), 50, 27, 5)
+	b := TapMasks(rand.New(rand.NewPCG(1, 1)), 50, 27, 5)
+	require.Equal(t, a, b, "deterministic")
+}
+
 func ExampleSphereShell() {
 	coords, ext := SphereShell(64, 2)
 	fmt.Println(len(coords)/4, ext)
