@@ -257,15 +257,21 @@ constexpr int kRegroupWarps = kRegroupThreads / 32;
 __device__ __forceinline__ int popcount(u32 x) { return __popc(x); }
 __device__ __forceinline__ int popcount(u64 x) { return __popcll(x); }
 
+// warp_inclusive_scan returns op over x of lanes 0 … lane of the warp
+// (every lane of the warp must call it); op is associative.
+template <class T, class Op> __device__ __forceinline__ T warp_inclusive_scan(T x, int lane, Op op) {
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const T y = __shfl_up_sync(0xffffffffu, x, o);
+    if (lane >= o) x = op(x, y);
+  }
+  return x;
+}
+
 // warp_inclusive_sum returns the sum of x over lanes 0 … lane of the warp
 // (every lane of the warp must call it).
 __device__ __forceinline__ int warp_inclusive_sum(int x, int lane) {
-#pragma unroll
-  for (int o = 1; o < 32; o <<= 1) {
-    const int y = __shfl_up_sync(0xffffffffu, x, o);
-    if (lane >= o) x += y;
-  }
-  return x;
+  return warp_inclusive_scan(x, lane, [](int a, int b) { return a + b; });
 }
 
 // RegroupShared is the shared memory of masks_regroup{32,64}: the window's
@@ -422,6 +428,18 @@ __device__ int regroup_passes(RegroupShared<M>& s, int n, int nclasses, int tile
   return tile;
 }
 
+// regroup_on_warp0 runs regroup_passes with P classes per lane on warp 0
+// alone (the other warps skip it) and leaves the number of tiles in
+// s.tiles.
+template <class M, int P>
+__device__ __forceinline__ void regroup_on_warp0(RegroupShared<M>& s, int n, int nclasses, int tile_rows, int warp,
+                                                 int lane) {
+  if (warp == 0) {
+    const int t = regroup_passes<M, P, false>(s, n, nclasses, tile_rows);
+    if (lane == 0) s.tiles = t;
+  }
+}
+
 // regroup is masks_regroup{32,64} for the window of block blockIdx.x (masks
 // of type M). Thread t loads positions t, t + kRegroupThreads, … of the
 // window, then holds positions kRegroupPer·t … to mark where mask classes
@@ -493,20 +511,11 @@ __device__ void regroup(const u64* mask, int* order, i64 rows, int tile_rows) {
   }
   __syncthreads();
   if (nclasses <= 2 * 32) {
-    if (warp == 0) {
-      const int t = regroup_passes<M, 2, false>(s, n, nclasses, tile_rows);
-      if (lane == 0) s.tiles = t;
-    }
+    regroup_on_warp0<M, 2>(s, n, nclasses, tile_rows, warp, lane);
   } else if (nclasses <= 4 * 32) {
-    if (warp == 0) {
-      const int t = regroup_passes<M, 4, false>(s, n, nclasses, tile_rows);
-      if (lane == 0) s.tiles = t;
-    }
+    regroup_on_warp0<M, 4>(s, n, nclasses, tile_rows, warp, lane);
   } else if (nclasses <= P * 32) {
-    if (warp == 0) {
-      const int t = regroup_passes<M, P, false>(s, n, nclasses, tile_rows);
-      if (lane == 0) s.tiles = t;
-    }
+    regroup_on_warp0<M, P>(s, n, nclasses, tile_rows, warp, lane);
   } else {
     const int t = regroup_passes<M, P, true>(s, n, nclasses, tile_rows);
     if (threadIdx.x == 0) s.tiles = t;
@@ -528,12 +537,7 @@ __device__ void regroup(const u64* mask, int* order, i64 rows, int tile_rows) {
       if (p < n && t != 0xffffu) run = (u32)(p + 1) << 16 | t;
       at[i] = run;
     }
-    u32 inc = run;
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-      const u32 y = __shfl_up_sync(0xffffffffu, inc, o);
-      if (lane >= o) inc = max(inc, y);
-    }
+    const u32 inc = warp_inclusive_scan(run, lane, [](u32 a, u32 b) { return max(a, b); });
     if (lane == 31) s.z[buf][warp] = inc;
     u32 carry = __shfl_up_sync(0xffffffffu, inc, 1);
     if (lane == 0) carry = 0;

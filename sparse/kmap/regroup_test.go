@@ -38,7 +38,6 @@ func regroupByPicks(mask []uint64, window []int32, tileRows int) []int32 {
 	for _, c := range class {
 		left[c]++
 	}
-	unplaced := func(c int) int { return left[c] }
 	var out []int32
 	var union uint64
 	for tile := 0; len(out) < n; tile++ {
@@ -63,7 +62,7 @@ func regroupByPicks(mask []uint64, window []int32, tileRows int) []int32 {
 			if tile%2 == 0 {
 				a = 0
 			}
-			if !placed[p] && (start < 0 || a < startAdd || (a == startAdd && unplaced(class[p]) > unplaced(start))) {
+			if !placed[p] && (start < 0 || a < startAdd || (a == startAdd && left[class[p]] > left[start])) {
 				start, startAdd = class[p], a
 			}
 		}
@@ -81,7 +80,7 @@ func regroupByPicks(mask []uint64, window []int32, tileRows int) []int32 {
 					continue
 				}
 				a := bits.OnesCount64(mask[r] &^ union)
-				if best < 0 || a < bestAdd || (a == bestAdd && unplaced(class[p]) > unplaced(best)) {
+				if best < 0 || a < bestAdd || (a == bestAdd && left[class[p]] > left[best]) {
 					best, bestAdd = class[p], a
 				}
 			}
