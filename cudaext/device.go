@@ -87,6 +87,8 @@ type Device struct {
 	rowsFirstMin int64
 	// noRegroup: masked orders stay in the Gray order (EnvNoRegroup).
 	noRegroup bool
+	// noOnesweep: radix sorts run the classic passes (EnvNoOnesweep).
+	noOnesweep bool
 	// reduceVecMin: the split-K reductions sum four elements per thread
 	// from this many elements per slice on (reduceVecMinElems; the tests
 	// lower it).
@@ -148,6 +150,7 @@ func openDevice(ordinal int) (*Device, error) {
 		noRowsFirst:            os.Getenv(EnvNoRowsFirst) == "1",
 		rowsFirstMin:           rowsFirstMinRows,
 		noRegroup:              os.Getenv(EnvNoRegroup) == "1",
+		noOnesweep:             os.Getenv(EnvNoOnesweep) == "1",
 	}
 	d.mem.free = map[int64][]devPtr{}
 	runtime.LockOSThread()

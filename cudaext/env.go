@@ -110,6 +110,13 @@ const EnvNoRowsFirst = "FLEXGEMM_NO_ROWS_FIRST"
 // GPU tests compare).
 const EnvNoRegroup = "FLEXGEMM_NO_REGROUP"
 
+// EnvNoOnesweep names the environment variable that, set to "1" when an
+// engine opens, sorts keys (above the run sort's 65,536, up to
+// onesweepMaxTiles tiles) by the classic radix passes — a histogram, a
+// scan and a scatter launch per digit — as before session 21, instead of
+// the onesweep sort (Device.onesweep).
+const EnvNoOnesweep = "FLEXGEMM_NO_ONESWEEP"
+
 // EnvSpecializedGathers names the environment variable that, read when an
 // engine opens, turns the fixed heuristic's warp-specialised gather tiles
 // (kernels.Tile.Producers) on ("1") or off ("0"); unset, they are on.

@@ -214,13 +214,17 @@ func TestGPURadixSort(t *testing.T) {
 	e := gxEngine(t)
 	rng := rand.New(rand.NewPCG(3, 4))
 	// Up to 65536 32-bit keys sort in runs of 1024 (sort_runs) merged in
-	// one launch (sort_merge), more in radix passes.
-	sizes := []int{0, 1, 2, 64, 1023, 1025, 4097, 15_192, 64_160, 65_536, 65_537, 1_000_003}
+	// one launch (sort_merge), more (and 64-bit keys) in radix passes:
+	// the onesweep sort, or the classic passes (noOnesweep), both checked.
+	sizes := []int{0, 1, 2, 64, 1023, 1025, 4097, 15_192, 64_160, 65_536, 65_537, 300_001, 1_000_003}
 	if testing.Short() {
 		sizes = sizes[:11]
 	}
+	defer func() { require.NoError(t, e.d.do(func() error { e.d.noOnesweep = false; return nil })) }()
 	for _, n := range sizes {
 		for _, nbits := range []int{0, 1, 5, 8, 9, 17, 27, 32, 41, 64} {
+			classic := (n+nbits)%3 == 0
+			require.NoError(t, e.d.do(func() error { e.d.noOnesweep = classic; return nil }))
 			// Values are the original positions (iota) or carried along.
 			iota := nbits%2 == 0
 			wide := nbits > 32
@@ -303,8 +307,8 @@ func TestGPURadixSort(t *testing.T) {
 			for i, p := range perm {
 				want[i] = keys[p]
 			}
-			require.Equal(t, want, gotK, "n=%d bits=%d", n, nbits)
-			require.Equal(t, perm, gotV, "n=%d bits=%d: the sort must be stable", n, nbits)
+			require.Equal(t, want, gotK, "n=%d bits=%d classic=%v", n, nbits, classic)
+			require.Equal(t, perm, gotV, "n=%d bits=%d classic=%v: the sort must be stable", n, nbits, classic)
 		}
 	}
 }

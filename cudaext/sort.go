@@ -172,6 +172,9 @@ func (d *Device) radixSort(keys, vals devPtr, n int64, wide bool, nbits int, iot
 		ksize, suffix = 8, "u64"
 	}
 	ntiles := (n + sortTile - 1) / sortTile
+	if !d.noOnesweep && ntiles <= onesweepMaxTiles {
+		return d.onesweep(keys, vals, n, ksize, suffix, nbits, iota)
+	}
 	radix := int64(1) << width
 	k2, err := d.allocTemp(n * ksize)
 	if err != nil {
@@ -223,6 +226,116 @@ func (d *Device) radixSort(keys, vals devPtr, n int64, wide bool, nbits int, iot
 	}
 	return nil
 }
+
+// onesweepMaxTiles is the most tiles (sortTile keys each) radixSort sorts
+// by onesweep; more take the classic passes. Measured on the Gray orders
+// of the benchmark's shells (H200, session 21, calls 1–3; three passes):
+// 124 tiles (RES 256) 17 µs per pass against 35 for the classic
+// histogram, scan and scatter (the inference step's derived tables
+// 0.10 → 0.06 ms); 489 tiles (RES 512) 28 against 37 µs per pass, yet the
+// inference step 1.2–1.7 % slower in two calls of two rounds each (within
+// the noise, but never faster); 2,009 tiles (RES 1024) 83 against 82 µs:
+// the tiles that start together wait for each other's counts, so the
+// look-back's walks grow with the tiles in flight. Far below the
+// look-back words' 30-bit counts (kernels/sort.cu kCountBits).
+const onesweepMaxTiles = 256
+
+// onesweep is radixSort's passes for at most onesweepMaxTiles tiles of
+// keys of ksize bytes (kernel suffix suffix): one launch counts the digits of
+// every pass (sort_onesweep_hist), then one launch per pass places each
+// tile's keys by decoupled look-back over the tiles before it
+// (sort_onesweep): one memset and 1 + passes launches, where the classic
+// passes (EnvNoOnesweep) take five launches each. The same stable order.
+func (d *Device) onesweep(keys, vals devPtr, n, ksize int64, suffix string, nbits int, iota bool) error {
+	passes, width := sortPlan(nbits)
+	ntiles := (n + sortTile - 1) / sortTile
+	radix := int64(1) << width
+	// Two buffers (three for an odd number of passes above one, so that the
+	// last pass writes keys and vals: no copy back).
+	nbuf := 1
+	if passes%2 == 1 && passes > 1 {
+		nbuf = 2
+	}
+	var bufK, bufV [2]devPtr
+	for i := range nbuf {
+		k, err := d.allocTemp(n * ksize)
+		if err != nil {
+			return err
+		}
+		defer d.freeTemp(k)
+		bufK[i] = k.ptr
+		if vals != 0 {
+			v, err := d.allocTemp(n * 4)
+			if err != nil {
+				return err
+			}
+			defer d.freeTemp(v)
+			bufV[i] = v.ptr
+		}
+	}
+	// One block, zeroed at once: the digit counts of every pass, a tile
+	// counter per pass, the look-back words of every pass.
+	countWords := int64(passes) * onesweepMaxRadix
+	statusWords := int64(passes) * ntiles * radix
+	words := countWords + int64(passes) + statusWords
+	scratch, err := d.allocTemp(words * 4)
+	if err != nil {
+		return err
+	}
+	defer d.freeTemp(scratch)
+	if err := memsetD8(scratch.ptr, 0, words*4, d.stream); err != nil {
+		return err
+	}
+	counts := scratch.ptr
+	tickets := counts + devPtr(countWords*4)
+	status := tickets + devPtr(int64(passes)*4)
+	hb := min(ntiles, int64(d.info.SMs)*onesweepHistBlocksPerSM)
+	if err := d.launch("sort_onesweep_hist_"+suffix, dim3{X: int(hb)}, dim3{X: sortThreads}, 0, keys, n, int32(passes), int32(width), int32(nbits), counts); err != nil {
+		return err
+	}
+	srcK, srcV := keys, vals
+	for p := range passes {
+		// Even passes: keys → 0 → keys …; odd: keys → 0 → 1 → 0 … → keys.
+		dstK, dstV := bufK[0], bufV[0]
+		switch {
+		case passes > 1 && p == passes-1:
+			dstK, dstV = keys, vals
+		case p%2 == 1 && nbuf == 2:
+			dstK, dstV = bufK[1], bufV[1]
+		case p%2 == 1:
+			dstK, dstV = keys, vals
+		}
+		shift := int32(p * width)
+		w := int32(min(width, nbits-p*width))
+		vin := srcV
+		if iota && p == 0 {
+			vin = 0
+		}
+		if err := d.launch("sort_onesweep_"+suffix, dim3{X: int(ntiles)}, dim3{X: sortThreads}, 0, srcK, vin, dstK, dstV, n, shift, w,
+			counts+devPtr(int64(p)*onesweepMaxRadix*4), status+devPtr(int64(p)*ntiles*radix*4), tickets+devPtr(int64(p)*4)); err != nil {
+			return err
+		}
+		srcK, srcV = dstK, dstV
+	}
+	if srcK != keys {
+		// One pass: back from the buffer.
+		if err := memcpyDtoD(keys, srcK, n*ksize, d.stream); err != nil {
+			return err
+		}
+		if vals != 0 {
+			return memcpyDtoD(vals, srcV, n*4, d.stream)
+		}
+	}
+	return nil
+}
+
+// onesweepMaxRadix is the digit counts' row per pass (kernels/sort.cu
+// kMaxRadix); onesweepHistBlocksPerSM the histogram's blocks per SM (it
+// strides over the keys).
+const (
+	onesweepMaxRadix        = 1 << sortMaxDigit
+	onesweepHistBlocksPerSM = 4
+)
 
 // unique returns the distinct keys of the n sorted keys at keys (uint64 if
 // wide), skipping sentinel, in a new block, and their number. It waits for

@@ -10,7 +10,9 @@
 // pass is histogram (per tile and digit) → exclusive scan of the
 // digit-major counts → scatter, where each warp ranks its 256 keys in
 // index order with __match_any_sync, so the sort is stable and
-// deterministic. Integer atomics only count; no result depends on their
+// deterministic; up to 256 tiles the passes run as one launch each
+// (onesweep_pass: decoupled look-back) after one histogram of every
+// pass's digits. Integer atomics only count; no result depends on their
 // order.
 #include <cub/block/block_load.cuh>
 #include <cub/block/block_radix_sort.cuh>
@@ -258,26 +260,36 @@ template <class K> __device__ void radix_hist(const K* keys, i64 n, int shift, i
   for (int d = threadIdx.x; d < radix; d += kThreads) counts[(i64)d * ntiles + blockIdx.x] = h[d];
 }
 
-// One stable scatter pass. offs is the exclusive scan of radix_hist's
-// counts. vin == nullptr means value = index; vout == nullptr drops values.
-template <class K>
-__device__ void radix_scatter(const K* kin, const int* vin, K* kout, int* vout, i64 n, int shift, int bits,
-                              const int* offs, i64 ntiles) {
+// The shared memory of a scatter pass over one tile: per-warp digit
+// counts, a per-digit offset and the tile's keys and values in digit
+// order.
+template <class K> struct ScatterTile {
   using BS = cub::BlockScan<int, kThreads>;
-  __shared__ int whist[kWarps][kMaxRadix];
-  __shared__ int dstart[kMaxRadix];
-  __shared__ K skeys[kTile];
-  __shared__ int svals[kTile];
-  __shared__ typename BS::TempStorage scan_tmp;
+  int whist[kWarps][kMaxRadix];
+  // off[d]: the tile's first position of digit d while rank_tile places
+  // the keys; then where that position goes, minus it (the caller's).
+  int off[kMaxRadix];
+  K keys[kTile];
+  int vals[kTile];
+  typename BS::TempStorage scan;
+};
 
+// rank_tile loads the tile of keys starting at base (values vin, or the
+// keys' positions where vin is null) and places them stably by digit
+// (bits bits from shift) into s.keys / s.vals: each warp ranks its 256
+// keys in index order with __match_any_sync. total and start are the
+// tile's count and first position of the digits thread t owns (t ·
+// kDigitsPerThread …), zero beyond the radix. Ends with a barrier.
+template <class K>
+__device__ void rank_tile(ScatterTile<K>& s, const K* kin, const int* vin, i64 n, i64 base, int shift, int bits,
+                          int (&total)[kDigitsPerThread], int (&start)[kDigitsPerThread]) {
   const int radix = 1 << bits;
   const K mask = (K)(radix - 1);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const u32 lt = (1u << lane) - 1;
-  for (int e = threadIdx.x; e < kWarps * kMaxRadix; e += kThreads) (&whist[0][0])[e] = 0;
+  for (int e = threadIdx.x; e < kWarps * kMaxRadix; e += kThreads) (&s.whist[0][0])[e] = 0;
   __syncthreads();
 
-  const i64 base = (i64)blockIdx.x * kTile;
   K key[kItems];
   int dig[kItems], rank[kItems], val[kItems];
 #pragma unroll
@@ -288,54 +300,172 @@ __device__ void radix_scatter(const K* kin, const int* vin, K* kout, int* vout, 
     val[j] = valid ? (vin ? vin[i] : (int)i) : 0;
     const int d = valid ? (int)((key[j] >> shift) & mask) : kMaxRadix;
     const u32 peers = __match_any_sync(0xffffffffu, d);
-    const int before = valid ? whist[warp][d] : 0;
+    const int before = valid ? s.whist[warp][d] : 0;
     rank[j] = before + __popc(peers & lt);
     __syncwarp();
-    if (valid && lane == __ffs(peers) - 1) whist[warp][d] = before + __popc(peers);
+    if (valid && lane == __ffs(peers) - 1) s.whist[warp][d] = before + __popc(peers);
     __syncwarp();
     dig[j] = d;
   }
   __syncthreads();
   // Per digit (kDigitsPerThread consecutive digits a thread): exclusive
   // prefix over warps, tile total.
-  int total[kDigitsPerThread], start[kDigitsPerThread];
 #pragma unroll
   for (int e = 0; e < kDigitsPerThread; ++e) {
     const int d = threadIdx.x * kDigitsPerThread + e;
     total[e] = 0;
     if (d < radix) {
       for (int w = 0; w < kWarps; ++w) {
-        const int c = whist[w][d];
-        whist[w][d] = total[e];
+        const int c = s.whist[w][d];
+        s.whist[w][d] = total[e];
         total[e] += c;
       }
     }
   }
-  BS(scan_tmp).ExclusiveSum(total, start);
+  typename ScatterTile<K>::BS(s.scan).ExclusiveSum(total, start);
 #pragma unroll
   for (int e = 0; e < kDigitsPerThread; ++e) {
     const int d = threadIdx.x * kDigitsPerThread + e;
-    if (d < radix) dstart[d] = start[e];
+    if (d < radix) s.off[d] = start[e];
   }
   __syncthreads();
 #pragma unroll
   for (int j = 0; j < kItems; ++j) {
     const int d = dig[j];
     if (d < kMaxRadix) {
-      const int pos = dstart[d] + whist[warp][d] + rank[j];
-      skeys[pos] = key[j];
-      svals[pos] = val[j];
+      const int pos = s.off[d] + s.whist[warp][d] + rank[j];
+      s.keys[pos] = key[j];
+      s.vals[pos] = val[j];
     }
   }
   __syncthreads();
-  const int nv = (int)min((i64)kTile, n - base);
+}
+
+// write_tile stores the nv placed keys (and values, unless vout is null)
+// of s at s.off[digit] + their position in the tile.
+template <class K> __device__ void write_tile(const ScatterTile<K>& s, K* kout, int* vout, int nv, int shift, int bits) {
+  const K mask = (K)((1 << bits) - 1);
   for (int p = threadIdx.x; p < nv; p += kThreads) {
-    const K k = skeys[p];
-    const int d = (int)((k >> shift) & mask);
-    const i64 out = (i64)offs[(i64)d * ntiles + blockIdx.x] + (p - dstart[d]);
+    const K k = s.keys[p];
+    const i64 out = (i64)s.off[(int)((k >> shift) & mask)] + p;
     kout[out] = k;
-    if (vout) vout[out] = svals[p];
+    if (vout) vout[out] = s.vals[p];
   }
+}
+
+// One stable scatter pass. offs is the exclusive scan of radix_hist's
+// counts. vin == nullptr means value = index; vout == nullptr drops values.
+template <class K>
+__device__ void radix_scatter(const K* kin, const int* vin, K* kout, int* vout, i64 n, int shift, int bits,
+                              const int* offs, i64 ntiles) {
+  __shared__ ScatterTile<K> s;
+  const i64 base = (i64)blockIdx.x * kTile;
+  int total[kDigitsPerThread], start[kDigitsPerThread];
+  rank_tile(s, kin, vin, n, base, shift, bits, total, start);
+  const int radix = 1 << bits;
+#pragma unroll
+  for (int e = 0; e < kDigitsPerThread; ++e) {
+    const int d = threadIdx.x * kDigitsPerThread + e;
+    if (d < radix) s.off[d] = offs[(i64)d * ntiles + blockIdx.x] - start[e];
+  }
+  __syncthreads();
+  write_tile(s, kout, vout, (int)min((i64)kTile, n - base), shift, bits);
+}
+
+// The single-pass ("onesweep") radix sort: one histogram launch counts
+// the digits of every pass at once (onesweep_hist), then each pass is one
+// launch (onesweep_pass) whose tiles find where their digits go by
+// decoupled look-back instead of a histogram, a scan and a scatter
+// launch per pass: 1 + passes launches against 5 per pass. Tiles take
+// their index from a counter in the order they start, so every tile a
+// tile looks back at has started and publishes without waiting for
+// anyone: no deadlock whatever the block scheduler does. Each tile
+// publishes, per digit, a 32-bit word: its count with kAggregate, and
+// after its look-back the count of the digit in it and every earlier
+// tile with kInclusive (tile 0 at once); a zero word is not yet
+// published, so counts must stay below 2^30 (cudaext/sort.go
+// onesweepMaxTiles keeps them far below). The look-back sums integers: the order is the
+// classic passes' (stable), whatever the timing.
+constexpr int kMaxPasses = 8;  // 64-bit keys in digits of at least 8 bits
+constexpr u32 kAggregate = 1u << 30, kInclusive = 1u << 31, kCountBits = kAggregate - 1;
+
+// counts[p·kMaxRadix + d] += keys whose digit p (width bits from p·width,
+// the last pass the remaining bits below nbits) is d. counts must be
+// zero before the launch; grid-stride over the keys. (Warp-aggregated
+// adds, __match_any_sync per key and pass, were 2–2.5× slower on the
+// H200: session 21, call 2.)
+template <class K> __device__ void onesweep_hist(const K* keys, i64 n, int passes, int width, int nbits, int* counts) {
+  __shared__ int h[kMaxPasses][kMaxRadix];
+  for (int e = threadIdx.x; e < passes * kMaxRadix; e += kThreads) (&h[0][0])[e] = 0;
+  __syncthreads();
+  for (i64 i = fgx::gtid(); i < n; i += fgx::gstride()) {
+    const K k = keys[i];
+    for (int p = 0; p < passes; ++p) {
+      const int shift = p * width, bits = min(width, nbits - shift);
+      atomicAdd(&h[p][(int)((k >> shift) & (K)((1 << bits) - 1))], 1);
+    }
+  }
+  __syncthreads();
+  for (int e = threadIdx.x; e < passes * kMaxRadix; e += kThreads) {
+    const int c = (&h[0][0])[e];
+    if (c) atomicAdd(&counts[e], c);
+  }
+}
+
+// One pass of the onesweep sort: counts is the pass's row of
+// onesweep_hist, status its ntiles × 2^bits words (zero before the
+// launch), ticket its tile counter (zero before the launch).
+template <class K>
+__device__ void onesweep_pass(const K* kin, const int* vin, K* kout, int* vout, i64 n, int shift, int bits,
+                              const int* counts, u32* status, int* ticket) {
+  __shared__ ScatterTile<K> s;
+  __shared__ int tile_s;
+  if (threadIdx.x == 0) tile_s = atomicAdd(ticket, 1);
+  __syncthreads();
+  const int tile = tile_s;
+  const i64 base = (i64)tile * kTile;
+  const int radix = 1 << bits;
+  int total[kDigitsPerThread], start[kDigitsPerThread];
+  rank_tile(s, kin, vin, n, base, shift, bits, total, start);
+  volatile u32* mine = status + (i64)tile * radix;
+#pragma unroll
+  for (int e = 0; e < kDigitsPerThread; ++e) {
+    const int d = threadIdx.x * kDigitsPerThread + e;
+    if (d < radix) mine[d] = (tile == 0 ? kInclusive : kAggregate) | (u32)total[e];
+  }
+  // Where each digit starts in the output: the scan of the pass's counts.
+  int cnt[kDigitsPerThread], first[kDigitsPerThread];
+#pragma unroll
+  for (int e = 0; e < kDigitsPerThread; ++e) {
+    const int d = threadIdx.x * kDigitsPerThread + e;
+    cnt[e] = d < radix ? counts[d] : 0;
+  }
+  typename ScatterTile<K>::BS(s.scan).ExclusiveSum(cnt, first);
+  // Look back one tile at a time per digit. (Sixteen tiles per step, the
+  // loads in flight together, made the pass slower on the H200: the
+  // polls of unpublished words cost more than the walk saved; session 21,
+  // call 2.)
+#pragma unroll
+  for (int e = 0; e < kDigitsPerThread; ++e) {
+    const int d = threadIdx.x * kDigitsPerThread + e;
+    if (d >= radix) continue;
+    u32 before = 0;
+    if (tile > 0) {
+      const volatile u32* col = status + d;
+      for (i64 j = tile - 1;; --j) {
+        u32 w;
+        do {
+          w = col[j * radix];
+        } while (w == 0);
+        before += w & kCountBits;
+        if (w & kInclusive) break;
+      }
+      mine[d] = kInclusive | (before + (u32)total[e]);
+    }
+    s.off[d] = first[e] + (int)before - start[e];
+  }
+  __syncthreads();
+  write_tile(s, kout, vout, (int)min((i64)kTile, n - base), shift, bits);
 }
 
 // keep[i] = keys[i] != sentinel && (i == 0 || keys[i] != keys[i−1]).
@@ -402,6 +532,25 @@ __global__ void __launch_bounds__(fgs::kThreads)
     sort_scatter_u64(const unsigned long long* kin, const int* vin, unsigned long long* kout, int* vout, long long n,
                      int shift, int bits, const int* offs, long long ntiles) {
   fgs::radix_scatter(kin, vin, kout, vout, n, shift, bits, offs, ntiles);
+}
+
+__global__ void __launch_bounds__(fgs::kThreads)
+    sort_onesweep_hist_u32(const unsigned* keys, long long n, int passes, int width, int nbits, int* counts) {
+  fgs::onesweep_hist(keys, n, passes, width, nbits, counts);
+}
+__global__ void __launch_bounds__(fgs::kThreads) sort_onesweep_hist_u64(const unsigned long long* keys, long long n,
+                                                                       int passes, int width, int nbits, int* counts) {
+  fgs::onesweep_hist(keys, n, passes, width, nbits, counts);
+}
+__global__ void __launch_bounds__(fgs::kThreads)
+    sort_onesweep_u32(const unsigned* kin, const int* vin, unsigned* kout, int* vout, long long n, int shift, int bits,
+                      const int* counts, unsigned* status, int* ticket) {
+  fgs::onesweep_pass(kin, vin, kout, vout, n, shift, bits, counts, status, ticket);
+}
+__global__ void __launch_bounds__(fgs::kThreads)
+    sort_onesweep_u64(const unsigned long long* kin, const int* vin, unsigned long long* kout, int* vout, long long n,
+                      int shift, int bits, const int* counts, unsigned* status, int* ticket) {
+  fgs::onesweep_pass(kin, vin, kout, vout, n, shift, bits, counts, status, ticket);
 }
 
 __global__ void sort_unique_flags_u32(const unsigned* keys, long long n, unsigned sentinel, int* flags) {
