@@ -206,23 +206,36 @@ func (d *Device) radixSort(keys, vals devPtr, n int64, wide bool, nbits int, iot
 		if err := d.scan(scanI32, counts.ptr, counts.ptr, m, 0); err != nil {
 			return err
 		}
-		vin := srcV
-		if iota && p == 0 {
-			vin = 0
-		}
-		if err := d.launch("sort_scatter_"+suffix, grid, blk, 0, srcK, vin, dstK, dstV, n, shift, w, counts.ptr, ntiles); err != nil {
+		if err := d.launch("sort_scatter_"+suffix, grid, blk, 0, srcK, passValues(srcV, iota, p), dstK, dstV, n, shift, w, counts.ptr, ntiles); err != nil {
 			return err
 		}
 		srcK, dstK = dstK, srcK
 		srcV, dstV = dstV, srcV
 	}
-	if srcK != keys {
-		if err := memcpyDtoD(keys, srcK, n*ksize, d.stream); err != nil {
-			return err
-		}
-		if vals != 0 {
-			return memcpyDtoD(vals, srcV, n*4, d.stream)
-		}
+	return d.copySorted(keys, vals, srcK, srcV, n, ksize)
+}
+
+// passValues returns the values radix pass p reads: none for the first
+// pass of an iota sort (the kernels then take the keys' positions).
+func passValues(srcV devPtr, iota bool, p int) devPtr {
+	if iota && p == 0 {
+		return 0
+	}
+	return srcV
+}
+
+// copySorted copies the n sorted keys (ksize bytes each) and their values
+// at srcK and srcV into keys and vals (none where vals is 0), unless they
+// are there already.
+func (d *Device) copySorted(keys, vals, srcK, srcV devPtr, n, ksize int64) error {
+	if srcK == keys {
+		return nil
+	}
+	if err := memcpyDtoD(keys, srcK, n*ksize, d.stream); err != nil {
+		return err
+	}
+	if vals != 0 {
+		return memcpyDtoD(vals, srcV, n*4, d.stream)
 	}
 	return nil
 }
@@ -307,26 +320,13 @@ func (d *Device) onesweep(keys, vals devPtr, n, ksize int64, suffix string, nbit
 		}
 		shift := int32(p * width)
 		w := int32(min(width, nbits-p*width))
-		vin := srcV
-		if iota && p == 0 {
-			vin = 0
-		}
-		if err := d.launch("sort_onesweep_"+suffix, dim3{X: int(ntiles)}, dim3{X: sortThreads}, 0, srcK, vin, dstK, dstV, n, shift, w,
+		if err := d.launch("sort_onesweep_"+suffix, dim3{X: int(ntiles)}, dim3{X: sortThreads}, 0, srcK, passValues(srcV, iota, p), dstK, dstV, n, shift, w,
 			counts+devPtr(int64(p)*onesweepMaxRadix*4), status+devPtr(int64(p)*ntiles*radix*4), tickets+devPtr(int64(p)*4)); err != nil {
 			return err
 		}
 		srcK, srcV = dstK, dstV
 	}
-	if srcK != keys {
-		// One pass: back from the buffer.
-		if err := memcpyDtoD(keys, srcK, n*ksize, d.stream); err != nil {
-			return err
-		}
-		if vals != 0 {
-			return memcpyDtoD(vals, srcV, n*4, d.stream)
-		}
-	}
-	return nil
+	return d.copySorted(keys, vals, srcK, srcV, n, ksize) // one pass: back from the buffer
 }
 
 // onesweepMaxRadix is the digit counts' row per pass (kernels/sort.cu
