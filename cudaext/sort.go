@@ -306,16 +306,17 @@ func (d *Device) onesweep(keys, vals devPtr, n, ksize int64, suffix string, nbit
 	if err := d.launch("sort_onesweep_hist_"+suffix, dim3{X: int(hb)}, dim3{X: sortThreads}, 0, keys, n, int32(passes), int32(width), int32(nbits), counts); err != nil {
 		return err
 	}
+	// Pass p writes ring[p % 2] (the last one keys and vals): keys → 0 →
+	// keys … for an even number of passes, keys → 0 → 1 → 0 … → keys for
+	// an odd one.
+	ring := [2][2]devPtr{{bufK[0], bufV[0]}, {keys, vals}}
+	if nbuf == 2 {
+		ring[1] = [2]devPtr{bufK[1], bufV[1]}
+	}
 	srcK, srcV := keys, vals
 	for p := range passes {
-		// Even passes: keys → 0 → keys …; odd: keys → 0 → 1 → 0 … → keys.
-		dstK, dstV := bufK[0], bufV[0]
-		switch {
-		case passes > 1 && p == passes-1:
-			dstK, dstV = keys, vals
-		case p%2 == 1 && nbuf == 2:
-			dstK, dstV = bufK[1], bufV[1]
-		case p%2 == 1:
+		dstK, dstV := ring[p%2][0], ring[p%2][1]
+		if passes > 1 && p == passes-1 {
 			dstK, dstV = keys, vals
 		}
 		shift := int32(p * width)
