@@ -191,6 +191,10 @@ func hopperDefault(mth kernels.Math, use tileUse, rows, cols, kc int64) string {
 // gather tiles (EnvSpecializedGathers, read by Open).
 var specializedGathers atomic.Bool
 
+// persistentGathers says whether warp-specialised gathers of one block per
+// SM run persistent blocks (EnvPersistentGathers, read by Open).
+var persistentGathers atomic.Bool
+
 // specializedProducers is the producer warps of the warp-specialised
 // gather tiles hopperDefault takes.
 const specializedProducers = 4
@@ -527,6 +531,7 @@ func (e *Engine) runGather(j gatherJob) error {
 		name = kernels.TransposedName(j.math, t)
 	}
 	args := []any{&p}
+	grid := dim3{X: int(tiles), Y: splits}
 	if t.Producers > 0 {
 		// A warp-specialised tile takes its weight stages by bulk tensor
 		// copies (16-byte rows only; otherwise the map stays zero and its
@@ -537,9 +542,25 @@ func (e *Engine) runGather(j gatherJob) error {
 				return fmt.Errorf("%w: %s: %v", ErrLaunch, name, err)
 			}
 		}
-		args = append(args, &maps)
+		// An unsplit tile alone on its SM runs persistent blocks where
+		// there are more tiles than SMs: a block per SM takes the next
+		// tile from a counter while it stores the last (gather_ws.cuh).
+		next := devPtr(0)
+		if persistentGathers.Load() && splits == 1 && t.BlocksPerSM(kernels.Gather, j.math) == 1 && tiles > int64(d.info.SMs) {
+			ctr, err := d.allocTemp(4)
+			if err != nil {
+				return err
+			}
+			defer d.freeTemp(ctr)
+			if err := d.fillI32(ctr.ptr, 0, 1); err != nil {
+				return err
+			}
+			next = ctr.ptr
+			grid.X = d.info.SMs
+		}
+		args = append(args, &maps, next)
 	}
-	if err := d.launch(name, dim3{X: int(tiles), Y: splits}, dim3{X: t.Threads()}, kernels.SmemBytes(kernels.Gather, j.math, t), args...); err != nil {
+	if err := d.launch(name, grid, dim3{X: t.Threads()}, kernels.SmemBytes(kernels.Gather, j.math, t), args...); err != nil {
 		return err
 	}
 	if splits > 1 {

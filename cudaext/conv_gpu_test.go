@@ -1463,3 +1463,102 @@ func BenchmarkConvAlgorithms(b *testing.B) {
 		}
 	}
 }
+
+// TestPersistentGathers checks the persistent warp-specialised gathers
+// (EnvPersistentGathers: a block per SM taking its next tile from a
+// counter while it stores the last) bit for bit against a block per tile:
+// each tile's products are the same whichever block runs it. Forward and
+// input gradient of every warp-specialised tile alone on its SM, masked
+// and unmasked, with the row tiles launched in index order, longest first
+// and by first rows, on maps of more row tiles than SMs; the float64
+// comparison of the same kernels is TestConvSweep's.
+func TestPersistentGathers(t *testing.T) {
+	if !gpu.d.hopperTiles(kernels.F16) {
+		t.Skip("no Hopper tiles on this device")
+	}
+	ok := mapOK(t)
+	rng := rand.New(rand.NewPCG(22, 2))
+	var scenes []scene
+	for _, res := range []int{72, 80} { // 155 and 192 row tiles of 128: more than the SMs
+		coords, ext := synth.SphereShell(res, 1)
+		m := ok(kmap.NewSubmanifold(coords, ext, [3]int{3, 3, 3}, [3]int{1, 1, 1}))
+		require.Greater(t, ceilDiv(int64(m.NOut), 128), int64(gpu.d.info.SMs))
+		scenes = append(scenes, scene{fmt.Sprintf("shell%d-subm3", res), m})
+	}
+	rext := grid.Extent{Batch: 2, X: 64, Y: 60, Z: 56}
+	scenes = append(scenes, scene{"random-strided-k3s2", ok(kmap.NewStrided(synth.RandomScene(rng, rext, 0.5), rext, grid.Cube(3, 2, 1, 1), nil))})
+
+	type order struct {
+		name    string
+		perSM   int
+		rowsMin int64
+	}
+	orders := []order{{"index", 0, 1 << 40}, {"longest-first", 1 << 20, 1 << 40}, {"rows-first", 0, 0}}
+	setOrder := func(o order) {
+		require.NoError(t, gpu.d.do(func() error {
+			gpu.d.longestFirstTilesPerSM, gpu.d.rowsFirstMin = o.perSM, o.rowsMin
+			return nil
+		}))
+	}
+	defer setOrder(order{"", longestFirstTilesPerSM, rowsFirstMinRows})
+	was := persistentGathers.Load()
+	defer persistentGathers.Store(was)
+
+	var tiles []kernels.Tile
+	for _, tile := range kernels.HopperTiles {
+		if tile.Producers > 0 && envSelected("FLEXGEMM_TEST_TILES", tile.Name()) {
+			tiles = append(tiles, tile)
+		}
+	}
+	require.NotEmpty(t, tiles)
+	const ci, co = 72, 136 // two K stages per tap forward; dgrad reads 136 columns
+	for _, sc := range scenes {
+		V := sc.m.V()
+		for _, mth := range []kernels.Math{kernels.F16, kernels.BF16, kernels.TF32} {
+			gpu.SetTF32(mth == kernels.TF32)
+			dt := dtypeOf(mth)
+			x := dev(t, sc.m.NIn, ci, synth.Uniform[float32](rng, sc.m.NIn*ci), dt)
+			w := dev(t, co, V*ci, synth.Uniform[float32](rng, co*V*ci), dt)
+			dy := dev(t, sc.m.NOut, co, synth.Uniform[float32](rng, sc.m.NOut*co), dt)
+			for _, ord := range orders {
+				setOrder(ord)
+				gpu.ReleaseMap(sc.m) // the launch order is part of the cached tile tables
+				for _, tile := range tiles {
+					if !tile.Supports(mth) {
+						continue
+					}
+					for _, alg := range []sparse.Algorithm{sparse.MaskedImplicit, sparse.Implicit} {
+						name := fmt.Sprintf("%s/%v/%s/%v/%s", sc.name, mth, ord.name, alg, tile.Name())
+						run := func(persistent bool) [2][]float32 {
+							persistentGathers.Store(persistent)
+							o := Options{ConvOptions: sparse.ConvOptions{Algorithm: alg}, Tile: tile.Name()}
+							y, err := gpu.Forward(sc.m, x, w, sparse.Matrix{}, o)
+							require.NoError(t, err, name)
+							out := [2][]float32{host(t, y)}
+							gpu.Free(y)
+							if tile.HasTransposed(mth) {
+								dx, err := gpu.InputGrad(sc.m, dy, w, o)
+								require.NoError(t, err, name)
+								out[1] = host(t, dx)
+								gpu.Free(dx)
+							}
+							return out
+						}
+						got, want := run(true), run(false)
+						for d := range got {
+							require.Equal(t, len(want[d]), len(got[d]), name)
+							for i := range got[d] {
+								if math.Float32bits(got[d][i]) != math.Float32bits(want[d][i]) {
+									t.Fatalf("%s: direction %d element %d: persistent %g, a block per tile %g", name, d, i, got[d][i], want[d][i])
+								}
+							}
+						}
+					}
+				}
+			}
+			gpu.Free(x, w, dy)
+		}
+		gpu.SetTF32(false)
+		gpu.ReleaseMap(sc.m)
+	}
+}

@@ -92,7 +92,10 @@
 //     two-blocks-per-SM 128×64 (16-bit) Hopper tiles run warp-specialised twins (Tile.Producers:
 //     producer warps gather the rows, one thread brings each weight stage
 //     in by a bulk tensor copy, the warpgroups only multiply;
-//     FLEXGEMM_SPECIALIZED_GATHERS=0 keeps the plain tiles).
+//     FLEXGEMM_SPECIALIZED_GATHERS=0 keeps the plain tiles); unsplit
+//     twins alone on their SM run a persistent block per SM over more
+//     tiles than SMs, the next tile's start overlapping the last one's
+//     stores (FLEXGEMM_PERSISTENT_GATHERS=0: a block per tile).
 //
 // Results are deterministic: fixed partitions, no atomics.
 //

@@ -51,11 +51,16 @@ func Open(ordinal int) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
+	persistent, err := persistentGathersFromEnv()
+	if err != nil {
+		return nil, err
+	}
 	d, err := openDevice(ordinal)
 	if err != nil {
 		return nil, err
 	}
 	specializedGathers.Store(ws)
+	persistentGathers.Store(persistent)
 	e := &Engine{d: d}
 	e.noHopper.Store(os.Getenv(EnvNoHopper) == "1")
 	e.src = &tableSource{e: e}

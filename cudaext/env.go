@@ -136,6 +136,32 @@ func specializedGathersFromEnv() (bool, error) {
 	}
 }
 
+// EnvPersistentGathers names the environment variable that, read when an
+// engine opens, runs the warp-specialised gathers whose block is alone on
+// its SM as persistent blocks, one per SM, each taking its next tile from
+// a counter while it stores the last ("1"), or a block per tile ("0");
+// unset, persistentGathersDefault.
+const EnvPersistentGathers = "FLEXGEMM_PERSISTENT_GATHERS"
+
+// persistentGathersDefault is EnvPersistentGathers's setting when unset.
+const persistentGathersDefault = true
+
+// persistentGathersFromEnv returns EnvPersistentGathers's setting:
+// persistentGathersDefault when unset or empty, true for "1", false for
+// "0", an error naming the variable otherwise.
+func persistentGathersFromEnv() (bool, error) {
+	switch v := os.Getenv(EnvPersistentGathers); v {
+	case "":
+		return persistentGathersDefault, nil
+	case "1":
+		return true, nil
+	case "0":
+		return false, nil
+	default:
+		return false, fmt.Errorf("cudaext: %s=%q: want 0 or 1", EnvPersistentGathers, v)
+	}
+}
+
 // EnvNoSideStream names the environment variable that, set to "1" when an
 // engine opens, keeps all work on the main stream: weight and bias
 // gradients no longer run on the side stream beside the input gradient

@@ -57,6 +57,17 @@ func TestSpecializedGathersFromEnv(t *testing.T) {
 	})
 }
 
+// TestPersistentGathersFromEnv checks the parsing of EnvPersistentGathers.
+func TestPersistentGathersFromEnv(t *testing.T) {
+	checkEnvParse(t, EnvPersistentGathers, persistentGathersFromEnv, []envCase[bool]{
+		{set: false, want: persistentGathersDefault},
+		{value: "", set: true, want: persistentGathersDefault},
+		{value: "1", set: true, want: true},
+		{value: "0", set: true, want: false},
+		{value: "yes", set: true, bad: true},
+	})
+}
+
 // envCase is one setting of an environment variable: its value (set:
 // whether it is set at all) and what the parser returns, or bad: an error
 // naming the variable.

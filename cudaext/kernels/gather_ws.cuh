@@ -22,11 +22,17 @@
 // barrier stands between two stages: the producers run up to S − 1 stages
 // ahead, bounded only by the stages the consumers still read.
 //
-// The block's output rows, its taps and the neighbour indices of every
-// tap it visits (at most kWsMaxTaps: 3×3×3 kernels and smaller) are loaded
-// into shared memory once, by all threads, before the roles split, so the
-// producers read a row's source index from shared memory instead of
-// waiting for a global load at every tap.
+// A tile's output rows, its taps and the neighbour indices of every tap
+// it visits (at most kWsMaxTaps: 3×3×3 kernels and smaller) are loaded
+// into a shared tile description once, by the producers, before they fill
+// its stages, so they read a row's source index from shared memory
+// instead of waiting for a global load at every tap. A block alone on its
+// SM has two descriptions and may be persistent (the engine launches a
+// block per SM when there are more tiles): its producers describe the
+// next tile, taken from a counter, and fill its first stages while the
+// consumers still multiply and store the last one, so a tile's start
+// (index loads, pipeline fill) and its stores overlap the neighbouring
+// tiles' products (session 22: RES 128 and 256 gathers 2–4 % faster).
 //
 // After a consumer waits for full[s] it executes fence.proxy.async before
 // its wgmma: the stage was written through the generic proxy (cp.async)
@@ -108,14 +114,22 @@ __device__ __forceinline__ void tma_load_3d(void* dst, const TmaMap* map, int c0
       : "memory");
 }
 
+// Named barrier 1 over the producer warps only (n threads).
+__device__ __forceinline__ void producers_sync(int n) { asm volatile("bar.sync 1, %0;\n" ::"r"(n) : "memory"); }
+
 // Shared-memory layout of a warp-specialised gather block (C a Hopper
-// TileCfg, PW producer warps); Go mirror: kernels.SmemBytes.
-template <class C, int PW> struct WsLayout {
+// TileCfg, PW producer warps, MB tile descriptions); Go mirror:
+// kernels.SmemBytes.
+template <class C, int PW, int MB> struct WsLayout {
   static constexpr int kProd = 32 * PW;  // producer threads
   static constexpr int kCons = C::kThreads;  // consumer threads (WM warps)
   static constexpr int ASt = C::BM * C::BK, BSt = C::BN * C::BK;  // elements per stage
-  static constexpr int kSmem =
-      C::S * (ASt + BSt) * C::kElem + 16 * C::S + 4 * C::BM + 4 * kWsMaxTaps * (C::BM + 1) + 1024;
+  // One tile's description: its output rows, its taps, the neighbour
+  // indices of every tap, four ints (iterations, first column, split) and
+  // its two mbarriers (filled, handed back), rounded up to 16 bytes (the
+  // second description's mbarriers stay aligned).
+  static constexpr int kMeta = (4 * C::BM + 4 * kWsMaxTaps * (C::BM + 1) + 32 + 15) / 16 * 16;
+  static constexpr int kSmem = C::S * (ASt + BSt) * C::kElem + 16 * C::S + MB * kMeta + 1024;
   // Copy layout of the producers: four threads per 128-byte K row (two
   // 16-byte chunks each, q and q + 4), 8·PW rows per pass; a thread's rows
   // are 8·PW apart, so their swizzle (row mod 8) is its own constant.
@@ -123,15 +137,36 @@ template <class C, int PW> struct WsLayout {
   static_assert(C::kHopper && C::BK * C::kElem == 128, "a warp-specialised tile is a Hopper tile");
   static_assert(C::BM % kRowsPerPass == 0 && C::BN % kRowsPerPass == 0 && kRowsPerPass % 8 == 0,
                 "producer rows per pass must divide BM and BN and keep the swizzle");
+  static_assert(MB == 1 || MB == 2, "one or two tile descriptions");
   static_assert(kSmem <= 227 * 1024, "too much shared memory");
 };
 
-template <class C, int PW, bool WT>
-__device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMaps& maps) {
+// One tile's description in shared memory (WsLayout::kMeta bytes).
+template <class C> struct WsMeta {
+  unsigned long long full, empty;  // described (producers) / done with (consumers)
+  int nIter, n0, z, next;  // next: the producers' next tile
+  int rows[C::BM];                 // output row of each tile row, or −1
+  int taps[kWsMaxTaps];            // table tap of each tap position
+  int idx[kWsMaxTaps * C::BM];     // [position][row] source row or −1
+};
+
+// A block runs the tiles bx = blockIdx.x, then (persistent launches, fewer
+// blocks than tiles) the next ones: from gridDim.x on, taken in launch
+// order from the counter *next (zeroed before the launch) or, without one,
+// every gridDim.x-th. The producers describe each tile in one of MB
+// shared descriptions (rows, taps, indices) and then fill its stages; the
+// consumers multiply them and store the tile from its description, then
+// hand the description back. With MB = 2 the producers describe the next
+// tile and fill its first stages while the consumers still multiply and
+// store this one. A tile's products are the same whichever block runs it.
+template <class C, int PW, bool WT, int MB>
+__device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMaps& maps, unsigned* next) {
   using T = typename C::T;
   using Raw = typename C::Raw;
-  using L = WsLayout<C, PW>;
+  using L = WsLayout<C, PW, MB>;
+  using Meta = WsMeta<C>;
   static_assert(!WT || C::kElem == 2, "a tf32 Hopper tile reads the weight as stored");
+  static_assert(sizeof(Meta) <= L::kMeta, "tile description layout");
   constexpr int S = C::S, BM = C::BM, BN = C::BN, BK = C::BK, KC = C::kChunk;
   extern __shared__ __align__(16) unsigned char smem[];
   unsigned char* base = smem + ((1024 - (smem_addr(smem) & 1023)) & 1023);
@@ -139,23 +174,11 @@ __device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMa
   T* Bs = As + S * L::ASt;             // [S][BN][BK] swizzled, or [S] MN-major when WT
   unsigned long long* full = reinterpret_cast<unsigned long long*>(Bs + S * L::BSt);
   unsigned long long* empty = full + S;
-  int* rows = reinterpret_cast<int*>(empty + S);  // [BM] output row or −1
-  int* sTaps = rows + BM;                         // [kWsMaxTaps] table tap of each tap position
-  int* sIdx = sTaps + kWsMaxTaps;                 // [kWsMaxTaps][BM] source row or −1
+  unsigned char* metaBase = reinterpret_cast<unsigned char*>(empty + S);
+  auto meta = [&](int b) { return reinterpret_cast<Meta*>(metaBase + b * L::kMeta); };
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  GatherBlock<C> blk(p);
-  blk.split(p);
-  const long long n0 = blk.n0, t0 = blk.t0;
-  const int z = blk.z, tapBase = blk.tapBase, nkc = blk.nkc, nIter = blk.nIter;
-  const int vi0 = (int)blk.vi0;  // first tap position of this split
-  const int nPos = nIter > 0 ? (int)((blk.t1 - 1) / nkc) - vi0 + 1 : 0;  // tap positions it visits
-  if (nPos > kWsMaxTaps) __trap();  // the engine never launches more taps (kernels.MaxSpecializedTaps)
-
-  // Rows, taps and barriers, then the neighbour indices of every tap.
-  constexpr int kAll = L::kCons + L::kProd;
-  gather_rows<C>(p, rows, blk.m0, tid, kAll);
-  for (int i = tid; i < nPos; i += kAll) sTaps[i] = p.tile_taps ? p.tile_taps[tapBase + vi0 + i] : vi0 + i;
+  const long long tiles = ((p.M + BM - 1) / BM) * ((p.N + BN - 1) / BN);
   if (tid == 0) {
     for (int s = 0; s < S; ++s) {
       // Every producer thread's cp.async arrival, plus producer 0's
@@ -163,21 +186,13 @@ __device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMa
       mbar_init(full + s, L::kProd + 1);
       mbar_init(empty + s, C::kWarps);
     }
+    for (int b = 0; b < MB; ++b) {
+      mbar_init(&meta(b)->full, 1);
+      mbar_init(&meta(b)->empty, C::kWarps);
+    }
     // The barriers are initialised through the generic proxy; the bulk
     // tensor copies signal them through the async proxy.
     fence_proxy_async();
-  }
-  __syncthreads();
-  if (p.tbl) {
-    for (int c = tid; c < nPos * BM; c += kAll) {
-      const int i = c % BM, orow = rows[i];
-      if (orow >= 0)
-        cp_async4(sIdx + c, p.tbl + (unsigned long long)(unsigned)orow * (unsigned)p.V + sTaps[c / BM], true);
-      else
-        sIdx[c] = -1;
-    }
-    cp_async_commit();
-    cp_async_wait<0>();
   }
   __syncthreads();
 
@@ -189,113 +204,170 @@ __device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMa
     const int pt = tid - L::kCons;
     const int q = pt & 3, r0 = pt >> 2;  // chunks q, q + 4 of rows r0 + j·kRowsPerPass
     constexpr int RP = L::kRowsPerPass;
-    int vi = vi0, kc = (int)(t0 - (long long)vi0 * nkc);
     int s = 0;
     unsigned parity = 1;  // a fresh empty barrier's "previous phase" counts as complete
-    for (int it = 0; it < nIter; ++it) {
-      mbar_wait(empty + s, parity);
-      const int pos = vi - vi0;
-      const int v = sTaps[pos];
-      const int wv = p.mirror ? (int)p.V - 1 - v : v;  // the weight's tap
-      const long long col0 = (long long)kc * BK;
-      T* as = As + s * L::ASt;
-      T* bs = Bs + s * L::BSt;
-      const int* src = p.tbl ? sIdx + pos * BM : rows;  // each tile row's source row or −1
-      if (p.vec) {
-        if (pt == 0) mbar_arrive_expect_tx(full + s, BN * BK * C::kElem);
-        // A: gathered rows (K-major, 128-byte swizzle).
-#pragma unroll
-        for (int j = 0; j < BM / RP; ++j) {
-          const int r = r0 + j * RP;
-          const int sr = src[r];
-          const T* xr = x + (unsigned long long)(unsigned)max(sr, 0) * (unsigned)p.Kc + col0;
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const int ch = q + 4 * h;
-            const bool ok = sr >= 0 && col0 + ch * KC < p.Kc;
-            cp_async16(as + r * BK + ((ch ^ r) & 7) * KC, ok ? xr + ch * KC : x, ok);
-          }
-        }
-        // B: the weight's stage by bulk tensor copies (the tensor core's
-        // swizzle is the TMA's 128-byte swizzle; rows past N and columns
-        // past Kc arrive as zeros), issued by one thread after its
-        // arrival announced their bytes.
+    long long bx = blockIdx.x;
+    for (int k = 0;; ++k) {
+      Meta* m = meta(k % MB);
+      // The description's previous tile is stored (its first use passes).
+      mbar_wait(&m->empty, ((k / MB) & 1) ^ 1);
+      if (bx >= tiles) {
         if (pt == 0) {
-          if constexpr (WT) {
+          m->nIter = -1;  // no more tiles
+          mbar_arrive(&m->full);
+        }
+        break;
+      }
+      // Describe tile bx: rows and taps, then the neighbour indices.
+      GatherBlock<C> blk(p, bx);
+      blk.split(p);
+      const int vi0 = (int)blk.vi0, nkc = blk.nkc, nIter = blk.nIter;
+      const int nPos = nIter > 0 ? (int)((blk.t1 - 1) / nkc) - vi0 + 1 : 0;  // tap positions it visits
+      if (nPos > kWsMaxTaps) __trap();  // the engine never launches more taps (kernels.MaxSpecializedTaps)
+      gather_rows<C>(p, m->rows, blk.m0, pt, L::kProd);
+      for (int i = pt; i < nPos; i += L::kProd)
+        m->taps[i] = p.tile_taps ? p.tile_taps[blk.tapBase + vi0 + i] : vi0 + i;
+      if (pt == 0) {
+        m->nIter = nIter;
+        m->n0 = (int)blk.n0;
+        m->z = blk.z;
+        // The block's next tile, taken now so that its description can
+        // follow without a wait.
+        m->next = next ? (int)gridDim.x + (int)atomicAdd(next, 1u) : (int)(bx + gridDim.x);
+      }
+      producers_sync(L::kProd);
+      const long long nextTile = m->next;
+      if (p.tbl) {
+        for (int c = pt; c < nPos * BM; c += L::kProd) {
+          const int i = c % BM, orow = m->rows[i];
+          if (orow >= 0)
+            cp_async4(m->idx + c, p.tbl + (unsigned long long)(unsigned)orow * (unsigned)p.V + m->taps[c / BM], true);
+          else
+            m->idx[c] = -1;
+        }
+        cp_async_commit();
+        cp_async_wait<0>();
+      }
+      producers_sync(L::kProd);
+      if (pt == 0) mbar_arrive(&m->full);  // release: the description, to the consumers
+      const long long n0 = blk.n0;
+      int vi = vi0, kc = (int)(blk.t0 - (long long)vi0 * nkc);
+      for (int it = 0; it < nIter; ++it) {
+        mbar_wait(empty + s, parity);
+        const int pos = vi - vi0;
+        const int v = m->taps[pos];
+        const int wv = p.mirror ? (int)p.V - 1 - v : v;  // the weight's tap
+        const long long col0 = (long long)kc * BK;
+        T* as = As + s * L::ASt;
+        T* bs = Bs + s * L::BSt;
+        const int* src = p.tbl ? m->idx + pos * BM : m->rows;  // each tile row's source row or −1
+        if (p.vec) {
+          if (pt == 0) mbar_arrive_expect_tx(full + s, BN * BK * C::kElem);
+          // A: gathered rows (K-major, 128-byte swizzle).
 #pragma unroll
-            for (int b = 0; b < BN / 64; ++b)
-              tma_load_3d(bs + b * (BK * 64), &maps.w, (int)n0 + 64 * b, wv, (int)col0, full + s);
-          } else {
-            tma_load_3d(bs, &maps.w, (int)col0, wv, (int)n0, full + s);
+          for (int j = 0; j < BM / RP; ++j) {
+            const int r = r0 + j * RP;
+            const int sr = src[r];
+            const T* xr = x + (unsigned long long)(unsigned)max(sr, 0) * (unsigned)p.Kc + col0;
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+              const int ch = q + 4 * h;
+              const bool ok = sr >= 0 && col0 + ch * KC < p.Kc;
+              cp_async16(as + r * BK + ((ch ^ r) & 7) * KC, ok ? xr + ch * KC : x, ok);
+            }
           }
-        }
-        mbar_arrive_cp_async(full + s);
-      } else {
-        // Rows whose bytes are not 16-byte multiples: element copies by
-        // plain loads and stores, made visible to wgmma by the proxy fence
-        // before the arrival.
-        const Raw* xr = reinterpret_cast<const Raw*>(x);
-        const Raw* wr = reinterpret_cast<const Raw*>(w);
-        Raw* ar = reinterpret_cast<Raw*>(as);
-        Raw* br = reinterpret_cast<Raw*>(bs);
-        for (int c = pt; c < BM * BK; c += L::kProd) {
-          const int i = c / BK, kk = c % BK;
-          const int sr = src[i];
-          const long long col = col0 + kk;
-          ar[C::kOff(i, kk)] = (sr >= 0 && col < p.Kc) ? xr[(long long)sr * p.Kc + col] : Raw(0);
-        }
-        if constexpr (WT) {
-          for (int c = pt; c < BK * BN; c += L::kProd) {
-            const int kk = c / BN, nn = c % BN;
-            const long long n = n0 + nn, col = col0 + kk;
-            br[C::mnOff(kk, nn, C::LdMB)] = (n < p.N && col < p.Kc) ? wr[(col * p.V + wv) * p.N + n] : Raw(0);
+          // B: the weight's stage by bulk tensor copies (the tensor core's
+          // swizzle is the TMA's 128-byte swizzle; rows past N and columns
+          // past Kc arrive as zeros), issued by one thread after its
+          // arrival announced their bytes.
+          if (pt == 0) {
+            if constexpr (WT) {
+#pragma unroll
+              for (int b = 0; b < BN / 64; ++b)
+                tma_load_3d(bs + b * (BK * 64), &maps.w, (int)n0 + 64 * b, wv, (int)col0, full + s);
+            } else {
+              tma_load_3d(bs, &maps.w, (int)col0, wv, (int)n0, full + s);
+            }
           }
+          mbar_arrive_cp_async(full + s);
         } else {
-          for (int c = pt; c < BN * BK; c += L::kProd) {
+          // Rows whose bytes are not 16-byte multiples: element copies by
+          // plain loads and stores, made visible to wgmma by the proxy
+          // fence before the arrival.
+          const Raw* xr = reinterpret_cast<const Raw*>(x);
+          const Raw* wr = reinterpret_cast<const Raw*>(w);
+          Raw* ar = reinterpret_cast<Raw*>(as);
+          Raw* br = reinterpret_cast<Raw*>(bs);
+          for (int c = pt; c < BM * BK; c += L::kProd) {
             const int i = c / BK, kk = c % BK;
-            const long long n = n0 + i, col = col0 + kk;
-            br[C::kOff(i, kk)] = (n < p.N && col < p.Kc) ? wr[(n * p.V + wv) * p.Kc + col] : Raw(0);
+            const int sr = src[i];
+            const long long col = col0 + kk;
+            ar[C::kOff(i, kk)] = (sr >= 0 && col < p.Kc) ? xr[(long long)sr * p.Kc + col] : Raw(0);
           }
+          if constexpr (WT) {
+            for (int c = pt; c < BK * BN; c += L::kProd) {
+              const int kk = c / BN, nn = c % BN;
+              const long long n = n0 + nn, col = col0 + kk;
+              br[C::mnOff(kk, nn, C::LdMB)] = (n < p.N && col < p.Kc) ? wr[(col * p.V + wv) * p.N + n] : Raw(0);
+            }
+          } else {
+            for (int c = pt; c < BN * BK; c += L::kProd) {
+              const int i = c / BK, kk = c % BK;
+              const long long n = n0 + i, col = col0 + kk;
+              br[C::kOff(i, kk)] = (n < p.N && col < p.Kc) ? wr[(n * p.V + wv) * p.Kc + col] : Raw(0);
+            }
+          }
+          fence_proxy_async();
+          mbar_arrive(full + s);
+          if (pt == 0) mbar_arrive(full + s);  // the arrival the bulk copies' thread owes
         }
-        fence_proxy_async();
-        mbar_arrive(full + s);
-        if (pt == 0) mbar_arrive(full + s);  // the arrival the bulk copies' thread owes
+        if (++kc == nkc) {
+          kc = 0;
+          ++vi;
+        }
+        if (++s == S) {
+          s = 0;
+          parity ^= 1;
+        }
       }
-      if (++kc == nkc) {
-        kc = 0;
-        ++vi;
-      }
-      if (++s == S) {
-        s = 0;
-        parity ^= 1;
-      }
+      bx = nextTile;
     }
     cp_async_wait<0>();
     return;
   }
 
   // ---- consumers ----
-  float acc[C::MI][C::NI][4];
-  zero_acc<C>(acc);
-  int s = 0, prev = 0;
+  int s = 0;
   unsigned parity = 0;
-  for (int it = 0; it < nIter; ++it) {
-    mbar_wait(full + s, parity);
-    fence_proxy_async();
-    // Warpgroup warp/4 multiplies tile rows 64·(warp/4) ….
-    wgmma_stage<C, false, WT>(&acc[0][0][0], smem_addr(As + s * L::ASt + (warp >> 2) * 64 * BK),
-                              smem_addr(Bs + s * L::BSt), 16, C::kMnLbo);
-    // The previous stage's group has retired: hand that stage back.
-    wgmma_wait<1>();
-    if (it > 0 && lane == 0) mbar_arrive(empty + prev);
-    prev = s;
-    if (++s == S) {
-      s = 0;
-      parity ^= 1;
+  for (int k = 0;; ++k) {
+    Meta* m = meta(k % MB);
+    mbar_wait(&m->full, (k / MB) & 1);
+    const int nIter = m->nIter;
+    if (nIter < 0) break;
+    float acc[C::MI][C::NI][4];
+    zero_acc<C>(acc);
+    int prev = -1;
+    for (int it = 0; it < nIter; ++it) {
+      mbar_wait(full + s, parity);
+      fence_proxy_async();
+      // Warpgroup warp/4 multiplies tile rows 64·(warp/4) ….
+      wgmma_stage<C, false, WT>(&acc[0][0][0], smem_addr(As + s * L::ASt + (warp >> 2) * 64 * BK),
+                                smem_addr(Bs + s * L::BSt), 16, C::kMnLbo);
+      // The previous stage's group has retired: hand that stage back.
+      wgmma_wait<1>();
+      if (prev >= 0 && lane == 0) mbar_arrive(empty + prev);
+      prev = s;
+      if (++s == S) {
+        s = 0;
+        parity ^= 1;
+      }
     }
+    wgmma_wait<0>();
+    if (prev >= 0 && lane == 0) mbar_arrive(empty + prev);  // the producers may refill it for the next tile
+    gather_store<C>(p, acc, m->rows, m->n0, m->z, warp, 0, lane);
+    __syncwarp();
+    if (lane == 0) mbar_arrive(&m->empty);  // this warp is done with the description
   }
-  wgmma_wait<0>();
-  gather_store<C>(p, acc, rows, n0, z, warp, 0, lane);
 }
 
 }  // namespace fg
@@ -309,14 +381,15 @@ __device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMa
 // call 2), so a tile's producer warps are limited by its accumulators.
 #define FG_GATHER_WS_KERNEL(NAME, MATH, BM, BN, BK, WM, S, PW, MINB, SMEM)                                     \
   extern "C" __global__ void __launch_bounds__(32 * ((WM) + (PW)), MINB)                                       \
-      NAME(const fg::GatherParams p, const __grid_constant__ fg::WsMaps maps) {                                \
+      NAME(const fg::GatherParams p, const __grid_constant__ fg::WsMaps maps, unsigned* next) {                \
     using Cfg = fg::TileCfg<MATH, BM, BN, BK, WM, 1, S, true>;                                                 \
-    static_assert(fg::WsLayout<Cfg, PW>::kSmem == (SMEM), "shared memory differs from the Go tile table");     \
-    fg::gather_gemm_ws<Cfg, PW, false>(p, maps);                                                               \
+    static_assert(fg::WsLayout<Cfg, PW, (MINB) == 1 ? 2 : 1>::kSmem == (SMEM),                                 \
+                  "shared memory differs from the Go tile table");                                             \
+    fg::gather_gemm_ws<Cfg, PW, false, (MINB) == 1 ? 2 : 1>(p, maps, next);                                    \
   }
 #define FG_GATHER_WS_WT_KERNEL(NAME, MATH, BM, BN, BK, WM, S, PW, MINB)                                        \
   extern "C" __global__ void __launch_bounds__(32 * ((WM) + (PW)), MINB)                                       \
-      NAME##_wt(const fg::GatherParams p, const __grid_constant__ fg::WsMaps maps) {                           \
+      NAME##_wt(const fg::GatherParams p, const __grid_constant__ fg::WsMaps maps, unsigned* next) {           \
     using Cfg = fg::TileCfg<MATH, BM, BN, BK, WM, 1, S, true>;                                                 \
-    fg::gather_gemm_ws<Cfg, PW, true>(p, maps);                                                                \
+    fg::gather_gemm_ws<Cfg, PW, true, (MINB) == 1 ? 2 : 1>(p, maps, next);                                     \
   }

@@ -457,13 +457,16 @@ template <class C> struct GatherBlock {
   long long tileM, m0, n0;
   int z, tapBase, nTaps, nkc, nIter;
   long long t0, t1, vi0;
-  // The tile; split() fills in the rest.
-  __device__ __forceinline__ explicit GatherBlock(const GatherParams& p) {
+  // The tile of this block; split() fills in the rest.
+  __device__ __forceinline__ explicit GatherBlock(const GatherParams& p) : GatherBlock(p, blockIdx.x) {}
+  // The tile of block index bx of the launch's x dimension (a persistent
+  // block's bx runs over several, gather_ws.cuh).
+  __device__ __forceinline__ GatherBlock(const GatherParams& p, long long bx) {
     const long long tilesN = (p.N + C::BN - 1) / C::BN;
-    tileM = (long long)blockIdx.x / tilesN;
+    tileM = bx / tilesN;
     if (p.tile_sched) tileM = p.tile_sched[tileM];
     m0 = tileM * C::BM;
-    n0 = ((long long)blockIdx.x % tilesN) * C::BN;
+    n0 = (bx % tilesN) * C::BN;
     z = blockIdx.y;
   }
   // The tile's taps and this split's iterations.

@@ -173,7 +173,9 @@ func TestTileTableMirrorsCpp(t *testing.T) {
 	ws, err := os.ReadFile("gather_ws.cuh")
 	require.NoError(t, err)
 	for _, expr := range []string{
-		"C::S * (ASt + BSt) * C::kElem + 16 * C::S + 4 * C::BM + 4 * kWsMaxTaps * (C::BM + 1) + 1024;",
+		"kMeta = (4 * C::BM + 4 * kWsMaxTaps * (C::BM + 1) + 32 + 15) / 16 * 16;",
+		"kSmem = C::S * (ASt + BSt) * C::kElem + 16 * C::S + MB * kMeta + 1024;",
+		"WsLayout<Cfg, PW, (MINB) == 1 ? 2 : 1>::kSmem",
 		"ASt = C::BM * C::BK, BSt = C::BN * C::BK;",
 		fmt.Sprintf("constexpr int kWsMaxTaps = %d;", MaxSpecializedTaps),
 	} {
