@@ -126,14 +126,7 @@ const EnvSpecializedGathers = "FLEXGEMM_SPECIALIZED_GATHERS"
 // when unset, empty or "1", false for "0", an error naming the variable
 // otherwise.
 func specializedGathersFromEnv() (bool, error) {
-	switch v := os.Getenv(EnvSpecializedGathers); v {
-	case "", "1":
-		return true, nil
-	case "0":
-		return false, nil
-	default:
-		return false, fmt.Errorf("cudaext: %s=%q: want 0 or 1", EnvSpecializedGathers, v)
-	}
+	return switchFromEnv(EnvSpecializedGathers, true)
 }
 
 // EnvPersistentGathers names the environment variable that, read when an
@@ -150,15 +143,22 @@ const persistentGathersDefault = true
 // persistentGathersDefault when unset or empty, true for "1", false for
 // "0", an error naming the variable otherwise.
 func persistentGathersFromEnv() (bool, error) {
-	switch v := os.Getenv(EnvPersistentGathers); v {
+	return switchFromEnv(EnvPersistentGathers, persistentGathersDefault)
+}
+
+// switchFromEnv returns the on/off setting of environment variable key:
+// def when unset or empty, true for "1", false for "0", an error naming
+// the variable otherwise.
+func switchFromEnv(key string, def bool) (bool, error) {
+	switch v := os.Getenv(key); v {
 	case "":
-		return persistentGathersDefault, nil
+		return def, nil
 	case "1":
 		return true, nil
 	case "0":
 		return false, nil
 	default:
-		return false, fmt.Errorf("cudaext: %s=%q: want 0 or 1", EnvPersistentGathers, v)
+		return false, fmt.Errorf("cudaext: %s=%q: want 0 or 1", key, v)
 	}
 }
 
