@@ -141,6 +141,12 @@ template <class C, int PW, int MB> struct WsLayout {
   static_assert(kSmem <= 227 * 1024, "too much shared memory");
 };
 
+// The tile descriptions of a warp-specialised block of minBlocks blocks
+// per SM: two where it is alone on its SM (a persistent block describes
+// its next tile while it stores the last), one where a second block
+// overlaps it anyway (kernels.SmemBytes mirrors the rule).
+__host__ __device__ constexpr int ws_descriptions(int minBlocks) { return minBlocks == 1 ? 2 : 1; }
+
 // One tile's description in shared memory (WsLayout::kMeta bytes).
 template <class C> struct WsMeta {
   unsigned long long full, empty;  // described (producers) / done with (consumers)
@@ -383,13 +389,13 @@ __device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMa
   extern "C" __global__ void __launch_bounds__(32 * ((WM) + (PW)), MINB)                                       \
       NAME(const fg::GatherParams p, const __grid_constant__ fg::WsMaps maps, unsigned* next) {                \
     using Cfg = fg::TileCfg<MATH, BM, BN, BK, WM, 1, S, true>;                                                 \
-    static_assert(fg::WsLayout<Cfg, PW, (MINB) == 1 ? 2 : 1>::kSmem == (SMEM),                                 \
+    static_assert(fg::WsLayout<Cfg, PW, fg::ws_descriptions(MINB)>::kSmem == (SMEM),                          \
                   "shared memory differs from the Go tile table");                                             \
-    fg::gather_gemm_ws<Cfg, PW, false, (MINB) == 1 ? 2 : 1>(p, maps, next);                                    \
+    fg::gather_gemm_ws<Cfg, PW, false, fg::ws_descriptions(MINB)>(p, maps, next);                              \
   }
 #define FG_GATHER_WS_WT_KERNEL(NAME, MATH, BM, BN, BK, WM, S, PW, MINB)                                        \
   extern "C" __global__ void __launch_bounds__(32 * ((WM) + (PW)), MINB)                                       \
       NAME##_wt(const fg::GatherParams p, const __grid_constant__ fg::WsMaps maps, unsigned* next) {           \
     using Cfg = fg::TileCfg<MATH, BM, BN, BK, WM, 1, S, true>;                                                 \
-    fg::gather_gemm_ws<Cfg, PW, true, (MINB) == 1 ? 2 : 1>(p, maps, next);                                     \
+    fg::gather_gemm_ws<Cfg, PW, true, fg::ws_descriptions(MINB)>(p, maps, next);                               \
   }

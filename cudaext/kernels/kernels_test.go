@@ -175,7 +175,8 @@ func TestTileTableMirrorsCpp(t *testing.T) {
 	for _, expr := range []string{
 		"kMeta = (4 * C::BM + 4 * kWsMaxTaps * (C::BM + 1) + 32 + 15) / 16 * 16;",
 		"kSmem = C::S * (ASt + BSt) * C::kElem + 16 * C::S + MB * kMeta + 1024;",
-		"WsLayout<Cfg, PW, (MINB) == 1 ? 2 : 1>::kSmem",
+		"constexpr int ws_descriptions(int minBlocks) { return minBlocks == 1 ? 2 : 1; }",
+		"WsLayout<Cfg, PW, fg::ws_descriptions(MINB)>::kSmem",
 		"ASt = C::BM * C::BK, BSt = C::BN * C::BK;",
 		fmt.Sprintf("constexpr int kWsMaxTaps = %d;", MaxSpecializedTaps),
 	} {

@@ -256,11 +256,16 @@ func (t Tile) readsMNMajor(m Math) bool { return !t.Hopper || m.ElemSize() == 2 
 // kernels promise it to the compiler (launch bounds), which caps their
 // registers by it.
 func (t Tile) BlocksPerSM(f Family, m Math) int {
-	if 2*(SmemBytes(f, m, t)+1024) <= 233472 {
+	if twoPerSM(SmemBytes(f, m, t)) {
 		return 2
 	}
 	return 1
 }
+
+// twoPerSM reports whether two blocks of smem bytes of dynamic shared
+// memory fit one sm_90 multiprocessor (233 472 bytes, 1 KiB reserved per
+// block).
+func twoPerSM(smem int) bool { return 2*(smem+1024) <= 233472 }
 
 // Threads returns the threads per block (with the producer warps of a
 // warp-specialised tile).
@@ -347,7 +352,7 @@ func SmemBytes(f Family, m Math, t Tile) int {
 			// tile while its consumers finish this one.
 			meta := (4*t.BM + 4*MaxSpecializedTaps*(t.BM+1) + 32 + 15) / 16 * 16
 			one := t.Stages*(t.BM+t.BN)*t.BK*esz + 16*t.Stages + meta + 1024
-			if 2*(one+1024) <= 233472 {
+			if twoPerSM(one) {
 				return one
 			}
 			return one + meta
