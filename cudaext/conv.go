@@ -498,9 +498,11 @@ func (e *Engine) runGather(j gatherJob) error {
 		t = t.Plain()
 	}
 	tiles := ceilDiv(j.M, int64(t.BM)) * ceilDiv(j.N, int64(t.BN))
-	splits := 1
+	splits, skBlocks := 1, 0
 	if j.splitAlg {
-		splits = e.chooseSplits(j.userSplits, t, tiles, j.V*ceilDiv(j.Kc, int64(t.BK)))
+		if skBlocks = d.streamK(t, j.math, tiles, ceilDiv(j.N, int64(t.BN)), j.userSplits); skBlocks == 0 {
+			splits = e.chooseSplits(j.userSplits, t, tiles, j.V*ceilDiv(j.Kc, int64(t.BK)))
+		}
 	}
 	esz := int64(j.math.ElemSize())
 	p := gatherParams{
@@ -544,9 +546,28 @@ func (e *Engine) runGather(j gatherJob) error {
 		}
 		// An unsplit tile alone on its SM runs persistent blocks where
 		// there are more tiles than SMs: a block per SM takes the next
-		// tile from a counter while it stores the last (gather_ws.cuh).
+		// tile from a counter while it stores the last (gather_ws.cuh);
+		// or stream-K, where streamK says so.
 		next := devPtr(0)
-		if persistentGathers.Load() && splits == 1 && t.BlocksPerSM(kernels.Gather, j.math) == 1 && tiles > int64(d.info.SMs) {
+		var sk streamKArgs
+		if skBlocks > 0 {
+			slots, err := d.allocPartials(int64(skBlocks) * int64(t.BM) * int64(t.BN))
+			if err != nil {
+				return err
+			}
+			defer d.freeTemp(slots)
+			nf := int64(skBlocks) * int64(t.WM*t.WN)
+			flags, err := d.allocTemp(4 * nf)
+			if err != nil {
+				return err
+			}
+			defer d.freeTemp(flags)
+			if err := d.fillI32(flags.ptr, 0, nf); err != nil {
+				return err
+			}
+			sk = streamKArgs{Slots: uint64(slots.ptr), Flags: uint64(flags.ptr), On: 1}
+			grid.X = skBlocks
+		} else if persistentGathers.Load() && splits == 1 && t.BlocksPerSM(kernels.Gather, j.math) == 1 && tiles > int64(d.info.SMs) {
 			ctr, err := d.allocTemp(4)
 			if err != nil {
 				return err
@@ -558,7 +579,7 @@ func (e *Engine) runGather(j gatherJob) error {
 			next = ctr.ptr
 			grid.X = d.info.SMs
 		}
-		args = append(args, &maps, next)
+		args = append(args, &maps, next, &sk)
 	}
 	if err := d.launch(name, grid, dim3{X: t.Threads()}, kernels.SmemBytes(kernels.Gather, j.math, t), args...); err != nil {
 		return err
@@ -567,6 +588,28 @@ func (e *Engine) runGather(j gatherJob) error {
 		return e.reduce(part.ptr, j.out, j.bias, j.M, j.N, splits)
 	}
 	return nil
+}
+
+// streamK returns the blocks of a stream-K launch (gather_ws.cuh) of a
+// split-K gather of `tiles` tiles of tile t, tilesN of them per row tile,
+// or 0 where it runs a tile (or split slice) per block instead. The blocks
+// are groups of tilesN, as many groups as fit the SMs (the tests may ask
+// for fewer blocks). Stream-K needs a warp-specialised tile alone on its
+// SM (at most a block per SM, all resident: a block waits for earlier
+// groups), no split count of the user's, and from half a tile to
+// streamKTilesPerSM tiles per SM (with fewer, most tiles would be cut in
+// many pieces, which the split-K heuristic's reduction sums faster).
+func (d *Device) streamK(t kernels.Tile, m kernels.Math, tiles, tilesN int64, userSplits int) int {
+	if userSplits > 0 || t.Producers == 0 || t.BlocksPerSM(kernels.Gather, m) != 1 || tilesN <= 0 {
+		return 0
+	}
+	blocks := int64(d.info.SMs)
+	if d.streamKBlocks > 0 {
+		blocks = min(int64(d.streamKBlocks), blocks)
+	} else if sms := int64(d.info.SMs); 2*tiles < sms || tiles > int64(d.streamKTilesPerSM)*sms {
+		return 0
+	}
+	return int(blocks / tilesN * tilesN)
 }
 
 // weightTensorMap encodes the TMA descriptor of gather job j's weight at

@@ -1562,3 +1562,117 @@ func TestPersistentGathers(t *testing.T) {
 		gpu.ReleaseMap(sc.m)
 	}
 }
+
+// TestStreamKGathers checks the stream-K gathers (gather_ws.cuh) of every
+// warp-specialised tile alone on its SM against the float64 reference,
+// forward with a bias and input gradient, both split-K algorithms, f16,
+// bf16 and tf32: on the engine's own blocks (a shell of 155 row tiles, in
+// streamK's range at eight tiles per SM) and forced onto fewer blocks than tiles (pieces that
+// end tiles, whole tiles, tiles cut in two), more blocks than tiles (tiles
+// cut in three or more: a start adding several blocks' partials), and more
+// blocks than iterations (blocks with empty shares, which store zero
+// partials); a second launch must repeat the bits, and the result must be
+// within the arithmetic's bound of the tile-per-block launch's.
+func TestStreamKGathers(t *testing.T) {
+	if !gpu.d.hopperTiles(kernels.F16) {
+		t.Skip("no Hopper tiles on this device")
+	}
+	ok := mapOK(t)
+	rng := rand.New(rand.NewPCG(23, 1))
+	sms := gpu.d.info.SMs
+	type sceneBlocks struct {
+		scene
+		blocks []int // 0: the engine's choice
+	}
+	var scenes []sceneBlocks
+	coords, ext := synth.SphereShell(72, 1)
+	big := ok(kmap.NewSubmanifold(coords, ext, [3]int{3, 3, 3}, [3]int{1, 1, 1}))
+	require.GreaterOrEqual(t, 2*ceilDiv(int64(big.NOut), 128), int64(sms))
+	scenes = append(scenes, sceneBlocks{scene{"shell72-subm3", big}, []int{0, 7}})
+	coords, ext = synth.SphereShell(16, 2)
+	scenes = append(scenes, sceneBlocks{scene{"shell16b2-subm3", ok(kmap.NewSubmanifold(coords, ext, [3]int{3, 3, 3}, [3]int{1, 1, 1}))}, []int{5, 40, sms}})
+	rext := grid.Extent{Batch: 1, X: 24, Y: 20, Z: 18}
+	scenes = append(scenes, sceneBlocks{scene{"random-strided-k3s2", ok(kmap.NewStrided(synth.RandomScene(rng, rext, 0.3), rext, grid.Cube(3, 2, 1, 1), nil))}, []int{3, sms}})
+	tiny := ok(kmap.NewSubmanifold(synth.RandomScene(rng, grid.Extent{Batch: 1, X: 4, Y: 4, Z: 3}, 0.6), grid.Extent{Batch: 1, X: 4, Y: 4, Z: 3}, [3]int{3, 3, 3}, [3]int{1, 1, 1}))
+	scenes = append(scenes, sceneBlocks{scene{"tiny-subm3", tiny}, []int{sms}})
+
+	var tiles []kernels.Tile
+	for _, tile := range kernels.HopperTiles {
+		if tile.Producers > 0 && tile.BlocksPerSM(kernels.Gather, kernels.F16) == 1 && envSelected("FLEXGEMM_TEST_TILES", tile.Name()) {
+			tiles = append(tiles, tile)
+		}
+	}
+	require.NotEmpty(t, tiles)
+	setBlocks := func(perSM, blocks int) {
+		require.NoError(t, gpu.d.do(func() error {
+			gpu.d.streamKTilesPerSM, gpu.d.streamKBlocks = perSM, blocks
+			return nil
+		}))
+	}
+	defer setBlocks(streamKTilesPerSM, 0)
+	const ci, co = 72, 136 // two K stages per tap forward; dgrad reads 136 columns
+	for _, sc := range scenes {
+		ref := cpuReference(t, rng, sc.m, ci, co)
+		V := sc.m.V()
+		for _, mth := range []kernels.Math{kernels.F16, kernels.BF16, kernels.TF32} {
+			gpu.SetTF32(mth == kernels.TF32)
+			dt := dtypeOf(mth)
+			x := dev(t, sc.m.NIn, ci, ref.x, dt)
+			w := dev(t, co, V*ci, ref.w, dt)
+			b := dev(t, 1, co, ref.b, dt)
+			dy := dev(t, sc.m.NOut, co, ref.dy, dt)
+			for _, tile := range tiles {
+				if !tile.Supports(mth) {
+					continue
+				}
+				for _, alg := range []sparse.Algorithm{sparse.MaskedImplicitSplitK, sparse.ImplicitSplitK} {
+					o := Options{ConvOptions: sparse.ConvOptions{Algorithm: alg}, Tile: tile.Name()}
+					run := func(name string) [2][]float32 {
+						y, err := gpu.Forward(sc.m, x, w, b, o)
+						require.NoError(t, err, name)
+						out := [2][]float32{host(t, y)}
+						gpu.Free(y)
+						if tile.HasTransposed(mth) {
+							dx, err := gpu.InputGrad(sc.m, dy, w, o)
+							require.NoError(t, err, name)
+							out[1] = host(t, dx)
+							gpu.Free(dx)
+						}
+						return out
+					}
+					setBlocks(0, 0)
+					plain := run("tile per block")
+					for _, blocks := range sc.blocks {
+						name := fmt.Sprintf("%s/%v/%v/%s/blocks=%d", sc.name, mth, alg, tile.Name(), blocks)
+						setBlocks(8, blocks) // the shell's 155–465 tiles are in range at 8 per SM
+						if blocks == 0 {
+							tilesN := ceilDiv(co, int64(tile.BN))
+							fwdTiles := ceilDiv(int64(sc.m.NOut), int64(tile.BM)) * tilesN
+							require.NoError(t, gpu.d.do(func() error {
+								require.Equal(t, int64(sms)/tilesN*tilesN, int64(gpu.d.streamK(tile, mth, fwdTiles, tilesN, 0)), "%s: the engine's own blocks run stream-K", name)
+								return nil
+							}))
+						}
+						got, again := run(name), run(name)
+						for d, want := range [][]float64{ref.y, ref.dx} {
+							if got[d] == nil {
+								continue
+							}
+							e := relL2(got[d], want)
+							require.LessOrEqual(t, e, bound(mth), "%s direction %d: error %g against float64", name, d, e)
+							require.LessOrEqual(t, relL2(got[d], f64(plain[d])), bound(mth), "%s direction %d: against a tile per block", name, d)
+							for i := range got[d] {
+								if math.Float32bits(got[d][i]) != math.Float32bits(again[d][i]) {
+									t.Fatalf("%s: direction %d element %d: %g, then %g", name, d, i, got[d][i], again[d][i])
+								}
+							}
+						}
+					}
+				}
+			}
+			gpu.Free(x, w, b, dy)
+		}
+		gpu.SetTF32(false)
+		gpu.ReleaseMap(sc.m)
+	}
+}

@@ -70,6 +70,11 @@ type Device struct {
 	// tiles per SM launch them longest first (tileTables.sched;
 	// longestFirstTilesPerSM or EnvLongestFirstTilesPerSM).
 	longestFirstTilesPerSM int
+	// streamKTilesPerSM: split-K gathers of warp-specialised tiles alone
+	// on their SM run stream-K from half a tile per SM up to this many
+	// (streamKTilesPerSM or EnvStreamKTilesPerSM); streamKBlocks > 0 (the
+	// tests) forces it for every such gather, on that many blocks.
+	streamKTilesPerSM, streamKBlocks int
 	// brickMinRows: the brick search builds submanifold maps from this
 	// many rows on (brickMinRows or EnvBrickMinRows; the tests lower it).
 	brickMinRows int
@@ -138,11 +143,16 @@ func openDevice(ordinal int) (*Device, error) {
 	if err != nil {
 		return nil, err
 	}
+	skPerSM, err := streamKTilesPerSMFromEnv()
+	if err != nil {
+		return nil, err
+	}
 	d := &Device{
 		funcs:                  map[string]*kernelFunc{},
 		syncEach:               os.Getenv(EnvSync) == "1",
 		noBricks:               os.Getenv(EnvNoBricks) == "1",
 		longestFirstTilesPerSM: perSM,
+		streamKTilesPerSM:      skPerSM,
 		brickMinRows:           minRows,
 		pairsWindowMin:         pairsWindowMinBytes,
 		pairsWindowRows:        windowRows,

@@ -72,6 +72,33 @@ func longestFirstTilesPerSMFromEnv() (int, error) {
 // tile per SM (Device.longestFirst).
 const longestFirstTilesPerSM = 8
 
+// EnvStreamKTilesPerSM names the environment variable that, read when the
+// engine opens, sets the most tiles per SM for which a split-K gather of a
+// warp-specialised tile alone on its SM runs stream-K (Device.streamK;
+// from half a tile per SM on; a non-negative integer, 0: never; default
+// streamKTilesPerSM).
+const EnvStreamKTilesPerSM = "FLEXGEMM_STREAMK_TILES_PER_SM"
+
+// streamKTilesPerSMFromEnv returns EnvStreamKTilesPerSM's value, or
+// streamKTilesPerSM when it is unset; anything but a non-negative integer
+// is an error.
+func streamKTilesPerSMFromEnv() (int, error) {
+	return nonNegativeFromEnv(EnvStreamKTilesPerSM, streamKTilesPerSM, "tiles per SM")
+}
+
+// streamKTilesPerSM is the most tiles per SM for which split-K gathers run
+// stream-K. With about a wave of tiles a gather lasts as long as its
+// longest tile (the tap unions of RES 32's 128-row tiles: 19 to 27, mean
+// 23.7; docs/PERF_NOTES.md, session 21); stream-K gives every SM the same
+// share of the iterations, for a float32 round trip of each tile cut
+// between two groups. H200, session 23, call 2 (step 52): the RES 32
+// C 1024 gathers 14–16 % shorter, (32, 1024, 4) fp16 inference −12 % and
+// training −7 %; at RES 64 (3.6 tiles per SM) and 128 (7.6) the SMs'
+// balance improves too (active cycles max/mean 1.09 → 1.01 at RES 64) but
+// the groups' out-of-step taps read 56 % more from DRAM and the steps
+// gain nothing (+0.5 to +3 %), hence one tile per SM.
+const streamKTilesPerSM = 1
+
 // EnvPairsWindowRows names the environment variable that, read when the
 // engine opens, sets the output rows per slice of the weight gradient's
 // window split (a positive integer; default pairsWindowRows).

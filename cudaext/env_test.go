@@ -20,17 +20,28 @@ func TestBrickMinRowsFromEnv(t *testing.T) {
 	})
 }
 
-// TestLongestFirstTilesPerSMFromEnv checks the parsing of
-// EnvLongestFirstTilesPerSM.
-func TestLongestFirstTilesPerSMFromEnv(t *testing.T) {
-	checkEnvParse(t, EnvLongestFirstTilesPerSM, longestFirstTilesPerSMFromEnv, []envCase[int]{
-		{set: false, want: longestFirstTilesPerSM},
-		{value: "", set: true, want: longestFirstTilesPerSM},
-		{value: "0", set: true, want: 0},
-		{value: "1000", set: true, want: 1000},
-		{value: "-3", set: true, bad: true},
-		{value: "many", set: true, bad: true},
-	})
+// TestTilesPerSMFromEnv checks the parsing of EnvLongestFirstTilesPerSM
+// and EnvStreamKTilesPerSM.
+func TestTilesPerSMFromEnv(t *testing.T) {
+	for _, c := range []struct {
+		key   string
+		parse func() (int, error)
+		def   int
+	}{
+		{EnvLongestFirstTilesPerSM, longestFirstTilesPerSMFromEnv, longestFirstTilesPerSM},
+		{EnvStreamKTilesPerSM, streamKTilesPerSMFromEnv, streamKTilesPerSM},
+	} {
+		t.Run(c.key, func(t *testing.T) {
+			checkEnvParse(t, c.key, c.parse, []envCase[int]{
+				{set: false, want: c.def},
+				{value: "", set: true, want: c.def},
+				{value: "0", set: true, want: 0},
+				{value: "1000", set: true, want: 1000},
+				{value: "-3", set: true, bad: true},
+				{value: "many", set: true, bad: true},
+			})
+		})
+	}
 }
 
 // TestPairsWindowRowsFromEnv checks the parsing of EnvPairsWindowRows.

@@ -71,17 +71,19 @@ func TestBFloat16Conversion(t *testing.T) {
 }
 
 // TestParamsMirrorCpp checks that the Go kernel-parameter structs list the
-// fields of fg::GatherParams / fg::PairsParams in gemm.cuh, in order.
+// fields of fg::GatherParams / fg::PairsParams in gemm.cuh and fg::StreamK
+// in gather_ws.cuh, in order.
 func TestParamsMirrorCpp(t *testing.T) {
-	src, err := os.ReadFile("kernels/gemm.cuh")
-	require.NoError(t, err)
 	for _, c := range []struct {
-		cpp string
-		typ reflect.Type
+		file, cpp string
+		typ       reflect.Type
 	}{
-		{"GatherParams", reflect.TypeOf(gatherParams{})},
-		{"PairsParams", reflect.TypeOf(pairsParams{})},
+		{"gemm.cuh", "GatherParams", reflect.TypeOf(gatherParams{})},
+		{"gemm.cuh", "PairsParams", reflect.TypeOf(pairsParams{})},
+		{"gather_ws.cuh", "StreamK", reflect.TypeOf(streamKArgs{})},
 	} {
+		src, err := os.ReadFile("kernels/" + c.file)
+		require.NoError(t, err)
 		body := regexp.MustCompile(`(?s)struct ` + c.cpp + ` \{(.*?)\n\};`).FindSubmatch(src)
 		require.NotNil(t, body, c.cpp)
 		var cppFields []string

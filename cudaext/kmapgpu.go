@@ -1333,7 +1333,10 @@ func (d *Device) grayOrder(table devPtr, n, V int, mask, order devPtr) error {
 	if narrow {
 		byteKey = keyTaps.ptr + devPtr(V*4)
 	}
-	if err := d.launch("masks_key_taps", dim3{X: 1}, dim3{X: 256}, V*4, tapRows.ptr, int32(V), N, keyTaps.ptr, byteKey); err != nil {
+	// Its V taps in shared memory, rounded up to 16 bytes: nvcc reads them
+	// four at a time (compute-sanitizer memcheck, session 23: 16-byte
+	// reads past V·4 bytes at V = 27).
+	if err := d.launch("masks_key_taps", dim3{X: 1}, dim3{X: 256}, (V*4+15)&^15, tapRows.ptr, int32(V), N, keyTaps.ptr, byteKey); err != nil {
 		return err
 	}
 	if narrow {

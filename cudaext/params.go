@@ -37,6 +37,18 @@ func (p *pairsParams) argBytes() []byte {
 	return unsafe.Slice((*byte)(unsafe.Pointer(p)), unsafe.Sizeof(*p))
 }
 
+// streamKArgs mirrors fg::StreamK (kernels/gather_ws.cuh): the stream-K
+// schedule of a warp-specialised gather launch, or On = 0.
+type streamKArgs struct {
+	Slots uint64 // [blocks][BM·BN] float32
+	Flags uint64 // [blocks][consumer warps] uint32, zero at the launch
+	On    int64
+}
+
+func (a *streamKArgs) argBytes() []byte {
+	return unsafe.Slice((*byte)(unsafe.Pointer(a)), unsafe.Sizeof(*a))
+}
+
 // wsMaps mirrors fg::WsMaps (kernels/gather_ws.cuh): the TMA descriptor of
 // the weight of a warp-specialised gather, 128 opaque bytes.
 type wsMaps struct {

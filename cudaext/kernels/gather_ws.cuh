@@ -34,6 +34,22 @@
 // (index loads, pipeline fill) and its stores overlap the neighbouring
 // tiles' products (session 22: RES 128 and 256 gathers 2–4 % faster).
 //
+// A persistent launch may instead be stream-K (StreamK.on): its blocks
+// form G groups, one block per column tile, and group g runs the
+// iterations [⌊W·g/G⌋, ⌊W·(g+1)/G⌋) of the W (tap, K chunk) iterations of
+// all row tiles laid end to end in index order, so every SM does the same
+// work however unequal the tiles' tap unions are (a gather of about a
+// wave of tiles is otherwise as long as its longest tile). A group runs
+// the tiles that start in its share first, and last the end of the tile
+// its share starts inside of: the blocks holding that tile's earlier parts
+// (the last tile they run) store their float32 partials in their slot and
+// raise a flag per consumer warp; the finishing warp adds them in group
+// order and stores the tile. No float atomics: the sums' order is fixed
+// by G and the tiles, so a launch on the same GPU repeats its bits. The
+// launch has at most a block per SM (all resident), and a block waits
+// only, at its end, for earlier groups' parts, which each stores before
+// it waits for anything: no cycle.
+//
 // After a consumer waits for full[s] it executes fence.proxy.async before
 // its wgmma: the stage was written through the generic proxy (cp.async)
 // and wgmma reads it through the async proxy.
@@ -117,6 +133,110 @@ __device__ __forceinline__ void tma_load_3d(void* dst, const TmaMap* map, int c0
 // Named barrier 1 over the producer warps only (n threads).
 __device__ __forceinline__ void producers_sync(int n) { asm volatile("bar.sync 1, %0;\n" ::"r"(n) : "memory"); }
 
+// The stream-K schedule of a warp-specialised gather launch (a kernel
+// parameter; Go mirror: cudaext streamKArgs). on = 0: tiles as described
+// at gather_gemm_ws.
+struct StreamK {
+  float* slots;      // [gridDim.x][BM·BN] float32: block b's first piece when it does not start its tile
+  unsigned* flags;   // [gridDim.x][consumer warps], zero at the launch: that warp's part of the slot is stored
+  long long on;      // 1: stream-K
+};
+static_assert(sizeof(StreamK) == 24, "StreamK layout");
+
+// A piece of a stream-K group's work: iterations [t0, t1) of row tile tm
+// (in the block's column tile); role 0 the whole tile, 1 a part that
+// another group finishes (stored to the block's slot), 2 the end of a tile
+// whose earlier parts groups first … (this group − 1) stored.
+struct StreamKPiece {
+  long long tm, t0, t1;
+  int role, first;
+};
+
+// The pieces of a block of a stream-K launch, in the order it runs them
+// (every producer thread runs the same cursor and gets the same pieces).
+// The blocks form G groups of tilesN (the column tiles): block b is column
+// tile b mod tilesN of group b / tilesN, so the blocks of a group gather
+// the same rows at the same time, as a tile per block launch's neighbours
+// do (session 23, call 1: with the column tiles of a row tile run one
+// after another by one block, the RES 64 and 128 gathers lost 7–9 %).
+// Group g's share is [⌊W·g/G⌋, ⌊W·(g+1)/G⌋) of the W iterations of the
+// row tiles laid end to end. A group first runs the tiles that start in
+// its share — all blocks start a tile at its first tap, in step — and
+// last the end of the tile its share starts inside of.
+template <class C> struct StreamKCursor {
+  long long W, R0, R1, ntM, i;
+  int nkc, g, G;
+  bool tailDue;
+  StreamKPiece tail;
+  // Row tile t's first iteration (its union counts' prefix times nkc).
+  __device__ __forceinline__ long long start(const GatherParams& p, long long t) const {
+    return (p.tile_seg ? (long long)p.tile_seg[t] : t * p.V) * nkc;
+  }
+  // The first iteration of group gg's share.
+  __device__ __forceinline__ long long bound(long long gg) const { return W * gg / G; }
+  // The last group whose share starts at or before pos (< W).
+  __device__ __forceinline__ int groupOf(long long pos) const { return (int)((G * (pos + 1) + W - 1) / W - 1); }
+  // Starts the cursor of block blockIdx.x; the pt-th of np producer
+  // threads, first[0] shared scratch.
+  __device__ void init(const GatherParams& p, int pt, int np, int* first) {
+    const int tilesN = (int)((p.N + C::BN - 1) / C::BN);
+    ntM = (p.M + C::BM - 1) / C::BM;
+    nkc = (int)((p.Kc + C::BK - 1) / C::BK);
+    G = gridDim.x / tilesN;
+    g = blockIdx.x / tilesN;
+    W = start(p, ntM);
+    R0 = bound(g);
+    R1 = bound(g + 1);
+    // The first row tile that ends past R0 or starts at or after it (a
+    // monotone predicate: count the row tiles before it in parallel).
+    if (pt == 0) *first = 0;
+    producers_sync(np);
+    int before = 0;
+    for (long long t = pt; t < ntM; t += np) before += start(p, t + 1) <= R0 && start(p, t) < R0;
+    if (before) atomicAdd(first, before);
+    producers_sync(np);
+    i = *first;
+    tailDue = false;
+    if (i < ntM) {
+      const long long S = start(p, i), E = start(p, i + 1);
+      if (S < R0) {  // the share starts inside tile i: its end runs last
+        tail = StreamKPiece{i, R0 - S, min(E, R1) - S, E > R1 ? 1 : 2, groupOf(S)};
+        tailDue = true;
+        ++i;
+      }
+    }
+  }
+  // The next piece, or false.
+  __device__ bool next(const GatherParams& p, StreamKPiece& pc) {
+    if (i < ntM) {
+      const long long S = start(p, i), E = start(p, i + 1);
+      if (S < R1 || g == G - 1) {
+        pc = StreamKPiece{i, 0, min(E, R1) - S, E > R1 ? 1 : 0, 0};
+        ++i;
+        return true;
+      }
+      i = ntM;
+    }
+    if (tailDue) {
+      pc = tail;
+      tailDue = false;
+      return true;
+    }
+    return false;
+  }
+};
+
+// Global-memory flag handshakes across blocks (GPU scope).
+__device__ __forceinline__ void st_release(unsigned* f, unsigned v) {
+  asm volatile("st.release.gpu.global.u32 [%0], %1;\n" ::"l"(f), "r"(v) : "memory");
+}
+__device__ __forceinline__ unsigned ld_acquire(const unsigned* f) {
+  unsigned v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(f) : "memory");
+  return v;
+}
+
+
 // Shared-memory layout of a warp-specialised gather block (C a Hopper
 // TileCfg, PW producer warps, MB tile descriptions); Go mirror:
 // kernels.SmemBytes.
@@ -125,10 +245,11 @@ template <class C, int PW, int MB> struct WsLayout {
   static constexpr int kCons = C::kThreads;  // consumer threads (WM warps)
   static constexpr int ASt = C::BM * C::BK, BSt = C::BN * C::BK;  // elements per stage
   // One tile's description: its output rows, its taps, the neighbour
-  // indices of every tap, four ints (iterations, first column, split) and
-  // its two mbarriers (filled, handed back), rounded up to 16 bytes (the
-  // second description's mbarriers stay aligned).
-  static constexpr int kMeta = (4 * C::BM + 4 * kWsMaxTaps * (C::BM + 1) + 32 + 15) / 16 * 16;
+  // indices of every tap, eight ints (iterations, first column, split,
+  // next tile, stream-K role and first group, two spare) and its two
+  // mbarriers (filled, handed back), rounded up to 16 bytes (the second
+  // description's mbarriers stay aligned).
+  static constexpr int kMeta = (4 * C::BM + 4 * kWsMaxTaps * (C::BM + 1) + 48 + 15) / 16 * 16;
   static constexpr int kSmem = C::S * (ASt + BSt) * C::kElem + 16 * C::S + MB * kMeta + 1024;
   // Copy layout of the producers: four threads per 128-byte K row (two
   // 16-byte chunks each, q and q + 4), 8·PW rows per pass; a thread's rows
@@ -151,6 +272,7 @@ __host__ __device__ constexpr int ws_descriptions(int minBlocks) { return minBlo
 template <class C> struct WsMeta {
   unsigned long long full, empty;  // described (producers) / done with (consumers)
   int nIter, n0, z, next;  // next: the producers' next tile
+  int role, first, spare[2];  // stream-K: StreamKPiece's
   int rows[C::BM];                 // output row of each tile row, or −1
   int taps[kWsMaxTaps];            // table tap of each tap position
   int idx[kWsMaxTaps * C::BM];     // [position][row] source row or −1
@@ -166,7 +288,8 @@ template <class C> struct WsMeta {
 // tile and fill its first stages while the consumers still multiply and
 // store this one. A tile's products are the same whichever block runs it.
 template <class C, int PW, bool WT, int MB>
-__device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMaps& maps, unsigned* next) {
+__device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMaps& maps, unsigned* next,
+                                               const StreamK& sk) {
   using T = typename C::T;
   using Raw = typename C::Raw;
   using L = WsLayout<C, PW, MB>;
@@ -213,20 +336,30 @@ __device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMa
     int s = 0;
     unsigned parity = 1;  // a fresh empty barrier's "previous phase" counts as complete
     long long bx = blockIdx.x;
+    StreamKCursor<C> cur;
+    __shared__ int skFirst;
+    if (sk.on) cur.init(p, pt, L::kProd, &skFirst);
     for (int k = 0;; ++k) {
       Meta* m = meta(k % MB);
       // The description's previous tile is stored (its first use passes).
       mbar_wait(&m->empty, ((k / MB) & 1) ^ 1);
-      if (bx >= tiles) {
+      StreamKPiece pc;
+      if (sk.on ? !cur.next(p, pc) : bx >= tiles) {
         if (pt == 0) {
           m->nIter = -1;  // no more tiles
           mbar_arrive(&m->full);
         }
         break;
       }
-      // Describe tile bx: rows and taps, then the neighbour indices.
-      GatherBlock<C> blk(p, bx);
-      blk.split(p);
+      // Describe the tile (or piece): rows and taps, then the neighbour
+      // indices.
+      GatherBlock<C> blk = sk.on ? GatherBlock<C>(pc.tm, blockIdx.x % ((p.N + BN - 1) / BN)) : GatherBlock<C>(p, bx);
+      if (sk.on) {
+        blk.taps(p);
+        blk.range(pc.t0, pc.t1);
+      } else {
+        blk.split(p);
+      }
       const int vi0 = (int)blk.vi0, nkc = blk.nkc, nIter = blk.nIter;
       const int nPos = nIter > 0 ? (int)((blk.t1 - 1) / nkc) - vi0 + 1 : 0;  // tap positions it visits
       if (nPos > kWsMaxTaps) __trap();  // the engine never launches more taps (kernels.MaxSpecializedTaps)
@@ -237,9 +370,11 @@ __device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMa
         m->nIter = nIter;
         m->n0 = (int)blk.n0;
         m->z = blk.z;
+        m->role = sk.on ? pc.role : 0;
+        m->first = sk.on ? pc.first : 0;
         // The block's next tile, taken now so that its description can
         // follow without a wait.
-        m->next = next ? (int)gridDim.x + (int)atomicAdd(next, 1u) : (int)(bx + gridDim.x);
+        if (!sk.on) m->next = next ? (int)gridDim.x + (int)atomicAdd(next, 1u) : (int)(bx + gridDim.x);
       }
       producers_sync(L::kProd);
       const long long nextTile = m->next;
@@ -370,6 +505,53 @@ __device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMa
     }
     wgmma_wait<0>();
     if (prev >= 0 && lane == 0) mbar_arrive(empty + prev);  // the producers may refill it for the next tile
+    if (m->role != 0) {
+      // Stream-K: this warp's accumulators, as float4 runs of its lanes.
+      constexpr int kRuns = C::MI * C::NI;
+      auto slot = [&](int bb) {
+        return reinterpret_cast<float4*>(sk.slots) + ((long long)bb * C::kWarps + warp) * kRuns * 32 + lane;
+      };
+      if (m->role == 1) {
+        float4* dst = slot(blockIdx.x);
+#pragma unroll
+        for (int mi = 0; mi < C::MI; ++mi)
+#pragma unroll
+          for (int ni = 0; ni < C::NI; ++ni)
+            __stcg(dst + (mi * C::NI + ni) * 32,
+                   make_float4(acc[mi][ni][0], acc[mi][ni][1], acc[mi][ni][2], acc[mi][ni][3]));
+        __threadfence();
+        __syncwarp();
+        if (lane == 0) st_release(sk.flags + blockIdx.x * C::kWarps + warp, 1u);
+        __syncwarp();
+        if (lane == 0) mbar_arrive(&m->empty);
+        continue;
+      }
+      // The tile's end: add the parts that groups first … (this group − 1)
+      // stored (the same column tile), in that order, once each has stored
+      // this warp's part.
+      const int tilesN = (int)((p.N + BN - 1) / BN);
+      for (int bb = m->first * tilesN + blockIdx.x % tilesN; bb < blockIdx.x; bb += tilesN) {
+        if (lane == 0) {
+          long long spins = 0;
+          while (ld_acquire(sk.flags + bb * C::kWarps + warp) == 0) {
+            if (++spins > (1ll << 26)) __trap();  // a piece never stored: fail, do not hang
+            __nanosleep(64);
+          }
+        }
+        __syncwarp();
+        const float4* src = slot(bb);
+#pragma unroll
+        for (int mi = 0; mi < C::MI; ++mi)
+#pragma unroll
+          for (int ni = 0; ni < C::NI; ++ni) {
+            const float4 v = __ldcg(src + (mi * C::NI + ni) * 32);
+            acc[mi][ni][0] += v.x;
+            acc[mi][ni][1] += v.y;
+            acc[mi][ni][2] += v.z;
+            acc[mi][ni][3] += v.w;
+          }
+      }
+    }
     gather_store<C>(p, acc, m->rows, m->n0, m->z, warp, 0, lane);
     __syncwarp();
     if (lane == 0) mbar_arrive(&m->empty);  // this warp is done with the description
@@ -387,15 +569,17 @@ __device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMa
 // call 2), so a tile's producer warps are limited by its accumulators.
 #define FG_GATHER_WS_KERNEL(NAME, MATH, BM, BN, BK, WM, S, PW, MINB, SMEM)                                     \
   extern "C" __global__ void __launch_bounds__(32 * ((WM) + (PW)), MINB)                                       \
-      NAME(const fg::GatherParams p, const __grid_constant__ fg::WsMaps maps, unsigned* next) {                \
+      NAME(const fg::GatherParams p, const __grid_constant__ fg::WsMaps maps, unsigned* next,                  \
+           const fg::StreamK sk) {                                                                             \
     using Cfg = fg::TileCfg<MATH, BM, BN, BK, WM, 1, S, true>;                                                 \
     static_assert(fg::WsLayout<Cfg, PW, fg::ws_descriptions(MINB)>::kSmem == (SMEM),                          \
                   "shared memory differs from the Go tile table");                                             \
-    fg::gather_gemm_ws<Cfg, PW, false, fg::ws_descriptions(MINB)>(p, maps, next);                              \
+    fg::gather_gemm_ws<Cfg, PW, false, fg::ws_descriptions(MINB)>(p, maps, next, sk);                          \
   }
 #define FG_GATHER_WS_WT_KERNEL(NAME, MATH, BM, BN, BK, WM, S, PW, MINB)                                        \
   extern "C" __global__ void __launch_bounds__(32 * ((WM) + (PW)), MINB)                                       \
-      NAME##_wt(const fg::GatherParams p, const __grid_constant__ fg::WsMaps maps, unsigned* next) {           \
+      NAME##_wt(const fg::GatherParams p, const __grid_constant__ fg::WsMaps maps, unsigned* next,             \
+                const fg::StreamK sk) {                                                                        \
     using Cfg = fg::TileCfg<MATH, BM, BN, BK, WM, 1, S, true>;                                                 \
-    fg::gather_gemm_ws<Cfg, PW, true, fg::ws_descriptions(MINB)>(p, maps, next);                               \
+    fg::gather_gemm_ws<Cfg, PW, true, fg::ws_descriptions(MINB)>(p, maps, next, sk);                           \
   }

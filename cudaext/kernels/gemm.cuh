@@ -469,8 +469,17 @@ template <class C> struct GatherBlock {
     n0 = (bx % tilesN) * C::BN;
     z = blockIdx.y;
   }
+  // Row tile tm, column tile tn, unsplit, in the tiles' index order (no
+  // launch order: a stream-K piece, gather_ws.cuh).
+  __device__ __forceinline__ GatherBlock(long long tm, long long tn) : tileM(tm), m0(tm * C::BM), n0(tn * C::BN), z(0) {}
   // The tile's taps and this split's iterations.
   __device__ __forceinline__ void split(const GatherParams& p) {
+    taps(p);
+    const long long total = (long long)nTaps * nkc;
+    range((total * z + p.splits - 1) / p.splits, (total * (z + 1) + p.splits - 1) / p.splits);
+  }
+  // The tile's taps (its union, or all V) and K chunks per tap.
+  __device__ __forceinline__ void taps(const GatherParams& p) {
     tapBase = 0;
     nTaps = (int)p.V;
     if (p.tile_seg) {
@@ -478,11 +487,13 @@ template <class C> struct GatherBlock {
       nTaps = p.tile_seg[tileM + 1] - tapBase;
     }
     nkc = (int)((p.Kc + C::BK - 1) / C::BK);
-    const long long total = (long long)nTaps * nkc;
-    t0 = (total * z + p.splits - 1) / p.splits;
-    t1 = (total * (z + 1) + p.splits - 1) / p.splits;
-    nIter = (int)(t1 - t0);
-    vi0 = nkc > 0 ? t0 / nkc : 0;  // Kc = 0: no iterations
+  }
+  // Iterations [a, b) of the tile's nTaps · nkc (after taps()).
+  __device__ __forceinline__ void range(long long a, long long b) {
+    t0 = a;
+    t1 = b;
+    nIter = (int)(b - a);
+    vi0 = nkc > 0 ? a / nkc : 0;  // Kc = 0: no iterations
   }
 };
 

@@ -173,7 +173,7 @@ func TestTileTableMirrorsCpp(t *testing.T) {
 	ws, err := os.ReadFile("gather_ws.cuh")
 	require.NoError(t, err)
 	for _, expr := range []string{
-		"kMeta = (4 * C::BM + 4 * kWsMaxTaps * (C::BM + 1) + 32 + 15) / 16 * 16;",
+		"kMeta = (4 * C::BM + 4 * kWsMaxTaps * (C::BM + 1) + 48 + 15) / 16 * 16;",
 		"kSmem = C::S * (ASt + BSt) * C::kElem + 16 * C::S + MB * kMeta + 1024;",
 		"constexpr int ws_descriptions(int minBlocks) { return minBlocks == 1 ? 2 : 1; }",
 		"WsLayout<Cfg, PW, fg::ws_descriptions(MINB)>::kSmem",

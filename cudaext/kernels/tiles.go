@@ -346,11 +346,11 @@ func SmemBytes(f Family, m Math, t Tile) int {
 			// Stages, a full and an empty mbarrier per stage, and one or
 			// two tile descriptions (fg::WsLayout in gather_ws.cuh): the
 			// tile's output rows, its taps, the neighbour indices of
-			// every tap, four ints and two mbarriers, 16-byte aligned.
+			// every tap, eight ints and two mbarriers, 16-byte aligned.
 			// Two where one already keeps the block alone on its SM, so
 			// that the producers describe a persistent block's next
 			// tile while its consumers finish this one.
-			meta := (4*t.BM + 4*MaxSpecializedTaps*(t.BM+1) + 32 + 15) / 16 * 16
+			meta := (4*t.BM + 4*MaxSpecializedTaps*(t.BM+1) + 48 + 15) / 16 * 16
 			one := t.Stages*(t.BM+t.BN)*t.BK*esz + 16*t.Stages + meta + 1024
 			if twoPerSM(one) {
 				return one
