@@ -532,6 +532,9 @@ func (e *Engine) runGather(j gatherJob) error {
 	if j.wt {
 		name = kernels.TransposedName(j.math, t)
 	}
+	if skBlocks > 0 {
+		name = kernels.StreamKName(j.math, t, j.wt)
+	}
 	args := []any{&p}
 	grid := dim3{X: int(tiles), Y: splits}
 	if t.Producers > 0 {
@@ -565,7 +568,7 @@ func (e *Engine) runGather(j gatherJob) error {
 			if err := d.fillI32(flags.ptr, 0, nf); err != nil {
 				return err
 			}
-			sk = streamKArgs{Slots: uint64(slots.ptr), Flags: uint64(flags.ptr), On: 1}
+			sk = streamKArgs{Slots: uint64(slots.ptr), Flags: uint64(flags.ptr)}
 			grid.X = skBlocks
 		} else if persistentGathers.Load() && splits == 1 && t.BlocksPerSM(kernels.Gather, j.math) == 1 && tiles > int64(d.info.SMs) {
 			ctr, err := d.allocTemp(4)
@@ -579,7 +582,11 @@ func (e *Engine) runGather(j gatherJob) error {
 			next = ctr.ptr
 			grid.X = d.info.SMs
 		}
-		args = append(args, &maps, next, &sk)
+		if skBlocks > 0 {
+			args = append(args, &maps, &sk)
+		} else {
+			args = append(args, &maps, next)
+		}
 	}
 	if err := d.launch(name, grid, dim3{X: t.Threads()}, kernels.SmemBytes(kernels.Gather, j.math, t), args...); err != nil {
 		return err
@@ -600,7 +607,7 @@ func (e *Engine) runGather(j gatherJob) error {
 // streamKTilesPerSM tiles per SM (with fewer, most tiles would be cut in
 // many pieces, which the split-K heuristic's reduction sums faster).
 func (d *Device) streamK(t kernels.Tile, m kernels.Math, tiles, tilesN int64, userSplits int) int {
-	if userSplits > 0 || t.Producers == 0 || t.BlocksPerSM(kernels.Gather, m) != 1 || tilesN <= 0 {
+	if userSplits > 0 || !t.HasStreamK(m) || tilesN <= 0 {
 		return 0
 	}
 	blocks := int64(d.info.SMs)

@@ -37,12 +37,11 @@ func (p *pairsParams) argBytes() []byte {
 	return unsafe.Slice((*byte)(unsafe.Pointer(p)), unsafe.Sizeof(*p))
 }
 
-// streamKArgs mirrors fg::StreamK (kernels/gather_ws.cuh): the stream-K
-// schedule of a warp-specialised gather launch, or On = 0.
+// streamKArgs mirrors fg::StreamK (kernels/gather_ws.cuh): the buffers of
+// a stream-K gather launch (the kernels.StreamKName kernels).
 type streamKArgs struct {
 	Slots uint64 // [blocks][BM·BN] float32
 	Flags uint64 // [blocks][consumer warps] uint32, zero at the launch
-	On    int64
 }
 
 func (a *streamKArgs) argBytes() []byte {

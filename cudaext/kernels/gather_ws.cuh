@@ -34,7 +34,7 @@
 // (index loads, pipeline fill) and its stores overlap the neighbouring
 // tiles' products (session 22: RES 128 and 256 gathers 2–4 % faster).
 //
-// A persistent launch may instead be stream-K (StreamK.on): its blocks
+// A launch may instead be stream-K (the *_sk kernels): its blocks
 // form G groups, one block per column tile, and group g runs the
 // iterations [⌊W·g/G⌋, ⌊W·(g+1)/G⌋) of the W (tap, K chunk) iterations of
 // all row tiles laid end to end in index order, so every SM does the same
@@ -133,15 +133,13 @@ __device__ __forceinline__ void tma_load_3d(void* dst, const TmaMap* map, int c0
 // Named barrier 1 over the producer warps only (n threads).
 __device__ __forceinline__ void producers_sync(int n) { asm volatile("bar.sync 1, %0;\n" ::"r"(n) : "memory"); }
 
-// The stream-K schedule of a warp-specialised gather launch (a kernel
-// parameter; Go mirror: cudaext streamKArgs). on = 0: tiles as described
-// at gather_gemm_ws.
+// The stream-K buffers of a warp-specialised gather launch (a parameter of
+// the *_sk kernels; Go mirror: cudaext streamKArgs).
 struct StreamK {
-  float* slots;      // [gridDim.x][BM·BN] float32: block b's first piece when it does not start its tile
-  unsigned* flags;   // [gridDim.x][consumer warps], zero at the launch: that warp's part of the slot is stored
-  long long on;      // 1: stream-K
+  float* slots;     // [gridDim.x][BM·BN] float32: each block's part of a tile that another group finishes
+  unsigned* flags;  // [gridDim.x][consumer warps], zero at the launch: that warp's part of the slot is stored
 };
-static_assert(sizeof(StreamK) == 24, "StreamK layout");
+static_assert(sizeof(StreamK) == 16, "StreamK layout");
 
 // A piece of a stream-K group's work: iterations [t0, t1) of row tile tm
 // (in the block's column tile); role 0 the whole tile, 1 a part that
@@ -245,11 +243,11 @@ template <class C, int PW, int MB> struct WsLayout {
   static constexpr int kCons = C::kThreads;  // consumer threads (WM warps)
   static constexpr int ASt = C::BM * C::BK, BSt = C::BN * C::BK;  // elements per stage
   // One tile's description: its output rows, its taps, the neighbour
-  // indices of every tap, eight ints (iterations, first column, split,
-  // next tile, stream-K role and first group, two spare) and its two
-  // mbarriers (filled, handed back), rounded up to 16 bytes (the second
-  // description's mbarriers stay aligned).
-  static constexpr int kMeta = (4 * C::BM + 4 * kWsMaxTaps * (C::BM + 1) + 48 + 15) / 16 * 16;
+  // indices of every tap, four ints (iterations, first column, split,
+  // next tile — a stream-K piece's role and first group instead) and its
+  // two mbarriers (filled, handed back), rounded up to 16 bytes (the
+  // second description's mbarriers stay aligned).
+  static constexpr int kMeta = (4 * C::BM + 4 * kWsMaxTaps * (C::BM + 1) + 32 + 15) / 16 * 16;
   static constexpr int kSmem = C::S * (ASt + BSt) * C::kElem + 16 * C::S + MB * kMeta + 1024;
   // Copy layout of the producers: four threads per 128-byte K row (two
   // 16-byte chunks each, q and q + 4), 8·PW rows per pass; a thread's rows
@@ -271,8 +269,7 @@ __host__ __device__ constexpr int ws_descriptions(int minBlocks) { return minBlo
 // One tile's description in shared memory (WsLayout::kMeta bytes).
 template <class C> struct WsMeta {
   unsigned long long full, empty;  // described (producers) / done with (consumers)
-  int nIter, n0, z, next;  // next: the producers' next tile
-  int role, first, spare[2];  // stream-K: StreamKPiece's
+  int nIter, n0, z, next;  // next: the producers' next tile, or (stream-K) 4 · first + role
   int rows[C::BM];                 // output row of each tile row, or −1
   int taps[kWsMaxTaps];            // table tap of each tap position
   int idx[kWsMaxTaps * C::BM];     // [position][row] source row or −1
@@ -287,7 +284,9 @@ template <class C> struct WsMeta {
 // hand the description back. With MB = 2 the producers describe the next
 // tile and fill its first stages while the consumers still multiply and
 // store this one. A tile's products are the same whichever block runs it.
-template <class C, int PW, bool WT, int MB>
+// SK: a stream-K launch (the *_sk kernels: separate, so that the other
+// kernels keep their registers).
+template <class C, int PW, bool WT, int MB, bool SK>
 __device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMaps& maps, unsigned* next,
                                                const StreamK& sk) {
   using T = typename C::T;
@@ -337,14 +336,16 @@ __device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMa
     unsigned parity = 1;  // a fresh empty barrier's "previous phase" counts as complete
     long long bx = blockIdx.x;
     StreamKCursor<C> cur;
-    __shared__ int skFirst;
-    if (sk.on) cur.init(p, pt, L::kProd, &skFirst);
+    if constexpr (SK) {
+      __shared__ int skFirst;
+      cur.init(p, pt, L::kProd, &skFirst);
+    }
     for (int k = 0;; ++k) {
       Meta* m = meta(k % MB);
       // The description's previous tile is stored (its first use passes).
       mbar_wait(&m->empty, ((k / MB) & 1) ^ 1);
       StreamKPiece pc;
-      if (sk.on ? !cur.next(p, pc) : bx >= tiles) {
+      if (SK ? !cur.next(p, pc) : bx >= tiles) {
         if (pt == 0) {
           m->nIter = -1;  // no more tiles
           mbar_arrive(&m->full);
@@ -353,8 +354,8 @@ __device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMa
       }
       // Describe the tile (or piece): rows and taps, then the neighbour
       // indices.
-      GatherBlock<C> blk = sk.on ? GatherBlock<C>(pc.tm, blockIdx.x % ((p.N + BN - 1) / BN)) : GatherBlock<C>(p, bx);
-      if (sk.on) {
+      GatherBlock<C> blk = SK ? GatherBlock<C>(pc.tm, blockIdx.x % ((p.N + BN - 1) / BN)) : GatherBlock<C>(p, bx);
+      if constexpr (SK) {
         blk.taps(p);
         blk.range(pc.t0, pc.t1);
       } else {
@@ -370,11 +371,12 @@ __device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMa
         m->nIter = nIter;
         m->n0 = (int)blk.n0;
         m->z = blk.z;
-        m->role = sk.on ? pc.role : 0;
-        m->first = sk.on ? pc.first : 0;
         // The block's next tile, taken now so that its description can
         // follow without a wait.
-        if (!sk.on) m->next = next ? (int)gridDim.x + (int)atomicAdd(next, 1u) : (int)(bx + gridDim.x);
+        if constexpr (SK)
+          m->next = 4 * pc.first + pc.role;
+        else
+          m->next = next ? (int)gridDim.x + (int)atomicAdd(next, 1u) : (int)(bx + gridDim.x);
       }
       producers_sync(L::kProd);
       const long long nextTile = m->next;
@@ -505,13 +507,13 @@ __device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMa
     }
     wgmma_wait<0>();
     if (prev >= 0 && lane == 0) mbar_arrive(empty + prev);  // the producers may refill it for the next tile
-    if (m->role != 0) {
+    if (SK && (m->next & 3) != 0) {
       // Stream-K: this warp's accumulators, as float4 runs of its lanes.
       constexpr int kRuns = C::MI * C::NI;
       auto slot = [&](int bb) {
         return reinterpret_cast<float4*>(sk.slots) + ((long long)bb * C::kWarps + warp) * kRuns * 32 + lane;
       };
-      if (m->role == 1) {
+      if ((m->next & 3) == 1) {
         float4* dst = slot(blockIdx.x);
 #pragma unroll
         for (int mi = 0; mi < C::MI; ++mi)
@@ -530,7 +532,7 @@ __device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMa
       // stored (the same column tile), in that order, once each has stored
       // this warp's part.
       const int tilesN = (int)((p.N + BN - 1) / BN);
-      for (int bb = m->first * tilesN + blockIdx.x % tilesN; bb < blockIdx.x; bb += tilesN) {
+      for (int bb = (m->next >> 2) * tilesN + blockIdx.x % tilesN; bb < blockIdx.x; bb += tilesN) {
         if (lane == 0) {
           long long spins = 0;
           while (ld_acquire(sk.flags + bb * C::kWarps + warp) == 0) {
@@ -562,24 +564,31 @@ __device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMa
 
 // Warp-specialised Hopper gather kernels (tiles.go, Producers = PW, MINB
 // blocks per SM): NAME reads the weight as stored, NAME_wt (16-bit
-// arithmetics) transposed. The launch bounds cap every thread's registers
-// at the register file over the resident threads; setmaxnreg cannot lift
-// the consumers above that cap (ptxas of CUDA 13 compiles the whole kernel
-// within it and refuses a 64×256 wgmma under 154 registers, session 9
-// call 2), so a tile's producer warps are limited by its accumulators.
+// arithmetics) transposed, and where the block is alone on its SM NAME_sk
+// and NAME_wt_sk run stream-K launches. The launch bounds cap every
+// thread's registers at the register file over the resident threads;
+// setmaxnreg cannot lift the consumers above that cap (ptxas of CUDA 13
+// compiles the whole kernel within it and refuses a 64×256 wgmma under
+// 154 registers, session 9 call 2), so a tile's producer warps are limited
+// by its accumulators.
 #define FG_GATHER_WS_KERNEL(NAME, MATH, BM, BN, BK, WM, S, PW, MINB, SMEM)                                     \
   extern "C" __global__ void __launch_bounds__(32 * ((WM) + (PW)), MINB)                                       \
-      NAME(const fg::GatherParams p, const __grid_constant__ fg::WsMaps maps, unsigned* next,                  \
-           const fg::StreamK sk) {                                                                             \
+      NAME(const fg::GatherParams p, const __grid_constant__ fg::WsMaps maps, unsigned* next) {                \
     using Cfg = fg::TileCfg<MATH, BM, BN, BK, WM, 1, S, true>;                                                 \
     static_assert(fg::WsLayout<Cfg, PW, fg::ws_descriptions(MINB)>::kSmem == (SMEM),                          \
                   "shared memory differs from the Go tile table");                                             \
-    fg::gather_gemm_ws<Cfg, PW, false, fg::ws_descriptions(MINB)>(p, maps, next, sk);                          \
+    fg::gather_gemm_ws<Cfg, PW, false, fg::ws_descriptions(MINB), false>(p, maps, next, fg::StreamK{});       \
   }
 #define FG_GATHER_WS_WT_KERNEL(NAME, MATH, BM, BN, BK, WM, S, PW, MINB)                                        \
   extern "C" __global__ void __launch_bounds__(32 * ((WM) + (PW)), MINB)                                       \
-      NAME##_wt(const fg::GatherParams p, const __grid_constant__ fg::WsMaps maps, unsigned* next,             \
-                const fg::StreamK sk) {                                                                        \
+      NAME##_wt(const fg::GatherParams p, const __grid_constant__ fg::WsMaps maps, unsigned* next) {           \
     using Cfg = fg::TileCfg<MATH, BM, BN, BK, WM, 1, S, true>;                                                 \
-    fg::gather_gemm_ws<Cfg, PW, true, fg::ws_descriptions(MINB)>(p, maps, next, sk);                           \
+    fg::gather_gemm_ws<Cfg, PW, true, fg::ws_descriptions(MINB), false>(p, maps, next, fg::StreamK{});        \
+  }
+// The stream-K twins (MINB = 1 only: every block resident; WT as above).
+#define FG_GATHER_WS_SK_KERNEL(NAME, MATH, BM, BN, BK, WM, S, PW, WT)                                          \
+  extern "C" __global__ void __launch_bounds__(32 * ((WM) + (PW)), 1)                                          \
+      NAME(const fg::GatherParams p, const __grid_constant__ fg::WsMaps maps, const fg::StreamK sk) {          \
+    using Cfg = fg::TileCfg<MATH, BM, BN, BK, WM, 1, S, true>;                                                 \
+    fg::gather_gemm_ws<Cfg, PW, WT, 2, true>(p, maps, nullptr, sk);                                            \
   }

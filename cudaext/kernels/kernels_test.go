@@ -173,7 +173,7 @@ func TestTileTableMirrorsCpp(t *testing.T) {
 	ws, err := os.ReadFile("gather_ws.cuh")
 	require.NoError(t, err)
 	for _, expr := range []string{
-		"kMeta = (4 * C::BM + 4 * kWsMaxTaps * (C::BM + 1) + 48 + 15) / 16 * 16;",
+		"kMeta = (4 * C::BM + 4 * kWsMaxTaps * (C::BM + 1) + 32 + 15) / 16 * 16;",
 		"kSmem = C::S * (ASt + BSt) * C::kElem + 16 * C::S + MB * kMeta + 1024;",
 		"constexpr int ws_descriptions(int minBlocks) { return minBlocks == 1 ? 2 : 1; }",
 		"WsLayout<Cfg, PW, fg::ws_descriptions(MINB)>::kSmem",
@@ -241,6 +241,16 @@ func TestTileTableMirrorsCpp(t *testing.T) {
 				require.False(t, tile.Has(Pairs, m), "%s: a warp-specialised tile has no pairs kernel", tile.Name())
 				if tile.Supports(m) {
 					require.Contains(t, string(GenerateHopperInstances(m)), "FG_GATHER_WS_KERNEL("+KernelName(Gather, m, tile)+",")
+				}
+				for _, wt := range []bool{false, true} {
+					sk := "FG_GATHER_WS_SK_KERNEL(" + StreamKName(m, tile, wt) + ","
+					if tile.HasStreamK(m) && (!wt || tile.HasTransposed(m)) {
+						require.Contains(t, string(GenerateHopperInstances(m)), sk)
+						_, ok := KernelModule(StreamKName(m, tile, wt))
+						require.True(t, ok, "%s missing from the manifest", StreamKName(m, tile, wt))
+					} else {
+						require.NotContains(t, string(GenerateHopperInstances(m)), sk)
+					}
 				}
 			}
 		} else {

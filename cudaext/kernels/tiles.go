@@ -346,11 +346,11 @@ func SmemBytes(f Family, m Math, t Tile) int {
 			// Stages, a full and an empty mbarrier per stage, and one or
 			// two tile descriptions (fg::WsLayout in gather_ws.cuh): the
 			// tile's output rows, its taps, the neighbour indices of
-			// every tap, eight ints and two mbarriers, 16-byte aligned.
+			// every tap, four ints and two mbarriers, 16-byte aligned.
 			// Two where one already keeps the block alone on its SM, so
 			// that the producers describe a persistent block's next
 			// tile while its consumers finish this one.
-			meta := (4*t.BM + 4*MaxSpecializedTaps*(t.BM+1) + 48 + 15) / 16 * 16
+			meta := (4*t.BM + 4*MaxSpecializedTaps*(t.BM+1) + 32 + 15) / 16 * 16
 			one := t.Stages*(t.BM+t.BN)*t.BK*esz + 16*t.Stages + meta + 1024
 			if twoPerSM(one) {
 				return one
@@ -388,6 +388,23 @@ func KernelName(f Family, m Math, t Tile) string {
 // Every gather instantiation defines both kernels.
 func TransposedName(m Math, t Tile) string {
 	return KernelName(Gather, m, t) + "_wt"
+}
+
+// HasStreamK reports whether the gather of tile t in arithmetic m has
+// stream-K twins (StreamKName; gather_ws.cuh): a warp-specialised tile
+// whose block is alone on its SM.
+func (t Tile) HasStreamK(m Math) bool {
+	return t.Producers > 0 && t.Supports(m) && t.BlocksPerSM(Gather, m) == 1
+}
+
+// StreamKName returns the symbol of the stream-K twin of the gather kernel
+// of tile t (HasStreamK), reading its weight transposed when wt:
+// KernelName(Gather, m, t) or TransposedName(m, t), + "_sk".
+func StreamKName(m Math, t Tile, wt bool) string {
+	if wt {
+		return TransposedName(m, t) + "_sk"
+	}
+	return KernelName(Gather, m, t) + "_sk"
 }
 
 // InstanceFile returns the name of the generated source file holding the
@@ -434,6 +451,14 @@ func GenerateHopperInstances(m Math) []byte {
 			if t.HasTransposed(m) {
 				fmt.Fprintf(&b, "FG_GATHER_WS_WT_KERNEL(%s, %s, %d, %d, %d, %d, %d, %d, %d)\n", KernelName(Gather, m, t), m.cppName(),
 					t.BM, t.BN, t.BK, t.WM, t.Stages, t.Producers, blocks)
+			}
+			if t.HasStreamK(m) {
+				for _, wt := range []bool{false, true} {
+					if !wt || t.HasTransposed(m) {
+						fmt.Fprintf(&b, "FG_GATHER_WS_SK_KERNEL(%s, %s, %d, %d, %d, %d, %d, %d, %v)\n", StreamKName(m, t, wt), m.cppName(),
+							t.BM, t.BN, t.BK, t.WM, t.Stages, t.Producers, wt)
+					}
+				}
 			}
 			continue
 		}
