@@ -92,7 +92,7 @@ func streamKTilesPerSMFromEnv() (int, error) {
 // 23.7; docs/PERF_NOTES.md, session 21); stream-K gives every SM the same
 // share of the iterations, for a float32 round trip of each tile cut
 // between two groups. H200, session 23, call 2 (step 52): the RES 32
-// C 1024 gathers 14–16 % shorter, (32, 1024, 4) fp16 inference −12 % and
+// C 1024 gathers 14–15 % shorter, (32, 1024, 4) fp16 inference −12 % and
 // training −7 %; at RES 64 (3.6 tiles per SM) and 128 (7.6) the SMs'
 // balance improves too (active cycles max/mean 1.09 → 1.01 at RES 64) but
 // the groups' out-of-step taps read 56 % more from DRAM and the steps
