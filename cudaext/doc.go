@@ -95,9 +95,16 @@
 //     FLEXGEMM_SPECIALIZED_GATHERS=0 keeps the plain tiles); unsplit
 //     twins alone on their SM run a persistent block per SM over more
 //     tiles than SMs, the next tile's start overlapping the last one's
-//     stores (FLEXGEMM_PERSISTENT_GATHERS=0: a block per tile).
+//     stores (FLEXGEMM_PERSISTENT_GATHERS=0: a block per tile); the split
+//     algorithms' gathers of half a tile to FLEXGEMM_STREAMK_TILES_PER_SM
+//     (default 1, 0: never) tiles per SM run stream-K on those twins (the
+//     *_sk kernels): groups of the column tiles take equal shares of all
+//     tiles' iterations, and a tile cut between groups is finished by the
+//     group holding its end, which adds the others' float32 partials in
+//     group order.
 //
-// Results are deterministic: fixed partitions, no atomics.
+// Results are deterministic: fixed partitions, no float atomics (stream-K's
+// partitions depend on the SM count, so its bits are those of the GPU model).
 //
 // # Writing kernels for this engine (package-internal API)
 //
