@@ -1532,17 +1532,7 @@ func TestPersistentGathers(t *testing.T) {
 						run := func(persistent bool) [2][]float32 {
 							persistentGathers.Store(persistent)
 							o := Options{ConvOptions: sparse.ConvOptions{Algorithm: alg}, Tile: tile.Name()}
-							y, err := gpu.Forward(sc.m, x, w, sparse.Matrix{}, o)
-							require.NoError(t, err, name)
-							out := [2][]float32{host(t, y)}
-							gpu.Free(y)
-							if tile.HasTransposed(mth) {
-								dx, err := gpu.InputGrad(sc.m, dy, w, o)
-								require.NoError(t, err, name)
-								out[1] = host(t, dx)
-								gpu.Free(dx)
-							}
-							return out
+							return forwardAndInputGrad(t, sc.m, x, w, sparse.Matrix{}, dy, o, tile, mth, name)
 						}
 						got, want := run(true), run(false)
 						for d := range got {
@@ -1561,6 +1551,26 @@ func TestPersistentGathers(t *testing.T) {
 		gpu.SetTF32(false)
 		gpu.ReleaseMap(sc.m)
 	}
+}
+
+// forwardAndInputGrad runs the forward of map m (bias b, or none when
+// empty) and, where tile has a kernel reading the weight transposed in
+// arithmetic mth, the input gradient of dy, with options o; it returns
+// both on the host (the second nil without that kernel). name labels
+// failures.
+func forwardAndInputGrad(t *testing.T, m *kmap.Map, x, w, b, dy sparse.Matrix, o Options, tile kernels.Tile, mth kernels.Math, name string) [2][]float32 {
+	t.Helper()
+	y, err := gpu.Forward(m, x, w, b, o)
+	require.NoError(t, err, name)
+	out := [2][]float32{host(t, y)}
+	gpu.Free(y)
+	if tile.HasTransposed(mth) {
+		dx, err := gpu.InputGrad(m, dy, w, o)
+		require.NoError(t, err, name)
+		out[1] = host(t, dx)
+		gpu.Free(dx)
+	}
+	return out
 }
 
 // TestStreamKGathers checks the stream-K gathers (gather_ws.cuh) of every
@@ -1628,17 +1638,7 @@ func TestStreamKGathers(t *testing.T) {
 				for _, alg := range []sparse.Algorithm{sparse.MaskedImplicitSplitK, sparse.ImplicitSplitK} {
 					o := Options{ConvOptions: sparse.ConvOptions{Algorithm: alg}, Tile: tile.Name()}
 					run := func(name string) [2][]float32 {
-						y, err := gpu.Forward(sc.m, x, w, b, o)
-						require.NoError(t, err, name)
-						out := [2][]float32{host(t, y)}
-						gpu.Free(y)
-						if tile.HasTransposed(mth) {
-							dx, err := gpu.InputGrad(sc.m, dy, w, o)
-							require.NoError(t, err, name)
-							out[1] = host(t, dx)
-							gpu.Free(dx)
-						}
-						return out
+						return forwardAndInputGrad(t, sc.m, x, w, b, dy, o, tile, mth, name)
 					}
 					setBlocks(0, 0)
 					plain := run("tile per block")
