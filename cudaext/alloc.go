@@ -276,6 +276,20 @@ func (d *Device) allocTemp(bytes int64) (rawBuf, error) {
 	return rawBuf{p, s}, err
 }
 
+// allocZeroI32 returns temporary memory of n int32 words, zeroed on the
+// stream (free it with freeTemp; freed already when the fill fails).
+func (d *Device) allocZeroI32(n int64) (rawBuf, error) {
+	r, err := d.allocTemp(4 * n)
+	if err != nil {
+		return rawBuf{}, err
+	}
+	if err := d.fillI32(r.ptr, 0, n); err != nil {
+		d.freeTemp(r)
+		return rawBuf{}, err
+	}
+	return r, nil
+}
+
 func (d *Device) freeTemp(r rawBuf) {
 	if r.ptr != d.zeroPage {
 		d.freeRaw(r.ptr, r.size)

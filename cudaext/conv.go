@@ -547,44 +547,34 @@ func (e *Engine) runGather(j gatherJob) error {
 				return fmt.Errorf("%w: %s: %v", ErrLaunch, name, err)
 			}
 		}
-		// An unsplit tile alone on its SM runs persistent blocks where
-		// there are more tiles than SMs: a block per SM takes the next
-		// tile from a counter while it stores the last (gather_ws.cuh);
-		// or stream-K, where streamK says so.
-		next := devPtr(0)
-		var sk streamKArgs
+		// Stream-K where streamK says so; otherwise an unsplit tile alone
+		// on its SM runs persistent blocks where there are more tiles than
+		// SMs: a block per SM takes the next tile from a counter while it
+		// stores the last (gather_ws.cuh).
 		if skBlocks > 0 {
 			slots, err := d.allocPartials(int64(skBlocks) * int64(t.BM) * int64(t.BN))
 			if err != nil {
 				return err
 			}
 			defer d.freeTemp(slots)
-			nf := int64(skBlocks) * int64(t.WM*t.WN)
-			flags, err := d.allocTemp(4 * nf)
+			flags, err := d.allocZeroI32(int64(skBlocks) * int64(t.WM*t.WN))
 			if err != nil {
 				return err
 			}
 			defer d.freeTemp(flags)
-			if err := d.fillI32(flags.ptr, 0, nf); err != nil {
-				return err
-			}
-			sk = streamKArgs{Slots: uint64(slots.ptr), Flags: uint64(flags.ptr)}
+			args = append(args, &maps, &streamKArgs{Slots: uint64(slots.ptr), Flags: uint64(flags.ptr)})
 			grid.X = skBlocks
-		} else if persistentGathers.Load() && splits == 1 && t.BlocksPerSM(kernels.Gather, j.math) == 1 && tiles > int64(d.info.SMs) {
-			ctr, err := d.allocTemp(4)
-			if err != nil {
-				return err
-			}
-			defer d.freeTemp(ctr)
-			if err := d.fillI32(ctr.ptr, 0, 1); err != nil {
-				return err
-			}
-			next = ctr.ptr
-			grid.X = d.info.SMs
-		}
-		if skBlocks > 0 {
-			args = append(args, &maps, &sk)
 		} else {
+			next := devPtr(0)
+			if persistentGathers.Load() && splits == 1 && t.BlocksPerSM(kernels.Gather, j.math) == 1 && tiles > int64(d.info.SMs) {
+				ctr, err := d.allocZeroI32(1)
+				if err != nil {
+					return err
+				}
+				defer d.freeTemp(ctr)
+				next = ctr.ptr
+				grid.X = d.info.SMs
+			}
 			args = append(args, &maps, next)
 		}
 	}
@@ -610,10 +600,11 @@ func (d *Device) streamK(t kernels.Tile, m kernels.Math, tiles, tilesN int64, us
 	if userSplits > 0 || !t.HasStreamK(m) || tilesN <= 0 {
 		return 0
 	}
-	blocks := int64(d.info.SMs)
+	sms := int64(d.info.SMs)
+	blocks := sms
 	if d.streamKBlocks > 0 {
-		blocks = min(int64(d.streamKBlocks), blocks)
-	} else if sms := int64(d.info.SMs); 2*tiles < sms || tiles > int64(d.streamKTilesPerSM)*sms {
+		blocks = min(int64(d.streamKBlocks), sms)
+	} else if 2*tiles < sms || tiles > int64(d.streamKTilesPerSM)*sms {
 		return 0
 	}
 	return int(blocks / tilesN * tilesN)

@@ -1305,13 +1305,10 @@ func (d *Device) grayOrder(table devPtr, n, V int, mask, order devPtr) error {
 	var tapRows rawBuf // the rows of each tap, or none (table order)
 	if n <= kmap.BalancedKeyMaxRows {
 		var err error
-		if tapRows, err = d.allocTemp(int64(V) * 4); err != nil {
+		if tapRows, err = d.allocZeroI32(int64(V)); err != nil {
 			return err
 		}
 		defer d.freeTemp(tapRows)
-		if err := d.fillI32(tapRows.ptr, 0, int64(V)); err != nil {
-			return err
-		}
 	}
 	g, b := d.elementwise(N)
 	if err := d.launch("masks_build", g, b, V*4, table, N, int32(V), int32(W), mask, tapRows.ptr); err != nil {
