@@ -115,6 +115,9 @@ type Device struct {
 	// use.
 	statusHost unsafe.Pointer
 	statusEv   cuEvent
+	// segCopies are the free page-locked buffers and events that carry
+	// pair lists' segment tables to the host (Device.pairsCount).
+	segCopies []*segCopy
 }
 
 type loadedModule struct {
@@ -277,6 +280,11 @@ func (d *Device) teardown() {
 		_ = eventDestroy(d.statusEv)
 		d.statusHost = nil
 	}
+	for _, c := range d.segCopies {
+		_ = memFreeHost(c.host)
+		_ = eventDestroy(c.ev)
+	}
+	d.segCopies = nil
 	d.closeSide()
 	if d.mainStream != nil {
 		_ = streamDestroy(d.mainStream)

@@ -44,7 +44,9 @@
 // (kmap.Map.Load), and every derived table (reverse, pair lists, Gray
 // orders, tile unions) is computed on the device. A convolution on such a
 // map with its derived tables prepared (DeriveTables) neither downloads
-// nor waits for the device; HostWaits counts what does.
+// nor waits for the device (the first weight gradient reads the pair
+// lists' sizes that DeriveTables had copied, and waits only if the device
+// has not got that far yet); HostWaits counts what does.
 //
 // Kernel images come from package kernels (embedded fatbins; see its
 // documentation for the build and the FLEXGEMM_KERNEL_IMAGE override).

@@ -349,6 +349,16 @@ func eventRecord(e C.CUevent, s C.CUstream) error {
 
 func eventSync(e C.CUevent) error { return cuOK(C.cuEventSynchronize(e), "cuEventSynchronize") }
 
+// eventDone reports whether the device has passed the work recorded
+// before e (cuEventQuery), without waiting.
+func eventDone(e C.CUevent) (bool, error) {
+	r := C.cuEventQuery(e)
+	if r == C.CUDA_ERROR_NOT_READY {
+		return false, nil
+	}
+	return r == C.CUDA_SUCCESS, cuOK(r, "cuEventQuery")
+}
+
 func eventElapsed(start, end C.CUevent) (float32, error) {
 	var ms C.float
 	err := cuOK(C.cuEventElapsedTime(&ms, start, end), "cuEventElapsedTime")

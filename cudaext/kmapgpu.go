@@ -912,8 +912,11 @@ const (
 // plus the tile tap unions for each height in tileRows (tile rows,
 // kernels.Tile.BM); the unions of any other height are derived by the
 // first masked convolution that uses it, cheaply and without a host wait. Tables
-// already cached are kept. Deriving the pair lists waits for the device
-// once (to size them); nothing else does.
+// already cached are kept. Nothing waits for the device: for TablePairs
+// it counts the pair lists and queues the copy of their sizes, and the
+// first weight gradient writes them, when the device has long passed the
+// copy (without DeriveTables that weight gradient counts them too, and
+// waits for the device behind everything queued before it).
 func (e *Engine) DeriveTables(m *kmap.Map, which Tables, tileRows ...int) error {
 	const op = "cudaext: DeriveTables"
 	if err := e.checkMap(op, m); err != nil {
@@ -934,7 +937,7 @@ func (e *Engine) DeriveTables(m *kmap.Map, which Tables, tileRows ...int) error 
 			}
 		}
 		if which&TablePairs != 0 {
-			if _, err := e.pairTables(m); err != nil {
+			if _, err := e.countPairs(m, true); err != nil {
 				return err
 			}
 		}
@@ -987,90 +990,207 @@ func (s pairStats) itersOf(bk int64) (longest, total int64) {
 	return ceilDiv(s.longest, bk), total
 }
 
-// pairs builds the pair lists of the first taps taps of the table nbr
-// [nOut, V] and returns the tap segments' lengths. It waits for the
-// device once, downloading the segment table (taps+1 int64) to size the
-// lists. With half (a submanifold map) it builds the taps before the
-// centre, taps = (V−1)/2, and the lengths it returns are those of all V
-// taps: tap V−1−v's is tap v's and the centre's nOut. off, when the lists
-// are not empty, is the first pair of every chunk of pairsChunk output
-// rows of every tap ([taps·⌈nOut/pairsChunk⌉] int64, in the segments'
-// numbering; fg::PairsParams.off), else a zero rawBuf.
-func (d *Device) pairs(nbr devPtr, nOut, V int, half bool) (pin, pout, psg, off rawBuf, st pairStats, err error) {
-	fail := func(e error) (rawBuf, rawBuf, rawBuf, rawBuf, pairStats, error) {
-		for _, r := range []rawBuf{pin, pout, psg, off} {
-			if r.ptr != 0 {
-				d.freeTemp(r)
-			}
-		}
-		return rawBuf{}, rawBuf{}, rawBuf{}, rawBuf{}, pairStats{}, e
-	}
-	taps := V
+// pairsCount starts the pair lists of the first taps taps of the table nbr
+// [nOut, V] without waiting for the device: it queues the counts of every
+// chunk of pairsChunk output rows per tap, their scan into off and the tap
+// segments seg, and the copy of seg into page-locked host memory behind
+// an event (a segCopy) when ahead, and write finishes the lists; else it
+// reads seg at once (a host wait) and writes them. With half (a
+// submanifold map) it counts the taps before the centre, taps = (V−1)/2,
+// and the lengths the lists report are those of all V taps: tap V−1−v's is
+// tap v's and the centre's nOut. off, when the lists are not empty, is the
+// first pair of every chunk of pairsChunk output rows of every tap
+// ([taps·⌈nOut/pairsChunk⌉] int64, in the segments' numbering;
+// fg::PairsParams.off), else a zero rawBuf. A map's lists are counted when
+// a caller asks for them ahead (DeriveTables) and written when a weight
+// gradient first needs them: by then the device has long passed the copy,
+// so the host waits for nothing while the device idles.
+func (d *Device) pairsCount(nbr devPtr, nOut, V int, half, ahead bool) (*pairBufs, error) {
+	p := &pairBufs{half: half, nOut: nOut, V: V, taps: V}
 	if half {
-		taps = (V - 1) / 2
+		p.taps = (V - 1) / 2
 	}
-	if psg, err = d.allocTemp(int64(taps+1) * 8); err != nil {
+	fail := func(e error) (*pairBufs, error) {
+		d.freePairs(p)
+		return nil, e
+	}
+	var err error
+	if p.seg, err = d.allocTemp(int64(p.taps+1) * 8); err != nil {
 		return fail(err)
-	}
-	st.iters = make([]int64, V)
-	if half {
-		st.iters[taps] = int64(nOut)
-		st.longest = int64(nOut)
 	}
 	nc := int64((nOut + pairsChunk - 1) / pairsChunk)
-	if nc == 0 || taps == 0 {
+	if nc == 0 || p.taps == 0 {
 		// No rows, or a 1×1×1 submanifold map (the centre, identity, alone):
-		// empty lists.
-		if err := memsetD8(psg.ptr, 0, int64(taps+1)*8, d.stream); err != nil {
+		// empty lists, nothing to count.
+		if err := memsetD8(p.seg.ptr, 0, int64(p.taps+1)*8, d.stream); err != nil {
 			return fail(err)
 		}
-		return rawBuf{ptr: d.zeroPage}, rawBuf{ptr: d.zeroPage}, psg, rawBuf{}, st, nil
-	}
-	cnt, err := d.allocTemp(int64(taps) * nc * 4)
-	if err != nil {
-		return fail(err)
-	}
-	defer d.freeTemp(cnt)
-	if off, err = d.allocTemp(int64(taps) * nc * 8); err != nil {
-		return fail(err)
-	}
-	blk := dim3{X: pairsChunk}
-	if err := d.launch("kmap_pairs_count", dim3{X: int(nc)}, blk, 0, nbr, int64(nOut), int32(V), int32(taps), cnt.ptr, nc); err != nil {
-		return fail(err)
-	}
-	if err := d.scan(scanI32I64, cnt.ptr, off.ptr, int64(taps)*nc, psg.ptr+devPtr(8*taps)); err != nil {
-		return fail(err)
-	}
-	g, b := d.elementwise(int64(taps))
-	if err := d.launch("kmap_pairs_seg", g, b, 0, off.ptr, nc, int32(taps), psg.ptr); err != nil {
-		return fail(err)
-	}
-	seg, err := download[int64](d, psg.ptr, taps+1)
-	if err != nil {
-		return fail(err)
-	}
-	for v := range taps {
-		st.iters[v] = seg[v+1] - seg[v]
-		if half {
-			st.iters[V-1-v] = st.iters[v]
+		if err := p.finish(d, make([]int64, p.taps+1)); err != nil {
+			return fail(err)
 		}
-		st.longest = max(st.longest, st.iters[v])
+		return p, nil
 	}
-	total := seg[taps]
+	cnt, err := d.allocTemp(int64(p.taps) * nc * 4)
+	if err != nil {
+		return fail(err)
+	}
+	defer d.freeTemp(cnt) // stream-ordered: reused only behind the scan
+	if p.off, err = d.allocTemp(int64(p.taps) * nc * 8); err != nil {
+		return fail(err)
+	}
+	if err := d.launch("kmap_pairs_count", dim3{X: int(nc)}, dim3{X: pairsChunk}, 0, nbr, int64(nOut), int32(V), int32(p.taps), cnt.ptr, nc); err != nil {
+		return fail(err)
+	}
+	if err := d.scan(scanI32I64, cnt.ptr, p.off.ptr, int64(p.taps)*nc, p.seg.ptr+devPtr(8*p.taps)); err != nil {
+		return fail(err)
+	}
+	g, b := d.elementwise(int64(p.taps))
+	if err := d.launch("kmap_pairs_seg", g, b, 0, p.off.ptr, nc, int32(p.taps), p.seg.ptr); err != nil {
+		return fail(err)
+	}
+	if ahead {
+		if p.copy, err = d.segCopyFor(p.taps + 1); err != nil {
+			return fail(err)
+		}
+	}
+	if p.copy == nil {
+		// Needed now, or more taps than a segCopy holds: read the
+		// segments at once.
+		seg, err := download[int64](d, p.seg.ptr, p.taps+1)
+		if err != nil {
+			return fail(err)
+		}
+		if err := p.finish(d, seg); err != nil {
+			return fail(err)
+		}
+		if err := p.launchWrite(d, nbr); err != nil {
+			return fail(err)
+		}
+		return p, nil
+	}
+	if err := memcpyDtoHAsync(p.copy.host, p.seg.ptr, int64(p.taps+1)*8, d.stream); err != nil {
+		return fail(err)
+	}
+	if err := eventRecord(p.copy.ev, d.stream); err != nil {
+		return fail(err)
+	}
+	return p, nil
+}
+
+// write finishes lists that pairsCount started: it reads their segments'
+// copy (waiting for it, a counted host wait and download, only if the
+// device has not passed it yet), the tap lengths and sizes, and writes the
+// lists from nbr (the table pairsCount counted). Lists already written are
+// left alone.
+func (p *pairBufs) write(d *Device, nbr devPtr) error {
+	if p.copy == nil {
+		return nil
+	}
+	c := p.copy
+	done, err := eventDone(c.ev)
+	if err != nil {
+		return err
+	}
+	if !done {
+		d.countDownload(int64(p.taps+1) * 8)
+		if err := eventSync(c.ev); err != nil {
+			return err
+		}
+	}
+	seg := slices.Clone(unsafe.Slice((*int64)(c.host), p.taps+1))
+	d.segCopies = append(d.segCopies, c)
+	p.copy = nil
+	if err := p.finish(d, seg); err != nil {
+		return err
+	}
+	return p.launchWrite(d, nbr)
+}
+
+// launchWrite writes the lists (after finish) from nbr.
+func (p *pairBufs) launchWrite(d *Device, nbr devPtr) error {
+	if p.in.size == 0 {
+		return nil // no pairs
+	}
+	nc := int64((p.nOut + pairsChunk - 1) / pairsChunk)
+	return d.launch("kmap_pairs_write", dim3{X: int(nc)}, dim3{X: pairsChunk}, 0, nbr, int64(p.nOut), int32(p.V), int32(p.taps), p.off.ptr, nc, p.in.ptr, p.out.ptr)
+}
+
+// finish takes the lists' tap segments seg [taps+1] (read back): their
+// lengths for the split heuristic, and the lists' blocks, allocated to
+// the total (empty lists: the zero page, and no chunk offsets).
+func (p *pairBufs) finish(d *Device, seg []int64) error {
+	p.st.iters = make([]int64, p.V)
+	if p.half {
+		p.st.iters[p.taps] = int64(p.nOut)
+		p.st.longest = int64(p.nOut)
+	}
+	for v := range p.taps {
+		p.st.iters[v] = seg[v+1] - seg[v]
+		if p.half {
+			p.st.iters[p.V-1-v] = p.st.iters[v]
+		}
+		p.st.longest = max(p.st.longest, p.st.iters[v])
+	}
+	total := seg[p.taps]
 	if total == 0 {
-		d.freeTemp(off)
-		return rawBuf{ptr: d.zeroPage}, rawBuf{ptr: d.zeroPage}, psg, rawBuf{}, st, nil
+		d.freeTemp(p.off)
+		p.off = rawBuf{}
+		p.in, p.out = rawBuf{ptr: d.zeroPage}, rawBuf{ptr: d.zeroPage}
+		return nil
 	}
-	if pin, err = d.allocTemp(total * 4); err != nil {
-		return fail(err)
+	var err error
+	if p.in, err = d.allocTemp(total * 4); err != nil {
+		return err
 	}
-	if pout, err = d.allocTemp(total * 4); err != nil {
-		return fail(err)
+	p.out, err = d.allocTemp(total * 4)
+	return err
+}
+
+// freePairs frees the blocks of pair lists, started or written, and hands
+// a pending segment copy back (a later copy into it is queued behind this
+// one on the same stream, and read only behind its own event).
+func (d *Device) freePairs(p *pairBufs) {
+	for _, r := range p.bufs() {
+		d.freeTemp(r)
 	}
-	if err := d.launch("kmap_pairs_write", dim3{X: int(nc)}, blk, 0, nbr, int64(nOut), int32(V), int32(taps), off.ptr, nc, pin.ptr, pout.ptr); err != nil {
-		return fail(err)
+	if p.copy != nil {
+		d.segCopies = append(d.segCopies, p.copy)
+		p.copy = nil
 	}
-	return pin, pout, psg, off, st, nil
+}
+
+// segCopy is page-locked host memory for a pair lists' segment table
+// (segCopyTaps + 1 int64) and the event recorded behind its copy.
+type segCopy struct {
+	host unsafe.Pointer
+	ev   cuEvent
+}
+
+// segCopyTaps is the most taps whose segment table a segCopy holds (a
+// 9×9×9 kernel's 729; larger kernels read theirs at once).
+const segCopyTaps = 1023
+
+// segCopyFor returns a free segCopy for n int64 (a new one when none is
+// free), or nil when n is more than one holds. Worker only.
+func (d *Device) segCopyFor(n int) (*segCopy, error) {
+	if n > segCopyTaps+1 {
+		return nil, nil
+	}
+	if k := len(d.segCopies); k > 0 {
+		c := d.segCopies[k-1]
+		d.segCopies = d.segCopies[:k-1]
+		return c, nil
+	}
+	ev, err := eventCreate()
+	if err != nil {
+		return nil, err
+	}
+	h, err := memAllocHost((segCopyTaps + 1) * 8)
+	if err != nil {
+		_ = eventDestroy(ev)
+		return nil, err
+	}
+	return &segCopy{host: h, ev: ev}, nil
 }
 
 // grayMasks computes the bitmasks [n, W] of the rows of table [n, V] and

@@ -115,7 +115,7 @@ func (e *Engine) dropMap(k mapKey) {
 	}
 	bufs := []rawBuf{me.nbr, me.rev, me.nbrMask, me.nbrRank}
 	if p := me.pairs; p != nil {
-		bufs = append(bufs, p.bufs()...)
+		d.freePairs(p)
 	}
 	for _, g := range me.gray {
 		if g != nil {
@@ -329,13 +329,18 @@ type pairLists struct {
 	half    bool      // the lists hold only the taps before the centre (a submanifold map, read mirrored; see TablePairs)
 }
 
-// pairBufs are a map's cached device pair lists (Device.pairs).
+// pairBufs are a map's cached device pair lists (Device.pairsCount), and
+// while copy is set, lists counted but not yet written (pairBufs.write).
 type pairBufs struct {
 	in, out rawBuf    // [P] int32
 	seg     rawBuf    // [taps+1] int64
 	off     rawBuf    // first pair of each chunk of pairsChunk output rows per tap, or none
 	st      pairStats // segment lengths of all V taps
 	half    bool      // the lists hold the taps before the centre (submanifold; TablePairs)
+	// The table the lists are counted from: nOut rows of V taps, of which
+	// the lists hold taps.
+	nOut, V, taps int
+	copy          *segCopy // the segments on their way to the host, until write
 }
 
 // bufs returns the allocator blocks of the lists (some may be empty).
@@ -347,23 +352,43 @@ func (p *pairBufs) lists() pairLists {
 }
 
 // pairTables returns the device pair lists of m, computing them on the
-// device if they are not cached (which waits once for the device, to size
-// the lists). Worker only.
+// device if they are not cached, or finishing them if countPairs started
+// them: writing the lists waits for the copy of their sizes, at once when
+// they were not counted ahead. Worker only.
 func (e *Engine) pairTables(m *kmap.Map) (pairLists, error) {
-	me := e.entry(m)
-	if me.pairs == nil {
+	p, err := e.countPairs(m, false)
+	if err != nil {
+		return pairLists{}, err
+	}
+	if p.copy != nil {
 		nbr, err := e.nbrTable(m)
 		if err != nil {
 			return pairLists{}, err
 		}
-		half := m.Kind == kmap.Submanifold
-		pin, pout, psg, off, ps, err := e.d.pairs(nbr, m.NOut, m.V(), half)
-		if err != nil {
+		if err := p.write(e.d, nbr); err != nil {
+			e.d.freePairs(p)
+			e.entry(m).pairs = nil
 			return pairLists{}, err
 		}
-		me.pairs = &pairBufs{in: pin, out: pout, seg: psg, off: off, st: ps, half: half}
 	}
-	return me.pairs.lists(), nil
+	return p.lists(), nil
+}
+
+// countPairs starts the pair lists of m (Device.pairsCount; ahead: to be
+// written later, else at once) unless they are cached, started or
+// written. Worker only.
+func (e *Engine) countPairs(m *kmap.Map, ahead bool) (*pairBufs, error) {
+	me := e.entry(m)
+	if me.pairs == nil {
+		nbr, err := e.nbrTable(m)
+		if err != nil {
+			return nil, err
+		}
+		if me.pairs, err = e.d.pairsCount(nbr, m.NOut, m.V(), m.Kind == kmap.Submanifold, ahead); err != nil {
+			return nil, err
+		}
+	}
+	return me.pairs, nil
 }
 
 // grayTablesFor returns the device masks and Gray order of m's forward
