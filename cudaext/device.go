@@ -75,6 +75,9 @@ type Device struct {
 	// (streamKTilesPerSM or EnvStreamKTilesPerSM); streamKBlocks > 0 (the
 	// tests) forces it for every such gather, on that many blocks.
 	streamKTilesPerSM, streamKBlocks int
+	// runSortMax: radixSort sorts up to this many 32-bit keys by runs and
+	// a merge (runSortLimit or EnvRunSortMaxKeys).
+	runSortMax int64
 	// brickMinRows: the brick search builds submanifold maps from this
 	// many rows on (brickMinRows or EnvBrickMinRows; the tests lower it).
 	brickMinRows int
@@ -150,12 +153,17 @@ func openDevice(ordinal int) (*Device, error) {
 	if err != nil {
 		return nil, err
 	}
+	runSortMax, err := runSortMaxKeysFromEnv()
+	if err != nil {
+		return nil, err
+	}
 	d := &Device{
 		funcs:                  map[string]*kernelFunc{},
 		syncEach:               os.Getenv(EnvSync) == "1",
 		noBricks:               os.Getenv(EnvNoBricks) == "1",
 		longestFirstTilesPerSM: perSM,
 		streamKTilesPerSM:      skPerSM,
+		runSortMax:             int64(runSortMax),
 		brickMinRows:           minRows,
 		pairsWindowMin:         pairsWindowMinBytes,
 		pairsWindowRows:        windowRows,

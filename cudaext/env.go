@@ -99,6 +99,27 @@ func streamKTilesPerSMFromEnv() (int, error) {
 // gain nothing (+0.5 to +3 %), hence one tile per SM.
 const streamKTilesPerSM = 1
 
+// EnvRunSortMaxKeys names the environment variable that, read when the
+// engine opens, sets the most 32-bit keys that radixSort sorts by runs
+// and merges (two to three launches) instead of radix passes (an integer
+// from 0, never, to runSortLimit; default runSortLimit).
+const EnvRunSortMaxKeys = "FLEXGEMM_RUN_SORT_MAX_KEYS"
+
+// runSortMaxKeysFromEnv returns EnvRunSortMaxKeys's value, or runSortLimit
+// when it is unset; anything but an integer in [0, runSortLimit] is an
+// error.
+func runSortMaxKeysFromEnv() (int, error) {
+	n, err := nonNegativeFromEnv(EnvRunSortMaxKeys, runSortLimit, "keys")
+	if err == nil && n > runSortLimit {
+		err = fmt.Errorf("cudaext: %s=%d: the run sort takes at most %d keys", EnvRunSortMaxKeys, n, runSortLimit)
+	}
+	return n, err
+}
+
+// runSortLimit is the most keys the run sort's kernels take
+// (kernels/sort.cu kRunSort).
+const runSortLimit = 65536
+
 // EnvPairsWindowRows names the environment variable that, read when the
 // engine opens, sets the output rows per slice of the weight gradient's
 // window split (a positive integer; default pairsWindowRows).

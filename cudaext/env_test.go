@@ -44,6 +44,19 @@ func TestTilesPerSMFromEnv(t *testing.T) {
 	}
 }
 
+// TestRunSortMaxKeysFromEnv checks the parsing of EnvRunSortMaxKeys.
+func TestRunSortMaxKeysFromEnv(t *testing.T) {
+	checkEnvParse(t, EnvRunSortMaxKeys, runSortMaxKeysFromEnv, []envCase[int]{
+		{set: false, want: runSortLimit},
+		{value: "", set: true, want: runSortLimit},
+		{value: "0", set: true, want: 0},
+		{value: "16384", set: true, want: 16384},
+		{value: "65537", set: true, bad: true},
+		{value: "-1", set: true, bad: true},
+		{value: "all", set: true, bad: true},
+	})
+}
+
 // TestPairsWindowRowsFromEnv checks the parsing of EnvPairsWindowRows.
 func TestPairsWindowRowsFromEnv(t *testing.T) {
 	checkEnvParse(t, EnvPairsWindowRows, pairsWindowRowsFromEnv, []envCase[int64]{

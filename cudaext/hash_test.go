@@ -213,18 +213,26 @@ func TestSortPlan(t *testing.T) {
 func TestGPURadixSort(t *testing.T) {
 	e := gxEngine(t)
 	rng := rand.New(rand.NewPCG(3, 4))
-	// Up to 65536 32-bit keys sort in runs of 1024 (sort_runs) merged in
-	// one launch (sort_merge), more (and 64-bit keys) in radix passes:
-	// the onesweep sort, or the classic passes (noOnesweep), both checked.
+	// Up to runSortMax (65536) 32-bit keys sort in runs of 1024
+	// (sort_runs) merged in one launch (sort_merge), more (and 64-bit
+	// keys) in radix passes: the onesweep sort, or the classic passes
+	// (noOnesweep), all checked; half the cases up to 65536 keys take
+	// the radix passes too (runSortMax 0, EnvRunSortMaxKeys).
 	sizes := []int{0, 1, 2, 64, 1023, 1025, 4097, 15_192, 64_160, 65_536, 65_537, 300_001, 1_000_003}
 	if testing.Short() {
 		sizes = sizes[:11]
 	}
-	defer func() { require.NoError(t, e.d.do(func() error { e.d.noOnesweep = false; return nil })) }()
+	defer func() {
+		require.NoError(t, e.d.do(func() error { e.d.noOnesweep, e.d.runSortMax = false, runSortLimit; return nil }))
+	}()
 	for _, n := range sizes {
 		for _, nbits := range []int{0, 1, 5, 8, 9, 17, 27, 32, 41, 64} {
 			classic := (n+nbits)%3 == 0
-			require.NoError(t, e.d.do(func() error { e.d.noOnesweep = classic; return nil }))
+			runMax := int64(runSortLimit)
+			if (n+nbits)%2 == 1 {
+				runMax = 0
+			}
+			require.NoError(t, e.d.do(func() error { e.d.noOnesweep, e.d.runSortMax = classic, runMax; return nil }))
 			// Values are the original positions (iota) or carried along.
 			iota := nbits%2 == 0
 			wide := nbits > 32

@@ -24,7 +24,7 @@ import (
 const (
 	sortTile     = 2048
 	sortThreads  = 256
-	runSort      = 65536
+	runSort      = runSortLimit
 	runSortRun   = 1024
 	sortMaxDigit = 9
 )
@@ -163,7 +163,7 @@ func (d *Device) radixSort(keys, vals devPtr, n int64, wide bool, nbits int, iot
 		}
 		return nil
 	}
-	if !wide && n <= runSort {
+	if !wide && n <= d.runSortMax {
 		return d.runSort(keys, vals, n, nbits, iota)
 	}
 	ksize := int64(4)
