@@ -1018,7 +1018,7 @@ func (d *Device) pairsCount(nbr devPtr, nOut, V int, half, ahead bool) (*pairBuf
 	if p.seg, err = d.allocTemp(int64(p.taps+1) * 8); err != nil {
 		return fail(err)
 	}
-	nc := int64((nOut + pairsChunk - 1) / pairsChunk)
+	nc := p.chunks()
 	if nc == 0 || p.taps == 0 {
 		// No rows, or a 1×1×1 submanifold map (the centre, identity, alone):
 		// empty lists, nothing to count.
@@ -1111,9 +1111,13 @@ func (p *pairBufs) launchWrite(d *Device, nbr devPtr) error {
 	if p.in.size == 0 {
 		return nil // no pairs
 	}
-	nc := int64((p.nOut + pairsChunk - 1) / pairsChunk)
+	nc := p.chunks()
 	return d.launch("kmap_pairs_write", dim3{X: int(nc)}, dim3{X: pairsChunk}, 0, nbr, int64(p.nOut), int32(p.V), int32(p.taps), p.off.ptr, nc, p.in.ptr, p.out.ptr)
 }
+
+// chunks is the number of chunks of pairsChunk output rows (a block of the
+// pair kernels each).
+func (p *pairBufs) chunks() int64 { return ceilDiv(int64(p.nOut), pairsChunk) }
 
 // finish takes the lists' tap segments seg [taps+1] (read back): their
 // lengths for the split heuristic, and the lists' blocks, allocated to

@@ -17,14 +17,13 @@ import (
 
 // sortTile is the number of elements per block of the sort and scan
 // kernels (kernels/sort.cu kTile); sortThreads their block size;
-// runSort the most 32-bit keys sorted in two launches, runs of
-// runSortRun keys sorted by one block each, then merged (kRunSort, kRun);
+// runSortRun the keys of each run that one block of the run sort sorts
+// before the merge (kRun; at most runSortLimit keys in all, kRunSort);
 // sortMaxDigit the widest digit of a radix pass (kMaxRadix
 // = 1 << sortMaxDigit: a 27-bit Gray rank sorts in three passes, not four).
 const (
 	sortTile     = 2048
 	sortThreads  = 256
-	runSort      = runSortLimit
 	runSortRun   = 1024
 	sortMaxDigit = 9
 )
@@ -89,9 +88,10 @@ func sortPlan(nbits int) (passes, width int) {
 	return passes, width
 }
 
-// runSort is radixSort for at most runSort 32-bit keys: sort_runs sorts
-// each run of runSortRun keys into temporaries, sort_merge places every
-// key from there into keys and vals.
+// runSort is radixSort for at most runSortLimit 32-bit keys (radixSort
+// takes it up to d.runSortMax): sort_runs sorts each run of runSortRun
+// keys into temporaries, sort_merge places every key from there into keys
+// and vals.
 func (d *Device) runSort(keys, vals devPtr, n int64, nbits int, iota bool) error {
 	k2, err := d.allocTemp(n * 4)
 	if err != nil {
