@@ -197,14 +197,16 @@ func convStack(h *holder, maps []*kmap.Map, x sparse.Matrix, ws, bs []sparse.Mat
 		return fmt.Errorf("output gradient: %w", err)
 	}
 	for l := L - 1; l >= 0; l-- {
+		// The weight and bias gradients in one call (sparse.ConvParamGrads:
+		// the CUDA engine sums the bias gradient in the weight gradient's
+		// kernel where it can).
 		h.be.phasef("wgrad L%d", l)
-		if _, err := h.keep(sparse.ConvWeightGrad(maps[l], acts[l], dy, opt)); err != nil {
-			return fmt.Errorf("layer %d weight gradient: %w", l, err)
+		dw, db, err := sparse.ConvParamGrads(maps[l], acts[l], dy, opt)
+		if err != nil {
+			return fmt.Errorf("layer %d weight and bias gradients: %w", l, err)
 		}
-		h.be.phasef("bias L%d", l)
-		if _, err := h.keep(sparse.BiasGrad(dy)); err != nil {
-			return fmt.Errorf("layer %d bias gradient: %w", l, err)
-		}
+		h.keep(dw, nil)
+		h.keep(db, nil)
 		if l > 0 {
 			h.be.phasef("dgrad L%d", l)
 			dx, err := sparse.ConvInputGrad(maps[l], dy, ws[l], opt)

@@ -38,6 +38,11 @@ func (e *Engine) ConvWeightGrad(m *kmap.Map, x, dy sparse.Matrix, opt sparse.Con
 	return e.WeightGrad(m, x, dy, Options{ConvOptions: opt})
 }
 
+// ConvParamGrads implements sparse.ParamGradEngine.
+func (e *Engine) ConvParamGrads(m *kmap.Map, x, dy sparse.Matrix, opt sparse.ConvOptions) (dw, db sparse.Matrix, err error) {
+	return e.ParamGrads(m, x, dy, Options{ConvOptions: opt})
+}
+
 // mathFor returns the GEMM arithmetic of a dtype.
 func (e *Engine) mathFor(dt sparse.DType) (kernels.Math, error) {
 	switch dt {
@@ -648,6 +653,20 @@ type pairsJob struct {
 	splitAlg   bool
 	userSplits int
 	out        *Buffer // [M, V·N]
+	// bias, if set (a float32 [1, M] Buffer; mirror lists and a 16-bit
+	// Hopper tile only, see fusesBias), gets the sums of a over the
+	// centre tap's pairs, every row of a once: the bias gradient of the
+	// layer whose output gradient a is.
+	bias *Buffer
+}
+
+// fusesBias reports whether the weight gradient's pairs kernel of tile t
+// in arithmetic mth sums the bias gradient itself (pairsJob.bias): over
+// the half lists of a submanifold map (mirror: the centre tap is the
+// identity over every output row) with a 16-bit Hopper tile, whose
+// kernels add those sums in their centre tap's blocks (fg::pairs_gemm).
+func fusesBias(t kernels.Tile, mth kernels.Math, mirror bool) bool {
+	return mirror && t.Hopper && mth.ElemSize() == 2
 }
 
 func (e *Engine) runPairs(j pairsJob) error {
@@ -718,10 +737,36 @@ func (e *Engine) runPairs(j pairsJob) error {
 	if j.V > 65535 {
 		return fmt.Errorf("%w: kernel volume %d exceeds 65535", sparse.ErrShape, j.V)
 	}
+	var biasSlices int64
+	if j.bias != nil {
+		if !j.mirror || !t.Hopper || esz != 2 {
+			return fmt.Errorf("cudaext: internal error: a bias gradient in a weight gradient of tile %s (mirror %v)", t.Name(), j.mirror)
+		}
+		// The centre tap's slices (fg::PairsTap::slices): every split,
+		// or with the balanced split about one per chunk of its
+		// reduction steps; each writes its row sums.
+		biasSlices = int64(splits)
+		if chunk > 0 {
+			biasSlices = min(int64(splits), max(1, ceilDiv(ceilDiv(j.K, int64(t.BK)), chunk)))
+		}
+		bp, err := d.allocPartials(biasSlices * j.M)
+		if err != nil {
+			return err
+		}
+		defer d.freeTemp(bp)
+		p.BiasPart = uint64(bp.ptr)
+	}
 	d.lastPairs, d.lastPairsBK = p, int64(t.BK)
 	name := kernels.KernelName(kernels.Pairs, j.math, t)
 	if err := d.launch(name, dim3{X: int(tiles), Y: int(j.V), Z: splits}, dim3{X: t.Threads()}, kernels.SmemBytes(kernels.Pairs, j.math, t), &p); err != nil {
 		return err
+	}
+	if j.bias != nil {
+		// The slices' sums in slice order, as BiasGrad's second stage.
+		g, b := d.elementwise(32 * j.M)
+		if err := d.launch("spconv_bias_grad2_f32", g, b, 0, devPtr(p.BiasPart), j.bias.ptr, biasSlices, j.M); err != nil {
+			return err
+		}
 	}
 	switch {
 	case splits > 1 && chunk > 0:
@@ -1094,39 +1139,58 @@ func (e *Engine) InputGrad(m *kmap.Map, dy, w sparse.Matrix, o Options) (sparse.
 // never rounded to the narrow type; o.NarrowWeightGrad rounds it to the
 // inputs' dtype instead.
 func (e *Engine) WeightGrad(m *kmap.Map, x, dy sparse.Matrix, o Options) (sparse.Matrix, error) {
-	const op = "cudaext: WeightGrad"
+	dw, _, err := e.paramGrads("cudaext: WeightGrad", m, x, dy, o, false)
+	return dw, err
+}
+
+// ParamGrads returns WeightGrad(m, x, dy, o) and BiasGrad(dy) together.
+// Over the half pair lists of a submanifold map with a 16-bit Hopper tile
+// (the masked and implicit algorithms of float16/bfloat16 data on Hopper
+// GPUs) the bias gradient is summed by the weight gradient's own kernel,
+// in the blocks of its centre tap, whose pairs name every row of dy once:
+// dy is read once instead of twice. Elsewhere BiasGrad's kernels run after
+// the weight gradient. The bias gradient is float32 either way, summed in
+// a fixed order (deterministic); the two orders differ in rounding only.
+// EnvNoFusedBias=1 turns the fused sums off.
+func (e *Engine) ParamGrads(m *kmap.Map, x, dy sparse.Matrix, o Options) (dw, db sparse.Matrix, err error) {
+	return e.paramGrads("cudaext: ParamGrads", m, x, dy, o, true)
+}
+
+// paramGrads is WeightGrad and, with bias, ParamGrads.
+func (e *Engine) paramGrads(op string, m *kmap.Map, x, dy sparse.Matrix, o Options, bias bool) (sparse.Matrix, sparse.Matrix, error) {
 	if err := e.checkMap(op, m); err != nil {
-		return sparse.Matrix{}, err
+		return sparse.Matrix{}, sparse.Matrix{}, err
 	}
 	if err := checkOptions(op, o); err != nil {
-		return sparse.Matrix{}, err
+		return sparse.Matrix{}, sparse.Matrix{}, err
 	}
 	xb, err := e.buffer(x, "x")
 	if err != nil {
-		return sparse.Matrix{}, err
+		return sparse.Matrix{}, sparse.Matrix{}, err
 	}
 	db, err := e.buffer(dy, "dy")
 	if err != nil {
-		return sparse.Matrix{}, err
+		return sparse.Matrix{}, sparse.Matrix{}, err
 	}
 	if x.Rows != m.NIn {
-		return sparse.Matrix{}, &sparse.ShapeError{Op: op, Arg: "x", Want: fmt.Sprintf("[%d, Ci]", m.NIn), Got: x.Shape()}
+		return sparse.Matrix{}, sparse.Matrix{}, &sparse.ShapeError{Op: op, Arg: "x", Want: fmt.Sprintf("[%d, Ci]", m.NIn), Got: x.Shape()}
 	}
 	if dy.Rows != m.NOut {
-		return sparse.Matrix{}, &sparse.ShapeError{Op: op, Arg: "dy", Want: fmt.Sprintf("[%d, Co]", m.NOut), Got: dy.Shape()}
+		return sparse.Matrix{}, sparse.Matrix{}, &sparse.ShapeError{Op: op, Arg: "dy", Want: fmt.Sprintf("[%d, Co]", m.NOut), Got: dy.Shape()}
 	}
 	if xb.dtype != db.dtype {
-		return sparse.Matrix{}, fmt.Errorf("%w: %s: dy is %v but x is %v", sparse.ErrDType, op, db.dtype, xb.dtype)
+		return sparse.Matrix{}, sparse.Matrix{}, fmt.Errorf("%w: %s: dy is %v but x is %v", sparse.ErrDType, op, db.dtype, xb.dtype)
 	}
 	math, err := e.mathFor(xb.dtype)
 	if err != nil {
-		return sparse.Matrix{}, err
+		return sparse.Matrix{}, sparse.Matrix{}, err
 	}
 	V := int64(m.V())
 	ci, co := int64(x.Cols), int64(dy.Cols)
 	if o, err = e.tuned(tuneWGrad, m, math, ci, co, o, func(c Options) (sparse.Matrix, error) { return e.WeightGrad(m, x, dy, c) }); err != nil {
-		return sparse.Matrix{}, err
+		return sparse.Matrix{}, sparse.Matrix{}, err
 	}
+	sfx, _ := floatSuffix(db.dtype)
 	alg := resolve(o.Algorithm)
 	outDT := sparse.WeightGradDType(xb.dtype, o.NarrowWeightGrad)
 	// The tile is chosen before anything runs, so that a forced tile the
@@ -1138,16 +1202,29 @@ func (e *Engine) WeightGrad(m *kmap.Map, x, dy sparse.Matrix, o Options) (sparse
 		tile, err = e.chooseTile(o, math, usePairs, co, ci, int64(m.NOut))
 	}
 	if err != nil {
-		return sparse.Matrix{}, err
+		return sparse.Matrix{}, sparse.Matrix{}, err
 	}
-	var out *Buffer
+	var out, bout *Buffer
 	err = e.d.do(func() error {
 		var err error
 		if out, err = e.newOutput(outDT, int(co*V*ci)); err != nil {
 			return err
 		}
+		if bias {
+			if bout, err = e.newOutput(sparse.Float32, int(co)); err != nil {
+				return err
+			}
+		}
+		rows := int64(m.NOut)
+		// biasAfter queues BiasGrad's kernels (bias gradient not fused).
+		biasAfter := func() error {
+			if !bias || co == 0 {
+				return nil
+			}
+			return e.biasGrad(bout, db, rows, co, sfx, "f32")
+		}
 		if co*V*ci == 0 {
-			return nil
+			return biasAfter()
 		}
 		// The map's tables are derived on the main stream (an input
 		// gradient beside this one may read them); the products go to the
@@ -1157,33 +1234,50 @@ func (e *Engine) WeightGrad(m *kmap.Map, x, dy sparse.Matrix, o Options) (sparse
 			if err != nil {
 				return err
 			}
-			M := int64(m.NOut)
-			return e.d.onSide(M, func() error {
-				col, err := e.im2col(xb.ptr, xb.dtype, nbr, M, V, ci)
+			return e.d.onSide(rows, func() error {
+				col, err := e.im2col(xb.ptr, xb.dtype, nbr, rows, V, ci)
 				if err != nil {
 					return err
 				}
 				defer e.d.freeTemp(col)
-				return e.runPairs(pairsJob{math: math, tile: tile, a: db.ptr, b: col.ptr, M: co, N: V * ci, V: 1, K: M, maxPairs: M, out: out})
+				if err := e.runPairs(pairsJob{math: math, tile: tile, a: db.ptr, b: col.ptr, M: co, N: V * ci, V: 1, K: rows, maxPairs: rows, out: out}); err != nil {
+					return err
+				}
+				return biasAfter()
 			})
 		}
 		pl, err := e.pairTables(m)
 		if err != nil {
 			return err
 		}
-		return e.d.onSide(int64(m.NOut), func() error {
-			return e.runPairs(pairsJob{math: math, tile: tile, a: db.ptr, b: xb.ptr, ia: pl.out, ib: pl.in, seg: pl.seg, off: pl.off,
-				M: co, N: ci, V: V, K: int64(m.NOut), mirror: pl.half, maxPairs: pl.st.longest, stats: pl.st, splitAlg: isSplit(alg),
-				userSplits: o.SplitK, out: out})
+		j := pairsJob{math: math, tile: tile, a: db.ptr, b: xb.ptr, ia: pl.out, ib: pl.in, seg: pl.seg, off: pl.off,
+			M: co, N: ci, V: V, K: rows, mirror: pl.half, maxPairs: pl.st.longest, stats: pl.st, splitAlg: isSplit(alg),
+			userSplits: o.SplitK, out: out}
+		if bias && !e.d.noFusedBias && fusesBias(tile, math, pl.half) {
+			j.bias = bout
+			return e.d.onSide(rows, func() error { return e.runPairs(j) })
+		}
+		return e.d.onSide(rows, func() error {
+			if err := e.runPairs(j); err != nil {
+				return err
+			}
+			return biasAfter()
 		})
 	})
 	if err != nil {
 		if out != nil {
 			out.Free()
 		}
-		return sparse.Matrix{}, err
+		if bout != nil {
+			bout.Free()
+		}
+		return sparse.Matrix{}, sparse.Matrix{}, err
 	}
-	return sparse.Matrix{Rows: int(co), Cols: int(V * ci), Data: out}, nil
+	dw := sparse.Matrix{Rows: int(co), Cols: int(V * ci), Data: out}
+	if !bias {
+		return dw, sparse.Matrix{}, nil
+	}
+	return dw, sparse.Matrix{Rows: 1, Cols: int(co), Data: bout}, nil
 }
 
 // BiasGrad returns db [1, Co], the column sums of dy, summed in a fixed

@@ -976,6 +976,148 @@ func TestWeightGradBalancedSlices(t *testing.T) {
 	require.Greater(t, unused, 0, "no case left a tap's split slices unused")
 }
 
+// TestParamGradsFusedBias checks ParamGrads, whose bias gradient the
+// 16-bit Hopper pairs kernels sum in their centre tap over the half lists
+// of a submanifold map (PairsParams.bias_part) and BiasGrad's kernels
+// otherwise, or always with EnvNoFusedBias; with the side stream's
+// sections (the default for these small maps) and without (side.maxRows
+// lowered to 0). On a submanifold, a strided and a transposed map, with aligned and unaligned channels, no split, user splits, the
+// balanced split and the window split in row slices, in every arithmetic,
+// and (fused) every pairs tile of a Hopper GPU. The bias gradient is
+// compared with the float64 column sums of the rounded dy, the weight
+// gradient with the float64 reference and, bit for bit, with WeightGrad's;
+// the fused sums are asserted to run exactly where fusesBias says, and a second run repeats the bits. The partials are filled with NaN
+// bytes, so a slice read but never written shows. An impulse (one row of
+// small integers) comes out exact in every setting.
+func TestParamGradsFusedBias(t *testing.T) {
+	rng := rand.New(rand.NewPCG(57, 58))
+	maps := splitTestMaps(t, rng, 16, grid.Extent{Batch: 1, X: 20, Y: 18, Z: 22}, 0.08)
+	type setting struct {
+		noFused bool
+		maxRows int64
+	}
+	set := func(poison bool, windowMin, windowRows int64, st setting) {
+		require.NoError(t, gpu.d.do(func() error {
+			gpu.d.poisonPartials, gpu.d.pairsWindowMin, gpu.d.pairsWindowRows = poison, windowMin, windowRows
+			gpu.d.noFusedBias, gpu.d.side.maxRows = st.noFused, st.maxRows
+			return nil
+		}))
+	}
+	var maxRows0 int64
+	require.NoError(t, gpu.d.do(func() error { maxRows0 = gpu.d.side.maxRows; return nil }))
+	defer set(false, pairsWindowMinBytes, pairsWindowRows, setting{false, maxRows0})
+	var tiles []string
+	if gpu.d.info.Major == 9 {
+		for _, tl := range kernels.HopperTiles {
+			if tl.Has(kernels.Pairs, kernels.F16) {
+				tiles = append(tiles, tl.Name())
+			}
+		}
+	}
+	type split struct {
+		name   string
+		alg    sparse.Algorithm
+		splitK int
+		window bool
+	}
+	splits := []split{
+		{"none", sparse.MaskedImplicit, 0, false},
+		{"user3", sparse.MaskedImplicitSplitK, 3, false},
+		{"balanced", sparse.MaskedImplicitSplitK, 0, false},
+		{"window", sparse.MaskedImplicitSplitK, 0, true},
+	}
+	settings := []setting{{false, maxRows0}, {false, 0}, {true, maxRows0}, {true, 0}}
+	fused := 0
+	for _, sc := range maps {
+		m := sc.m
+		subm := m.Kind == kmap.Submanifold
+		for _, ch := range [][2]int{{64, 64}, {13, 72}, {128, 256}} {
+			ci, co := ch[0], ch[1]
+			xs := synth.Uniform[float32](rng, m.NIn*ci)
+			dys := synth.Uniform[float32](rng, m.NOut*co)
+			for _, mth := range kernels.Maths {
+				gpu.SetTF32(mth == kernels.TF32)
+				dt := dtypeOf(mth)
+				xr, dyr := roundedF64(mth, xs), roundedF64(mth, dys)
+				lim := accBound
+				if dt == sparse.Float32 {
+					xr, dyr, lim = f64(xs), f64(dys), bound(mth)
+				}
+				wantDW, wantDB := refWeightGrad(t, m, xr, dyr, ci, co)
+				x, dy := dev(t, m.NIn, ci, xs, dt), dev(t, m.NOut, co, dys, dt)
+				for si, st := range settings {
+					for _, tile := range append([]string{""}, tiles...) {
+						if tile != "" && (mth.ElemSize() != 2 || si > 0) {
+							continue
+						}
+						for _, sp := range splits {
+							if sp.window {
+								set(true, 0, 64, st)
+							} else {
+								set(true, pairsWindowMinBytes, pairsWindowRows, st)
+							}
+							name := fmt.Sprintf("%s/ci%d-co%d/%v/noFused%v-maxRows%d/%s/%s", sc.name, ci, co, mth, st.noFused, st.maxRows, tile, sp.name)
+							o := Options{ConvOptions: sparse.ConvOptions{Algorithm: sp.alg, SplitK: sp.splitK}, Tile: tile}
+							dw, db, err := gpu.ParamGrads(m, x, dy, o)
+							require.NoError(t, err, name)
+							var p pairsParams
+							require.NoError(t, gpu.d.do(func() error { p = gpu.d.lastPairs; return nil }))
+							chosen, err := gpu.chooseTile(o, mth, usePairs, int64(co), int64(ci), int64(m.NOut))
+							require.NoError(t, err, name)
+							want := subm && fusesBias(chosen, mth, true) && !st.noFused
+							require.Equal(t, want, p.BiasPart != 0, "%s: fused bias sums (tile %s)", name, chosen.Name())
+							if want {
+								fused++
+							}
+							gotDB := host(t, db)
+							require.Equal(t, []int{1, co}, []int{db.Rows, db.Cols}, name)
+							require.Equal(t, sparse.Float32, storageDType(t, db), name)
+							require.LessOrEqual(t, relL2(gotDB, wantDB), accBound, "%s: bias (splits %d, chunk %d)", name, p.Splits, p.Chunk)
+							gotDW := host(t, dw)
+							require.LessOrEqual(t, relL2(gotDW, wantDW), lim, "%s: weight", name)
+							dw2, err := gpu.WeightGrad(m, x, dy, o)
+							require.NoError(t, err, name)
+							require.Equal(t, gotDW, host(t, dw2), "%s: the weight gradient of ParamGrads is WeightGrad's", name)
+							dw3, db3, err := gpu.ParamGrads(m, x, dy, o)
+							require.NoError(t, err, name)
+							require.Equal(t, gotDB, host(t, db3), "%s: a second run repeats the bias bits", name)
+							gpu.Free(dw, db, dw2, dw3, db3)
+						}
+					}
+				}
+				gpu.Free(x, dy)
+			}
+		}
+	}
+	gpu.SetTF32(false)
+	if gpu.d.info.Major == 9 {
+		require.Greater(t, fused, 0, "no case summed the bias in the weight gradient")
+	}
+
+	// Impulse: dy is zero but for one row of 1 … co (exact in 16 bits).
+	m := maps[0].m
+	const ci, co = 64, 128
+	for _, mth := range []kernels.Math{kernels.F16, kernels.BF16} {
+		dys := make([]float32, m.NOut*co)
+		r := m.NOut / 2
+		for c := range co {
+			dys[r*co+c] = float32(c + 1)
+		}
+		x := dev(t, m.NIn, ci, synth.Uniform[float32](rng, m.NIn*ci), dtypeOf(mth))
+		dy := dev(t, m.NOut, co, dys, dtypeOf(mth))
+		for _, st := range settings {
+			set(false, pairsWindowMinBytes, pairsWindowRows, st)
+			dw, db, err := gpu.ParamGrads(m, x, dy, Options{ConvOptions: sparse.ConvOptions{Algorithm: sparse.MaskedImplicitSplitK}})
+			require.NoError(t, err)
+			for c, v := range host(t, db) {
+				require.Equal(t, float32(c+1), v, "%v impulse, noFused %v, maxRows %d: column %d", mth, st.noFused, st.maxRows, c)
+			}
+			gpu.Free(dw, db)
+		}
+		gpu.Free(x, dy)
+	}
+}
+
 // TestWeightGradFloat16Overflow is the loss-scaling case: float16 inputs
 // whose weight and bias gradients exceed 65504, the largest float16. The
 // narrow results overflow to infinity (a dynamic loss scaler would skip the

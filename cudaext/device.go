@@ -88,6 +88,9 @@ type Device struct {
 	// noRowSlices (EnvNoRowSlices).
 	pairsWindowMin, pairsWindowRows int64
 	noRowSlices                     bool
+	// noFusedBias (EnvNoFusedBias): ParamGrads never sums the bias
+	// gradient in the weight gradient's kernel.
+	noFusedBias bool
 	// noRowsFirst: masked gathers never launch their tiles in the order
 	// of their first rows (rowsFirst; EnvNoRowsFirst); rowsFirstMin: they
 	// do from this many rows on (rowsFirstMinRows; the tests lower it).
@@ -168,6 +171,7 @@ func openDevice(ordinal int) (*Device, error) {
 		pairsWindowMin:         pairsWindowMinBytes,
 		pairsWindowRows:        windowRows,
 		noRowSlices:            os.Getenv(EnvNoRowSlices) == "1",
+		noFusedBias:            os.Getenv(EnvNoFusedBias) == "1",
 		noRowsFirst:            os.Getenv(EnvNoRowsFirst) == "1",
 		rowsFirstMin:           rowsFirstMinRows,
 		noRegroup:              os.Getenv(EnvNoRegroup) == "1",

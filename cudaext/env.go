@@ -139,6 +139,12 @@ func pairsWindowRowsFromEnv() (int64, error) {
 	return int64(n), err
 }
 
+// EnvNoFusedBias names the environment variable that, set to "1" when an
+// engine opens, makes ParamGrads run BiasGrad's kernels after the weight
+// gradient instead of summing the bias gradient in the weight gradient's
+// kernel (fusesBias; session 25, step 56).
+const EnvNoFusedBias = "FLEXGEMM_NO_FUSED_BIAS"
+
 // EnvNoRowSlices names the environment variable that, set to "1" when an
 // engine opens, cuts the weight gradient's window split (windowPairsSplits)
 // into equal shares of every tap's pairs, as before session 14, instead

@@ -27,6 +27,7 @@ type pairsParams struct {
 	Mirror          int64
 	Off             uint64
 	Nc, OffRows     int64
+	BiasPart        uint64
 }
 
 func (p *gatherParams) argBytes() []byte {

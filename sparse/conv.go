@@ -71,26 +71,56 @@ func ConvInputGrad(m *kmap.Map, dy, w Matrix, opt ConvOptions) (Matrix, error) {
 // has the inputs' dtype, except that float16/bfloat16 device inputs give a
 // float32 result (unless opt.NarrowWeightGrad is set).
 func ConvWeightGrad(m *kmap.Map, x, dy Matrix, opt ConvOptions) (Matrix, error) {
-	if err := checkMap("ConvWeightGrad", m); err != nil {
-		return Matrix{}, err
-	}
-	if err := checkMatrix("ConvWeightGrad", "x", x, m.NIn, -1); err != nil {
-		return Matrix{}, err
-	}
-	if err := checkMatrix("ConvWeightGrad", "dy", dy, m.NOut, -1); err != nil {
-		return Matrix{}, err
-	}
-	if err := sameDType("ConvWeightGrad", "dy", x, dy); err != nil {
-		return Matrix{}, err
-	}
-	if err := opt.validate(); err != nil {
-		return Matrix{}, err
-	}
-	e, err := EngineFor(x, dy)
+	e, err := checkWeightGrad("ConvWeightGrad", m, x, dy, opt)
 	if err != nil {
 		return Matrix{}, err
 	}
 	return e.ConvWeightGrad(m, x, dy, opt)
+}
+
+// checkWeightGrad validates the arguments of ConvWeightGrad (and
+// ConvParamGrads) and returns the engine that owns x and dy.
+func checkWeightGrad(op string, m *kmap.Map, x, dy Matrix, opt ConvOptions) (Engine, error) {
+	if err := checkMap(op, m); err != nil {
+		return nil, err
+	}
+	if err := checkMatrix(op, "x", x, m.NIn, -1); err != nil {
+		return nil, err
+	}
+	if err := checkMatrix(op, "dy", dy, m.NOut, -1); err != nil {
+		return nil, err
+	}
+	if err := sameDType(op, "dy", x, dy); err != nil {
+		return nil, err
+	}
+	if err := opt.validate(); err != nil {
+		return nil, err
+	}
+	return EngineFor(x, dy)
+}
+
+// ConvParamGrads returns the gradients of Conv with respect to its weight
+// and its bias, ConvWeightGrad(m, x, dy, opt) and BiasGrad(dy), together:
+// an engine that implements ParamGradEngine computes both in one pass (the
+// CUDA engine sums the bias gradient of a submanifold map in the weight
+// gradient's centre tap, whose pairs cover every row of dy once), any
+// other runs the two in turn. The results have the same dtypes and shapes
+// as those of the two calls and agree with them to rounding.
+func ConvParamGrads(m *kmap.Map, x, dy Matrix, opt ConvOptions) (dw, db Matrix, err error) {
+	e, err := checkWeightGrad("ConvParamGrads", m, x, dy, opt)
+	if err != nil {
+		return Matrix{}, Matrix{}, err
+	}
+	if pe, ok := e.(ParamGradEngine); ok {
+		return pe.ConvParamGrads(m, x, dy, opt)
+	}
+	if dw, err = e.ConvWeightGrad(m, x, dy, opt); err != nil {
+		return Matrix{}, Matrix{}, err
+	}
+	if db, err = e.BiasGrad(dy); err != nil {
+		return Matrix{}, Matrix{}, err
+	}
+	return dw, db, nil
 }
 
 // BiasGrad returns the gradient of Conv with respect to bias: the column

@@ -98,6 +98,10 @@ func testPublicConv[T float32 | float64](t *testing.T, p *convProblem, opt spars
 	db, err := sparse.BiasGrad(dy)
 	require.NoError(t, err)
 	requireMatrix(t, p.wantDB, 1, p.co, db, tol, what+" BiasGrad")
+	dw, db, err = sparse.ConvParamGrads(m, x, dy, opt)
+	require.NoError(t, err)
+	requireMatrix(t, p.wantDW, p.co, V*p.ci, dw, tol, what+" ConvParamGrads weight")
+	requireMatrix(t, p.wantDB, 1, p.co, db, tol, what+" ConvParamGrads bias")
 }
 
 // TestConvMatchesOracle runs the public API on the CPU engine for every
@@ -201,6 +205,20 @@ func TestConvValidation(t *testing.T) {
 			_, e := sparse.ConvWeightGrad(m, x, matrixOf[float64](t, m.NOut, p.co, p.dy), ok)
 			return e
 		}(), sparse.ErrDType},
+		{"param grads nil map", func() error { _, _, e := sparse.ConvParamGrads(nil, x, dy, ok); return e }(), sparse.ErrShape},
+		{"param grads dy rows", func() error {
+			_, _, e := sparse.ConvParamGrads(m, x, sparse.NewMatrix[float32](1, p.co), ok)
+			return e
+		}(), sparse.ErrShape},
+		{"param grads dtype", func() error {
+			_, _, e := sparse.ConvParamGrads(m, x, matrixOf[float64](t, m.NOut, p.co, p.dy), ok)
+			return e
+		}(), sparse.ErrDType},
+		{"param grads device", func() error {
+			_, _, e := sparse.ConvParamGrads(m, sparse.Matrix{Rows: m.NIn, Cols: p.ci, Data: fakeStorage{m.NIn * p.ci}},
+				sparse.Matrix{Rows: m.NOut, Cols: p.co, Data: fakeStorage{m.NOut * p.co}}, ok)
+			return e
+		}(), sparse.ErrNoEngine},
 		{"bias grad int32", func() error { _, e := sparse.BiasGrad(sparse.NewMatrix[int32](2, 2)); return e }(), sparse.ErrDType},
 		{"bias grad length", func() error { _, e := sparse.BiasGrad(sparse.Matrix{Rows: 2, Cols: 2, Data: []float64{1}}); return e }(), sparse.ErrShape},
 		{"bias grad device", func() error { _, e := sparse.BiasGrad(dev); return e }(), sparse.ErrNoEngine},
@@ -238,6 +256,10 @@ func TestConvEmpty(t *testing.T) {
 	db, err := sparse.BiasGrad(sparse.NewMatrix[float64](0, 3))
 	require.NoError(t, err)
 	require.Equal(t, []float64{0, 0, 0}, db.F64())
+	dw, db, err = sparse.ConvParamGrads(m, x, sparse.NewMatrix[float32](0, 6), sparse.ConvOptions{})
+	require.NoError(t, err)
+	require.Equal(t, make([]float32, 6*27*4), dw.F32())
+	require.Equal(t, make([]float32, 6), db.F32())
 
 	one, err := kmap.NewSubmanifold([]int32{0, 1, 1, 1}, ext, [3]int{1, 1, 1}, [3]int{1, 1, 1})
 	require.NoError(t, err)

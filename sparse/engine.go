@@ -59,6 +59,15 @@ type ConvEngine interface {
 	BiasGrad(dy Matrix) (Matrix, error)
 }
 
+// ParamGradEngine is an optional extension of ConvEngine: ConvParamGrads
+// returns what ConvWeightGrad and BiasGrad return for the same x and dy,
+// which an engine may compute in one pass over dy (the CUDA engine sums
+// the bias gradient in the weight gradient's centre tap). Its arguments
+// have been validated by ConvParamGrads.
+type ParamGradEngine interface {
+	ConvParamGrads(m *kmap.Map, x, dy Matrix, opt ConvOptions) (dw, db Matrix, err error)
+}
+
 // PoolEngine computes sparse pooling over a kernel map m. Shapes: x
 // [m.NIn, C], dy [m.NOut, C], argmax [m.NOut, C] Int32. Arguments have been
 // validated by the caller (Pool, PoolGrad).

@@ -209,8 +209,13 @@ struct PairsParams {
                           // centre those rows), the same rows for every tap
   long long nc;           // chunks per tap in off
   long long off_rows;     // output rows per chunk of off
+  float* bias_part;       // null, or with mirror and a 16-bit Hopper tile [slices of the centre
+                          // tap][M] float32: the sums of a's columns over each slice of the
+                          // centre's pairs (the bias gradient of a submanifold map, whose
+                          // centre pairs every output row once), written by the blocks of
+                          // column tile 0 of the centre tap (pairs_col_sums)
 };
-static_assert(sizeof(PairsParams) == 18 * 8, "PairsParams layout");
+static_assert(sizeof(PairsParams) == 19 * 8, "PairsParams layout");
 
 // ---- PTX wrappers -----------------------------------------------------------
 
@@ -382,6 +387,32 @@ __device__ __forceinline__ void warp_mma(float (&acc)[C::MI][C::NI][4], const ty
     }
   }
 }
+
+// pairs_col_sums adds the columns of an MN-major Hopper A stage of the
+// pairs family (BK lines of BM elements, its rows of a) into sum: thread
+// tid keeps the chunk q = tid mod (BM / kChunk) of the kChunk columns
+// q·kChunk … and reads it in the lines tid / (BM / kChunk) + i·kStep
+// (kStep = kThreads·kChunk / BM), so its sums keep one fixed order.
+template <class C>
+__device__ __forceinline__ void pairs_col_sums(const typename C::T* as, int tid, float (&sum)[C::kChunk]) {
+  using T = typename C::T;
+  constexpr int CPA = C::BM / C::kChunk, kStep = C::kThreads / CPA;
+  static_assert(C::kThreads % CPA == 0 && C::BK % kStep == 0, "column sums: whole lines per pass");
+  const int q = tid % CPA, k0 = tid / CPA;
+#pragma unroll
+  for (int i = 0; i < C::BK / kStep; ++i) {
+    const uint4 raw = *reinterpret_cast<const uint4*>(as + C::mnOff(k0 + i * kStep, q * C::kChunk, C::LdMA));
+    const T* e = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+    for (int j = 0; j < C::kChunk; ++j) sum[j] += to_f32(e[j]);
+  }
+}
+
+// A compile-time bool passed as a value (a generic lambda's template
+// argument).
+template <bool B> struct BoolTag {
+  static constexpr bool value = B;
+};
 
 // Zeroes a warp's accumulator fragments.
 template <class C> __device__ __forceinline__ void zero_acc(float (&acc)[C::MI][C::NI][4]) {
@@ -857,7 +888,7 @@ template <class C> struct PairsBlock {
   int v, z, nIter;
   const int* ia;
   const int* ib;
-  bool none;
+  bool none, centre;
   __device__ __forceinline__ explicit PairsBlock(const PairsParams& p) {
     const long long tilesN = (p.N + C::BN - 1) / C::BN;
     m0 = ((long long)blockIdx.x / tilesN) * C::BM;
@@ -867,7 +898,7 @@ template <class C> struct PairsBlock {
     const PairsTap tap(p.seg, p.mirror, p.V, p.K, v);
     const long long sv = tap.slices(C::BK, p.chunk, p.splits);
     none = z >= sv;
-    const bool centre = tap.centre;
+    centre = tap.centre;
     ia = centre ? nullptr : tap.flip ? p.ib : p.ia;
     ib = centre ? nullptr : tap.flip ? p.ia : p.ib;
     s0 = tap.s0;
@@ -1065,44 +1096,84 @@ template <class C> __device__ __forceinline__ void pairs_gemm(const PairsParams&
 
   float acc[C::MI][C::NI][4];
   zero_acc<C>(acc);
-
-  // Group g holds the operands of iteration g and the indices of
-  // iteration g + D (D = kDist stages ahead); the indices of iterations
-  // 0 … D − 1 come first, in a group of their own that is waited for.
-  constexpr int D = C::kDist;
-  for (int j = 0; j < D; ++j)
-    if (j < nIter) load_idx(t0 + j, j);
-  cp_async_commit();
-  cp_async_wait<0>();
-  __syncthreads();
+  // The bias gradient (PairsParams::bias_part): the blocks of column tile
+  // 0 of the centre tap also sum the columns of a over their pairs, from
+  // the A stages the wgmma groups read (pairs_col_sums), while those run.
+  // The pipeline is instantiated twice, with the sums (SUM) and, for every
+  // other block, without them.
+  const bool colSum = C::kHopper && p.bias_part != nullptr && blk.centre && n0 == 0;
+  auto run = [&](auto sumTag) {
+    constexpr bool SUM = decltype(sumTag)::value;
+    float sum[C::kChunk];
 #pragma unroll
-  for (int s = 0; s < D; ++s) {
-    if (s < nIter) load(t0 + s, s, s);
-    if (s + D < nIter) load_idx(t0 + s + D, s + D);
+    for (int e = 0; e < C::kChunk; ++e) sum[e] = 0.f;
+    // Group g holds the operands of iteration g and the indices of
+    // iteration g + D (D = kDist stages ahead); the indices of iterations
+    // 0 … D − 1 come first, in a group of their own that is waited for.
+    constexpr int D = C::kDist;
+    for (int j = 0; j < D; ++j)
+      if (j < nIter) load_idx(t0 + j, j);
     cp_async_commit();
-  }
-  for (int it = 0; it < nIter; ++it) {
-    cp_async_wait<D - 1>();
-    if constexpr (C::kHopper) fence_proxy_async();
+    cp_async_wait<0>();
     __syncthreads();
-    const int s = it % C::S;
-    if constexpr (C::kHopper)
-      // Warpgroup warp/4 multiplies output rows 64·(warp/4) …: the
-      // second 64-element block of the MN-major A stage.
-      wgmma_stage<C, true, true>(&acc[0][0][0], smem_addr(As + s * ASt + (warp >> 2) * 64 * C::BK),
-                                 smem_addr(Bs + s * BSt), C::kMnLbo, C::kMnLbo);
-    else
-      warp_mma<C, false, false>(acc, As + s * ASt + wm * C::WTM, Bs + s * BSt + wn * C::WTN, C::LdMA, C::LdMB, lane);
-    const int nx = it + D;
-    if (nx < nIter) load(t0 + nx, nx % C::S, nx);
-    if (nx + D < nIter) load_idx(t0 + nx + D, nx + D);
-    cp_async_commit();
-    if constexpr (C::kHopper) wgmma_wait<1>();
-  }
-  cp_async_wait<0>();
-  if constexpr (C::kHopper) wgmma_wait<0>();
+#pragma unroll
+    for (int s = 0; s < D; ++s) {
+      if (s < nIter) load(t0 + s, s, s);
+      if (s + D < nIter) load_idx(t0 + s + D, s + D);
+      cp_async_commit();
+    }
+    for (int it = 0; it < nIter; ++it) {
+      cp_async_wait<D - 1>();
+      if constexpr (C::kHopper) fence_proxy_async();
+      __syncthreads();
+      const int s = it % C::S;
+      if constexpr (C::kHopper)
+        // Warpgroup warp/4 multiplies output rows 64·(warp/4) …: the
+        // second 64-element block of the MN-major A stage.
+        wgmma_stage<C, true, true>(&acc[0][0][0], smem_addr(As + s * ASt + (warp >> 2) * 64 * C::BK),
+                                   smem_addr(Bs + s * BSt), C::kMnLbo, C::kMnLbo);
+      else
+        warp_mma<C, false, false>(acc, As + s * ASt + wm * C::WTM, Bs + s * BSt + wn * C::WTN, C::LdMA, C::LdMB, lane);
+      const int nx = it + D;
+      if (nx < nIter) load(t0 + nx, nx % C::S, nx);
+      if (nx + D < nIter) load_idx(t0 + nx + D, nx + D);
+      cp_async_commit();
+      // Stage s stays unwritten until the barrier of iteration it + 2
+      // (Hopper: kDist = S − 2), so its columns are summed here, beside
+      // the wgmma group that reads it.
+      if constexpr (SUM) pairs_col_sums<C>(As + s * ASt, tid, sum);
+      if constexpr (C::kHopper) wgmma_wait<1>();
+    }
+    cp_async_wait<0>();
+    if constexpr (C::kHopper) wgmma_wait<0>();
 
-  pairs_store<C>(p, acc, m0, n0, v, z, wm, wn, lane);
+    pairs_store<C>(p, acc, m0, n0, v, z, wm, wn, lane);
+    if constexpr (SUM) {
+      // The kStep threads of each column chunk add their sums in the
+      // order of their first lines, through shared memory (the A stages:
+      // every copy and every wgmma group is done once all threads pass
+      // the barrier).
+      constexpr int CPA = C::BM / C::kChunk, kStep = C::kThreads / CPA;
+      float* red = reinterpret_cast<float*>(As);  // [kStep][BM]
+      __syncthreads();
+#pragma unroll
+      for (int e = 0; e < C::kChunk; ++e) red[(tid / CPA) * C::BM + (tid % CPA) * C::kChunk + e] = sum[e];
+      __syncthreads();
+      for (int c = tid; c < C::BM; c += C::kThreads) {
+        float t = 0.f;
+#pragma unroll
+        for (int i = 0; i < kStep; ++i) t += red[i * C::BM + c];
+        if (m0 + c < p.M) p.bias_part[(long long)z * p.M + m0 + c] = t;
+      }
+    }
+  };
+  if constexpr (C::kHopper && C::kElem == 2) {
+    if (colSum) {
+      run(BoolTag<true>{});
+      return;
+    }
+  }
+  run(BoolTag<false>{});
 }
 
 }  // namespace fg
