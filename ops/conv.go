@@ -334,14 +334,30 @@ func (op convOp) DoDiff(ctx gorgonia.ExecutionContext, inputs gorgonia.Nodes, ou
 			return err
 		}
 	}
-	release, err := opkit.Harmonize(x, &dy)
+	// The weight gradient multiplies dy in x's dtype (a cast copy, released
+	// after); the bias gradient sums dy as it is. Where no cast is needed,
+	// both come from one call (sparse.ConvParamGrads: the CUDA engine sums
+	// the bias in the weight gradient's kernel).
+	dyW := dy
+	release, err := opkit.Harmonize(x, &dyW)
 	if err != nil {
 		return err
 	}
-	dw, err := sparse.ConvWeightGrad(op.m, x, dy, op.opt)
+	var dw, db sparse.Matrix
+	if op.bias && !castFrom(dyW, dy) {
+		dw, db, err = sparse.ConvParamGrads(op.m, x, dyW, op.opt)
+	} else {
+		dw, err = sparse.ConvWeightGrad(op.m, x, dyW, op.opt)
+		if err == nil && op.bias {
+			db, err = sparse.BiasGrad(dy)
+		}
+	}
 	release()
 	if err == nil {
 		dw, err = opkit.Master(dw)
+	}
+	if err == nil && op.bias {
+		db, err = opkit.Master(db)
 	}
 	if err != nil {
 		return err
@@ -350,16 +366,17 @@ func (op convOp) DoDiff(ctx gorgonia.ExecutionContext, inputs gorgonia.Nodes, ou
 		return err
 	}
 	if op.bias {
-		db, err := sparse.BiasGrad(dy)
-		if err == nil {
-			db, err = opkit.Master(db)
-		}
-		if err != nil {
-			return err
-		}
 		if err := accumulateGrad(inputs[2], "bias", db); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// castFrom reports whether c is a cast copy of m that Harmonize made: both
+// device storage of different dtypes.
+func castFrom(c, m sparse.Matrix) bool {
+	cs, ok1 := c.Data.(sparse.Storage)
+	ms, ok2 := m.Data.(sparse.Storage)
+	return ok1 && ok2 && cs.DType() != ms.DType()
 }

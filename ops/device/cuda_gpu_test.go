@@ -31,6 +31,7 @@ import (
 
 	"github.com/flexgemm-go/flexgemm/ops/device"
 	"github.com/flexgemm-go/flexgemm/sparse"
+	"github.com/flexgemm-go/flexgemm/sparse/kmap"
 	"github.com/flexgemm-go/flexgemm/sparse/synth"
 	"github.com/stretchr/testify/require"
 	"gorgonia.org/gorgonia"
@@ -569,5 +570,47 @@ func BenchmarkGPUTrainStep(b *testing.B) {
 			b.ReportMetric(100*other/tm.TotalMs, "else-%")
 			b.Logf("%v, %d voxels, device timing of %d steps:\n%s", act, bt.x.Shape()[0], timed, tm)
 		})
+	}
+}
+
+// TestGPUConvParamGrads: sparse.ConvParamGrads on CUDA device matrices
+// reaches the CUDA engine's one pass through the device's engine (timed
+// under "conv", results on the device): the weight gradient equals
+// ConvWeightGrad's bit for bit and the bias gradient BiasGrad's to float32
+// rounding (the fused sums add in another order), in every dtype.
+func TestGPUConvParamGrads(t *testing.T) {
+	coords, ext := synth.SphereShell(16, 1)
+	m, err := kmap.NewSubmanifold(coords, ext, [3]int{3, 3, 3}, [3]int{1, 1, 1})
+	require.NoError(t, err)
+	rng := rand.New(rand.NewPCG(14, 15))
+	const ci, co = 64, 128
+	for _, dt := range dtypes {
+		d := openGPU(t, dt)
+		k := kside{t, d}
+		x := k.up(synth.Uniform[float32](rng, m.NIn*ci), m.NIn, ci, dt)
+		dy := k.up(synth.Uniform[float32](rng, m.NOut*co), m.NOut, co, dt)
+		down := func(v sparse.Matrix) []float32 {
+			h, err := d.Download(v, device.Other)
+			require.NoError(t, err)
+			return append([]float32(nil), h.F32()...)
+		}
+		d.SetProfiling(true)
+		dw, db, err := sparse.ConvParamGrads(m, x, dy, sparse.ConvOptions{})
+		require.NoError(t, err, dt)
+		d.SetProfiling(false)
+		require.Greater(t, d.Profile()["conv"].Calls, 0, "%v: timed under conv", dt)
+		require.True(t, d.Owns(dw) && d.Owns(db), "%v: results on the device", dt)
+		wantW, err := sparse.ConvWeightGrad(m, x, dy, sparse.ConvOptions{})
+		require.NoError(t, err)
+		wantB, err := sparse.BiasGrad(dy)
+		require.NoError(t, err)
+		require.Equal(t, down(wantW), down(dw), "%v weight gradient", dt)
+		gb, wb := down(db), down(wantB)
+		require.Len(t, gb, co)
+		for c := range gb {
+			require.InDelta(t, wb[c], gb[c], 1e-5*(1+math.Abs(float64(wb[c]))), "%v bias column %d", dt, c)
+		}
+		d.Release(x, dy, dw, db, wantW, wantB)
+		require.NoError(t, d.Close())
 	}
 }

@@ -517,6 +517,34 @@ func (p convProxy) BiasGrad(dy sparse.Matrix) (sparse.Matrix, error) {
 	return p.result("conv", func() (sparse.Matrix, error) { return p.d.mem.BiasGrad(dy) })
 }
 
+// ConvParamGrads implements sparse.ParamGradEngine (timed under "conv"):
+// the backend's one pass where it has one (the CUDA engine), else its
+// weight and bias gradients in turn.
+func (p convProxy) ConvParamGrads(m *kmap.Map, x, dy sparse.Matrix, opt sparse.ConvOptions) (dw, db sparse.Matrix, err error) {
+	pe, ok := p.d.mem.(sparse.ParamGradEngine)
+	if !ok {
+		if dw, err = p.ConvWeightGrad(m, x, dy, opt); err != nil {
+			return sparse.Matrix{}, sparse.Matrix{}, err
+		}
+		if db, err = p.BiasGrad(dy); err != nil {
+			p.d.Release(dw)
+			return sparse.Matrix{}, sparse.Matrix{}, err
+		}
+		return dw, db, nil
+	}
+	err = p.d.timed("conv", func() error {
+		var err error
+		dw, db, err = pe.ConvParamGrads(m, x, dy, opt)
+		return err
+	})
+	if err != nil {
+		return sparse.Matrix{}, sparse.Matrix{}, err
+	}
+	p.d.track(dw)
+	p.d.track(db)
+	return dw, db, nil
+}
+
 // PoolForward implements sparse.PoolEngine when the backend does (timed
 // under "pool").
 func (p convProxy) PoolForward(m *kmap.Map, x sparse.Matrix, mode sparse.PoolMode) (y, argmax sparse.Matrix, err error) {
@@ -649,7 +677,8 @@ func (p convProxy) InverseMap(m *kmap.Map) (*kmap.Map, error) {
 }
 
 var (
-	_ sparse.PoolEngine   = convProxy{}
-	_ sparse.SampleEngine = convProxy{}
-	_ sparse.MapEngine    = convProxy{}
+	_ sparse.ParamGradEngine = convProxy{}
+	_ sparse.PoolEngine      = convProxy{}
+	_ sparse.SampleEngine    = convProxy{}
+	_ sparse.MapEngine       = convProxy{}
 )

@@ -14,6 +14,8 @@ import (
 	"github.com/flexgemm-go/flexgemm/ops"
 	"github.com/flexgemm-go/flexgemm/ops/device"
 	"github.com/flexgemm-go/flexgemm/sparse"
+	"github.com/flexgemm-go/flexgemm/sparse/kmap"
+	"github.com/flexgemm-go/flexgemm/sparse/synth"
 	"github.com/stretchr/testify/require"
 	"gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
@@ -687,5 +689,52 @@ func TestAdamStepsMatchesAdamStep(t *testing.T) {
 	require.Equal(t, 3, prof["adam"].Calls, "one device operation per Adam step for all parameters")
 	for p := range hp {
 		require.Equal(t, hp[p].Data().([]float32), download(t, d, dp[p]), "parameter %d", p)
+	}
+}
+
+// TestConvParamGradsThroughProxy: sparse.ConvParamGrads on a device's
+// matrices goes through the device's engine (timed under "conv", results
+// on the device) and, on a backend without a one-pass version (the Fake),
+// returns exactly ConvWeightGrad's and BiasGrad's results, in float32 and
+// bfloat16 storage.
+func TestConvParamGradsThroughProxy(t *testing.T) {
+	d := openFake(t)
+	coords, ext := synth.SphereShell(8, 1)
+	m, err := kmap.NewSubmanifold(coords, ext, [3]int{3, 3, 3}, [3]int{1, 1, 1})
+	require.NoError(t, err)
+	rng := rand.New(rand.NewPCG(12, 13))
+	const ci, co = 5, 6
+	for _, dt := range []sparse.DType{sparse.Float32, sparse.BFloat16} {
+		st, err := d.BeginStep()
+		require.NoError(t, err)
+		up := func(rows, cols int) sparse.Matrix {
+			h, err := sparse.MatrixOf(rows, cols, synth.Uniform[float32](rng, rows*cols))
+			require.NoError(t, err)
+			v, err := d.Upload(h, dt, device.Inputs)
+			require.NoError(t, err)
+			return v
+		}
+		x, dy := up(m.NIn, ci), up(m.NOut, co)
+		down := func(v sparse.Matrix) []float32 {
+			h, err := d.Download(v, device.Other)
+			require.NoError(t, err)
+			return append([]float32(nil), h.F32()...)
+		}
+		d.SetProfiling(true)
+		dw, db, err := sparse.ConvParamGrads(m, x, dy, sparse.ConvOptions{})
+		require.NoError(t, err)
+		d.SetProfiling(false)
+		require.Greater(t, d.Profile()["conv"].Calls, 0, "timed under conv")
+		d.ResetProfile()
+		require.True(t, d.Owns(dw) && d.Owns(db), "results on the device")
+		wantW, err := sparse.ConvWeightGrad(m, x, dy, sparse.ConvOptions{})
+		require.NoError(t, err)
+		wantB, err := sparse.BiasGrad(dy)
+		require.NoError(t, err)
+		require.Equal(t, [2]int{co, m.V() * ci}, [2]int{dw.Rows, dw.Cols}, dt)
+		require.Equal(t, [2]int{1, co}, [2]int{db.Rows, db.Cols}, dt)
+		require.Equal(t, down(wantW), down(dw), "%v weight gradient", dt)
+		require.Equal(t, down(wantB), down(db), "%v bias gradient", dt)
+		require.NoError(t, st.End())
 	}
 }
