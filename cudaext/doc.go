@@ -86,6 +86,11 @@
 //     over the im2col matrix for Explicit; a submanifold map's device
 //     lists hold the taps before the centre only, read swapped for their
 //     mirror taps and the centre as the identity (TablePairs);
+//   - ParamGrads (sparse.ConvParamGrads) returns the weight and the bias
+//     gradient together: over those half lists the 16-bit Hopper pairs
+//     kernels sum the bias gradient in their centre tap, whose blocks
+//     stage every row of dy once (PairsParams.bias_part;
+//     FLEXGEMM_NO_FUSED_BIAS=1 runs BiasGrad's kernels after instead);
 //   - every family has mma.sync tiles (sm_80 and newer) and, on compute
 //     capability 9.0, Hopper tiles multiplying with wgmma.mma_async
 //     (kernels.HopperTiles; the fixed heuristic prefers them where they
