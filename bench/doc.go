@@ -15,6 +15,9 @@
 //	                       [-bytes C] [-wgrad G,…]
 //	                              # masked-GEMM padding of the benchmark shells, and the
 //	                              # rows and bytes a gather reads per tile order (CPU)
+//	go run ./bench pairsched [-res 256] [-splits 18] [-tiles 2] [-groups 1,2,…]
+//	                              # a model of the weight gradient's window-split launch:
+//	                              # its blocks' makespan in launch order and reordered (CPU)
 //
 // The default workload is FlexGEMM's submanifold training benchmark
 // (tests/submconv/train_benchmark.py, and the anchor script

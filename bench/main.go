@@ -23,6 +23,8 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 		err = tuneMain(args[1:], stdout, stderr)
 	case len(args) > 0 && args[0] == "padding":
 		err = paddingMain(args[1:], stdout, stderr)
+	case len(args) > 0 && args[0] == "pairsched":
+		err = pairschedMain(args[1:], stdout, stderr)
 	case len(args) > 0 && args[0] == "run":
 		err = benchMain(args[1:], stdout, stderr)
 	default:
