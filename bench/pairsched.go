@@ -149,11 +149,15 @@ func (l *pairLaunch) byDuration(a, b int) int {
 	return a - b
 }
 
-// byOffset orders blocks by their tap's offset length, then launch order.
+// byOffset orders blocks by their tap's offset length, then by tap, split
+// and tile (the order of the engine's design, fg::pairs_block_of).
 func (l *pairLaunch) byOffset(a, b int) int {
 	ta, tb := a/l.tiles%l.taps, b/l.tiles%l.taps
 	if l.offLen[ta] != l.offLen[tb] {
 		return l.offLen[ta] - l.offLen[tb]
+	}
+	if ta != tb {
+		return ta - tb
 	}
 	return a - b
 }
