@@ -15,7 +15,7 @@
 //	                       [-bytes C] [-wgrad G,…]
 //	                              # masked-GEMM padding of the benchmark shells, and the
 //	                              # rows and bytes a gather reads per tile order (CPU)
-//	go run ./bench pairsched [-res 256] [-splits 18] [-tiles 2] [-groups 1,2,…]
+//	go run ./bench pairsched [-res 256] [-splits 18 | -balanced C] [-tiles 2] [-groups 1,2,…]
 //	                              # a model of the weight gradient's window-split launch:
 //	                              # its blocks' makespan in launch order and reordered (CPU)
 //

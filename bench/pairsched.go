@@ -29,7 +29,9 @@ import (
 // g splits, or order the taps of each group by their offset's length
 // (centre, faces, edges, corners: no counts needed). It prints the time of
 // each order against the launch order's and the lower bound (the total
-// over the SMs, or the longest block). CPU only; a model that knows
+// over the SMs, or the longest block). With -balanced C it models the
+// balanced split of the smaller maps instead (balancedLaunch). CPU only;
+// a model that knows
 // nothing of memory (the split is z-major for the L2's sake, which a
 // reordering across many splits gives up) — for designing, not measuring.
 func pairschedMain(args []string, stdout, stderr io.Writer) error {
@@ -42,6 +44,7 @@ func pairschedMain(args []string, stdout, stderr io.Writer) error {
 	sms := fs.Int("sms", 132, "multiprocessors")
 	setup := fs.Int("setup", 6, "time units a block takes besides its steps (index loads, pipeline fill, stores)")
 	groups := fs.String("groups", "1,2,3,4,6,8", "group sizes g (in splits) of the reorderings")
+	balanced := fs.Int("balanced", 0, "model the balanced split instead (the maps below the window split's size), for C → C layers of `C` channels: the engine's chunk and split count (balancedPairsSplits, Hopper tile, fp16 partials cap) replace -splits")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -57,10 +60,17 @@ func pairschedMain(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	l := splitLaunch(m, *splits, *tiles, *bk, *setup)
+	var l *pairLaunch
+	kind := "window"
+	if *balanced > 0 {
+		l = balancedLaunch(m, *balanced, *tiles, *bk, *setup, *sms)
+		kind = "balanced"
+	} else {
+		l = splitLaunch(m, *splits, *tiles, *bk, *setup)
+	}
 	base := l.makespan(l.launchOrder(), *sms)
-	fmt.Fprintf(stdout, "RES %d: %d rows, %d splits × %d taps × %d tiles = %d blocks on %d SMs; lower bound %d, launch order %d (%+.1f %%)\n",
-		*res, m.NOut, *splits, l.taps, *tiles, len(l.dur), *sms, l.lowerBound(*sms), base, pct(base, l.lowerBound(*sms)))
+	fmt.Fprintf(stdout, "RES %d (%s split): %d rows, %d splits × %d taps × %d tiles = %d blocks on %d SMs; lower bound %d, launch order %d (%+.1f %%)\n",
+		*res, kind, m.NOut, l.splits, l.taps, *tiles, len(l.dur), *sms, l.lowerBound(*sms), base, pct(base, l.lowerBound(*sms)))
 	fmt.Fprintln(stdout, "| reordering | g = "+joinInts(gs, " | g = ")+" |")
 	fmt.Fprintln(stdout, "|---|"+repeat("---:|", len(gs)))
 	for _, row := range []struct {
@@ -77,7 +87,7 @@ func pairschedMain(args []string, stdout, stderr io.Writer) error {
 		}
 		fmt.Fprintln(stdout)
 	}
-	all := l.groupOrder(*splits, l.byDuration)
+	all := l.groupOrder(l.splits, l.byDuration)
 	fmt.Fprintf(stdout, "longest first over all splits: %+.1f %%\n", pct(l.makespan(all, *sms), base))
 	return nil
 }
@@ -120,6 +130,65 @@ func splitLaunch(m *kmap.Map, splits, tiles, bk, setup int) *pairLaunch {
 			}
 			for range tiles {
 				l.dur = append(l.dur, setup+(n+bk-1)/bk)
+			}
+		}
+	}
+	return l
+}
+
+// balancedLaunch models the balanced split of m's weight gradient for
+// C → C layers with a Hopper tile (cudaext balancedPairsSplits): every
+// block gets about chunk reduction steps, tap v ⌈steps(v)/chunk⌉ slices of
+// the splits (its other blocks return at once: one time unit), slice z of
+// a tap an equal share of its steps.
+func balancedLaunch(m *kmap.Map, c, tiles, bk, setup, sms int) *pairLaunch {
+	V := m.V()
+	H := V / 2
+	steps := make([]int, V)
+	for o := range m.NOut {
+		for v, i := range m.Nbr[o*V : o*V+V] {
+			if i >= 0 && v < H {
+				steps[v]++
+			}
+		}
+	}
+	steps[H] = m.NOut
+	for v := H + 1; v < V; v++ {
+		steps[v] = steps[V-1-v]
+	}
+	longest, total := 0, 0
+	for v := range V {
+		steps[v] = (steps[v] + bk - 1) / bk
+		longest = max(longest, steps[v])
+		total += steps[v]
+	}
+	// The engine's constants: hopperBalancedWaves 6, pairsMinIters 8,
+	// pairsMaxSplits 64, pairsPartBytes 512 MiB.
+	splits, chunk := 1, 0
+	if target := 6 * sms; tiles*V < target && longest > 1 {
+		chunk = max((tiles*total+target-1)/target, 8)
+		s := min((longest+chunk-1)/chunk, 64, max((512<<20)/(4*c*V*c), 1))
+		if s > 1 {
+			splits, chunk = s, max(chunk, (longest+s-1)/s)
+		}
+	}
+	l := &pairLaunch{splits: splits, taps: V, tiles: tiles}
+	for v := range V {
+		l.offLen = append(l.offLen, abs(v/9-1)+abs(v/3%3-1)+abs(v%3-1))
+	}
+	for z := range splits {
+		for v := range V {
+			sv := splits
+			if chunk > 0 {
+				sv = min(splits, max(1, (steps[v]+chunk-1)/chunk))
+			}
+			d := 1 // a slice the tap does not use
+			if z < sv {
+				t0, t1 := (steps[v]*z+sv-1)/sv, (steps[v]*(z+1)+sv-1)/sv
+				d = setup + t1 - t0
+			}
+			for range tiles {
+				l.dur = append(l.dur, d)
 			}
 		}
 	}

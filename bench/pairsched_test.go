@@ -74,8 +74,45 @@ func TestPairschedMain(t *testing.T) {
 	var out, errb bytes.Buffer
 	require.NoError(t, pairschedMain([]string{"-res", "24", "-splits", "4", "-tiles", "1", "-sms", "8", "-groups", "1,2"}, &out, &errb))
 	s := out.String()
-	require.Contains(t, s, "RES 24:")
+	require.Contains(t, s, "RES 24 (window split):")
 	require.Contains(t, s, "| longest first in groups of g splits |")
 	require.Equal(t, 5, strings.Count(s, "\n|"), "header, separator and three rows: %s", s)
 	require.Error(t, pairschedMain([]string{"-splits", "0"}, &out, &errb))
+	out.Reset()
+	require.NoError(t, pairschedMain([]string{"-res", "24", "-balanced", "64", "-tiles", "1", "-groups", "1"}, &out, &errb))
+	require.Contains(t, out.String(), "RES 24 (balanced split):")
+}
+
+// TestBalancedLaunch: unsplit (tiles·taps reach six waves) every tap is one
+// block of all its steps, so with one pair per step and no setup the
+// blocks add up to the map's pairs; split, the used slices still cover
+// every step (the unused ones take a time unit each) and no order beats
+// the lower bound.
+func TestBalancedLaunch(t *testing.T) {
+	coords, ext := synth.SphereShell(24, 1)
+	m, err := kmap.NewSubmanifold(coords, ext, [3]int{3, 3, 3}, [3]int{1, 1, 1})
+	require.NoError(t, err)
+	pairs := 0
+	for _, i := range m.Nbr {
+		if i >= 0 {
+			pairs++
+		}
+	}
+	un := balancedLaunch(m, 64, 1, 1, 0, 4) // 27 blocks ≥ 6·4
+	require.Equal(t, 1, un.splits)
+	sum := 0
+	for _, d := range un.dur {
+		sum += d
+	}
+	require.Equal(t, pairs, sum)
+
+	sp := balancedLaunch(m, 64, 1, 1, 0, 132)
+	require.Greater(t, sp.splits, 1)
+	sum = 0
+	for _, d := range sp.dur {
+		sum += d
+	}
+	require.GreaterOrEqual(t, sum, pairs)
+	require.LessOrEqual(t, sum, pairs+len(sp.dur))
+	require.GreaterOrEqual(t, sp.makespan(sp.launchOrder(), 132), sp.lowerBound(132))
 }
