@@ -7,9 +7,9 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strings"
 
 	"github.com/flexgemm-go/flexgemm/sparse/kmap"
-	"github.com/flexgemm-go/flexgemm/sparse/synth"
 )
 
 // pairschedMain is `bench pairsched`: a model of how long the CUDA
@@ -55,8 +55,7 @@ func pairschedMain(args []string, stdout, stderr io.Writer) error {
 	if *res < 2 || *splits < 1 || *tiles < 1 || *bk < 1 || *sms < 1 || *setup < 0 {
 		return errors.New("-res ≥ 2, -splits, -tiles, -bk, -sms ≥ 1 and -setup ≥ 0 please")
 	}
-	coords, ext := synth.SphereShell(*res, 1)
-	m, err := kmap.NewSubmanifold(coords, ext, [3]int{3, 3, 3}, [3]int{1, 1, 1})
+	m, err := shellMap(*res)
 	if err != nil {
 		return err
 	}
@@ -72,7 +71,7 @@ func pairschedMain(args []string, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stdout, "RES %d (%s split): %d rows, %d splits × %d taps × %d tiles = %d blocks on %d SMs; lower bound %d, launch order %d (%+.1f %%)\n",
 		*res, kind, m.NOut, l.splits, l.taps, *tiles, len(l.dur), *sms, l.lowerBound(*sms), base, pct(base, l.lowerBound(*sms)))
 	fmt.Fprintln(stdout, "| reordering | g = "+joinInts(gs, " | g = ")+" |")
-	fmt.Fprintln(stdout, "|---|"+repeat("---:|", len(gs)))
+	fmt.Fprintln(stdout, "|---|"+strings.Repeat("---:|", len(gs)))
 	for _, row := range []struct {
 		name  string
 		order func(g int) []int
@@ -105,11 +104,7 @@ func splitLaunch(m *kmap.Map, splits, tiles, bk, setup int) *pairLaunch {
 	V := m.V()
 	H := V / 2
 	nc := (m.NOut + 255) / 256
-	l := &pairLaunch{splits: splits, taps: V, tiles: tiles}
-	for v := range V {
-		a, b, c := v/9-1, v/3%3-1, v%3-1
-		l.offLen = append(l.offLen, abs(a)+abs(b)+abs(c))
-	}
+	l := newPairLaunch(splits, V, tiles)
 	for z := range splits {
 		r0, r1 := nc*z/splits*256, min(nc*(z+1)/splits*256, m.NOut)
 		per := make([]int, V)
@@ -172,10 +167,7 @@ func balancedLaunch(m *kmap.Map, c, tiles, bk, setup, sms int) *pairLaunch {
 			splits, chunk = s, max(chunk, (longest+s-1)/s)
 		}
 	}
-	l := &pairLaunch{splits: splits, taps: V, tiles: tiles}
-	for v := range V {
-		l.offLen = append(l.offLen, abs(v/9-1)+abs(v/3%3-1)+abs(v%3-1))
-	}
+	l := newPairLaunch(splits, V, tiles)
 	for z := range splits {
 		for v := range V {
 			sv := splits
@@ -191,6 +183,17 @@ func balancedLaunch(m *kmap.Map, c, tiles, bk, setup, sms int) *pairLaunch {
 				l.dur = append(l.dur, d)
 			}
 		}
+	}
+	return l
+}
+
+// newPairLaunch returns a launch of splits × taps × tiles blocks (their
+// durations still to be appended) and the offset length of each of the
+// taps of a 3×3×3 kernel (tap (a·3 + b)·3 + c has offsets a, b, c − 1).
+func newPairLaunch(splits, taps, tiles int) *pairLaunch {
+	l := &pairLaunch{splits: splits, taps: taps, tiles: tiles}
+	for v := range taps {
+		l.offLen = append(l.offLen, abs(v/9-1)+abs(v/3%3-1)+abs(v%3-1))
 	}
 	return l
 }
@@ -296,12 +299,4 @@ func joinInts(v []int, sep string) string {
 		s += fmt.Sprint(x)
 	}
 	return s
-}
-
-func repeat(s string, n int) string {
-	out := ""
-	for range n {
-		out += s
-	}
-	return out
 }

@@ -5,8 +5,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/flexgemm-go/flexgemm/sparse/kmap"
-	"github.com/flexgemm-go/flexgemm/sparse/synth"
 	"github.com/stretchr/testify/require"
 )
 
@@ -43,15 +41,11 @@ func TestPairLaunchMakespan(t *testing.T) {
 // mirror's), for any number of splits; every order is a permutation and
 // no order beats the lower bound.
 func TestSplitLaunchCountsEveryPair(t *testing.T) {
-	coords, ext := synth.SphereShell(24, 1)
-	m, err := kmap.NewSubmanifold(coords, ext, [3]int{3, 3, 3}, [3]int{1, 1, 1})
+	m, err := shellMap(24)
 	require.NoError(t, err)
-	pairs := 0
-	for _, i := range m.Nbr {
-		if i >= 0 {
-			pairs++
-		}
-	}
+	n, err := countPairs(m)
+	require.NoError(t, err)
+	pairs := int(n)
 	for _, splits := range []int{1, 3, 7} {
 		l := splitLaunch(m, splits, 1, 1, 0)
 		require.Len(t, l.dur, splits*27)
@@ -89,15 +83,11 @@ func TestPairschedMain(t *testing.T) {
 // every step (the unused ones take a time unit each) and no order beats
 // the lower bound.
 func TestBalancedLaunch(t *testing.T) {
-	coords, ext := synth.SphereShell(24, 1)
-	m, err := kmap.NewSubmanifold(coords, ext, [3]int{3, 3, 3}, [3]int{1, 1, 1})
+	m, err := shellMap(24)
 	require.NoError(t, err)
-	pairs := 0
-	for _, i := range m.Nbr {
-		if i >= 0 {
-			pairs++
-		}
-	}
+	n, err := countPairs(m)
+	require.NoError(t, err)
+	pairs := int(n)
 	un := balancedLaunch(m, 64, 1, 1, 0, 4) // 27 blocks ≥ 6·4
 	require.Equal(t, 1, un.splits)
 	sum := 0

@@ -56,46 +56,6 @@ func openGPU(t testing.TB, act sparse.DType) *device.Device {
 
 var dtypes = []sparse.DType{sparse.Float32, sparse.Float16, sparse.BFloat16}
 
-// kside runs kernels on one device and reads results back.
-type kside struct {
-	t testing.TB
-	d *device.Device
-}
-
-func (k kside) up(h []float32, rows, cols int, dt sparse.DType) sparse.Matrix {
-	m, err := k.d.Upload(sparse.Matrix{Rows: rows, Cols: cols, Data: h}, dt, device.Other)
-	require.NoError(k.t, err)
-	return m
-}
-
-func (k kside) upI(h []int32) sparse.Matrix {
-	m, err := k.d.Upload(sparse.Matrix{Rows: len(h), Cols: 1, Data: h}, sparse.Int32, device.Other)
-	require.NoError(k.t, err)
-	return m
-}
-
-func (k kside) alloc(dt sparse.DType, rows, cols int) sparse.Matrix {
-	m, err := k.d.Alloc(dt, rows, cols)
-	require.NoError(k.t, err)
-	return m
-}
-
-func (k kside) run(f func(device.NN) error) {
-	require.NoError(k.t, k.d.Run("test", f))
-}
-
-func (k kside) down(m sparse.Matrix) []float32 {
-	h, err := k.d.Download(m, device.Other)
-	require.NoError(k.t, err)
-	return h.F32()
-}
-
-func (k kside) downI(m sparse.Matrix) []int32 {
-	h, err := k.d.Download(m, device.Other)
-	require.NoError(k.t, err)
-	return h.I32()
-}
-
 // kernelCase computes named outputs on one device.
 type kernelCase struct {
 	name string
@@ -589,11 +549,6 @@ func TestGPUConvParamGrads(t *testing.T) {
 		k := kside{t, d}
 		x := k.up(synth.Uniform[float32](rng, m.NIn*ci), m.NIn, ci, dt)
 		dy := k.up(synth.Uniform[float32](rng, m.NOut*co), m.NOut, co, dt)
-		down := func(v sparse.Matrix) []float32 {
-			h, err := d.Download(v, device.Other)
-			require.NoError(t, err)
-			return append([]float32(nil), h.F32()...)
-		}
 		d.SetProfiling(true)
 		dw, db, err := sparse.ConvParamGrads(m, x, dy, sparse.ConvOptions{})
 		require.NoError(t, err, dt)
@@ -604,8 +559,8 @@ func TestGPUConvParamGrads(t *testing.T) {
 		require.NoError(t, err)
 		wantB, err := sparse.BiasGrad(dy)
 		require.NoError(t, err)
-		require.Equal(t, down(wantW), down(dw), "%v weight gradient", dt)
-		gb, wb := down(db), down(wantB)
+		require.Equal(t, k.down(wantW), k.down(dw), "%v weight gradient", dt)
+		gb, wb := k.down(db), k.down(wantB)
 		require.Len(t, gb, co)
 		for c := range gb {
 			require.InDelta(t, wb[c], gb[c], 1e-5*(1+math.Abs(float64(wb[c]))), "%v bias column %d", dt, c)

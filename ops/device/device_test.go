@@ -40,6 +40,47 @@ func download(t testing.TB, d *device.Device, v gorgonia.Value) []float32 {
 	return append([]float32(nil), h.Data().([]float32)...)
 }
 
+// kside runs kernels on one device and reads results back (the GPU tests,
+// and the Fake's where they need it).
+type kside struct {
+	t testing.TB
+	d *device.Device
+}
+
+func (k kside) up(h []float32, rows, cols int, dt sparse.DType) sparse.Matrix {
+	m, err := k.d.Upload(sparse.Matrix{Rows: rows, Cols: cols, Data: h}, dt, device.Other)
+	require.NoError(k.t, err)
+	return m
+}
+
+func (k kside) upI(h []int32) sparse.Matrix {
+	m, err := k.d.Upload(sparse.Matrix{Rows: len(h), Cols: 1, Data: h}, sparse.Int32, device.Other)
+	require.NoError(k.t, err)
+	return m
+}
+
+func (k kside) alloc(dt sparse.DType, rows, cols int) sparse.Matrix {
+	m, err := k.d.Alloc(dt, rows, cols)
+	require.NoError(k.t, err)
+	return m
+}
+
+func (k kside) run(f func(device.NN) error) {
+	require.NoError(k.t, k.d.Run("test", f))
+}
+
+func (k kside) down(m sparse.Matrix) []float32 {
+	h, err := k.d.Download(m, device.Other)
+	require.NoError(k.t, err)
+	return h.F32()
+}
+
+func (k kside) downI(m sparse.Matrix) []int32 {
+	h, err := k.d.Download(m, device.Other)
+	require.NoError(k.t, err)
+	return h.I32()
+}
+
 // TestHostAccessFaults reads a device tensor's data on the host in a child
 // process: the read must fault (the handle range has no access rights), so
 // such a bug in Gorgonia glue cannot go unnoticed.
@@ -707,19 +748,9 @@ func TestConvParamGradsThroughProxy(t *testing.T) {
 	for _, dt := range []sparse.DType{sparse.Float32, sparse.BFloat16} {
 		st, err := d.BeginStep()
 		require.NoError(t, err)
-		up := func(rows, cols int) sparse.Matrix {
-			h, err := sparse.MatrixOf(rows, cols, synth.Uniform[float32](rng, rows*cols))
-			require.NoError(t, err)
-			v, err := d.Upload(h, dt, device.Inputs)
-			require.NoError(t, err)
-			return v
-		}
-		x, dy := up(m.NIn, ci), up(m.NOut, co)
-		down := func(v sparse.Matrix) []float32 {
-			h, err := d.Download(v, device.Other)
-			require.NoError(t, err)
-			return append([]float32(nil), h.F32()...)
-		}
+		k := kside{t, d}
+		x := k.up(synth.Uniform[float32](rng, m.NIn*ci), m.NIn, ci, dt)
+		dy := k.up(synth.Uniform[float32](rng, m.NOut*co), m.NOut, co, dt)
 		d.SetProfiling(true)
 		dw, db, err := sparse.ConvParamGrads(m, x, dy, sparse.ConvOptions{})
 		require.NoError(t, err)
@@ -733,8 +764,8 @@ func TestConvParamGradsThroughProxy(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, [2]int{co, m.V() * ci}, [2]int{dw.Rows, dw.Cols}, dt)
 		require.Equal(t, [2]int{1, co}, [2]int{db.Rows, db.Cols}, dt)
-		require.Equal(t, down(wantW), down(dw), "%v weight gradient", dt)
-		require.Equal(t, down(wantB), down(db), "%v bias gradient", dt)
+		require.Equal(t, k.down(wantW), k.down(dw), "%v weight gradient", dt)
+		require.Equal(t, k.down(wantB), k.down(db), "%v bias gradient", dt)
 		require.NoError(t, st.End())
 	}
 }
