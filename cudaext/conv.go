@@ -660,6 +660,18 @@ type pairsJob struct {
 	bias *Buffer
 }
 
+// pairsTapSlices mirrors fg::PairsTap::slices: the split slices a tap of
+// steps reduction steps uses in a weight gradient of splits slices —
+// every one, or with the balanced split's chunk > 0 about one per chunk
+// steps, at least one (the kernel leaves the others unwritten and
+// spconv_reduce_taps_* unread).
+func pairsTapSlices(steps, chunk, splits int64) int64 {
+	if chunk <= 0 {
+		return splits
+	}
+	return min(splits, max(1, ceilDiv(steps, chunk)))
+}
+
 // fusesBias reports whether the weight gradient's pairs kernel of tile t
 // in arithmetic mth sums the bias gradient itself (pairsJob.bias): over
 // the half lists of a submanifold map (mirror: the centre tap is the
@@ -742,13 +754,9 @@ func (e *Engine) runPairs(j pairsJob) error {
 		if !j.mirror || !t.Hopper || esz != 2 {
 			return fmt.Errorf("cudaext: internal error: a bias gradient in a weight gradient of tile %s (mirror %v)", t.Name(), j.mirror)
 		}
-		// The centre tap's slices (fg::PairsTap::slices): every split,
-		// or with the balanced split about one per chunk of its
-		// reduction steps; each writes its row sums.
-		biasSlices = int64(splits)
-		if chunk > 0 {
-			biasSlices = min(int64(splits), max(1, ceilDiv(ceilDiv(j.K, int64(t.BK)), chunk)))
-		}
+		// The centre tap's slices (the identity over K rows); each
+		// writes its row sums.
+		biasSlices = pairsTapSlices(ceilDiv(j.K, int64(t.BK)), chunk, int64(splits))
 		bp, err := d.allocPartials(biasSlices * j.M)
 		if err != nil {
 			return err
@@ -762,9 +770,8 @@ func (e *Engine) runPairs(j pairsJob) error {
 		return err
 	}
 	if j.bias != nil {
-		// The slices' sums in slice order, as BiasGrad's second stage.
-		g, b := d.elementwise(32 * j.M)
-		if err := d.launch("spconv_bias_grad2_f32", g, b, 0, devPtr(p.BiasPart), j.bias.ptr, biasSlices, j.M); err != nil {
+		// The slices' sums in slice order: BiasGrad's second stage.
+		if err := d.biasGradSum(devPtr(p.BiasPart), j.bias, biasSlices, j.M, "f32"); err != nil {
 			return err
 		}
 	}
@@ -1375,8 +1382,14 @@ func (e *Engine) biasGrad(out, db *Buffer, rows, cols int64, sfx, outSfx string)
 	if err != nil {
 		return err
 	}
-	// Stage 2: a warp per column. It reads float32 partials whatever
-	// dy's dtype; its suffix is the output's.
+	return d.biasGradSum(part.ptr, out, chunks, cols, outSfx)
+}
+
+// biasGradSum queues BiasGrad's second stage: out [cols] = the sums of the
+// float32 partials part [chunks, cols] in chunk order, a warp per column
+// (whatever dy's dtype; the kernel's suffix outSfx is the output's).
+// Worker only.
+func (d *Device) biasGradSum(part devPtr, out *Buffer, chunks, cols int64, outSfx string) error {
 	g, b := d.elementwise(32 * cols)
-	return d.launch("spconv_bias_grad2_"+outSfx, g, b, 0, part.ptr, out.ptr, chunks, cols)
+	return d.launch("spconv_bias_grad2_"+outSfx, g, b, 0, part, out.ptr, chunks, cols)
 }

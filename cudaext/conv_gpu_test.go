@@ -960,7 +960,7 @@ func TestWeightGradBalancedSlices(t *testing.T) {
 			if p.Chunk > 0 && p.Splits > 1 {
 				for _, n := range perTap {
 					iters := (n + bk - 1) / bk
-					if min(p.Splits, max(1, (iters+p.Chunk-1)/p.Chunk)) < p.Splits {
+					if pairsTapSlices(iters, p.Chunk, p.Splits) < p.Splits {
 						unused++
 						break
 					}

@@ -1227,3 +1227,17 @@ func TestBalancedPairsSplitsPartBytes(t *testing.T) {
 		}
 	}
 }
+
+// TestPairsTapSlices checks the Go mirror of fg::PairsTap::slices.
+func TestPairsTapSlices(t *testing.T) {
+	for _, c := range []struct{ steps, chunk, splits, want int64 }{
+		{100, 0, 7, 7},  // no balanced split: every slice
+		{100, 30, 7, 4}, // ⌈100/30⌉
+		{100, 10, 7, 7}, // capped at the splits
+		{0, 30, 7, 1},   // an empty tap still takes one slice
+		{5, 30, 7, 1},
+		{60, 30, 7, 2},
+	} {
+		require.Equal(t, c.want, pairsTapSlices(c.steps, c.chunk, c.splits), "%+v", c)
+	}
+}
