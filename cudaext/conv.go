@@ -444,6 +444,35 @@ func windowPairsSplits(rows, M, N, esz, outElems, minBytes, windowRows int64) in
 	return int(s)
 }
 
+// pairsOrderGroupsFor is PairsParams.order_groups of a window split of
+// a submanifold 3×3×3 map into splits row slices: forced when it is ≥ 0
+// (EnvPairsOrderGroups), else groups of pairsOrderGroupsAuto splits up to
+// pairsOrderMaxSplits splits, the launch order above. Measured on the
+// H200 (session 26, call 1, fp16 training, weight-gradient kernels of a
+// step): 18 splits (RES 256 C 256) 2.22 → 2.12 ms in groups of 3 (2.13 in
+// groups of 6, 2.16 in one group), the step −1.8 %; 126 splits (RES 512
+// C 128) 2.63 → 2.79 ms and 503 (RES 1024 C 64) 3.53 → 3.81 ms in groups
+// of 3: where a launch has many splits, its tail is short (bench
+// pairsched: +5 % and +1 % over the bound, against +18 % at 18 splits)
+// and the taps of a group's splits, run together, share less of L2 than
+// the launch order's consecutive windows.
+func pairsOrderGroupsFor(splits int, forced int64) int64 {
+	switch {
+	case forced >= 0:
+		return forced
+	case splits <= pairsOrderMaxSplits:
+		return pairsOrderGroupsAuto
+	}
+	return 0
+}
+
+// pairsOrderGroupsAuto and pairsOrderMaxSplits are pairsOrderGroupsFor's
+// choice.
+const (
+	pairsOrderGroupsAuto = 3
+	pairsOrderMaxSplits  = 32
+)
+
 // halfOperandsPartBytes is the float32 partials budget of a weight
 // gradient whose operands are rows·(M+N) elements of esz bytes: half the
 // operands, at most pairsPartBytes (windowPairsSplits, and runPairs'
@@ -728,6 +757,11 @@ func (e *Engine) runPairs(j pairsJob) error {
 	}
 	if rowSlices {
 		p.Off, p.Nc, p.OffRows = uint64(j.off), ceilDiv(j.K, pairsChunk), pairsChunk
+		if j.mirror && j.V == 27 {
+			// The window split's blocks in groups of splits, the long
+			// taps first (fg::pairs_block_of; 0: launch order).
+			p.OrderGroups = pairsOrderGroupsFor(splits, d.pairsOrderGroups)
+		}
 	}
 	if (j.M*esz)%16 == 0 && (j.N*esz)%16 == 0 {
 		p.Vec = 1

@@ -762,7 +762,9 @@ func wgradCases(t *testing.T, rng *rand.Rand, m *kmap.Map) iter.Seq[wgradCase] {
 // for comparison, equal shares of every tap's pairs (EnvNoRowSlices), on
 // a submanifold map (mirrored lists and the identity centre), a strided
 // and a transposed one, against the float64 reference of the rounded
-// inputs, in every arithmetic.
+// inputs, in every arithmetic; and the same bits with the blocks run in
+// groups of 1, 4 and 7 splits, long taps first (PairsParams.order_groups;
+// partials NaN-filled, so a (tile, tap, split) no block ran shows).
 func TestWeightGradRowSlices(t *testing.T) {
 	rng := rand.New(rand.NewPCG(31, 32))
 	maps := splitTestMaps(t, rng, 16, grid.Extent{Batch: 1, X: 20, Y: 18, Z: 22}, 0.08)
@@ -773,7 +775,17 @@ func TestWeightGradRowSlices(t *testing.T) {
 		}))
 	}
 	defer setWindow(pairsWindowMinBytes, pairsWindowRows, false)
-	split := 0
+	var orig int64
+	require.NoError(t, gpu.d.do(func() error { orig = gpu.d.pairsOrderGroups; return nil }))
+	setOrder := func(g int64) {
+		require.NoError(t, gpu.d.do(func() error {
+			gpu.d.pairsOrderGroups, gpu.d.poisonPartials = g, g > 0
+			return nil
+		}))
+	}
+	defer setOrder(orig)
+	setOrder(0)
+	split, ordered := 0, 0
 	for _, sc := range maps {
 		m := sc.m
 		V := m.V()
@@ -786,11 +798,30 @@ func TestWeightGradRowSlices(t *testing.T) {
 				for _, noRowSlices := range []bool{false, true} {
 					setWindow(0, rows, noRowSlices)
 					name := fmt.Sprintf("%s/ci%d-co%d/%v/window%d-slices%d-noRowSlices%v", sc.name, c.ci, c.co, c.mth, rows, s, noRowSlices)
-					dw, err := gpu.WeightGrad(m, c.x, c.dy, Options{ConvOptions: sparse.ConvOptions{Algorithm: sparse.MaskedImplicitSplitK}})
+					o := Options{ConvOptions: sparse.ConvOptions{Algorithm: sparse.MaskedImplicitSplitK}}
+					dw, err := gpu.WeightGrad(m, c.x, c.dy, o)
 					require.NoError(t, err, name)
-					e := relL2(host(t, dw), c.want)
+					got := host(t, dw)
+					e := relL2(got, c.want)
 					gpu.Free(dw)
 					require.LessOrEqual(t, e, c.lim, name)
+					// The blocks in groups of splits, long taps first
+					// (PairsParams.order_groups): the same partials, the
+					// same bits, whatever the groups.
+					for _, g := range []int64{1, 4, 7} {
+						setOrder(g)
+						dw, err := gpu.WeightGrad(m, c.x, c.dy, o)
+						require.NoError(t, err, name)
+						var p pairsParams
+						require.NoError(t, gpu.d.do(func() error { p = gpu.d.lastPairs; return nil }))
+						if m.Kind == kmap.Submanifold && p.Off != 0 {
+							require.Equal(t, g, p.OrderGroups, name)
+							ordered++
+						}
+						require.Equal(t, got, host(t, dw), "%s: order groups %d", name, g)
+						gpu.Free(dw)
+					}
+					setOrder(0)
 				}
 			}
 			gpu.Free(c.x, c.dy)
@@ -798,6 +829,7 @@ func TestWeightGradRowSlices(t *testing.T) {
 	}
 	gpu.SetTF32(false)
 	require.Greater(t, split, 0, "no case ran the window split")
+	require.Greater(t, ordered, 0, "no case ran the window split's blocks in groups")
 }
 
 // TestReduceFourPerThread checks the split-K reductions' four elements

@@ -91,6 +91,10 @@ type Device struct {
 	// noFusedBias (EnvNoFusedBias): ParamGrads never sums the bias
 	// gradient in the weight gradient's kernel.
 	noFusedBias bool
+	// pairsOrderGroups (EnvPairsOrderGroups): the window split's blocks
+	// in groups of this many splits, long taps first (0: launch order;
+	// −1: pairsOrderGroupsFor chooses).
+	pairsOrderGroups int64
 	// noRowsFirst: masked gathers never launch their tiles in the order
 	// of their first rows (rowsFirst; EnvNoRowsFirst); rowsFirstMin: they
 	// do from this many rows on (rowsFirstMinRows; the tests lower it).
@@ -160,6 +164,10 @@ func openDevice(ordinal int) (*Device, error) {
 	if err != nil {
 		return nil, err
 	}
+	orderGroups, err := pairsOrderGroupsFromEnv()
+	if err != nil {
+		return nil, err
+	}
 	d := &Device{
 		funcs:                  map[string]*kernelFunc{},
 		syncEach:               os.Getenv(EnvSync) == "1",
@@ -172,6 +180,7 @@ func openDevice(ordinal int) (*Device, error) {
 		pairsWindowRows:        windowRows,
 		noRowSlices:            os.Getenv(EnvNoRowSlices) == "1",
 		noFusedBias:            os.Getenv(EnvNoFusedBias) == "1",
+		pairsOrderGroups:       orderGroups,
 		noRowsFirst:            os.Getenv(EnvNoRowsFirst) == "1",
 		rowsFirstMin:           rowsFirstMinRows,
 		noRegroup:              os.Getenv(EnvNoRegroup) == "1",

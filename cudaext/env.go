@@ -145,6 +145,28 @@ func pairsWindowRowsFromEnv() (int64, error) {
 // kernel (fusesBias; session 25, step 56).
 const EnvNoFusedBias = "FLEXGEMM_NO_FUSED_BIAS"
 
+// EnvPairsOrderGroups names the environment variable that, read when an
+// engine opens, fixes how the weight gradient's window split (row slices
+// of a submanifold 3×3×3 map) orders its blocks: in groups of that many
+// splits, each group's taps by the length of their offset
+// (PairsParams.order_groups), or 0 for the launch order (tile, tap,
+// split). Unset, the engine chooses (pairsOrderGroupsFor).
+const EnvPairsOrderGroups = "FLEXGEMM_PAIRS_ORDER_GROUPS"
+
+// pairsOrderGroupsFromEnv reads EnvPairsOrderGroups: −1 (the engine
+// chooses) when it is unset or empty.
+func pairsOrderGroupsFromEnv() (int64, error) {
+	v := os.Getenv(EnvPairsOrderGroups)
+	if v == "" {
+		return -1, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("cudaext: %s=%q: want a number of splits ≥ 0", EnvPairsOrderGroups, v)
+	}
+	return int64(n), nil
+}
+
 // EnvNoRowSlices names the environment variable that, set to "1" when an
 // engine opens, cuts the weight gradient's window split (windowPairsSplits)
 // into equal shares of every tap's pairs, as before session 14, instead

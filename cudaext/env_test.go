@@ -129,3 +129,35 @@ func setEnv(t *testing.T, key, value string, set bool) {
 		require.NoError(t, os.Unsetenv(key))
 	}
 }
+
+// TestPairsOrderGroupsFromEnv checks the parsing of EnvPairsOrderGroups.
+func TestPairsOrderGroupsFromEnv(t *testing.T) {
+	checkEnvParse(t, EnvPairsOrderGroups, pairsOrderGroupsFromEnv, []envCase[int64]{
+		{set: false, want: -1},
+		{value: "", set: true, want: -1},
+		{value: "0", set: true, want: 0},
+		{value: "6", set: true, want: 6},
+		{value: "-1", set: true, bad: true},
+		{value: "six", set: true, bad: true},
+	})
+}
+
+// TestPairsOrderGroupsFor checks the window split's choice of block order:
+// a forced number wins, else groups of pairsOrderGroupsAuto splits up to
+// pairsOrderMaxSplits splits and the launch order above.
+func TestPairsOrderGroupsFor(t *testing.T) {
+	for _, c := range []struct {
+		splits       int
+		forced, want int64
+	}{
+		{splits: 2, forced: -1, want: pairsOrderGroupsAuto},
+		{splits: 18, forced: -1, want: pairsOrderGroupsAuto},
+		{splits: pairsOrderMaxSplits, forced: -1, want: pairsOrderGroupsAuto},
+		{splits: pairsOrderMaxSplits + 1, forced: -1, want: 0},
+		{splits: 503, forced: -1, want: 0},
+		{splits: 18, forced: 0, want: 0},
+		{splits: 503, forced: 6, want: 6},
+	} {
+		require.Equal(t, c.want, pairsOrderGroupsFor(c.splits, c.forced), "%d splits, forced %d", c.splits, c.forced)
+	}
+}

@@ -28,6 +28,7 @@ type pairsParams struct {
 	Off             uint64
 	Nc, OffRows     int64
 	BiasPart        uint64
+	OrderGroups     int64
 }
 
 func (p *gatherParams) argBytes() []byte {

@@ -214,8 +214,12 @@ struct PairsParams {
                           // centre's pairs (the bias gradient of a submanifold map, whose
                           // centre pairs every output row once), written by the blocks of
                           // column tile 0 of the centre tap (pairs_col_sums)
+  long long order_groups; // > 0 (27 taps only): the blocks run in groups of order_groups
+                          // splits, each group's taps by the length of their offset (centre,
+                          // faces, edges, corners), its splits, then its tiles (pairs_block_of);
+                          // 0: the launch order (tile, tap, split)
 };
-static_assert(sizeof(PairsParams) == 19 * 8, "PairsParams layout");
+static_assert(sizeof(PairsParams) == 20 * 8, "PairsParams layout");
 
 // ---- PTX wrappers -----------------------------------------------------------
 
@@ -877,6 +881,38 @@ __device__ __forceinline__ long long pairs_tap_slices(const long long* seg, long
   return PairsTap(seg, mirror, V, K, v).slices(bk, chunk, splits);
 }
 
+// pairs_block_of maps this block's place in the dispatch order (the
+// linear index of blockIdx in a grid of tiles × 27 taps × splits, x
+// fastest) to the tile bx, tap v and split z it computes when the blocks
+// run in groups of g splits (PairsParams.order_groups): within a group the
+// taps by the length |dx| + |dy| + |dz| of their offset (then by index),
+// for each tap the group's splits, for each split its tiles. The long
+// blocks (the centre and the taps in a slab's plane carry most pairs) then
+// start first in every group instead of in the middle of each split, so
+// fewer of them end the launch (bench pairsched models it). Every block
+// still does exactly one (tile, tap, split) and writes the same partials.
+__device__ __forceinline__ void pairs_block_of(long long g, long long& bx, int& v, int& z) {
+  const long long T = gridDim.x, V = gridDim.y, S = gridDim.z;
+  const long long L = blockIdx.x + T * (blockIdx.y + V * (long long)blockIdx.z);
+  const long long per = g * V * T;  // blocks of a full group
+  const long long grp = L / per, z0 = grp * g, gs = min(g, S - z0);
+  const long long r = L - grp * per;
+  const int rank = (int)(r / (gs * T));
+  z = (int)(z0 + (r / T) % gs);
+  bx = r % T;
+  // The tap of the given rank among offsets sorted by length: 27 taps of
+  // a 3×3×3 kernel, tap index (a·3 + b)·3 + c for offsets a, b, c − 1.
+  int k = 0;
+  for (int len = 0; len < 4; ++len)
+    for (int t = 0; t < 27; ++t) {
+      const int a = t / 9 - 1, b = t / 3 % 3 - 1, c = t % 3 - 1;
+      if ((a != 0) + (b != 0) + (c != 0) == len && k++ == rank) {
+        v = t;
+        return;
+      }
+    }
+}
+
 // A pairs block's output tile (blockIdx.x: row tile m0 and column tile
 // n0 of the [M, N] product of tap v = blockIdx.y) and its share of the
 // tap's pair list (split z = blockIdx.z): the lists ia / ib (null: the
@@ -891,10 +927,12 @@ template <class C> struct PairsBlock {
   bool none, centre;
   __device__ __forceinline__ explicit PairsBlock(const PairsParams& p) {
     const long long tilesN = (p.N + C::BN - 1) / C::BN;
-    m0 = ((long long)blockIdx.x / tilesN) * C::BM;
-    n0 = ((long long)blockIdx.x % tilesN) * C::BN;
+    long long bx = blockIdx.x;
     v = blockIdx.y;
     z = blockIdx.z;
+    if (p.order_groups > 0) pairs_block_of(p.order_groups, bx, v, z);
+    m0 = (bx / tilesN) * C::BM;
+    n0 = (bx % tilesN) * C::BN;
     const PairsTap tap(p.seg, p.mirror, p.V, p.K, v);
     const long long sv = tap.slices(C::BK, p.chunk, p.splits);
     none = z >= sv;
