@@ -448,14 +448,13 @@ func windowPairsSplits(rows, M, N, esz, outElems, minBytes, windowRows int64) in
 // a submanifold 3×3×3 map into splits row slices: forced when it is ≥ 0
 // (EnvPairsOrderGroups), else groups of pairsOrderGroupsAuto splits up to
 // pairsOrderMaxSplits splits, the launch order above. Measured on the
-// H200 (session 26, call 1, fp16 training, weight-gradient kernels of a
-// step): 18 splits (RES 256 C 256) 2.22 → 2.12 ms in groups of 3 (2.13 in
-// groups of 6, 2.16 in one group), the step −1.8 %; 126 splits (RES 512
-// C 128) 2.63 → 2.79 ms and 503 (RES 1024 C 64) 3.53 → 3.81 ms in groups
-// of 3: where a launch has many splits, its tail is short (bench
-// pairsched: +5 % and +1 % over the bound, against +18 % at 18 splits)
-// and the taps of a group's splits, run together, share less of L2 than
-// the launch order's consecutive windows.
+// H200 (session 26, call 3, fp16 training, the weight-gradient kernels of
+// a step, two rounds): 18 splits (RES 256 C 256) 2.20 → 2.06 ms in groups
+// of 3 (2.08 in groups of 2, 2.06 of 6, 2.17 of 1; bf16 2.14 → 1.97), the
+// step −2.0 %; 126 splits (RES 512 C 128) 2.61 → 2.59 ms and 503 (RES
+// 1024 C 64) 3.48 → 3.49 ms, within the noise: a launch of many splits
+// has a short tail (bench pairsched: +5 % and +1 % over its bound,
+// against +18 % at 18 splits).
 func pairsOrderGroupsFor(splits int, forced int64) int64 {
 	switch {
 	case forced >= 0:

@@ -881,6 +881,24 @@ __device__ __forceinline__ long long pairs_tap_slices(const long long* seg, long
   return PairsTap(seg, mirror, V, K, v).slices(bk, chunk, splits);
 }
 
+// taps_by_length_word packs the taps of a 3×3×3 kernel (index (a·3 + b)·3
+// + c for offsets a, b, c − 1), sorted by the length |a − 1| + |b − 1| +
+// |c − 1| of their offset and then by index, five bits each, twelve to a
+// word: ranks 12·w to 12·w + 11 in word w. Built at compile time, so
+// pairs_block_of reads a tap from an immediate (a loop over the 27 taps
+// per block cost about 5 µs before the first load: session 26, call 2).
+__host__ __device__ constexpr unsigned long long taps_by_length_word(int w) {
+  unsigned long long word = 0;
+  int k = 0;
+  for (int len = 0; len < 4; ++len)
+    for (int t = 0; t < 27; ++t)
+      if ((t / 9 != 1) + (t / 3 % 3 != 1) + (t % 3 != 1) == len) {
+        if (k / 12 == w) word |= (unsigned long long)t << (5 * (k % 12));
+        ++k;
+      }
+  return word;
+}
+
 // pairs_block_of maps this block's place in the dispatch order (the
 // linear index of blockIdx in a grid of tiles × 27 taps × splits, x
 // fastest) to the tile bx, tap v and split z it computes when the blocks
@@ -892,6 +910,8 @@ __device__ __forceinline__ long long pairs_tap_slices(const long long* seg, long
 // fewer of them end the launch (bench pairsched models it). Every block
 // still does exactly one (tile, tap, split) and writes the same partials.
 __device__ __forceinline__ void pairs_block_of(long long g, long long& bx, int& v, int& z) {
+  constexpr unsigned long long w0 = taps_by_length_word(0), w1 = taps_by_length_word(1),
+                               w2 = taps_by_length_word(2);
   const long long T = gridDim.x, V = gridDim.y, S = gridDim.z;
   const long long L = blockIdx.x + T * (blockIdx.y + V * (long long)blockIdx.z);
   const long long per = g * V * T;  // blocks of a full group
@@ -900,17 +920,8 @@ __device__ __forceinline__ void pairs_block_of(long long g, long long& bx, int& 
   const int rank = (int)(r / (gs * T));
   z = (int)(z0 + (r / T) % gs);
   bx = r % T;
-  // The tap of the given rank among offsets sorted by length: 27 taps of
-  // a 3×3×3 kernel, tap index (a·3 + b)·3 + c for offsets a, b, c − 1.
-  int k = 0;
-  for (int len = 0; len < 4; ++len)
-    for (int t = 0; t < 27; ++t) {
-      const int a = t / 9 - 1, b = t / 3 % 3 - 1, c = t % 3 - 1;
-      if ((a != 0) + (b != 0) + (c != 0) == len && k++ == rank) {
-        v = t;
-        return;
-      }
-    }
+  const unsigned long long word = rank < 12 ? w0 : rank < 24 ? w1 : w2;
+  v = (int)((word >> (5 * (rank % 12))) & 31);
 }
 
 // A pairs block's output tile (blockIdx.x: row tile m0 and column tile
