@@ -444,10 +444,12 @@ func windowPairsSplits(rows, M, N, esz, outElems, minBytes, windowRows int64) in
 	return int(s)
 }
 
-// pairsOrderGroupsFor is PairsParams.order_groups of a window split of
-// a submanifold 3×3×3 map into splits row slices: forced when it is ≥ 0
-// (EnvPairsOrderGroups), else groups of pairsOrderGroupsAuto splits up to
-// pairsOrderMaxSplits splits, the launch order above. Measured on the
+// pairsOrderGroupsFor is PairsParams.order_groups of a weight gradient
+// of a submanifold 3×3×3 map in splits slices (row slices: the window
+// split): forced when it is ≥ 0 (EnvPairsOrderGroups), else for the
+// window split groups of pairsOrderGroupsAuto splits up to
+// pairsOrderMaxSplits splits, and the launch order above and for every
+// other split. Measured on the
 // H200 (session 26, call 3, fp16 training, the weight-gradient kernels of
 // a step, two rounds): 18 splits (RES 256 C 256) 2.20 → 2.06 ms in groups
 // of 3 (2.08 in groups of 2, 2.06 of 6, 2.17 of 1; bf16 2.14 → 1.97), the
@@ -455,11 +457,11 @@ func windowPairsSplits(rows, M, N, esz, outElems, minBytes, windowRows int64) in
 // 1024 C 64) 3.48 → 3.49 ms, within the noise: a launch of many splits
 // has a short tail (bench pairsched: +5 % and +1 % over its bound,
 // against +18 % at 18 splits).
-func pairsOrderGroupsFor(splits int, forced int64) int64 {
+func pairsOrderGroupsFor(splits int, rowSlices bool, forced int64) int64 {
 	switch {
 	case forced >= 0:
 		return forced
-	case splits <= pairsOrderMaxSplits:
+	case rowSlices && splits <= pairsOrderMaxSplits:
 		return pairsOrderGroupsAuto
 	}
 	return 0
@@ -756,11 +758,11 @@ func (e *Engine) runPairs(j pairsJob) error {
 	}
 	if rowSlices {
 		p.Off, p.Nc, p.OffRows = uint64(j.off), ceilDiv(j.K, pairsChunk), pairsChunk
-		if j.mirror && j.V == 27 {
-			// The window split's blocks in groups of splits, the long
-			// taps first (fg::pairs_block_of; 0: launch order).
-			p.OrderGroups = pairsOrderGroupsFor(splits, d.pairsOrderGroups)
-		}
+	}
+	if j.mirror && j.V == 27 {
+		// The blocks in groups of splits, the long taps first
+		// (fg::pairs_block_of; 0: launch order).
+		p.OrderGroups = pairsOrderGroupsFor(splits, rowSlices, d.pairsOrderGroups)
 	}
 	if (j.M*esz)%16 == 0 && (j.N*esz)%16 == 0 {
 		p.Vec = 1

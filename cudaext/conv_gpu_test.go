@@ -960,8 +960,10 @@ func TestBiasGradShapes(t *testing.T) {
 // with NaN bytes before each launch, so a slice read but never written
 // shows in the result, which is compared with the float64 reference for
 // mirrored submanifold lists, strided and transposed maps, aligned and
-// unaligned channels and every arithmetic. The test asserts that some case
-// left slices unused.
+// unaligned channels and every arithmetic; and the same bits with the
+// blocks run in groups of 1, 3 and 7 splits, long taps first
+// (PairsParams.order_groups, forced). The test asserts that some case
+// left slices unused and that some ran in groups.
 func TestWeightGradBalancedSlices(t *testing.T) {
 	rng := rand.New(rand.NewPCG(33, 34))
 	maps := splitTestMaps(t, rng, 24, grid.Extent{Batch: 1, X: 30, Y: 28, Z: 32}, 0.1)
@@ -970,7 +972,13 @@ func TestWeightGradBalancedSlices(t *testing.T) {
 	}
 	setPoison(true)
 	defer setPoison(false)
-	unused := 0
+	var orig int64
+	require.NoError(t, gpu.d.do(func() error { orig = gpu.d.pairsOrderGroups; return nil }))
+	setOrder := func(g int64) {
+		require.NoError(t, gpu.d.do(func() error { gpu.d.pairsOrderGroups = g; return nil }))
+	}
+	defer setOrder(orig)
+	unused, ordered := 0, 0
 	for _, sc := range maps {
 		m := sc.m
 		V := m.V()
@@ -998,14 +1006,34 @@ func TestWeightGradBalancedSlices(t *testing.T) {
 					}
 				}
 			}
-			e := relL2(host(t, dw), c.want)
-			gpu.Free(dw, c.x, c.dy)
+			got := host(t, dw)
+			e := relL2(got, c.want)
+			gpu.Free(dw)
 			require.False(t, math.IsNaN(e), "%s: a NaN partial was read (splits %d, chunk %d)", name, p.Splits, p.Chunk)
 			require.LessOrEqual(t, e, c.lim, "%s (splits %d, chunk %d)", name, p.Splits, p.Chunk)
+			// The blocks in groups of splits, long taps first (forced:
+			// the engine keeps the launch order for this split): the
+			// same partials, the same bits.
+			for _, g := range []int64{1, 3, 7} {
+				setOrder(g)
+				dw, err := gpu.WeightGrad(m, c.x, c.dy, Options{ConvOptions: sparse.ConvOptions{Algorithm: sparse.MaskedImplicitSplitK}})
+				require.NoError(t, err, name)
+				var q pairsParams
+				require.NoError(t, gpu.d.do(func() error { q = gpu.d.lastPairs; return nil }))
+				if q.Mirror == 1 && q.V == 27 {
+					require.Equal(t, g, q.OrderGroups, name)
+					ordered++
+				}
+				require.Equal(t, got, host(t, dw), "%s: order groups %d", name, g)
+				gpu.Free(dw)
+			}
+			setOrder(orig)
+			gpu.Free(c.x, c.dy)
 		}
 	}
 	gpu.SetTF32(false)
 	require.Greater(t, unused, 0, "no case left a tap's split slices unused")
+	require.Greater(t, ordered, 0, "no case ran the balanced split's blocks in groups")
 }
 
 // TestParamGradsFusedBias checks ParamGrads, whose bias gradient the

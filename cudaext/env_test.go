@@ -142,22 +142,28 @@ func TestPairsOrderGroupsFromEnv(t *testing.T) {
 	})
 }
 
-// TestPairsOrderGroupsFor checks the window split's choice of block order:
-// a forced number wins, else groups of pairsOrderGroupsAuto splits up to
-// pairsOrderMaxSplits splits and the launch order above.
+// TestPairsOrderGroupsFor checks the weight gradient's choice of block
+// order: a forced number wins, else for the window split (row slices)
+// groups of pairsOrderGroupsAuto splits up to pairsOrderMaxSplits splits,
+// and the launch order above and for every other split.
 func TestPairsOrderGroupsFor(t *testing.T) {
 	for _, c := range []struct {
 		splits       int
+		rowSlices    bool
 		forced, want int64
 	}{
-		{splits: 2, forced: -1, want: pairsOrderGroupsAuto},
-		{splits: 18, forced: -1, want: pairsOrderGroupsAuto},
-		{splits: pairsOrderMaxSplits, forced: -1, want: pairsOrderGroupsAuto},
-		{splits: pairsOrderMaxSplits + 1, forced: -1, want: 0},
-		{splits: 503, forced: -1, want: 0},
-		{splits: 18, forced: 0, want: 0},
-		{splits: 503, forced: 6, want: 6},
+		{splits: 2, rowSlices: true, forced: -1, want: pairsOrderGroupsAuto},
+		{splits: 18, rowSlices: true, forced: -1, want: pairsOrderGroupsAuto},
+		{splits: pairsOrderMaxSplits, rowSlices: true, forced: -1, want: pairsOrderGroupsAuto},
+		{splits: pairsOrderMaxSplits + 1, rowSlices: true, forced: -1, want: 0},
+		{splits: 503, rowSlices: true, forced: -1, want: 0},
+		{splits: 18, rowSlices: false, forced: -1, want: 0},
+		{splits: 1, rowSlices: false, forced: -1, want: 0},
+		{splits: 18, rowSlices: true, forced: 0, want: 0},
+		{splits: 503, rowSlices: true, forced: 6, want: 6},
+		{splits: 7, rowSlices: false, forced: 2, want: 2},
 	} {
-		require.Equal(t, c.want, pairsOrderGroupsFor(c.splits, c.forced), "%d splits, forced %d", c.splits, c.forced)
+		require.Equal(t, c.want, pairsOrderGroupsFor(c.splits, c.rowSlices, c.forced),
+			"%d splits, row slices %v, forced %d", c.splits, c.rowSlices, c.forced)
 	}
 }
