@@ -119,6 +119,15 @@ template <Math M_, int BM_, int BN_, int BK_, int WM_, int WN_, int S_, bool H_ 
   // tiles (64×64: 128 accumulators) get the whole register file of one
   // block, since 128 registers would spill.
   static constexpr int kMinBlocks = (kWarps >= 8 && kElem == 2 && MI * NI <= 16) ? 2 : 1;
+  // The same promise for the mma.sync pairs kernels, in every arithmetic,
+  // where two blocks fit one SM by shared memory (233 472 bytes, 1 KiB
+  // reserved per block); 0 elsewhere, which leaves ptxas its default (an
+  // explicit 1 lets it take up to 255 registers: the tf32 128×64 tile went
+  // from 128 to 170). The tf32 128×128 tile took 124 registers, two blocks
+  // per SM, until the block order (pairs_block_of) raised it to 130: one
+  // block per SM (session 26).
+  static constexpr int kPairsMinBlocks =
+      (kWarps >= 8 && MI * NI <= 16 && 2 * (kPairsSmem + 1024) <= 233472) ? 2 : 0;
 
   static_assert(kWarps >= 1 && kThreads <= 1024, "bad warp grid");
   static_assert(BM % (16 * WM) == 0, "BM must be a multiple of 16*WM");
@@ -1268,7 +1277,9 @@ template <class C> __device__ __forceinline__ void pairs_gemm(const PairsParams&
     fg::pairs_gemm<Cfg>(p);                                                                     \
   }
 #define FG_PAIRS_KERNEL(NAME, MATH, BM, BN, BK, WM, WN, S, SMEM)                               \
-  extern "C" __global__ void __launch_bounds__(32 * (WM) * (WN)) NAME(const fg::PairsParams p) { \
+  extern "C" __global__ void __launch_bounds__(                                                  \
+      32 * (WM) * (WN), (fg::TileCfg<MATH, BM, BN, BK, WM, WN, S>::kPairsMinBlocks))             \
+      NAME(const fg::PairsParams p) {                                                            \
     using Cfg = fg::TileCfg<MATH, BM, BN, BK, WM, WN, S>;                                       \
     static_assert(Cfg::kPairsSmem == (SMEM), "shared memory differs from the Go tile table");   \
     fg::pairs_gemm<Cfg>(p);                                                                     \
