@@ -19,17 +19,22 @@
 //	                compute_90 PTX), every X_sm90a.cu into sm_90a PTX
 //	                (images/X.ptx.gz, compiled by the driver on Hopper),
 //	                and writes manifest.txt
+//	resources.sh    writes resources.txt: registers and local memory of
+//	                every sm_90 kernel of the images, for review and
+//	                TestKernelResources
 //	images/         the compiled images, embedded with go:embed
 //
 // # Rebuilding
 //
 // After changing a .cu/.cuh file or the tile table, run
 //
-//	cudaext/kernels/build.sh
+//	cudaext/kernels/build.sh && cudaext/kernels/resources.sh
 //
 // (nvcc 11.8 or newer and Go on PATH). TestImagesUpToDate fails while the
-// embedded images are stale, and TestInstancesUpToDate while gemm_*.cu
-// differ from what the tile table generates.
+// embedded images are stale, TestInstancesUpToDate while gemm_*.cu differ
+// from what the tile table generates, and TestKernelResources while
+// resources.txt was written from other images, or when a kernel spills or
+// a pairs kernel promised two blocks per SM does not fit them.
 //
 // # Overriding the images
 //

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -324,4 +325,70 @@ func TestImagesOverride(t *testing.T) {
 	t.Setenv(EnvImage, filepath.Join(dir, "missing"))
 	_, err = Images()
 	require.ErrorContains(t, err, EnvImage)
+}
+
+// TestKernelResources checks resources.txt (written by resources.sh from
+// the sm_90 cubins of the embedded images) against the images: it must
+// have been written from the images embedded now; no kernel uses local
+// memory (a spill); every mma.sync GEMM kernel of the tile table is
+// listed; and the pairs kernels that TileCfg::kPairsMinBlocks holds to two
+// blocks per SM (8 warps, at most 16 accumulator fragments per warp, two
+// blocks' shared memory) fit two blocks by registers.
+func TestKernelResources(t *testing.T) {
+	data, err := os.ReadFile("resources.txt")
+	require.NoError(t, err, "run cudaext/kernels/resources.sh")
+	type usage struct{ regs, local int }
+	kernels := map[string]usage{}
+	images := map[string]string{}
+	for _, line := range strings.Split(string(data), "\n") {
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		f := strings.Fields(line)
+		switch {
+		case len(f) == 3 && f[0] == "image":
+			images[f[2]] = f[1]
+		case len(f) == 4 && f[0] == "registers":
+			regs, err1 := strconv.Atoi(f[2])
+			local, err2 := strconv.Atoi(f[3])
+			require.NoError(t, err1, line)
+			require.NoError(t, err2, line)
+			kernels[f[1]] = usage{regs, local}
+		default:
+			t.Fatalf("resources.txt: bad line %q", line)
+		}
+	}
+	fatbins, err := fs.Glob(imageFS, "images/*.fatbin")
+	require.NoError(t, err)
+	require.Len(t, images, len(fatbins), "resources.txt lists other images than those embedded: run cudaext/kernels/resources.sh")
+	for _, p := range fatbins {
+		img, err := imageFS.ReadFile(p)
+		require.NoError(t, err)
+		require.Equalf(t, sha(img), images[filepath.Base(p)], "%s changed since resources.txt was written: run cudaext/kernels/resources.sh", p)
+	}
+	for name, u := range kernels {
+		require.Zerof(t, u.local, "%s uses %d bytes of local memory (spills)", name, u.local)
+	}
+	for _, m := range Maths {
+		for _, tile := range Tiles {
+			if !tile.Supports(m) {
+				continue
+			}
+			names := []string{KernelName(Gather, m, tile), TransposedName(m, tile)}
+			if tile.Has(Pairs, m) {
+				names = append(names, KernelName(Pairs, m, tile))
+			}
+			for _, name := range names {
+				_, ok := kernels[name]
+				require.Truef(t, ok, "resources.txt lacks %s: run cudaext/kernels/resources.sh", name)
+			}
+			fragments := (tile.BM / tile.WM / 16) * (tile.BN / tile.WN / 8)
+			if !tile.Has(Pairs, m) || tile.WM*tile.WN < 8 || fragments > 16 || !twoPerSM(SmemBytes(Pairs, m, tile)) {
+				continue
+			}
+			regs := (kernels[KernelName(Pairs, m, tile)].regs + 7) / 8 * 8
+			require.LessOrEqualf(t, 2*tile.Threads()*regs, 65536,
+				"%s: %d registers per thread leave one block per SM, its launch bounds promise two", KernelName(Pairs, m, tile), regs)
+		}
+	}
 }

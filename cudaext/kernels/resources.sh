@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Writes resources.txt: the registers and spill (local memory) bytes of
+# every kernel's sm_90 cubin in the embedded images (images/*.fatbin; the
+# Hopper *_sm90a images are PTX, compiled by the driver, and have none), as
+# cuobjdump reports them, with the sha256 of each image read. A kernel's
+# registers decide how many of its blocks share an SM; a change shows in
+# this file's diff, and TestKernelResources fails when an image changed
+# since the file was written, when a GEMM kernel spills, or when a pairs
+# kernel of 8 warps that its launch bounds hold to two blocks per SM does
+# not fit two (session 26: a code change took the tf32 128×128 pairs
+# kernel to one block per SM, seen only in an H200 run).
+#
+# Usage: cudaext/kernels/resources.sh   (after build.sh; needs cuobjdump)
+set -euo pipefail
+cd "$(dirname "$0")"
+{
+  echo "# FlexGEMM-Go kernel resources (sm_90 cubins), written by resources.sh. DO NOT EDIT."
+  for img in $(ls images/*.fatbin | LC_ALL=C sort); do
+    echo "image $(sha256sum "$img" | cut -d' ' -f1) $(basename "$img")"
+    "${CUOBJDUMP:-cuobjdump}" --dump-resource-usage "$img" | awk '
+      /arch = / { arch = $3 }
+      /Function / { fn = $2; sub(/:$/, "", fn) }
+      /REG:/ && arch == "sm_90" {
+        match($0, /REG:[0-9]+/); r = substr($0, RSTART + 4, RLENGTH - 4)
+        match($0, /LOCAL:[0-9]+/); l = substr($0, RSTART + 6, RLENGTH - 6)
+        print "registers " fn " " r " " l
+      }' | LC_ALL=C sort -u
+  done
+} > resources.txt.tmp
+mv resources.txt.tmp resources.txt
