@@ -82,8 +82,12 @@
 //     each tap split slices in proportion to its pairs, or, for operands
 //     larger than the L2, slices of FLEXGEMM_PAIRS_WINDOW_ROWS output rows,
 //     default 8192, cut at the same rows in every tap;
-//     FLEXGEMM_NO_ROW_SLICES=1 cuts equal shares of each tap's pairs), and
-//     over the im2col matrix for Explicit; a submanifold map's device
+//     FLEXGEMM_NO_ROW_SLICES=1 cuts equal shares of each tap's pairs; a
+//     window split of at most 32 slices runs its blocks in groups of three
+//     slices, the taps with the longest lists first, so fewer long blocks
+//     end the launch, FLEXGEMM_PAIRS_ORDER_GROUPS=g forces groups of g, 0
+//     the launch order), and over the im2col matrix for Explicit; a
+//     submanifold map's device
 //     lists hold the taps before the centre only, read swapped for their
 //     mirror taps and the centre as the identity (TablePairs);
 //   - ParamGrads (sparse.ConvParamGrads) returns the weight and the bias
