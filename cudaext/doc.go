@@ -84,8 +84,9 @@
 //     default 8192, cut at the same rows in every tap;
 //     FLEXGEMM_NO_ROW_SLICES=1 cuts equal shares of each tap's pairs; a
 //     window split of at most 32 slices runs its blocks in groups of three
-//     slices, the taps with the longest lists first, so fewer long blocks
-//     end the launch, FLEXGEMM_PAIRS_ORDER_GROUPS=g forces groups of g, 0
+//     slices, each group's taps by the length of their offset (centre,
+//     faces, edges, corners: about the order of their pair counts), so
+//     fewer long blocks end the launch; FLEXGEMM_PAIRS_ORDER_GROUPS=g forces groups of g, 0
 //     the launch order), and over the im2col matrix for Explicit; a
 //     submanifold map's device
 //     lists hold the taps before the centre only, read swapped for their
