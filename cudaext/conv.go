@@ -444,36 +444,6 @@ func windowPairsSplits(rows, M, N, esz, outElems, minBytes, windowRows int64) in
 	return int(s)
 }
 
-// pairsOrderGroupsFor is PairsParams.order_groups of a weight gradient
-// of a submanifold 3×3×3 map in splits slices (row slices: the window
-// split): forced when it is ≥ 0 (EnvPairsOrderGroups), else for the
-// window split groups of pairsOrderGroupsAuto splits up to
-// pairsOrderMaxSplits splits, and the launch order above and for every
-// other split. Measured on the
-// H200 (session 26, call 3, fp16 training, the weight-gradient kernels of
-// a step, two rounds): 18 splits (RES 256 C 256) 2.20 → 2.06 ms in groups
-// of 3 (2.08 in groups of 2, 2.06 of 6, 2.17 of 1; bf16 2.14 → 1.97), the
-// step −2.0 %; 126 splits (RES 512 C 128) 2.61 → 2.59 ms and 503 (RES
-// 1024 C 64) 3.48 → 3.49 ms, within the noise: a launch of many splits
-// has a short tail (bench pairsched: +5 % and +1 % over its bound,
-// against +18 % at 18 splits).
-func pairsOrderGroupsFor(splits int, rowSlices bool, forced int64) int64 {
-	switch {
-	case forced >= 0:
-		return forced
-	case rowSlices && splits <= pairsOrderMaxSplits:
-		return pairsOrderGroupsAuto
-	}
-	return 0
-}
-
-// pairsOrderGroupsAuto and pairsOrderMaxSplits are pairsOrderGroupsFor's
-// choice.
-const (
-	pairsOrderGroupsAuto = 3
-	pairsOrderMaxSplits  = 32
-)
-
 // halfOperandsPartBytes is the float32 partials budget of a weight
 // gradient whose operands are rows·(M+N) elements of esz bytes: half the
 // operands, at most pairsPartBytes (windowPairsSplits, and runPairs'
