@@ -91,9 +91,9 @@ type Device struct {
 	// noFusedBias (EnvNoFusedBias): ParamGrads never sums the bias
 	// gradient in the weight gradient's kernel.
 	noFusedBias bool
-	// pairsOrderGroups (EnvPairsOrderGroups): the window split's blocks
-	// in groups of this many splits, long taps first (0: launch order;
-	// −1: pairsOrderGroupsFor chooses).
+	// pairsOrderGroups (EnvPairsOrderGroups): the weight gradient's
+	// blocks of a submanifold 3×3×3 map in groups of this many splits,
+	// long taps first (0: launch order; −1: pairsOrderGroupsFor chooses).
 	pairsOrderGroups int64
 	// noRowsFirst: masked gathers never launch their tiles in the order
 	// of their first rows (rowsFirst; EnvNoRowsFirst); rowsFirstMin: they

@@ -146,11 +146,12 @@ func pairsWindowRowsFromEnv() (int64, error) {
 const EnvNoFusedBias = "FLEXGEMM_NO_FUSED_BIAS"
 
 // EnvPairsOrderGroups names the environment variable that, read when an
-// engine opens, fixes how the weight gradient's window split (row slices
-// of a submanifold 3×3×3 map) orders its blocks: in groups of that many
-// splits, each group's taps by the length of their offset
+// engine opens, fixes how the weight gradient of a submanifold 3×3×3 map
+// orders its blocks, whatever its split: in groups of that many splits,
+// each group's taps by the length of their offset
 // (PairsParams.order_groups), or 0 for the launch order (tile, tap,
-// split). Unset, the engine chooses (pairsOrderGroupsFor).
+// split). Unset, the engine chooses (pairsOrderGroupsFor: groups only for
+// the window split of few splits).
 const EnvPairsOrderGroups = "FLEXGEMM_PAIRS_ORDER_GROUPS"
 
 // pairsOrderGroupsFromEnv reads EnvPairsOrderGroups: −1 (the engine
