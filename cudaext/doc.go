@@ -87,10 +87,10 @@
 //     slices, each group's taps by the length of their offset (centre,
 //     faces, edges, corners: about the order of their pair counts), so
 //     fewer long blocks end the launch; FLEXGEMM_PAIRS_ORDER_GROUPS=g
-//     forces groups of g, 0 the launch order), and over the im2col matrix
-//     for Explicit; a submanifold map's device lists hold the taps before
-//     the centre only, read swapped for their mirror taps and the centre
-//     as the identity (TablePairs);
+//     forces groups of g on every split, 0 the launch order), and over
+//     the im2col matrix for Explicit; a submanifold map's device lists
+//     hold the taps before the centre only, read swapped for their mirror
+//     taps and the centre as the identity (TablePairs);
 //   - ParamGrads (sparse.ConvParamGrads) returns the weight and the bias
 //     gradient together: over those half lists the 16-bit Hopper pairs
 //     kernels sum the bias gradient in their centre tap, whose blocks
