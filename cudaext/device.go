@@ -104,6 +104,14 @@ type Device struct {
 	noRegroup bool
 	// noOnesweep: radix sorts run the classic passes (EnvNoOnesweep).
 	noOnesweep bool
+	// bricks: the bricks per row of the last brick searches, which size
+	// the next one's pool (brickRatios.guess); noBrickGuess: the search
+	// waits for the count instead (EnvNoBrickGuess). brickResearches
+	// counts the searches repeated because the count exceeded the guess
+	// (a test instrument).
+	bricks          brickRatios
+	noBrickGuess    bool
+	brickResearches int
 	// reduceVecMin: the split-K reductions sum four elements per thread
 	// from this many elements per slice on (reduceVecMinElems; the tests
 	// lower it).
@@ -185,6 +193,7 @@ func openDevice(ordinal int) (*Device, error) {
 		rowsFirstMin:           rowsFirstMinRows,
 		noRegroup:              os.Getenv(EnvNoRegroup) == "1",
 		noOnesweep:             os.Getenv(EnvNoOnesweep) == "1",
+		noBrickGuess:           os.Getenv(EnvNoBrickGuess) == "1",
 	}
 	d.mem.free = map[int64][]devPtr{}
 	runtime.LockOSThread()

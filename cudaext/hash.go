@@ -297,18 +297,6 @@ func (d *Device) hashCoordsThen(coords devPtr, n int64, ext grid.Extent, perKey 
 	if n >= math.MaxInt32 {
 		return nil, false, nil // hashCoordsPer names the overflow
 	}
-	if d.statusHost == nil {
-		ev, err := eventCreate()
-		if err != nil {
-			return nil, false, err
-		}
-		p, err := memAllocHost(stWords * 4)
-		if err != nil {
-			_ = eventDestroy(ev)
-			return nil, false, err
-		}
-		d.statusHost, d.statusEv = p, ev
-	}
 	if t, err = d.newDevTable(tableLogPer(n, perKey), ext, maxProbeLimit, false); err != nil {
 		return nil, false, err
 	}
@@ -325,25 +313,54 @@ func (d *Device) hashCoordsThen(coords devPtr, n int64, ext grid.Extent, perKey 
 	if err := d.launchInsert(t, coords, n, ext, sb.ptr()); err != nil {
 		return fail(err)
 	}
-	d.countDownload(stWords * 4)
-	if err := memcpyDtoHAsync(d.statusHost, sb.ptr(), stWords*4, d.stream); err != nil {
-		return fail(err)
-	}
-	if err := eventRecord(d.statusEv, d.stream); err != nil {
+	if err := d.queueStatusCopy(sb); err != nil {
 		return fail(err)
 	}
 	if err := then(t); err != nil {
 		return fail(err)
 	}
-	if err := eventSync(d.statusEv); err != nil {
+	st, err := d.queuedStatus()
+	if err != nil {
 		return fail(err)
 	}
-	st := deviceStatus(unsafe.Slice((*int32)(d.statusHost), stWords))
 	if st[stFlags] != 0 {
 		return fail(nil)
 	}
 	t.probe = int(st[stMaxProbe]) + 1
 	return t, true, nil
+}
+
+// queueStatusCopy queues the copy of sb's words into page-locked memory
+// and an event behind it, for queuedStatus to wait for: the device works
+// through what the caller queues in between while the host waits for the
+// copy alone. One copy at a time. Worker only.
+func (d *Device) queueStatusCopy(sb statusBuf) error {
+	if d.statusHost == nil {
+		ev, err := eventCreate()
+		if err != nil {
+			return err
+		}
+		p, err := memAllocHost(stWords * 4)
+		if err != nil {
+			_ = eventDestroy(ev)
+			return err
+		}
+		d.statusHost, d.statusEv = p, ev
+	}
+	d.countDownload(stWords * 4)
+	if err := memcpyDtoHAsync(d.statusHost, sb.ptr(), stWords*4, d.stream); err != nil {
+		return err
+	}
+	return eventRecord(d.statusEv, d.stream)
+}
+
+// queuedStatus waits for queueStatusCopy's copy and returns the words.
+// Worker only.
+func (d *Device) queuedStatus() (deviceStatus, error) {
+	if err := eventSync(d.statusEv); err != nil {
+		return deviceStatus{}, err
+	}
+	return deviceStatus(unsafe.Slice((*int32)(d.statusHost), stWords)), nil
 }
 
 // insertCoords runs hash_insert_coords and returns the status.

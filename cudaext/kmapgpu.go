@@ -311,8 +311,14 @@ var errBrickRows = errors.New("cudaext: rows outside the extent or duplicated")
 // per row of a shell, against 13 per-tap lookups of kmap_nbr_sub in a
 // table of one key per row), gathers the cells around the brick into
 // shared memory and writes its rows' 27 entries. Every entry is written
-// once: no −1 fill, no mirror writes. Waits for the device once (the
-// brick count sizes the pool).
+// once: no −1 fill, no mirror writes. Waits for the device once, for the
+// inserts' status: after the scatter and the search are queued over a
+// pool sized by the recent builds' bricks per row (d.bricks), so the
+// device searches while the host reads the status, or, with no build
+// recorded (or EnvNoBrickGuess), before them, to size the pool by the
+// count. A count above the guess repeats the scatter and the search over
+// a pool of the count (the first search stops at the guess and reads
+// larger brick numbers as absent).
 func (d *Device) buildSubNbrBricks(dm *devMap, coords devPtr, ext grid.Extent) error {
 	var err error
 	if dm.nbr, err = d.allocTable(dm.nOut, dm.V); err != nil {
@@ -342,31 +348,6 @@ func (d *Device) buildSubNbrBricks(dm *devMap, coords devPtr, ext grid.Extent) e
 		return err
 	}
 	defer d.freeTemp(first)
-	g, b := d.elementwise(n)
-	st, err := d.statusOf(func(status devPtr) error {
-		return d.launch("kmap_brick_insert", g, b, 0, coords, n, extOf(ext), extOf(bext), bt.arg(), cells.ptr, first.ptr, status)
-	})
-	if err != nil {
-		return err
-	}
-	if st[stFlags]&(flagRange|flagDup) != 0 {
-		return errBrickRows
-	}
-	if st[stFlags]&flagFull != 0 {
-		return fmt.Errorf("%w: cudaext: brick table of %d slots holds no free slot within %d probes", hash.ErrFull, bt.slots(), bt.limit)
-	}
-	bt.probe = int(st[stMaxProbe]) + 1
-	nb := int64(st[stCount])
-	pool, err := d.allocTemp(max(nb, 1) * 64 * 4)
-	if err != nil {
-		return err
-	}
-	defer d.freeTemp(pool)
-	// No −1 fill: kmap_nbr_brick reads only the cells that the bricks'
-	// cell masks mark.
-	if err := d.launch("kmap_brick_scatter", g, b, 0, coords, n, extOf(bext), bt.arg(), pool.ptr); err != nil {
-		return err
-	}
 	// The rows' tap masks and Gray ranks come with the table, for its Gray
 	// order: no masks_build pass over the 27 entries of every row. Tables
 	// of at most kmap.BalancedKeyMaxRows rows (tests lower the brick
@@ -381,9 +362,77 @@ func (d *Device) buildSubNbrBricks(dm *devMap, coords devPtr, ext grid.Extent) e
 			return err
 		}
 	}
-	blocks := min(ceilDiv(nb, brickWarps), int64(d.info.SMs)*brickBlocksPerSM)
-	return d.launch("kmap_nbr_brick", dim3{X: int(blocks)}, dim3{X: 32 * brickWarps}, 0, coords, nb, extOf(bext), bt.arg(),
-		cells.ptr, first.ptr, pool.ptr, dm.nbr.ptr, dm.mask.ptr, dm.rank.ptr)
+	sb, err := d.newStatusBuf()
+	if err != nil {
+		return err
+	}
+	defer d.freeTemp(sb.raw) // stream-ordered: reused only behind the search
+	g, b := d.elementwise(n)
+	if err := d.launch("kmap_brick_insert", g, b, 0, coords, n, extOf(ext), extOf(bext), bt.arg(), cells.ptr, first.ptr, sb.ptr()); err != nil {
+		return err
+	}
+	var pool rawBuf
+	freePool := func() {
+		if pool.ptr != 0 {
+			d.freeTemp(pool)
+			pool = rawBuf{}
+		}
+	}
+	defer freePool()
+	// search scatters the rows into a pool of nb bricks and searches the
+	// first nb bricks, or, with count (the status's brick count), the
+	// first min(nb, *count).
+	search := func(nb int64, count devPtr) error {
+		freePool()
+		var err error
+		if pool, err = d.allocTemp(max(nb, 1) * 64 * 4); err != nil {
+			pool = rawBuf{}
+			return err
+		}
+		// No −1 fill: kmap_nbr_brick reads only the cells that the bricks'
+		// cell masks mark.
+		if err := d.launch("kmap_brick_scatter", g, b, 0, coords, n, extOf(bext), bt.arg(), pool.ptr, nb); err != nil {
+			return err
+		}
+		blocks := min(ceilDiv(max(nb, 1), brickWarps), int64(d.info.SMs)*brickBlocksPerSM)
+		return d.launch("kmap_nbr_brick", dim3{X: int(blocks)}, dim3{X: 32 * brickWarps}, 0, coords, nb, count, extOf(bext), bt.arg(),
+			cells.ptr, first.ptr, pool.ptr, dm.nbr.ptr, dm.mask.ptr, dm.rank.ptr)
+	}
+	guess := int64(0)
+	if !d.noBrickGuess {
+		guess = d.bricks.guess(n)
+	}
+	var st deviceStatus
+	if guess > 0 {
+		if err := d.queueStatusCopy(sb); err != nil {
+			return err
+		}
+		if err := search(guess, sb.ptr()+stCount*4); err != nil {
+			return err
+		}
+		st, err = d.queuedStatus()
+	} else {
+		st, err = sb.read(d)
+	}
+	if err != nil {
+		return err
+	}
+	if st[stFlags]&(flagRange|flagDup) != 0 {
+		return errBrickRows
+	}
+	if st[stFlags]&flagFull != 0 {
+		return fmt.Errorf("%w: cudaext: brick table of %d slots holds no free slot within %d probes", hash.ErrFull, bt.slots(), bt.limit)
+	}
+	bt.probe = int(st[stMaxProbe]) + 1
+	nb := int64(st[stCount])
+	d.bricks.note(n, nb)
+	if guess > 0 && nb <= guess {
+		return nil
+	}
+	if guess > 0 {
+		d.brickResearches++
+	}
+	return search(nb, 0)
 }
 
 // brickWarps is the number of warps (a brick each at a time) per block of

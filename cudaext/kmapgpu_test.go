@@ -755,13 +755,21 @@ func TestGPUBrickSearchErrors(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			_, want := e.SubmanifoldMap(gxCoords(t, e, coords), ext, k3, d1)
 			require.Error(t, want)
-			require.NoError(t, e.d.do(func() error { e.d.brickMinRows = 0; return nil }))
-			_, got := e.SubmanifoldMap(gxCoords(t, e, coords), ext, k3, d1)
-			require.NoError(t, e.d.do(func() error { e.d.brickMinRows = brickMinRows; return nil }))
-			require.Error(t, got)
-			require.Equal(t, want.Error(), got.Error())
-			for _, kind := range []error{kmap.ErrDuplicate, kmap.ErrOutOfRange} {
-				require.Equal(t, errors.Is(want, kind), errors.Is(got, kind), "%v", kind)
+			// With the pool sized after the count, and by guesses that are
+			// too small and large enough (the search then runs before the
+			// status is read).
+			for _, ratio := range []float64{0, 1e-9, 1} {
+				require.NoError(t, e.d.do(func() error {
+					e.d.brickMinRows, e.d.bricks = 0, brickRatios{ratio: [brickHistory]float64{ratio}}
+					return nil
+				}))
+				_, got := e.SubmanifoldMap(gxCoords(t, e, coords), ext, k3, d1)
+				require.NoError(t, e.d.do(func() error { e.d.brickMinRows = brickMinRows; return nil }))
+				require.Error(t, got, "ratio %g", ratio)
+				require.Equal(t, want.Error(), got.Error(), "ratio %g", ratio)
+				for _, kind := range []error{kmap.ErrDuplicate, kmap.ErrOutOfRange} {
+					require.Equal(t, errors.Is(want, kind), errors.Is(got, kind), "%v, ratio %g", kind, ratio)
+				}
 			}
 		})
 	}
@@ -773,6 +781,69 @@ func TestGPUBrickSearchErrors(t *testing.T) {
 	cpu, err := kmap.NewSubmanifold(good, ext, k3, d1)
 	require.NoError(t, err)
 	gxSameMap(t, e, m, cpu)
+}
+
+// TestGPUBrickPoolGuess builds brick-searched maps with the pool sized
+// every way buildSubNbrBricks sizes it — by the count after a wait (no
+// build recorded, or EnvNoBrickGuess), by a guess that holds every brick
+// (close, or a brick per row), by a guess too small (the search repeated
+// over a pool of the count) — and compares each with kmap.NewSubmanifold,
+// below and above kmap.BalancedKeyMaxRows (the search then writes the
+// masks and ranks too).
+func TestGPUBrickPoolGuess(t *testing.T) {
+	e := gxEngine(t)
+	require.NoError(t, e.d.do(func() error { e.d.brickMinRows = 0; return nil }))
+	defer func() {
+		require.NoError(t, e.d.do(func() error {
+			e.d.brickMinRows, e.d.noBrickGuess, e.d.bricks = brickMinRows, false, brickRatios{}
+			return nil
+		}))
+	}()
+	for _, res := range []int{24, 192} {
+		coords, ext := synth.SphereShell(res, 1)
+		n := len(coords) / 4
+		require.Equal(t, res > 24, n > kmap.BalancedKeyMaxRows)
+		cpu, err := kmap.NewSubmanifold(coords, ext, [3]int{3, 3, 3}, [3]int{1, 1, 1})
+		require.NoError(t, err)
+		// The shell's bricks per row, from the exact build.
+		var ratio float64
+		cases := []struct {
+			name     string
+			set      func(d *Device)
+			research bool
+		}{
+			{"count first", func(d *Device) { d.bricks = brickRatios{} }, false},
+			{"close guess", func(d *Device) { d.bricks = brickRatios{ratio: [brickHistory]float64{ratio}} }, false},
+			{"a brick per row", func(d *Device) { d.bricks = brickRatios{ratio: [brickHistory]float64{1}} }, false},
+			{"guess too small", func(d *Device) { d.bricks = brickRatios{ratio: [brickHistory]float64{1e-9}} }, true},
+			{"no guess", func(d *Device) { d.noBrickGuess = true; d.bricks = brickRatios{ratio: [brickHistory]float64{1e-9}} }, false},
+		}
+		for _, c := range cases {
+			t.Run(fmt.Sprintf("%d rows/%s", n, c.name), func(t *testing.T) {
+				var before int
+				require.NoError(t, e.d.do(func() error {
+					c.set(e.d)
+					before = e.d.brickResearches
+					return nil
+				}))
+				gpu := gxBuild(t, e, func() (*kmap.Map, error) {
+					return e.SubmanifoldMap(gxCoords(t, e, coords), ext, [3]int{3, 3, 3}, [3]int{1, 1, 1})
+				})
+				var researched bool
+				require.NoError(t, e.d.do(func() error {
+					researched = e.d.brickResearches > before
+					ratio = max(ratio, e.d.bricks.ratio[(e.d.bricks.next+brickHistory-1)%brickHistory])
+					e.d.noBrickGuess = false
+					return nil
+				}))
+				require.Equal(t, c.research, researched, "search repeated")
+				require.Greater(t, ratio, 0.0)
+				require.Greater(t, ratio*float64(n), float64(brickGuessMin), "too few bricks to overflow the smallest guess")
+				gxSameDerived(t, e, gpu, cpu)
+				gxSameMap(t, e, gpu, cpu)
+			})
+		}
+	}
 }
 
 // TestGPUMapEmpty builds every kind of map over no voxels.

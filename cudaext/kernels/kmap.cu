@@ -34,15 +34,17 @@
 //                      bit set), with the claiming row as the brick's
 //                      first row; checks the rows (extent, duplicates
 //                      through per-brick cell masks)
-//   kmap_brick_scatter pool[brick · 64 + cell] = row (read only at the
-//                      cells that the brick's cell mask marks)
+//   kmap_brick_scatter pool[brick · 64 + cell] = row for the bricks the
+//                      pool holds (read only at the cells that the brick's
+//                      cell mask marks)
 //   kmap_nbr_brick     Nbr of 3×3×3 submanifold maps with dilation 1: one
 //                      warp per brick looks its 27 neighbour bricks and
 //                      their cell masks up in the small brick table,
 //                      gathers the 6×6×6 cells around it from the pool
 //                      into shared memory and writes each of its rows' 27
 //                      entries (no −1 fill, no mirror writes); it can also
-//                      write each row's tap mask and Gray rank
+//                      write each row's tap mask and Gray rank, and read
+//                      the brick count from the device
 //                      (masks_build's)
 //   kmap_pairs_count   pair counts per (tap, chunk of 256 output rows) of
 //                      the first taps taps (a submanifold map's lists hold
@@ -347,7 +349,10 @@ __device__ void brick_insert(const int* coords, i64 n, Ext ext, Ext bext, Table 
 
 // The rows of a warp that share a brick (__match_any_sync) look it up
 // once, from their first lane, which shuffles the number to the others.
-__device__ void brick_scatter(const int* coords, i64 n, Ext bext, Table bt, int* pool) {
+// The pool holds cap bricks: rows of bricks numbered cap or more are not
+// stored (the host sized the pool by an estimate of the brick count and
+// scatters again into a larger one when the count exceeds it).
+__device__ void brick_scatter(const int* coords, i64 n, Ext bext, Table bt, int* pool, i64 cap) {
   const int lane = threadIdx.x & 31;
   for (i64 base = gtid() - lane; base < n; base += gstride()) {
     const i64 r = base + lane;
@@ -362,7 +367,7 @@ __device__ void brick_scatter(const int* coords, i64 n, Ext bext, Table bt, int*
     int id = -1;
     if (r < n && lane == leader) id = brick_of(bt, bext, c);
     id = __shfl_sync(peers, id, leader);
-    if (r < n && id >= 0) pool[(i64)id * 64 + brick_cell(c.y, c.z, c.w)] = (int)r;  // id ≥ 0 after brick_insert
+    if (r < n && id >= 0 && id < cap) pool[(i64)id * 64 + brick_cell(c.y, c.z, c.w)] = (int)r;
   }
 }
 
@@ -411,8 +416,8 @@ __device__ __forceinline__ u32 rim_cell(int t) {
   return (u32)((hx * kRim + hy) * kRim + hz) | (u32)k << 8 | (u32)brick_cell(hx - 1, hy - 1, hz - 1) << 13;
 }
 
-__device__ void nbr_brick(const int* coords, i64 nb, Ext bext, Table bt, const u64* cells, const int* first,
-                          const int* pool, int* nbr, u64* mask, u32* rank) {
+__device__ void nbr_brick(const int* coords, i64 nb, const int* count, Ext bext, Table bt, const u64* cells,
+                          const int* first, const int* pool, int* nbr, u64* mask, u32* rank) {
   __shared__ int idsS[kBrickWarps][27];
   __shared__ u64 occS[kBrickWarps][27];
   __shared__ int gatherS[kBrickWarps][kGathered];
@@ -430,6 +435,12 @@ __device__ void nbr_brick(const int* coords, i64 nb, Ext bext, Table bt, const u
   for (int i = 0; i < kRimRounds; ++i) rim[i] = lane + 32 * i < kRimCells ? rim_cell(lane + 32 * i) : 0;
   const int tap = lane < 27 ? ((lane / 9) * kRim + lane / 3 % 3) * kRim + lane % 3 : 0;
   const u32 lt = (1u << lane) - 1;
+  // With count (brick_insert's status word) the pool holds nb bricks and
+  // the search covers the first min(nb, *count): when the count exceeds
+  // the pool the host searches again over a pool of the count (bricks
+  // numbered nb or more read as absent meanwhile, so no read leaves the
+  // pool).
+  if (count) nb = min(nb, (i64)*count);
   for (i64 b = (i64)blockIdx.x * kBrickWarps + warp; b < nb; b += (i64)gridDim.x * kBrickWarps) {
     const int4 q = reinterpret_cast<const int4*>(coords)[first[b]];
     if (lane < 27) {
@@ -442,6 +453,7 @@ __device__ void nbr_brick(const int* coords, i64 nb, Ext bext, Table bt, const u
         if (s >= 0) {
           id = brick_number(bt.slots[s]);
           o = cells[s];
+          if (id >= nb) id = -1, o = 0;
         }
       }
       ids[lane] = id;
@@ -610,13 +622,15 @@ __global__ void __launch_bounds__(256) kmap_brick_insert(const int* coords, long
                                                           int* status) {
   fgk::brick_insert(coords, n, ext, bext, bt, cells, first, status);
 }
-__global__ void kmap_brick_scatter(const int* coords, long long n, fgx::Ext bext, fgx::Table bt, int* pool) {
-  fgk::brick_scatter(coords, n, bext, bt, pool);
+__global__ void kmap_brick_scatter(const int* coords, long long n, fgx::Ext bext, fgx::Table bt, int* pool,
+                                   long long cap) {
+  fgk::brick_scatter(coords, n, bext, bt, pool, cap);
 }
 __global__ void __launch_bounds__(fgk::kBrickWarps * 32, fgk::kBrickBlocksPerSM)
-    kmap_nbr_brick(const int* coords, long long nb, fgx::Ext bext, fgx::Table bt, const unsigned long long* cells,
-                   const int* first, const int* pool, int* nbr, unsigned long long* mask, unsigned* rank) {
-  fgk::nbr_brick(coords, nb, bext, bt, cells, first, pool, nbr, mask, rank);
+    kmap_nbr_brick(const int* coords, long long nb, const int* count, fgx::Ext bext, fgx::Table bt,
+                   const unsigned long long* cells, const int* first, const int* pool, int* nbr,
+                   unsigned long long* mask, unsigned* rank) {
+  fgk::nbr_brick(coords, nb, count, bext, bt, cells, first, pool, nbr, mask, rank);
 }
 __global__ void kmap_nbr_coarse(const int* out, long long n_out, fgx::Ext in, fgk::Conv c, fgx::Table t, int* nbr) {
   fgk::nbr_coarse(out, n_out, in, c, t, nbr);
