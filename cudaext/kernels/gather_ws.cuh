@@ -406,11 +406,16 @@ __device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMa
         const int* src = p.tbl ? m->idx + pos * BM : m->rows;  // each tile row's source row or −1
         if (p.vec) {
           if (pt == 0) mbar_arrive_expect_tx(full + s, BN * BK * C::kElem);
-          // A: gathered rows (K-major, 128-byte swizzle).
+          // A: gathered rows (K-major, 128-byte swizzle), their source
+          // rows read first (a shared read between copies waits for its
+          // own round trip: gemm.cuh pairs_gemm).
+          int srs[BM / RP];
+#pragma unroll
+          for (int j = 0; j < BM / RP; ++j) srs[j] = src[r0 + j * RP];
 #pragma unroll
           for (int j = 0; j < BM / RP; ++j) {
             const int r = r0 + j * RP;
-            const int sr = src[r];
+            const int sr = srs[j];
             const T* xr = x + (unsigned long long)(unsigned)max(sr, 0) * (unsigned)p.Kc + col0;
 #pragma unroll
             for (int h = 0; h < 2; ++h) {

@@ -708,11 +708,13 @@ template <class C, bool WT> __device__ __forceinline__ void gather_gemm(const Ga
         const bool qok = col0 + kq < p.Kc;
         const T* xq = x + col0 + kq;
         T* da = as + C::kOff(r0, kq);
+        // Every source row first, then the copies (as in pairs_gemm: a
+        // shared read between copies waits for its own round trip).
+        int src[SA::kRows];
 #pragma unroll
-        for (int j = 0; j < SA::kRows; ++j) {
-          const int src = srcOf(r0 + j * SA::kStep);
-          cp_async16(da + j * SA::Dst(C::LdK), xq + rowOff(src), qok && src >= 0);
-        }
+        for (int j = 0; j < SA::kRows; ++j) src[j] = srcOf(r0 + j * SA::kStep);
+#pragma unroll
+        for (int j = 0; j < SA::kRows; ++j) cp_async16(da + j * SA::Dst(C::LdK), xq + rowOff(src[j]), qok && src[j] >= 0);
         // B: weight rows a constant stride apart.
         if constexpr (WT) {
           const int qb = tid % CPB, k0 = tid / CPB;
@@ -1086,10 +1088,24 @@ template <class C> __device__ __forceinline__ void pairs_gemm(const PairsParams&
         // A thread copies chunk q of k-lines k0 + jj·kStep of one operand
         // (src [*, width], its columns c0 …, pair rows idx or pb + k): its
         // column bound and destinations are fixed, only the pair's row
-        // changes.
+        // changes. The rows of both operands are read from the index ring
+        // before the first copy is issued: read between the copies, each
+        // read waited for its own shared-memory round trip (ptxas keeps
+        // shared loads behind earlier cp.async), which bounded the kernel
+        // (session 27: 35 % of its warps' samples on the multiply that
+        // took the row).
         const int lim = (int)min((long long)C::BK, s1 - pb);
-        auto copyLines = [&](auto layout, const T* src, long long c0, long long width, const int* idx,
-                             const int* ring, T* dst, int ld) {
+        auto linesOf = [&](auto layout, const int* idx, const int* ring, unsigned (&row)[decltype(layout)::kRows]) {
+          using SC = decltype(layout);
+          const int k0 = tid / SC::kCpr;
+#pragma unroll
+          for (int jj = 0; jj < SC::kRows; ++jj) {
+            const int k = k0 + jj * SC::kStep;
+            row[jj] = (unsigned)(idx ? ring[k] : pb + k);
+          }
+        };
+        auto copyLines = [&](auto layout, const T* src, long long c0, long long width,
+                             const unsigned (&row)[decltype(layout)::kRows], T* dst, int ld) {
           using SC = decltype(layout);
           const int q = tid % SC::kCpr, k0 = tid / SC::kCpr;
           const bool ok = c0 + q * C::kChunk < width;
@@ -1098,12 +1114,15 @@ template <class C> __device__ __forceinline__ void pairs_gemm(const PairsParams&
 #pragma unroll
           for (int jj = 0; jj < SC::kRows; ++jj) {
             const int k = k0 + jj * SC::kStep;
-            const unsigned long long off = (unsigned long long)(unsigned)(idx ? ring[k] : pb + k) * (unsigned)width;
+            const unsigned long long off = (unsigned long long)row[jj] * (unsigned)width;
             cp_async16(d + jj * SC::Dst(ld), sq + off, ok && k < lim);
           }
         };
-        copyLines(SA{}, a, m0, p.M, ia, ria, as, C::LdMA);
-        copyLines(SB{}, b, n0, p.N, ib, rib, bs, C::LdMB);
+        unsigned rowA[SA::kRows], rowB[SB::kRows];
+        linesOf(SA{}, ia, ria, rowA);
+        linesOf(SB{}, ib, rib, rowB);
+        copyLines(SA{}, a, m0, p.M, rowA, as, C::LdMA);
+        copyLines(SB{}, b, n0, p.N, rowB, bs, C::LdMB);
         return;
       }
     }
