@@ -528,7 +528,7 @@ func (d *Device) copyToHost(dst unsafe.Pointer, src devPtr, bytes int64) error {
 
 // countDownload counts a device → host copy of bytes that the host waits
 // for (HostWaits): copyToHost's, or one queued asynchronously and waited
-// for by an event (hashCoordsThen).
+// for by an event (queueStatusCopy).
 func (d *Device) countDownload(bytes int64) {
 	d.waits.Add(1)
 	d.downloads.Add(1)
