@@ -14,7 +14,7 @@ package cudaext
 import "math"
 
 // brickHistory is the number of past builds whose bricks per row
-// brickPoolGuess takes the largest of: a network that builds maps of a
+// brickRatios.guess takes the largest of: a network that builds maps of a
 // few kinds in turn (a UNet's levels) keeps the sparsest kind's ratio.
 const brickHistory = 4
 

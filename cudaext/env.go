@@ -278,6 +278,6 @@ const EnvNoSideStream = "FLEXGEMM_NO_SIDE_STREAM"
 // EnvNoBrickGuess names the environment variable that, set to "1" when an
 // engine opens, makes the brick search wait for the brick count before it
 // sizes its pool (as before session 27) instead of sizing the pool by the
-// recent builds' bricks per row (brickPoolGuess) and waiting only after
+// recent builds' bricks per row (brickRatios.guess) and waiting only after
 // the neighbour search is queued.
 const EnvNoBrickGuess = "FLEXGEMM_NO_BRICK_GUESS"

@@ -1092,7 +1092,7 @@ template <class C> __device__ __forceinline__ void pairs_gemm(const PairsParams&
         // its first copy is issued: read between the copies, each read
         // waited for its own shared-memory round trip (ptxas keeps shared
         // loads behind earlier cp.async), which bounded the kernel
-        // (session 27: 35 % of its warps' samples on the multiply that
+        // (session 27: a third of its warps' samples on the multiply that
         // took the row). The rows of b are read after a's copies, not
         // with a's: fewer registers live (the 128×256 tile 216 → 208, and
         // 3.7–5.4 % faster).
