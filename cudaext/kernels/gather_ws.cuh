@@ -409,20 +409,30 @@ __device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMa
           // A: gathered rows (K-major, 128-byte swizzle), their source
           // rows read first (a shared read between copies waits for its
           // own round trip: gemm.cuh pairs_gemm).
+          // A copy's source is a byte address (one multiply-add per row,
+          // the second chunk 64 bytes on), its destination and size
+          // registers set once: rows r0 + j·RP (RP a multiple of 8) share
+          // the swizzle of r0.
           int srs[BM / RP];
 #pragma unroll
           for (int j = 0; j < BM / RP; ++j) srs[j] = src[r0 + j * RP];
+          const char* xq = reinterpret_cast<const char*>(x + col0 + q * KC);
+          const unsigned rowBytes = (unsigned)p.Kc * (unsigned)sizeof(T);
+          unsigned dh[2];
+          int nh[2];
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int ch = q + 4 * h;
+            dh[h] = smem_addr(as + r0 * BK + ((ch ^ r0) & 7) * KC);
+            nh[h] = col0 + ch * KC < p.Kc ? 16 : 0;
+          }
 #pragma unroll
           for (int j = 0; j < BM / RP; ++j) {
-            const int r = r0 + j * RP;
             const int sr = srs[j];
-            const T* xr = x + (unsigned long long)(unsigned)max(sr, 0) * (unsigned)p.Kc + col0;
+            const char* xr = row_addr(xq, (unsigned)max(sr, 0), rowBytes);
 #pragma unroll
-            for (int h = 0; h < 2; ++h) {
-              const int ch = q + 4 * h;
-              const bool ok = sr >= 0 && col0 + ch * KC < p.Kc;
-              cp_async16(as + r * BK + ((ch ^ r) & 7) * KC, ok ? xr + ch * KC : x, ok);
-            }
+            for (int h = 0; h < 2; ++h)
+              cp_async16_at(dh[h] + j * RP * BK * (int)sizeof(T), xr + h * 4 * KC * (int)sizeof(T), sr >= 0 ? nh[h] : 0);
           }
           // B: the weight's stage by bulk tensor copies (the tensor core's
           // swizzle is the TMA's 128-byte swizzle; rows past N and columns

@@ -236,10 +236,42 @@ __device__ __forceinline__ unsigned smem_addr(const void* p) {
   return (unsigned)__cvta_generic_to_shared(p);
 }
 
+// 16-byte asynchronous copy to shared-memory address dst of the first n
+// bytes at src (n 16, or 0: zeros, src not read). A copy loop that keeps
+// its destination address and n in registers issues each copy as its
+// source address and one LDGSTS.
+__device__ __forceinline__ void cp_async16_at(unsigned dst, const void* src, int n) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(n));
+}
 // 16-byte asynchronous copy; copies zeros when !valid (src is not read).
 __device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
-  int n = valid ? 16 : 0;
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(n));
+  cp_async16_at(smem_addr(dst), src, valid ? 16 : 0);
+}
+// base + row · rowBytes: one IMAD.WIDE.U32 with base as its addend where
+// base lives in a register pair (inline mad.wide.u32 PTX came out as a
+// multiply and a separate 64-bit add).
+__device__ __forceinline__ const char* row_addr(const char* base, unsigned row, unsigned rowBytes) {
+  return base + (unsigned long long)row * rowBytes;
+}
+// Reads N consecutive ints at p (16-byte aligned where N is a multiple of
+// 4, 8-byte where of 2) in the widest shared loads that fit.
+template <int N> __device__ __forceinline__ void lds_ints(const int* p, unsigned (&r)[N]) {
+  if constexpr (N % 4 == 0) {
+#pragma unroll
+    for (int i = 0; i < N / 4; ++i) {
+      const int4 v = reinterpret_cast<const int4*>(p)[i];
+      r[4 * i] = (unsigned)v.x, r[4 * i + 1] = (unsigned)v.y, r[4 * i + 2] = (unsigned)v.z, r[4 * i + 3] = (unsigned)v.w;
+    }
+  } else if constexpr (N % 2 == 0) {
+#pragma unroll
+    for (int i = 0; i < N / 2; ++i) {
+      const int2 v = reinterpret_cast<const int2*>(p)[i];
+      r[2 * i] = (unsigned)v.x, r[2 * i + 1] = (unsigned)v.y;
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < N; ++i) r[i] = (unsigned)p[i];
+  }
 }
 // 4-byte asynchronous copy (pair indices); copies zeros when !valid.
 __device__ __forceinline__ void cp_async4(void* dst, const void* src, bool valid) {
@@ -487,6 +519,11 @@ template <class C, int ROWS, int CPR> struct StageCopy {
   // Elements between a thread's consecutive rows in a stage of row pitch
   // ld (padded mma.sync stages) or of 128-byte rows (Hopper).
   __host__ __device__ static constexpr int Dst(int ld) { return C::kHopper ? kDst : kStep * ld; }
+  // Slot of line k in a pairs index ring laid out for this copy: a
+  // thread's lines k0 + jj·kStep (jj < kRows) adjacent, from k0·kRows, so
+  // that it reads them in 16-byte shared loads; line k itself where the
+  // layout does not Fit (the generic copy loops).
+  __host__ __device__ static constexpr int RingPos(int k) { return Fits ? (k % kStep) * kRows + k / kStep : k; }
   static_assert(!C::kHopper || Fits, "StageCopy: rows of at most 32 chunks, split evenly over the threads, 8-row steps");
 };
 
@@ -1052,9 +1089,32 @@ template <class C> __device__ __forceinline__ void pairs_gemm(const PairsParams&
 
   const T* a = reinterpret_cast<const T*>(p.a);
   const T* b = reinterpret_cast<const T*>(p.b);
+  // The copies of a stage: a thread's k-lines of a (SA) and of b (SB),
+  // where the layouts fit; the index rings are laid out for them.
+  constexpr int CPA = C::BM / C::kChunk, CPB = C::BN / C::kChunk;
+  using SA = StageCopy<C, C::BK, CPA>;
+  using SB = StageCopy<C, C::BK, CPB>;
+  // A thread's part of those copies, the same in every stage: chunk q of
+  // k-lines k0 + jj·kStep of src [*, width] from column c0; the chunk's
+  // byte address in row 0, the row pitch in bytes, its shared address in
+  // stage 0 and its size (16, or 0 past the column bound).
+  struct LineCopy {
+    const char* src;
+    unsigned rowBytes, dst;
+    int n, k0;
+  };
+  auto lineCopy = [&](auto layout, const T* src, long long c0, long long width, T* stage0, int ld) {
+    using SC = decltype(layout);
+    const int q = tid % SC::kCpr, k0 = tid / SC::kCpr;
+    return LineCopy{reinterpret_cast<const char*>(src + c0 + q * C::kChunk), (unsigned)width * (unsigned)sizeof(T),
+                    smem_addr(stage0 + C::mnOff(k0, q * C::kChunk, ld)), c0 + q * C::kChunk < width ? 16 : 0, k0};
+  };
+  const LineCopy lcA = lineCopy(SA{}, a, m0, p.M, As, C::LdMA);
+  const LineCopy lcB = lineCopy(SB{}, b, n0, p.N, Bs, C::LdMB);
 
   // Issues the copies of the pair indices of iteration j (= t − t0) into
-  // ring slot j % R.
+  // ring slot j % R, pair k of a at slot position SA::RingPos(k), of b at
+  // SB::RingPos(k).
   auto load_idx = [&](long long t, int j) {
     const long long pb = s0 + t * C::BK;
     int* da = sIA + (j % R) * C::BK;
@@ -1067,8 +1127,8 @@ template <class C> __device__ __forceinline__ void pairs_gemm(const PairsParams&
       const int k = tid + r * C::kThreads;
       if (C::BK % C::kThreads == 0 || k < C::BK) {
         const bool ok = k < lim;
-        if (ia) cp_async4(da + k, ia + (ok ? pb + k : 0), ok);
-        if (ib) cp_async4(db + k, ib + (ok ? pb + k : 0), ok);
+        if (ia) cp_async4(da + SA::RingPos(k), ia + (ok ? pb + k : 0), ok);
+        if (ib) cp_async4(db + SB::RingPos(k), ib + (ok ? pb + k : 0), ok);
       }
     }
   };
@@ -1079,9 +1139,6 @@ template <class C> __device__ __forceinline__ void pairs_gemm(const PairsParams&
     T* bs = Bs + s * BSt;
     const int* ria = sIA + (j % R) * C::BK;
     const int* rib = sIB + (j % R) * C::BK;
-    constexpr int CPA = C::BM / C::kChunk, CPB = C::BN / C::kChunk;
-    using SA = StageCopy<C, C::BK, CPA>;
-    using SB = StageCopy<C, C::BK, CPB>;
     if constexpr (SA::Fits && SB::Fits) {
       if (p.vec) {
         // One k-line per pair: a row of a (ia) and of b (ib), MN-major.
@@ -1096,35 +1153,45 @@ template <class C> __device__ __forceinline__ void pairs_gemm(const PairsParams&
         // took the row). The rows of b are read after a's copies, not
         // with a's: fewer registers live (the 128×256 tile 216 → 208, and
         // 3.7–5.4 % faster).
+        //
+        // Each copy is one multiply-add and one LDGSTS (session 28): a
+        // thread's rows are adjacent in the ring (SA/SB::RingPos), read
+        // in 16-byte loads; its source is row · row bytes added to the
+        // chunk's address in row 0 (row_addr); destination and size are
+        // set once per kernel (lcA, lcB), the size cut by the segment's
+        // end only in the stage that holds it (lim < BK, a slice's last).
         const int lim = (int)min((long long)C::BK, s1 - pb);
-        auto linesOf = [&](auto layout, const int* idx, const int* ring, unsigned (&row)[decltype(layout)::kRows]) {
+        auto linesOf = [&](auto layout, const int* idx, const int* ring, int k0, unsigned (&row)[decltype(layout)::kRows]) {
           using SC = decltype(layout);
-          const int k0 = tid / SC::kCpr;
+          if (idx) {
+            lds_ints<SC::kRows>(ring + k0 * SC::kRows, row);
+          } else {
 #pragma unroll
-          for (int jj = 0; jj < SC::kRows; ++jj) {
-            const int k = k0 + jj * SC::kStep;
-            row[jj] = (unsigned)(idx ? ring[k] : pb + k);
+            for (int jj = 0; jj < SC::kRows; ++jj) row[jj] = (unsigned)(pb + k0 + jj * SC::kStep);
           }
         };
-        auto copyLines = [&](auto layout, const T* src, long long c0, long long width,
-                             const unsigned (&row)[decltype(layout)::kRows], T* dst, int ld) {
+        auto copyLines = [&](auto layout, auto fullTag, const LineCopy& lc, unsigned stageOff,
+                             const unsigned (&row)[decltype(layout)::kRows], int ld) {
           using SC = decltype(layout);
-          const int q = tid % SC::kCpr, k0 = tid / SC::kCpr;
-          const bool ok = c0 + q * C::kChunk < width;
-          const T* sq = src + c0 + q * C::kChunk;
-          T* d = dst + C::mnOff(k0, q * C::kChunk, ld);
+          constexpr bool FULL = decltype(fullTag)::value;
+          const unsigned d = lc.dst + stageOff;
 #pragma unroll
           for (int jj = 0; jj < SC::kRows; ++jj) {
-            const int k = k0 + jj * SC::kStep;
-            const unsigned long long off = (unsigned long long)row[jj] * (unsigned)width;
-            cp_async16(d + jj * SC::Dst(ld), sq + off, ok && k < lim);
+            const int nj = (FULL || lc.k0 + jj * SC::kStep < lim) ? lc.n : 0;
+            cp_async16_at(d + jj * SC::Dst(ld) * (int)sizeof(T), row_addr(lc.src, row[jj], lc.rowBytes), nj);
           }
         };
-        unsigned rowA[SA::kRows], rowB[SB::kRows];
-        linesOf(SA{}, ia, ria, rowA);
-        copyLines(SA{}, a, m0, p.M, rowA, as, C::LdMA);
-        linesOf(SB{}, ib, rib, rowB);
-        copyLines(SB{}, b, n0, p.N, rowB, bs, C::LdMB);
+        auto copyStage = [&](auto fullTag) {
+          unsigned rowA[SA::kRows], rowB[SB::kRows];
+          linesOf(SA{}, ia, ria, lcA.k0, rowA);
+          copyLines(SA{}, fullTag, lcA, (unsigned)(s * ASt * (int)sizeof(T)), rowA, C::LdMA);
+          linesOf(SB{}, ib, rib, lcB.k0, rowB);
+          copyLines(SB{}, fullTag, lcB, (unsigned)(s * BSt * (int)sizeof(T)), rowB, C::LdMB);
+        };
+        if (lim == C::BK)
+          copyStage(BoolTag<true>{});
+        else
+          copyStage(BoolTag<false>{});
         return;
       }
     }
@@ -1136,7 +1203,7 @@ template <class C> __device__ __forceinline__ void pairs_gemm(const PairsParams&
           const int kk = c / CPA, mm = (c % CPA) * C::kChunk;
           const long long pi = pb + kk, m = m0 + mm;
           const bool ok = pi < s1 && m < p.M;
-          const T* ar = ia ? a + (unsigned long long)(unsigned)ria[kk] * (unsigned)p.M : a + pi * p.M;
+          const T* ar = ia ? a + (unsigned long long)(unsigned)ria[SA::RingPos(kk)] * (unsigned)p.M : a + pi * p.M;
           cp_async16(as + C::mnOff(kk, mm, C::LdMA), ok ? ar + m : a, ok);
         }
       }
@@ -1147,7 +1214,7 @@ template <class C> __device__ __forceinline__ void pairs_gemm(const PairsParams&
           const int kk = c / CPB, nn = (c % CPB) * C::kChunk;
           const long long pi = pb + kk, n = n0 + nn;
           const bool ok = pi < s1 && n < p.N;
-          const T* br = ib ? b + (unsigned long long)(unsigned)rib[kk] * (unsigned)p.N : b + pi * p.N;
+          const T* br = ib ? b + (unsigned long long)(unsigned)rib[SB::RingPos(kk)] * (unsigned)p.N : b + pi * p.N;
           cp_async16(bs + C::mnOff(kk, nn, C::LdMB), ok ? br + n : b, ok);
         }
       }
@@ -1160,14 +1227,14 @@ template <class C> __device__ __forceinline__ void pairs_gemm(const PairsParams&
         const int kk = c / C::BM, mm = c % C::BM;
         const long long pi = pb + kk, m = m0 + mm;
         Raw val = Raw(0);
-        if (pi < s1 && m < p.M) val = ar[(ia ? (long long)ria[kk] : pi) * p.M + m];
+        if (pi < s1 && m < p.M) val = ar[(ia ? (long long)ria[SA::RingPos(kk)] : pi) * p.M + m];
         asr[C::mnOff(kk, mm, C::LdMA)] = val;
       }
       for (int c = tid; c < C::BK * C::BN; c += C::kThreads) {
         const int kk = c / C::BN, nn = c % C::BN;
         const long long pi = pb + kk, n = n0 + nn;
         Raw val = Raw(0);
-        if (pi < s1 && n < p.N) val = br[(ib ? (long long)rib[kk] : pi) * p.N + n];
+        if (pi < s1 && n < p.N) val = br[(ib ? (long long)rib[SB::RingPos(kk)] : pi) * p.N + n];
         bsr[C::mnOff(kk, nn, C::LdMB)] = val;
       }
     }
