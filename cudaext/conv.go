@@ -125,7 +125,9 @@ const (
 //     512 and 1024 at every row count of the benchmark;
 //   - gather GEMMs with 128–255 columns: the 256×128 tile (four
 //     warpgroups), 15 % faster than m128n128k64w2x4s3 at C = 128 (the
-//     128×128 Hopper tile is not: half the work per barrier);
+//     plain 128×128 Hopper tile is not: half the work per barrier); its
+//     warp-specialised 128×128 twin is faster still (step 61), and is
+//     taken where the specialised gathers are on;
 //   - the weight gradient (16-bit only) with Co and Ci ≥ 256: the 128×256
 //     tile, 14–31 % faster than m128n128k32w2x4s4;
 //   - the weight gradient with Co and Ci of 128–255: the 128×128 tile, 6
@@ -159,14 +161,17 @@ func hopperDefault(mth kernels.Math, use tileUse, rows, cols, kc int64) string {
 	// specializedGathers is on, else the plain tile. The 128×256 tiles
 	// (16-bit and tf32) and the two-blocks-per-SM 128×64 tile have such
 	// twins (tf32, session 11 calls 1–2: inference steps (64, 1024, 2)
-	// 5.8 → 5.3 ms, (256, 256, 2) 4.5 → 4.1); the 256×128 tile of
+	// 5.8 → 5.3 ms, (256, 256, 2) 4.5 → 4.1). The 256×128 tile of
 	// 128–255 columns has none (H200, session 9 call 4, BenchmarkConvTiles,
 	// forward / input gradient ms: RES 32 C 1024 0.403 → 0.337 / 0.417 →
 	// 0.358, RES 64 C 1024 1.261 → 1.141 / 1.352 → 1.184, RES 128 C 512
 	// 1.091 → 0.978 / 1.166 → 1.009, RES 256 C 256 0.977 → 0.908 / 1.042 →
-	// 0.950, RES 1024 C 64 2.335 → 2.171 / 2.293 → 2.171; RES 512 C 128:
-	// 256×128 1.351 / 1.390 against 1.460 / 1.591 for the specialised
-	// 128×128).
+	// 0.950, RES 1024 C 64 2.335 → 2.171 / 2.293 → 2.171); there the
+	// specialised 128×128 tile (6 stages) serves instead, since step 61
+	// (session 28, call 3: RES 512 C 128 1.092 / 1.172 ms against 1.319 /
+	// 1.471 for the plain 256×128, RES 256 C 128 0.303 / 0.325 against
+	// 0.386 / 0.401; in session 9 it had lost, 1.460 / 1.591 against 1.351
+	// / 1.390, before its producers' copies got lean).
 	gather := func(bm, bn, stages int) string {
 		if specializedGathers.Load() {
 			if h := pick(bm, bn, stages, specializedProducers, kernels.Gather); h != "" {
@@ -179,6 +184,11 @@ func hopperDefault(mth kernels.Math, use tileUse, rows, cols, kc int64) string {
 	case use == useGather && cols >= 256:
 		return gather(128, 256, 0)
 	case use == useGather && cols >= 128:
+		if specializedGathers.Load() {
+			if h := pick(128, 128, 6, specializedProducers, kernels.Gather); h != "" {
+				return h
+			}
+		}
 		return gather(256, 128, 0)
 	case use == useGather && cols >= 64 && rows >= hopperNarrowRows:
 		return gather(128, 64, 4)

@@ -420,7 +420,7 @@ func TestDefaultTiles(t *testing.T) {
 			{useGather, 848, 1024, 1024, "m128n256k64w8x1s4h", "m128n256k32w8x1s4h"}, // small M: split-K fills the GPU
 			{useGather, 252392, 256, 256, "m128n256k64w8x1s4h", "m128n256k32w8x1s4h"},
 			{useGather, 252392, 256, 32, "", "m128n256k32w8x1s4h"},    // 32 channels per tap: half a 16-bit stage
-			{useGather, 1026536, 128, 128, "m256n128k64w16x1s4h", ""}, // 128 columns: four warpgroups (no tf32 instance)
+			{useGather, 1026536, 128, 128, "m256n128k64w16x1s4h", ""}, // 128 columns: four warpgroups, specialised: 128×128 (no tf32 instance)
 			{useGather, 4113056, 64, 64, "m128n64k64w8x1s4h", ""},     // 64 columns, ≥ hopperNarrowRows rows (no tf32 instance)
 			{useGather, 252392, 64, 64, "", ""},                       // 64 columns, fewer rows: mma.sync
 			{usePairs, 1024, 1024, 15192, "m128n256k64w8x1s4h", ""},   // weight gradient: 16-bit only
@@ -435,7 +435,7 @@ func TestDefaultTiles(t *testing.T) {
 			// gathers of the 128×256 tiles (16-bit and tf32) and of the
 			// 16-bit 128×64 tile take their specialised twins.
 			wsTwin := map[string]string{"m128n256k64w8x1s4h": "m128n256k64w8x1s4hp4", "m128n64k64w8x1s4h": "m128n64k64w8x1s4hp4",
-				"m128n256k32w8x1s4h": "m128n256k32w8x1s4hp4"}
+				"m128n256k32w8x1s4h": "m128n256k32w8x1s4hp4", "m256n128k64w16x1s4h": "m128n128k64w8x1s6hp4"}
 			for _, ws := range []bool{false, true} {
 				specializedGathers.Store(ws)
 				for _, mth := range kernels.Maths {
