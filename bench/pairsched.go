@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/flexgemm-go/flexgemm/sparse/grid"
 	"github.com/flexgemm-go/flexgemm/sparse/kmap"
 )
 
@@ -104,7 +105,7 @@ func splitLaunch(m *kmap.Map, splits, tiles, bk, setup int) *pairLaunch {
 	V := m.V()
 	H := V / 2
 	nc := (m.NOut + 255) / 256
-	l := newPairLaunch(splits, V, tiles)
+	l := newPairLaunch(splits, m.Conv, tiles)
 	for z := range splits {
 		r0, r1 := nc*z/splits*256, min(nc*(z+1)/splits*256, m.NOut)
 		per := make([]int, V)
@@ -167,7 +168,7 @@ func balancedLaunch(m *kmap.Map, c, tiles, bk, setup, sms int) *pairLaunch {
 			splits, chunk = s, max(chunk, (longest+s-1)/s)
 		}
 	}
-	l := newPairLaunch(splits, V, tiles)
+	l := newPairLaunch(splits, m.Conv, tiles)
 	for z := range splits {
 		for v := range V {
 			sv := splits
@@ -187,13 +188,17 @@ func balancedLaunch(m *kmap.Map, c, tiles, bk, setup, sms int) *pairLaunch {
 	return l
 }
 
-// newPairLaunch returns a launch of splits × taps × tiles blocks (their
-// durations still to be appended) and the offset length of each of the
-// taps of a 3×3×3 kernel (tap (a·3 + b)·3 + c has offsets a, b, c − 1).
-func newPairLaunch(splits, taps, tiles int) *pairLaunch {
-	l := &pairLaunch{splits: splits, taps: taps, tiles: tiles}
-	for v := range taps {
-		l.offLen = append(l.offLen, abs(v/9-1)+abs(v/3%3-1)+abs(v%3-1))
+// newPairLaunch returns a launch of splits × taps × tiles blocks of the
+// map of conv (their durations still to be appended) and the offset
+// length, in taps from the kernel's centre, of each of its taps.
+func newPairLaunch(splits int, conv grid.Conv, tiles int) *pairLaunch {
+	l := &pairLaunch{splits: splits, taps: conv.Volume(), tiles: tiles}
+	for v := range l.taps {
+		k, n := conv.Tap(v), 0
+		for a := range k {
+			n += abs(k[a] - conv.Kernel[a]/2)
+		}
+		l.offLen = append(l.offLen, n)
 	}
 	return l
 }

@@ -155,17 +155,11 @@ const EnvNoFusedBias = "FLEXGEMM_NO_FUSED_BIAS"
 const EnvPairsOrderGroups = "FLEXGEMM_PAIRS_ORDER_GROUPS"
 
 // pairsOrderGroupsFromEnv reads EnvPairsOrderGroups: −1 (the engine
-// chooses) when it is unset or empty.
+// chooses) when it is unset or empty; anything but a non-negative integer
+// is an error.
 func pairsOrderGroupsFromEnv() (int64, error) {
-	v := os.Getenv(EnvPairsOrderGroups)
-	if v == "" {
-		return -1, nil
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil || n < 0 {
-		return 0, fmt.Errorf("cudaext: %s=%q: want a number of splits ≥ 0", EnvPairsOrderGroups, v)
-	}
-	return int64(n), nil
+	n, err := nonNegativeFromEnv(EnvPairsOrderGroups, -1, "splits")
+	return int64(n), err
 }
 
 // pairsOrderGroupsFor is PairsParams.order_groups of a weight gradient
