@@ -212,7 +212,10 @@ func deviceDType(dt sparse.DType) error {
 	return fmt.Errorf("%w: %v cannot live on the device (Float32, Float16, BFloat16, Int32)", sparse.ErrDType, dt)
 }
 
-// Free releases a device matrix's buffer (no-op for other data).
+var _ sparse.MatrixFreer = (*Engine)(nil)
+
+// Free releases a device matrix's buffer (no-op for other data); it
+// implements sparse.MatrixFreer.
 func (e *Engine) Free(ms ...sparse.Matrix) {
 	for _, m := range ms {
 		if b, ok := m.Data.(*Buffer); ok && b.dev == e.d {

@@ -118,6 +118,9 @@ func ConvParamGrads(m *kmap.Map, x, dy Matrix, opt ConvOptions) (dw, db Matrix, 
 		return Matrix{}, Matrix{}, err
 	}
 	if db, err = e.BiasGrad(dy); err != nil {
+		if f, ok := e.(MatrixFreer); ok {
+			f.Free(dw)
+		}
 		return Matrix{}, Matrix{}, err
 	}
 	return dw, db, nil

@@ -304,3 +304,48 @@ func TestWeightGradDType(t *testing.T) {
 		require.Equal(t, tc.want, sparse.WeightGradDType(tc.dt, tc.narrow), "%v narrow=%v", tc.dt, tc.narrow)
 	}
 }
+
+// ownedStorage is the buffer type of biasFailingEngine.
+type ownedStorage struct{ n int }
+
+func (ownedStorage) DType() sparse.DType { return sparse.Float32 }
+func (o ownedStorage) Len() int          { return o.n }
+
+// biasFailingEngine owns ownedStorage matrices, has no ParamGradEngine,
+// returns a weight gradient and then fails the bias gradient; it records
+// what it is asked to free. Methods the test does not reach come from the
+// nil embedded Engine.
+type biasFailingEngine struct {
+	sparse.Engine
+	freed []sparse.Matrix
+}
+
+func (*biasFailingEngine) Name() string { return "bias-failing" }
+func (*biasFailingEngine) Owns(m sparse.Matrix) bool {
+	_, ok := m.Data.(ownedStorage)
+	return ok
+}
+func (*biasFailingEngine) ConvWeightGrad(m *kmap.Map, x, dy sparse.Matrix, _ sparse.ConvOptions) (sparse.Matrix, error) {
+	return sparse.Matrix{Rows: dy.Cols, Cols: m.V() * x.Cols, Data: ownedStorage{dy.Cols * m.V() * x.Cols}}, nil
+}
+func (*biasFailingEngine) BiasGrad(sparse.Matrix) (sparse.Matrix, error) {
+	return sparse.Matrix{}, errors.New("bias gradient failed")
+}
+func (e *biasFailingEngine) Free(ms ...sparse.Matrix) { e.freed = append(e.freed, ms...) }
+
+// TestConvParamGradsFreesOnError checks that ConvParamGrads, run in two
+// calls on an engine without ParamGradEngine, hands the weight gradient
+// back to the engine (MatrixFreer) when the bias gradient fails.
+func TestConvParamGradsFreesOnError(t *testing.T) {
+	p := newConvProblem(t, 1)
+	m := p.m
+	e := &biasFailingEngine{}
+	sparse.Register(e)
+	x := sparse.Matrix{Rows: m.NIn, Cols: p.ci, Data: ownedStorage{m.NIn * p.ci}}
+	dy := sparse.Matrix{Rows: m.NOut, Cols: p.co, Data: ownedStorage{m.NOut * p.co}}
+	dw, db, err := sparse.ConvParamGrads(m, x, dy, sparse.ConvOptions{})
+	require.ErrorContains(t, err, "bias gradient failed")
+	require.True(t, dw.IsZero() && db.IsZero(), "no results with the error")
+	require.Len(t, e.freed, 1)
+	require.Equal(t, sparse.Matrix{Rows: p.co, Cols: m.V() * p.ci, Data: ownedStorage{p.co * m.V() * p.ci}}, e.freed[0])
+}

@@ -68,6 +68,17 @@ type ParamGradEngine interface {
 	ConvParamGrads(m *kmap.Map, x, dy Matrix, opt ConvOptions) (dw, db Matrix, err error)
 }
 
+// MatrixFreer is an optional extension of Engine for engines whose
+// matrices hold memory the garbage collector does not reclaim (device
+// buffers; the CUDA engine implements it). Free releases the matrices the
+// engine owns and ignores the others. A function of this package that
+// fails after the engine returned a matrix to it (ConvParamGrads without
+// ParamGradEngine: the bias gradient failing after the weight gradient)
+// hands that matrix back through Free, so an error leaks no device memory.
+type MatrixFreer interface {
+	Free(ms ...Matrix)
+}
+
 // PoolEngine computes sparse pooling over a kernel map m. Shapes: x
 // [m.NIn, C], dy [m.NOut, C], argmax [m.NOut, C] Int32. Arguments have been
 // validated by the caller (Pool, PoolGrad).
