@@ -808,19 +808,8 @@ func TestWeightGradRowSlices(t *testing.T) {
 					// The blocks in groups of splits, long taps first
 					// (PairsParams.order_groups): the same partials, the
 					// same bits, whatever the groups.
-					for _, g := range []int64{1, 4, 7} {
-						setOrder(g)
-						dw, err := gpu.WeightGrad(m, c.x, c.dy, o)
-						require.NoError(t, err, name)
-						var p pairsParams
-						require.NoError(t, gpu.d.do(func() error { p = gpu.d.lastPairs; return nil }))
-						if m.Kind == kmap.Submanifold && p.Off != 0 {
-							require.Equal(t, g, p.OrderGroups, name)
-							ordered++
-						}
-						require.Equal(t, got, host(t, dw), "%s: order groups %d", name, g)
-						gpu.Free(dw)
-					}
+					ordered += requireOrderGroupsBits(t, m, c, o, got, []int64{1, 4, 7}, setOrder,
+						func(p pairsParams) bool { return m.Kind == kmap.Submanifold && p.Off != 0 }, name)
 					setOrder(0)
 				}
 			}
@@ -830,6 +819,31 @@ func TestWeightGradRowSlices(t *testing.T) {
 	gpu.SetTF32(false)
 	require.Greater(t, split, 0, "no case ran the window split")
 	require.Greater(t, ordered, 0, "no case ran the window split's blocks in groups")
+}
+
+// requireOrderGroupsBits runs c's weight gradient once per order-group
+// count of groups (setOrder forces PairsParams.order_groups) and requires
+// got's bits every time: the blocks in groups of splits, long taps first,
+// write the same partials. It returns how many of the runs the engine
+// launched in groups, where grouped says a launch's parameters should
+// carry the forced count.
+func requireOrderGroupsBits(t *testing.T, m *kmap.Map, c wgradCase, o Options, got []float32, groups []int64,
+	setOrder func(int64), grouped func(pairsParams) bool, name string) (ordered int) {
+	t.Helper()
+	for _, g := range groups {
+		setOrder(g)
+		dw, err := gpu.WeightGrad(m, c.x, c.dy, o)
+		require.NoError(t, err, name)
+		var p pairsParams
+		require.NoError(t, gpu.d.do(func() error { p = gpu.d.lastPairs; return nil }))
+		if grouped(p) {
+			require.Equal(t, g, p.OrderGroups, name)
+			ordered++
+		}
+		require.Equal(t, got, host(t, dw), "%s: order groups %d", name, g)
+		gpu.Free(dw)
+	}
+	return ordered
 }
 
 // TestReduceFourPerThread checks the split-K reductions' four elements
@@ -1014,19 +1028,8 @@ func TestWeightGradBalancedSlices(t *testing.T) {
 			// The blocks in groups of splits, long taps first (forced:
 			// the engine keeps the launch order for this split): the
 			// same partials, the same bits.
-			for _, g := range []int64{1, 3, 7} {
-				setOrder(g)
-				dw, err := gpu.WeightGrad(m, c.x, c.dy, Options{ConvOptions: sparse.ConvOptions{Algorithm: sparse.MaskedImplicitSplitK}})
-				require.NoError(t, err, name)
-				var q pairsParams
-				require.NoError(t, gpu.d.do(func() error { q = gpu.d.lastPairs; return nil }))
-				if q.Mirror == 1 && q.V == 27 {
-					require.Equal(t, g, q.OrderGroups, name)
-					ordered++
-				}
-				require.Equal(t, got, host(t, dw), "%s: order groups %d", name, g)
-				gpu.Free(dw)
-			}
+			ordered += requireOrderGroupsBits(t, m, c, Options{ConvOptions: sparse.ConvOptions{Algorithm: sparse.MaskedImplicitSplitK}},
+				got, []int64{1, 3, 7}, setOrder, func(q pairsParams) bool { return q.Mirror == 1 && q.V == 27 }, name)
 			setOrder(orig)
 			gpu.Free(c.x, c.dy)
 		}
