@@ -992,6 +992,7 @@ func TestWeightGradBalancedSlices(t *testing.T) {
 		require.NoError(t, gpu.d.do(func() error { gpu.d.pairsOrderGroups = g; return nil }))
 	}
 	defer setOrder(orig)
+	opt := Options{ConvOptions: sparse.ConvOptions{Algorithm: sparse.MaskedImplicitSplitK}}
 	unused, ordered := 0, 0
 	for _, sc := range maps {
 		m := sc.m
@@ -1006,7 +1007,7 @@ func TestWeightGradBalancedSlices(t *testing.T) {
 		}
 		for c := range wgradCases(t, rng, m) {
 			name := fmt.Sprintf("%s/ci%d-co%d/%v", sc.name, c.ci, c.co, c.mth)
-			dw, err := gpu.WeightGrad(m, c.x, c.dy, Options{ConvOptions: sparse.ConvOptions{Algorithm: sparse.MaskedImplicitSplitK}})
+			dw, err := gpu.WeightGrad(m, c.x, c.dy, opt)
 			require.NoError(t, err, name)
 			var p pairsParams
 			var bk int64
@@ -1028,8 +1029,8 @@ func TestWeightGradBalancedSlices(t *testing.T) {
 			// The blocks in groups of splits, long taps first (forced:
 			// the engine keeps the launch order for this split): the
 			// same partials, the same bits.
-			ordered += requireOrderGroupsBits(t, m, c, Options{ConvOptions: sparse.ConvOptions{Algorithm: sparse.MaskedImplicitSplitK}},
-				got, []int64{1, 3, 7}, setOrder, func(q pairsParams) bool { return q.Mirror == 1 && q.V == 27 }, name)
+			ordered += requireOrderGroupsBits(t, m, c, opt, got, []int64{1, 3, 7}, setOrder,
+				func(q pairsParams) bool { return q.Mirror == 1 && q.V == 27 }, name)
 			setOrder(orig)
 			gpu.Free(c.x, c.dy)
 		}

@@ -433,7 +433,8 @@ func TestDefaultTiles(t *testing.T) {
 		} {
 			// With the warp-specialised gathers on (the default), the
 			// gathers of the 128×256 tiles (16-bit and tf32) and of the
-			// 16-bit 128×64 tile take their specialised twins.
+			// 16-bit 128×64 tile take their specialised twins, and those
+			// of the 16-bit 256×128 tile the specialised 128×128 tile.
 			wsTwin := map[string]string{"m128n256k64w8x1s4h": "m128n256k64w8x1s4hp4", "m128n64k64w8x1s4h": "m128n64k64w8x1s4hp4",
 				"m128n256k32w8x1s4h": "m128n256k32w8x1s4hp4", "m256n128k64w16x1s4h": "m128n128k64w8x1s6hp4"}
 			for _, ws := range []bool{false, true} {
