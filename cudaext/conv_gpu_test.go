@@ -338,6 +338,22 @@ func testScenes(t testing.TB, rng *rand.Rand, short bool) []scene {
 	return out
 }
 
+// TestWholeTiles runs the sweep with 256 input and output channels, a
+// multiple of every tile's width and height, so that each kernel's
+// whole-tile stores (pairs_store and gather_store without bounds tests)
+// run: the sweep's channel configs leave most Hopper tiles partial.
+func TestWholeTiles(t *testing.T) {
+	rng := rand.New(rand.NewPCG(11, uint64(os.Getpid())))
+	coords, ext := synth.SphereShell(12, 1)
+	m := mapOK(t)(kmap.NewSubmanifold(coords, ext, [3]int{3, 3, 3}, [3]int{1, 1, 1}))
+	const c = 256
+	for _, tile := range kernels.AllTiles() {
+		require.Zero(t, c%tile.BM, "tile %s", tile.Name())
+		require.Zero(t, c%tile.BN, "tile %s", tile.Name())
+	}
+	sweepOne(t, m, cpuReference(t, rng, m, c, c), fmt.Sprintf("shell12-subm3/ci%d-co%d", c, c))
+}
+
 // reference holds float64 results of the CPU engine for one scene and one
 // channel configuration.
 type reference struct {
@@ -1584,8 +1600,10 @@ func BenchmarkConv(b *testing.B) {
 // (2·pairs·C² per call). Configs from FLEXGEMM_BENCH_CFGS ("RES,C;…" or
 // FlexGEMM's "RES,C,L;…", L ignored; default 64,1024;256,256;1024,64),
 // arithmetic from FLEXGEMM_BENCH_MATH (default f16), tiles narrowed by
-// FLEXGEMM_TEST_TILES. Tiles the arithmetic lacks are skipped. Run with a
-// fixed count, e.g. -test.benchtime=20x.
+// FLEXGEMM_TEST_TILES. Tiles the arithmetic lacks are skipped; the
+// weight gradient's result is float32 unless FLEXGEMM_BENCH_NARROW_WGRAD=1
+// asks for the operands' dtype (as the bench's 16-bit training steps do).
+// Run with a fixed count, e.g. -test.benchtime=20x.
 func BenchmarkConvTiles(b *testing.B) {
 	ok := mapOK(b)
 	cfgs := os.Getenv("FLEXGEMM_BENCH_CFGS")
@@ -1615,7 +1633,8 @@ func BenchmarkConvTiles(b *testing.B) {
 					continue
 				}
 				for _, splits := range benchSplits(b, dir) {
-					o := Options{ConvOptions: sparse.ConvOptions{Algorithm: sparse.MaskedImplicitSplitK, SplitK: splits}, Tile: tile.Name()}
+					o := Options{ConvOptions: sparse.ConvOptions{Algorithm: sparse.MaskedImplicitSplitK, SplitK: splits,
+						NarrowWeightGrad: os.Getenv("FLEXGEMM_BENCH_NARROW_WGRAD") == "1"}, Tile: tile.Name()}
 					name := fmt.Sprintf("res%d-c%d/%s/%s", res, c, dir, tile.Name())
 					if splits > 0 {
 						name += fmt.Sprintf("/splitk=%d", splits)
