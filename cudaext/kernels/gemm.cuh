@@ -1073,6 +1073,37 @@ __device__ __forceinline__ void store_frags(T* first, long long ld, const float 
     }
 }
 
+// pairs_store_staged stores a whole tile (rows m0 …, columns n0 … of tap
+// v, all in range; out [M, V, N] of OT, a 16-byte multiple per row of
+// N) of a Hopper pairs kernel (WN = 1) through shared memory at stage (the
+// free pipeline stages; the caller has passed a barrier after the last
+// wgmma): each warp writes its fragments into rows of BN + 16/sizeof(OT)
+// elements (the pad makes both the fragment writes and the row reads free
+// of bank conflicts), then every thread stores 16-byte chunks of whole
+// rows, so each warp-wide store covers full 32-byte sectors of one row
+// instead of half sectors of eight.
+template <class C, class OT>
+__device__ __forceinline__ void pairs_store_staged(OT* out, const PairsParams& p, const float (&acc)[C::MI][C::NI][4],
+                                                   long long m0, long long n0, int v, int wm, int lane, int tid,
+                                                   unsigned char* stage) {
+  static_assert(C::WN == 1, "a Hopper tile's warps own whole rows");
+  constexpr int kPad = 16 / (int)sizeof(OT), kLd = C::BN + kPad, kCpr = C::BN * (int)sizeof(OT) / 16;
+  static_assert(C::BM * kLd * (int)sizeof(OT) <= C::S * (C::kPairsAStage + C::kPairsBStage) * C::kElem,
+                "a staged tile fits the pipeline stages");
+  OT* st = reinterpret_cast<OT*>(stage);
+  const int g = lane >> 2, t4 = lane & 3;
+  store_frags<C>(st + (wm * C::WTM + g) * kLd + 2 * t4, kLd, acc);
+  __syncthreads();
+  const long long ldo = p.V * p.N;
+  OT* o = out + m0 * ldo + (long long)v * p.N + n0;
+#pragma unroll 4
+  for (int c = tid; c < C::BM * kCpr; c += C::kThreads) {
+    const int r = c / kCpr, q = c % kCpr;
+    const uint4 val = *reinterpret_cast<const uint4*>(st + r * kLd + q * (16 / (int)sizeof(OT)));
+    *reinterpret_cast<uint4*>(o + r * ldo + q * (16 / (int)sizeof(OT))) = val;
+  }
+}
+
 // Epilogue of a pairs GEMM: warp (wm, wn)'s accumulator fragments
 // (mma.sync C-fragment order) to rows m0 … and columns n0 … of tap v of
 // the [M, V, N] result, or to split z's float32 partials.
@@ -1354,7 +1385,21 @@ template <class C> __device__ __forceinline__ void pairs_gemm(const PairsParams&
     cp_async_wait<0>();
     if constexpr (C::kHopper) wgmma_wait<0>();
 
-    pairs_store<C>(p, acc, m0, n0, v, z, wm, wn, lane);
+    bool staged = false;
+    if constexpr (C::kHopper) {
+      if (m0 + C::BM <= p.M && n0 + C::BN <= p.N && ((p.N * (p.part ? 4 : (long long)sizeof(T))) & 15) == 0) {
+        // A whole tile: through shared memory (the free stages, once
+        // every warpgroup's products are done), then 16-byte stores of
+        // whole rows.
+        __syncthreads();
+        if (p.part == nullptr)
+          pairs_store_staged<C>(reinterpret_cast<T*>(p.out), p, acc, m0, n0, v, wm, lane, tid, base);
+        else
+          pairs_store_staged<C>(p.part + (long long)z * p.M * p.V * p.N, p, acc, m0, n0, v, wm, lane, tid, base);
+        staged = true;
+      }
+    }
+    if (!staged) pairs_store<C>(p, acc, m0, n0, v, z, wm, wn, lane);
     if constexpr (SUM) {
       // The kStep threads of each column chunk add their sums in the
       // order of their first lines, through shared memory (the A stages:
