@@ -1120,8 +1120,10 @@ __device__ __forceinline__ void pairs_store(const PairsParams& p, const float (&
     // whose M and N are multiples of the tile's): no bounds to test, and
     // each row's stores are one base address and immediate offsets. The
     // general path below spent about 2,200 instructions per warp here in
-    // the 128×256 tile (half of a RES 8 block's time, mostly waiting for
-    // instruction fetch; H200, session 30, Nsight source counters).
+    // the 128×256 tile (71 % of a RES 8 block's stall samples, most of
+    // them waiting for instruction fetch; H200, session 30, Nsight source
+    // counters). A Hopper tile whose rows are 16-byte multiples stores
+    // its whole tiles through shared memory instead (pairs_store_staged).
     const long long first = (m0 + wm * C::WTM + g) * ldo + (long long)v * p.N + n0 + wn * C::WTN + 2 * t4;
     if (p.part == nullptr)
       store_frags<C>(out + first, ldo, acc);
