@@ -1616,6 +1616,7 @@ func BenchmarkConvTiles(b *testing.B) {
 		require.GreaterOrEqual(b, i, 0, "FLEXGEMM_BENCH_MATH %q", name)
 		mth = kernels.Maths[i]
 	}
+	narrowWGrad := os.Getenv("FLEXGEMM_BENCH_NARROW_WGRAD") == "1"
 	for _, cfg := range strings.Split(cfgs, ";") {
 		f := strings.Split(strings.TrimSpace(cfg), ",")
 		require.GreaterOrEqual(b, len(f), 2, "FLEXGEMM_BENCH_CFGS entry %q", cfg)
@@ -1634,7 +1635,7 @@ func BenchmarkConvTiles(b *testing.B) {
 				}
 				for _, splits := range benchSplits(b, dir) {
 					o := Options{ConvOptions: sparse.ConvOptions{Algorithm: sparse.MaskedImplicitSplitK, SplitK: splits,
-						NarrowWeightGrad: os.Getenv("FLEXGEMM_BENCH_NARROW_WGRAD") == "1"}, Tile: tile.Name()}
+						NarrowWeightGrad: narrowWGrad}, Tile: tile.Name()}
 					name := fmt.Sprintf("res%d-c%d/%s/%s", res, c, dir, tile.Name())
 					if splits > 0 {
 						name += fmt.Sprintf("/splitk=%d", splits)
