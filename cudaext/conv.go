@@ -210,6 +210,11 @@ var specializedGathers atomic.Bool
 // SM run persistent blocks (EnvPersistentGathers, read by Open).
 var persistentGathers atomic.Bool
 
+// fusedSplitReduce says whether split-K gathers of warp-specialised tiles
+// may sum their partials in the kernel (EnvFusedSplitReduce, read by Open;
+// Device.fusesSplitReduce).
+var fusedSplitReduce atomic.Bool
+
 // specializedProducers is the producer warps of the warp-specialised
 // gather tiles hopperDefault takes.
 const specializedProducers = 4
@@ -534,10 +539,18 @@ func (e *Engine) runGather(j gatherJob) error {
 	if j.mirror {
 		p.Mirror = 1
 	}
+	fused := splits > 1 && skBlocks == 0 && d.fusesSplitReduce(t, j.math, tiles, splits)
 	var part rawBuf
 	if splits > 1 {
+		n := int64(splits) * j.M * j.N
+		if fused {
+			// The tiles' slots in fragment order (gather_ws.cuh split_reduce).
+			n = int64(splits) * tiles * int64(t.BM) * int64(t.BN)
+			p.SplitCtr = uint64(d.splitCounters())
+			d.fusedSplitLaunches++
+		}
 		var err error
-		if part, err = d.allocPartials(int64(splits) * j.M * j.N); err != nil {
+		if part, err = d.allocPartials(n); err != nil {
 			return err
 		}
 		defer d.freeTemp(part)
@@ -596,10 +609,37 @@ func (e *Engine) runGather(j gatherJob) error {
 	if err := d.launch(name, grid, dim3{X: t.Threads()}, kernels.SmemBytes(kernels.Gather, j.math, t), args...); err != nil {
 		return err
 	}
-	if splits > 1 {
+	if splits > 1 && !fused {
 		return e.reduce(part.ptr, j.out, j.bias, j.M, j.N, splits)
 	}
 	return nil
+}
+
+// fusesSplitReduce reports whether a split-K gather of `tiles` tiles of
+// tile t, splits > 1 each, sums its partials in the kernel
+// (fg::split_reduce): a warp-specialised tile, every block of the launch
+// resident at once (the split blocks of a tile wait for each other), at
+// most splitCounterTiles tiles, and the switch on (EnvFusedSplitReduce).
+// Measured: docs/PERF_NOTES.md step 67.
+func (d *Device) fusesSplitReduce(t kernels.Tile, mth kernels.Math, tiles int64, splits int) bool {
+	return fusedSplitReduce.Load() && t.Producers > 0 && tiles <= splitCounterTiles &&
+		tiles*int64(splits) <= int64(d.info.SMs)*int64(t.BlocksPerSM(kernels.Gather, mth))
+}
+
+// splitCounterTiles is the most tiles of a split-K gather that sums its
+// partials in the kernel: the arrival and departure counters a stream
+// holds (Device.splitCounters).
+const splitCounterTiles = 1024
+
+// splitCounters returns the split-K counters of the stream work is queued
+// on now ([splitCounterTiles][2] uint32, zeroed at setup; every launch that
+// uses them leaves them zero): the main and the side stream each have
+// their own, so launches on both never share a counter.
+func (d *Device) splitCounters() devPtr {
+	if d.side.in {
+		return d.splitCtr + 8*splitCounterTiles
+	}
+	return d.splitCtr
 }
 
 // streamK returns the blocks of a stream-K launch (gather_ws.cuh) of a

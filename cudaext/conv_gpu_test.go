@@ -1902,3 +1902,111 @@ func TestStreamKGathers(t *testing.T) {
 		gpu.ReleaseMap(sc.m)
 	}
 }
+
+// TestFusedSplitReduce checks the split-K gathers of the warp-specialised
+// tiles that sum their partials in the kernel (fg::split_reduce): forward
+// (with bias) and input gradient against the float64 reference, the same
+// bits as the reduction kernel's (the same sums in the same order), the
+// launch taking that path only where all its blocks are resident, and the
+// counters left zero for the next launch.
+func TestFusedSplitReduce(t *testing.T) {
+	if !gpu.d.hopperTiles(kernels.F16) {
+		t.Skip("no Hopper tiles on this device")
+	}
+	ok := mapOK(t)
+	rng := rand.New(rand.NewPCG(31, 1))
+	sms := int64(gpu.d.info.SMs)
+	var scenes []scene
+	coords, ext := synth.SphereShell(8, 1)
+	scenes = append(scenes, scene{"shell8-subm3", ok(kmap.NewSubmanifold(coords, ext, [3]int{3, 3, 3}, [3]int{1, 1, 1}))})
+	rext := grid.Extent{Batch: 2, X: 12, Y: 10, Z: 9}
+	scenes = append(scenes, scene{"random-strided-k3s2", ok(kmap.NewStrided(synth.RandomScene(rng, rext, 0.4), rext, grid.Cube(3, 2, 1, 1), nil))})
+	tiny := grid.Extent{Batch: 1, X: 4, Y: 4, Z: 3}
+	scenes = append(scenes, scene{"tiny-subm3", ok(kmap.NewSubmanifold(synth.RandomScene(rng, tiny, 0.6), tiny, [3]int{3, 3, 3}, [3]int{1, 1, 1}))})
+
+	var tiles []kernels.Tile
+	for _, tile := range kernels.HopperTiles {
+		if tile.Producers > 0 && envSelected("FLEXGEMM_TEST_TILES", tile.Name()) {
+			tiles = append(tiles, tile)
+		}
+	}
+	require.NotEmpty(t, tiles)
+	was := fusedSplitReduce.Load()
+	defer fusedSplitReduce.Store(was)
+	counters := func() []uint32 {
+		c := make([]uint32, 2*2*splitCounterTiles)
+		require.NoError(t, gpu.d.do(func() error {
+			return gpu.d.copyToHost(unsafe.Pointer(&c[0]), gpu.d.splitCtr, int64(4*len(c)))
+		}))
+		return c
+	}
+	launches := func() int {
+		var n int
+		require.NoError(t, gpu.d.do(func() error { n = gpu.d.fusedSplitLaunches; return nil }))
+		return n
+	}
+	for _, ch := range [][2]int{{72, 136}, {256, 256}} {
+		ci, co := ch[0], ch[1]
+		for _, sc := range scenes {
+			ref := cpuReference(t, rng, sc.m, ci, co)
+			V := sc.m.V()
+			for _, mth := range []kernels.Math{kernels.F16, kernels.BF16, kernels.TF32} {
+				gpu.SetTF32(mth == kernels.TF32)
+				dt := dtypeOf(mth)
+				x := dev(t, sc.m.NIn, ci, ref.x, dt)
+				w := dev(t, co, V*ci, ref.w, dt)
+				b := dev(t, 1, co, ref.b, dt)
+				dy := dev(t, sc.m.NOut, co, ref.dy, dt)
+				for _, tile := range tiles {
+					if !tile.Supports(mth) {
+						continue
+					}
+					tilesN := ceilDiv(int64(co), int64(tile.BN))
+					fwdTiles := ceilDiv(int64(sc.m.NOut), int64(tile.BM)) * tilesN
+					resident := sms * int64(tile.BlocksPerSM(kernels.Gather, mth))
+					for _, splits := range []int{2, 3, 16, int(resident/fwdTiles) + 1} {
+						for _, alg := range []sparse.Algorithm{sparse.MaskedImplicitSplitK, sparse.ImplicitSplitK} {
+							name := fmt.Sprintf("ci%d-co%d/%s/%v/%v/%s/splits=%d", ci, co, sc.name, mth, alg, tile.Name(), splits)
+							o := Options{ConvOptions: sparse.ConvOptions{Algorithm: alg, SplitK: splits}, Tile: tile.Name()}
+							fusedSplitReduce.Store(false)
+							before := launches()
+							want := forwardAndInputGrad(t, sc.m, x, w, b, dy, o, tile, mth, name)
+							require.Equal(t, before, launches(), "%s: switched off, the reduction kernel sums", name)
+							fusedSplitReduce.Store(true)
+							got := forwardAndInputGrad(t, sc.m, x, w, b, dy, o, tile, mth, name)
+							// A direction sums in the kernel where all its blocks are resident.
+							wantFused := 0
+							if int64(splits)*fwdTiles <= resident {
+								wantFused++
+							}
+							dgradTiles := ceilDiv(int64(sc.m.NIn), int64(tile.BM)) * ceilDiv(int64(ci), int64(tile.BN))
+							if tile.HasTransposed(mth) && int64(splits)*dgradTiles <= resident {
+								wantFused++
+							}
+							require.Equal(t, wantFused, launches()-before, "%s: launches that summed in the kernel", name)
+							for d, ref := range [][]float64{ref.y, ref.dx} {
+								if got[d] == nil {
+									continue
+								}
+								e := relL2(got[d], ref)
+								require.LessOrEqual(t, e, bound(mth), "%s direction %d: error %g against float64", name, d, e)
+								require.Equal(t, len(want[d]), len(got[d]), name)
+								for i := range got[d] {
+									if math.Float32bits(got[d][i]) != math.Float32bits(want[d][i]) {
+										t.Fatalf("%s: direction %d element %d: in the kernel %g, by the reduction kernel %g", name, d, i, got[d][i], want[d][i])
+									}
+								}
+							}
+							for i, c := range counters() {
+								require.Zero(t, c, "%s: split counter %d left at %d", name, i, c)
+							}
+						}
+					}
+				}
+				gpu.Free(x, w, b, dy)
+			}
+			gpu.SetTF32(false)
+			gpu.ReleaseMap(sc.m)
+		}
+	}
+}

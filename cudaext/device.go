@@ -128,6 +128,11 @@ type Device struct {
 	// reduceVecLaunches counts the split-K reductions launched with four
 	// elements per thread (reduceVec).
 	reduceVecLaunches int
+	// splitCtr: the split-K gathers' counters, [2 streams][splitCounterTiles][2]
+	// uint32 (splitCounters); fusedSplitLaunches counts the split-K
+	// gathers that summed their partials in the kernel (a test instrument).
+	splitCtr           devPtr
+	fusedSplitLaunches int
 	// statusHost (page-locked, stWords int32) and statusEv receive a status
 	// array without draining the stream (hashCoordsThen); made on first
 	// use.
@@ -283,6 +288,13 @@ func (d *Device) setup(ordinal int) error {
 		return err
 	}
 	if err := memsetD8(d.zeroPage, 0, 256, d.stream); err != nil {
+		return err
+	}
+	// The split-K counters of the main and the side stream.
+	if d.splitCtr, _, err = d.allocRaw(2 * 8 * splitCounterTiles); err != nil {
+		return err
+	}
+	if err := memsetD8(d.splitCtr, 0, 2*8*splitCounterTiles, d.stream); err != nil {
 		return err
 	}
 	return streamSync(d.stream)

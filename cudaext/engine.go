@@ -55,12 +55,17 @@ func Open(ordinal int) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
+	fusedReduce, err := fusedSplitReduceFromEnv()
+	if err != nil {
+		return nil, err
+	}
 	d, err := openDevice(ordinal)
 	if err != nil {
 		return nil, err
 	}
 	specializedGathers.Store(ws)
 	persistentGathers.Store(persistent)
+	fusedSplitReduce.Store(fusedReduce)
 	e := &Engine{d: d}
 	e.noHopper.Store(os.Getenv(EnvNoHopper) == "1")
 	e.src = &tableSource{e: e}

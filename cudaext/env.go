@@ -247,6 +247,23 @@ func persistentGathersFromEnv() (bool, error) {
 	return switchFromEnv(EnvPersistentGathers, persistentGathersDefault)
 }
 
+// EnvFusedSplitReduce names the environment variable that, read when an
+// engine opens, lets the split-K gathers of warp-specialised tiles sum
+// their partials in the kernel where all their blocks are resident ("1",
+// Device.fusesSplitReduce), or always launches the reduction kernel after
+// them ("0"); unset, fusedSplitReduceDefault.
+const EnvFusedSplitReduce = "FLEXGEMM_FUSED_SPLIT_REDUCE"
+
+// fusedSplitReduceDefault is EnvFusedSplitReduce's setting when unset.
+const fusedSplitReduceDefault = true
+
+// fusedSplitReduceFromEnv returns EnvFusedSplitReduce's setting:
+// fusedSplitReduceDefault when unset or empty, true for "1", false for
+// "0", an error naming the variable otherwise.
+func fusedSplitReduceFromEnv() (bool, error) {
+	return switchFromEnv(EnvFusedSplitReduce, fusedSplitReduceDefault)
+}
+
 // switchFromEnv returns the on/off setting of environment variable key:
 // def when unset or empty, true for "1", false for "0", an error naming
 // the variable otherwise.

@@ -92,6 +92,17 @@ func TestPersistentGathersFromEnv(t *testing.T) {
 	})
 }
 
+// TestFusedSplitReduceFromEnv checks the parsing of EnvFusedSplitReduce.
+func TestFusedSplitReduceFromEnv(t *testing.T) {
+	checkEnvParse(t, EnvFusedSplitReduce, fusedSplitReduceFromEnv, []envCase[bool]{
+		{set: false, want: fusedSplitReduceDefault},
+		{value: "", set: true, want: fusedSplitReduceDefault},
+		{value: "1", set: true, want: true},
+		{value: "0", set: true, want: false},
+		{value: "on", set: true, bad: true},
+	})
+}
+
 // envCase is one setting of an environment variable: its value (set:
 // whether it is set at all) and what the parser returns, or bad: an error
 // naming the variable.

@@ -40,7 +40,8 @@ if [[ "${RACECHECK:-1}" == 1 ]]; then
   echo "racecheck rc=$?"; grep -E "RACECHECK SUMMARY|ERROR SUMMARY|^(FAIL|ok|PASS)" "$OUT/racecheck.log" | tail -3
 fi
 echo "== full GPU test"
-FLEXGEMM_CUDA_SYNC=1 timeout ${TEST_TIMEOUT:-150} $T -test.v -test.timeout 145s > "$OUT/test.log" 2>&1
+TEST_TIMEOUT=${TEST_TIMEOUT:-150}
+FLEXGEMM_CUDA_SYNC=1 timeout $TEST_TIMEOUT $T -test.v -test.timeout $((TEST_TIMEOUT - 5))s > "$OUT/test.log" 2>&1
 echo "test rc=$?"
 grep -E "^(--- FAIL|FAIL|ok|PASS|panic)|Error Trace|Error:" "$OUT/test.log" | head -30
 if [[ "${BENCH:-1}" == 1 ]]; then

@@ -14,6 +14,7 @@ type gatherParams struct {
 	Vec                          int64
 	WT                           int64
 	Mirror                       int64
+	SplitCtr                     uint64
 }
 
 // pairsParams mirrors fg::PairsParams (kernels/gemm.cuh).

@@ -234,6 +234,89 @@ __device__ __forceinline__ unsigned ld_acquire(const unsigned* f) {
   return v;
 }
 
+// Named barrier 2 over the consumer warps only (n threads).
+__device__ __forceinline__ void consumers_sync(int n) { asm volatile("bar.sync 2, %0;\n" ::"r"(n) : "memory"); }
+
+// split_reduce ends the block (tile blockIdx.x, split z = blockIdx.y) of a
+// split-K launch whose p.split_ctr is set: the split blocks of a tile sum
+// each other's partials, so no reduction kernel follows (a launch and
+// 6–7 µs a gather at RES 8, H200 session 30's phase profile). Each block
+// stores its float32 accumulators to its slot (p.part, [tiles][splits][BM·BN]
+// in fragment order: every warp-wide store writes 512 contiguous bytes),
+// arrives on the tile's counter and waits until all splits have arrived;
+// then it sums share z of the tile's float4 runs over the splits in split
+// order, adds the bias and stores the results to their output rows — the
+// same sums in the same order as spconv_reduce (conv_aux.cu), so the
+// result is the same bit for bit. The last block to leave zeroes the
+// counters for the next launch. The engine sets split_ctr only where
+// every block of the launch is resident at once (tiles · splits within
+// the SMs' blocks); a wait that never ends traps instead of hanging.
+// nc consumer threads, ct this one's index.
+template <class C>
+__device__ __forceinline__ void split_reduce(const GatherParams& p, const float (&acc)[C::MI][C::NI][4], const int* rows,
+                                             long long n0, int warp, int lane, int ct, int nc) {
+  using T = typename C::T;
+  static_assert(C::WN == 1, "a Hopper tile's warps own whole rows");
+  constexpr int kRuns = C::MI * C::NI, F = C::kWarps * kRuns * 32;  // float4 runs of a tile
+  const long long S = p.splits, bx = blockIdx.x, z = blockIdx.y;
+  float4* slots = reinterpret_cast<float4*>(p.part) + bx * S * F;  // this tile's splits
+  float4* mine = slots + z * F + (long long)warp * kRuns * 32 + lane;
+#pragma unroll
+  for (int mi = 0; mi < C::MI; ++mi)
+#pragma unroll
+    for (int ni = 0; ni < C::NI; ++ni)
+      __stcg(mine + (mi * C::NI + ni) * 32, make_float4(acc[mi][ni][0], acc[mi][ni][1], acc[mi][ni][2], acc[mi][ni][3]));
+  __threadfence();
+  consumers_sync(nc);
+  if (ct == 0) {
+    unsigned* arrive = p.split_ctr + 2 * bx;
+    atomicAdd(arrive, 1u);
+    long long spins = 0;
+    while (ld_acquire(arrive) < (unsigned)S) {
+      if (++spins > (1ll << 26)) __trap();  // a split never arrived: fail, do not hang
+      __nanosleep(32);
+    }
+    // Every split has passed its wait once all have left: the last zeroes.
+    if (atomicAdd(arrive + 1, 1u) == (unsigned)S - 1) {
+      atomicExch(arrive, 0u);
+      atomicExch(arrive + 1, 0u);
+    }
+  }
+  consumers_sync(nc);
+  T* y = reinterpret_cast<T*>(p.y);
+  const T* bias = reinterpret_cast<const T*>(p.bias);
+  const bool pairOK = (p.N & 1) == 0;
+  const int f1 = (int)(F * (z + 1) / S);
+  for (int f = (int)(F * z / S) + ct; f < f1; f += nc) {
+    float4 s = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll 4
+    for (long long zz = 0; zz < S; ++zz) {
+      const float4 v = __ldcg(slots + zz * F + f);
+      s.x += v.x;
+      s.y += v.y;
+      s.z += v.z;
+      s.w += v.w;
+    }
+    // Run f's place in the tile (gather_store's fragment order).
+    const int ln = f & 31, run = (f >> 5) % kRuns, w = f / (32 * kRuns);
+    const int mi = run / C::NI, ni = run % C::NI;
+    const long long col = n0 + ni * 8 + 2 * (ln & 3);
+    if (col >= p.N) continue;
+    const int nv = col + 1 < p.N ? 2 : 1;
+    float b0 = 0.f, b1 = 0.f;
+    if (bias) {
+      b0 = to_f32(bias[col]);
+      if (nv == 2) b1 = to_f32(bias[col + 1]);
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int orow = rows[w * C::WTM + mi * 16 + (ln >> 2) + 8 * h];
+      if (orow < 0) continue;
+      const float v0 = h ? s.z : s.x, v1 = h ? s.w : s.y;
+      store2<T>(y + (long long)orow * p.N + col, bias ? v0 + b0 : v0, bias ? v1 + b1 : v1, nv, pairOK);
+    }
+  }
+}
 
 // Shared-memory layout of a warp-specialised gather block (C a Hopper
 // TileCfg, PW producer warps, MB tile descriptions); Go mirror:
@@ -569,7 +652,10 @@ __device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMa
           }
       }
     }
-    gather_store<C>(p, acc, m->rows, m->n0, m->z, warp, 0, lane);
+    if (!SK && p.split_ctr)
+      split_reduce<C>(p, acc, m->rows, m->n0, warp, lane, tid, L::kCons);  // a split launch: one tile per block
+    else
+      gather_store<C>(p, acc, m->rows, m->n0, m->z, warp, 0, lane);
     __syncwarp();
     if (lane == 0) mbar_arrive(&m->empty);  // this warp is done with the description
   }

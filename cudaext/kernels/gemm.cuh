@@ -174,7 +174,8 @@ struct GatherParams {
   const void* w;          // [N, V, Kc] weight, K-contiguous
   const void* bias;       // [N] or null
   void* y;                // [M, N] output (splits == 1)
-  float* part;            // [splits, M, N] float32 partials (splits > 1)
+  float* part;            // [splits, M, N] float32 partials (splits > 1); with split_ctr
+                          // [tiles, splits, BM·BN] in fragment order instead
   const int* tbl;         // [M, V] neighbour table (-1 = absent); null = identity, V = 1
   const int* order;       // [M] row order (masked) or null
   const int* tile_seg;    // [tiles + 1] per-tile tap segments (masked) or null
@@ -187,8 +188,12 @@ struct GatherParams {
   long long wt;           // 1: w is stored [Kc, V, N] (read transposed)
   long long mirror;       // 1: table tap v multiplies weight tap V − 1 − v (the input
                           // gradient of a submanifold map, gathered through Nbr)
+  unsigned* split_ctr;    // splits > 1, warp-specialised tiles only: [tiles][2] arrival and
+                          // departure counters, zero between launches — the split blocks of a
+                          // tile sum each other's partials themselves (gather_ws.cuh
+                          // split_reduce) instead of a reduction kernel; null otherwise
 };
-static_assert(sizeof(GatherParams) == 18 * 8, "GatherParams layout");
+static_assert(sizeof(GatherParams) == 19 * 8, "GatherParams layout");
 
 struct PairsParams {
   const void* a;          // [*, M] operand gathered by ia (dy)
