@@ -619,11 +619,17 @@ func (e *Engine) runGather(j gatherJob) error {
 // tile t, splits > 1 each, sums its partials in the kernel
 // (fg::split_reduce): a warp-specialised tile, every block of the launch
 // resident at once (the split blocks of a tile wait for each other), at
-// most splitCounterTiles tiles, and the switch on (EnvFusedSplitReduce).
-// Measured: docs/PERF_NOTES.md step 67.
+// most splitCounterTiles tiles, no side-stream work pending, and the
+// switch on (EnvFusedSplitReduce). Beside a weight gradient on the side
+// stream (an input gradient, doBeside) the other kernel's blocks hold
+// SMs that the split blocks need, and a block waiting for a partner that
+// is not yet resident idles its SM: there the reduction kernel sums.
+// Measured (H200, session 31, docs/PERF_NOTES.md step 67): inference at
+// RES 8 and 16 1–2 % faster, training steps within ±1 %.
 func (d *Device) fusesSplitReduce(t kernels.Tile, mth kernels.Math, tiles int64, splits int) bool {
 	return fusedSplitReduce.Load() && t.Producers > 0 && tiles <= splitCounterTiles &&
-		tiles*int64(splits) <= int64(d.info.SMs)*int64(t.BlocksPerSM(kernels.Gather, mth))
+		tiles*int64(splits) <= int64(d.info.SMs)*int64(t.BlocksPerSM(kernels.Gather, mth)) &&
+		len(d.side.ends) == 0 && !d.side.in
 }
 
 // splitCounterTiles is the most tiles of a split-K gather that sums its

@@ -2010,3 +2010,66 @@ func TestFusedSplitReduce(t *testing.T) {
 		}
 	}
 }
+
+// TestFusedSplitReduceBesideSide checks that an input gradient queued
+// beside a weight gradient on the side stream keeps the reduction kernel
+// (Device.fusesSplitReduce: the side stream's blocks would hold SMs the
+// waiting split blocks need), and that the same input gradient alone sums
+// in the kernel, with the same bits.
+func TestFusedSplitReduceBesideSide(t *testing.T) {
+	if !gpu.d.hopperTiles(kernels.F16) {
+		t.Skip("no Hopper tiles on this device")
+	}
+	ok := mapOK(t)
+	coords, ext := synth.SphereShell(8, 1)
+	m := ok(kmap.NewSubmanifold(coords, ext, [3]int{3, 3, 3}, [3]int{1, 1, 1}))
+	var tile kernels.Tile
+	for _, tl := range kernels.HopperTiles {
+		if tl.Producers > 0 && tl.HasTransposed(kernels.F16) && tl.BlocksPerSM(kernels.Gather, kernels.F16) == 1 {
+			tile = tl
+			break
+		}
+	}
+	require.Positive(t, tile.Producers, "a warp-specialised 16-bit tile")
+	was := fusedSplitReduce.Load()
+	defer fusedSplitReduce.Store(was)
+	fusedSplitReduce.Store(true)
+	rng := rand.New(rand.NewPCG(41, 1))
+	const c = 128
+	V := m.V()
+	x := dev(t, m.NIn, c, synth.Uniform[float32](rng, m.NIn*c), sparse.Float16)
+	w := dev(t, c, V*c, synth.Uniform[float32](rng, c*V*c), sparse.Float16)
+	dy := dev(t, m.NOut, c, synth.Uniform[float32](rng, m.NOut*c), sparse.Float16)
+	defer gpu.Free(x, w, dy)
+	o := Options{ConvOptions: sparse.ConvOptions{Algorithm: sparse.MaskedImplicitSplitK, SplitK: 2}, Tile: tile.Name()}
+	state := func() (launches int, sideOn bool) {
+		require.NoError(t, gpu.d.do(func() error {
+			launches, sideOn = gpu.d.fusedSplitLaunches, gpu.d.sideOn() && int64(m.NOut) <= gpu.d.side.maxRows
+			return nil
+		}))
+		return launches, sideOn
+	}
+	before, sideOn := state()
+	if !sideOn {
+		t.Skip("the side stream is off")
+	}
+	dw, err := gpu.WeightGrad(m, x, dy, o) // queued on the side stream
+	require.NoError(t, err)
+	dxBeside, err := gpu.InputGrad(m, dy, w, o)
+	require.NoError(t, err)
+	after, _ := state()
+	require.Equal(t, before, after, "beside the side stream's weight gradient the reduction kernel sums")
+	require.Len(t, host(t, dw), c*V*c) // the download joins the side stream
+	gpu.Free(dw)
+	dxAlone, err := gpu.InputGrad(m, dy, w, o)
+	require.NoError(t, err)
+	alone, _ := state()
+	require.Equal(t, after+1, alone, "alone, the input gradient sums in the kernel")
+	got, want := host(t, dxAlone), host(t, dxBeside)
+	gpu.Free(dxAlone, dxBeside)
+	for i := range want {
+		if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+			t.Fatalf("element %d: in the kernel %g, by the reduction kernel %g", i, got[i], want[i])
+		}
+	}
+}
