@@ -365,6 +365,13 @@ type reference struct {
 	dwR, dbR [2][]float64
 }
 
+// operands uploads the reference's x, w, b and dy for map m in dtype dt:
+// [NIn, ci], [co, V·ci], [1, co] and [NOut, co].
+func (r *reference) operands(t testing.TB, m *kmap.Map, dt sparse.DType) (x, w, b, dy sparse.Matrix) {
+	t.Helper()
+	return dev(t, m.NIn, r.ci, r.x, dt), dev(t, r.co, m.V()*r.ci, r.w, dt), dev(t, 1, r.co, r.b, dt), dev(t, m.NOut, r.co, r.dy, dt)
+}
+
 // narrowIndex returns the index of a narrow arithmetic in reference.dwR.
 func narrowIndex(m kernels.Math) int {
 	if m == kernels.BF16 {
@@ -489,17 +496,13 @@ func envSelected(key, name string) bool {
 }
 
 func sweepOne(t *testing.T, m *kmap.Map, ref *reference, scene string) {
-	V := m.V()
 	for _, mth := range kernels.Maths {
 		if !envSelected("FLEXGEMM_TEST_MATHS", mth.String()) {
 			continue
 		}
 		gpu.SetTF32(mth == kernels.TF32)
 		dt := dtypeOf(mth)
-		x := dev(t, m.NIn, ref.ci, ref.x, dt)
-		w := dev(t, ref.co, V*ref.ci, ref.w, dt)
-		b := dev(t, 1, ref.co, ref.b, dt)
-		dy := dev(t, m.NOut, ref.co, ref.dy, dt)
+		x, w, b, dy := ref.operands(t, m, dt)
 		// The Hopper tiles join on a device that loaded them (sm_90).
 		tiles := kernels.Tiles
 		if gpu.d.hopperTiles(kernels.F16) {
@@ -913,12 +916,7 @@ func TestReduceFourPerThread(t *testing.T) {
 				one, four := run(math.MaxInt64), run(0)
 				for d, dir := range []string{"fwd", "dgrad", "wgrad"} {
 					name := fmt.Sprintf("%s/ci%d-co%d/%v/window%v/%s", sc.name, c.ci, c.co, c.mth, window, dir)
-					require.Len(t, four[d], len(one[d]), name)
-					for i := range one[d] {
-						if math.Float32bits(one[d][i]) != math.Float32bits(four[d][i]) {
-							t.Fatalf("%s: element %d: four per thread %g, one per thread %g", name, i, four[d][i], one[d][i])
-						}
-					}
+					requireSameBits(t, one[d], four[d], name+": four per thread against one")
 				}
 				// And right: the weight gradient against the float64
 				// reference.
@@ -1699,9 +1697,7 @@ func BenchmarkConvAlgorithms(b *testing.B) {
 // and by first rows, on maps of more row tiles than SMs; the float64
 // comparison of the same kernels is TestConvSweep's.
 func TestPersistentGathers(t *testing.T) {
-	if !gpu.d.hopperTiles(kernels.F16) {
-		t.Skip("no Hopper tiles on this device")
-	}
+	skipWithoutHopper(t)
 	ok := mapOK(t)
 	rng := rand.New(rand.NewPCG(22, 2))
 	var scenes []scene
@@ -1762,12 +1758,7 @@ func TestPersistentGathers(t *testing.T) {
 						}
 						got, want := run(true), run(false)
 						for d := range got {
-							require.Equal(t, len(want[d]), len(got[d]), name)
-							for i := range got[d] {
-								if math.Float32bits(got[d][i]) != math.Float32bits(want[d][i]) {
-									t.Fatalf("%s: direction %d element %d: persistent %g, a block per tile %g", name, d, i, got[d][i], want[d][i])
-								}
-							}
+							requireSameBits(t, want[d], got[d], fmt.Sprintf("%s: direction %d: persistent against a block per tile", name, d))
 						}
 					}
 				}
@@ -1810,9 +1801,7 @@ func forwardAndInputGrad(t *testing.T, m *kmap.Map, x, w, b, dy sparse.Matrix, o
 // partials); a second launch must repeat the bits, and the result must be
 // within the arithmetic's bound of the tile-per-block launch's.
 func TestStreamKGathers(t *testing.T) {
-	if !gpu.d.hopperTiles(kernels.F16) {
-		t.Skip("no Hopper tiles on this device")
-	}
+	skipWithoutHopper(t)
 	ok := mapOK(t)
 	rng := rand.New(rand.NewPCG(23, 1))
 	sms := gpu.d.info.SMs
@@ -1849,14 +1838,10 @@ func TestStreamKGathers(t *testing.T) {
 	const ci, co = 72, 136 // two K stages per tap forward; dgrad reads 136 columns
 	for _, sc := range scenes {
 		ref := cpuReference(t, rng, sc.m, ci, co)
-		V := sc.m.V()
 		for _, mth := range []kernels.Math{kernels.F16, kernels.BF16, kernels.TF32} {
 			gpu.SetTF32(mth == kernels.TF32)
 			dt := dtypeOf(mth)
-			x := dev(t, sc.m.NIn, ci, ref.x, dt)
-			w := dev(t, co, V*ci, ref.w, dt)
-			b := dev(t, 1, co, ref.b, dt)
-			dy := dev(t, sc.m.NOut, co, ref.dy, dt)
+			x, w, b, dy := ref.operands(t, sc.m, dt)
 			for _, tile := range tiles {
 				if !tile.Supports(mth) {
 					continue
@@ -1887,11 +1872,7 @@ func TestStreamKGathers(t *testing.T) {
 							e := relL2(got[d], want)
 							require.LessOrEqual(t, e, bound(mth), "%s direction %d: error %g against float64", name, d, e)
 							require.LessOrEqual(t, relL2(got[d], f64(plain[d])), bound(mth), "%s direction %d: against a tile per block", name, d)
-							for i := range got[d] {
-								if math.Float32bits(got[d][i]) != math.Float32bits(again[d][i]) {
-									t.Fatalf("%s: direction %d element %d: %g, then %g", name, d, i, got[d][i], again[d][i])
-								}
-							}
+							requireSameBits(t, got[d], again[d], fmt.Sprintf("%s: direction %d: run again", name, d))
 						}
 					}
 				}
@@ -1903,6 +1884,15 @@ func TestStreamKGathers(t *testing.T) {
 	}
 }
 
+// skipWithoutHopper skips t on a device that did not load the Hopper
+// (sm_90a) kernels.
+func skipWithoutHopper(t *testing.T) {
+	t.Helper()
+	if !gpu.d.hopperTiles(kernels.F16) {
+		t.Skip("no Hopper tiles on this device")
+	}
+}
+
 // TestFusedSplitReduce checks the split-K gathers of the warp-specialised
 // tiles that sum their partials in the kernel (fg::split_reduce): forward
 // (with bias) and input gradient against the float64 reference, the same
@@ -1910,9 +1900,7 @@ func TestStreamKGathers(t *testing.T) {
 // launch taking that path only where all its blocks are resident, and the
 // counters left zero for the next launch.
 func TestFusedSplitReduce(t *testing.T) {
-	if !gpu.d.hopperTiles(kernels.F16) {
-		t.Skip("no Hopper tiles on this device")
-	}
+	skipWithoutHopper(t)
 	ok := mapOK(t)
 	rng := rand.New(rand.NewPCG(31, 1))
 	sms := int64(gpu.d.info.SMs)
@@ -1949,14 +1937,10 @@ func TestFusedSplitReduce(t *testing.T) {
 		ci, co := ch[0], ch[1]
 		for _, sc := range scenes {
 			ref := cpuReference(t, rng, sc.m, ci, co)
-			V := sc.m.V()
 			for _, mth := range []kernels.Math{kernels.F16, kernels.BF16, kernels.TF32} {
 				gpu.SetTF32(mth == kernels.TF32)
 				dt := dtypeOf(mth)
-				x := dev(t, sc.m.NIn, ci, ref.x, dt)
-				w := dev(t, co, V*ci, ref.w, dt)
-				b := dev(t, 1, co, ref.b, dt)
-				dy := dev(t, sc.m.NOut, co, ref.dy, dt)
+				x, w, b, dy := ref.operands(t, sc.m, dt)
 				for _, tile := range tiles {
 					if !tile.Supports(mth) {
 						continue
@@ -1990,12 +1974,7 @@ func TestFusedSplitReduce(t *testing.T) {
 								}
 								e := relL2(got[d], ref)
 								require.LessOrEqual(t, e, bound(mth), "%s direction %d: error %g against float64", name, d, e)
-								require.Equal(t, len(want[d]), len(got[d]), name)
-								for i := range got[d] {
-									if math.Float32bits(got[d][i]) != math.Float32bits(want[d][i]) {
-										t.Fatalf("%s: direction %d element %d: in the kernel %g, by the reduction kernel %g", name, d, i, got[d][i], want[d][i])
-									}
-								}
+								requireSameBits(t, want[d], got[d], fmt.Sprintf("%s: direction %d: in the kernel against the reduction kernel", name, d))
 							}
 							for i, c := range counters() {
 								require.Zero(t, c, "%s: split counter %d left at %d", name, i, c)
@@ -2017,9 +1996,7 @@ func TestFusedSplitReduce(t *testing.T) {
 // waiting split blocks need), and that the same input gradient alone sums
 // in the kernel, with the same bits.
 func TestFusedSplitReduceBesideSide(t *testing.T) {
-	if !gpu.d.hopperTiles(kernels.F16) {
-		t.Skip("no Hopper tiles on this device")
-	}
+	skipWithoutHopper(t)
 	ok := mapOK(t)
 	coords, ext := synth.SphereShell(8, 1)
 	m := ok(kmap.NewSubmanifold(coords, ext, [3]int{3, 3, 3}, [3]int{1, 1, 1}))
@@ -2067,9 +2044,5 @@ func TestFusedSplitReduceBesideSide(t *testing.T) {
 	require.Equal(t, after+1, alone, "alone, the input gradient sums in the kernel")
 	got, want := host(t, dxAlone), host(t, dxBeside)
 	gpu.Free(dxAlone, dxBeside)
-	for i := range want {
-		if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
-			t.Fatalf("element %d: in the kernel %g, by the reduction kernel %g", i, got[i], want[i])
-		}
-	}
+	requireSameBits(t, want, got, "input gradient in the kernel against the reduction kernel")
 }

@@ -67,10 +67,7 @@ func TestGPUMapStepNoHostWaits(t *testing.T) {
 			ref := cpuReference(t, rng, mp.cpu, 13, 32)
 			for _, mth := range []kernels.Math{kernels.F32, kernels.F16} {
 				dt := dtypeOf(mth)
-				x := dev(t, m.NIn, ref.ci, ref.x, dt)
-				w := dev(t, ref.co, m.V()*ref.ci, ref.w, dt)
-				b := dev(t, 1, ref.co, ref.b, dt)
-				dy := dev(t, m.NOut, ref.co, ref.dy, dt)
+				x, w, b, dy := ref.operands(t, m, dt)
 				px := dev(t, m.NIn, ref.ci, ref.x, dt)
 				type result struct {
 					what string

@@ -642,11 +642,7 @@ func TestAutotuneDirections(t *testing.T) {
 			for _, mth := range kernels.Maths {
 				gpu.SetTF32(mth == kernels.TF32)
 				dt := dtypeOf(mth)
-				V := sc.m.V()
-				x := dev(t, sc.m.NIn, ci, ref.x, dt)
-				w := dev(t, co, V*ci, ref.w, dt)
-				b := dev(t, 1, co, ref.b, dt)
-				dy := dev(t, sc.m.NOut, co, ref.dy, dt)
+				x, w, b, dy := ref.operands(t, sc.m, dt)
 				opt := sparse.ConvOptions{}
 				y, err := sparse.Conv(sc.m, x, w, b, opt)
 				require.NoError(t, err)
