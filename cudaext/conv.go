@@ -546,7 +546,7 @@ func (e *Engine) runGather(j gatherJob) error {
 		if fused {
 			// The tiles' slots in fragment order (gather_ws.cuh split_reduce).
 			n = int64(splits) * tiles * int64(t.BM) * int64(t.BN)
-			p.SplitCtr = uint64(d.splitCounters())
+			p.SplitCtr = uint64(d.splitCtr)
 			d.fusedSplitLaunches++
 		}
 		var err error
@@ -635,20 +635,10 @@ func (d *Device) fusesSplitReduce(t kernels.Tile, mth kernels.Math, tiles int64,
 }
 
 // splitCounterTiles is the most tiles of a split-K gather that sums its
-// partials in the kernel: the arrival and departure counters a stream
-// holds (Device.splitCounters).
+// partials in the kernel: the arrival and departure counters
+// Device.splitCtr holds. Such gathers run on the main stream only
+// (fusesSplitReduce), one after another, so one set serves them all.
 const splitCounterTiles = 1024
-
-// splitCounters returns the split-K counters of the stream work is queued
-// on now ([splitCounterTiles][2] uint32, zeroed at setup; every launch that
-// uses them leaves them zero): the main and the side stream each have
-// their own, so launches on both never share a counter.
-func (d *Device) splitCounters() devPtr {
-	if d.side.in {
-		return d.splitCtr + 8*splitCounterTiles
-	}
-	return d.splitCtr
-}
 
 // streamK returns the blocks of a stream-K launch (gather_ws.cuh) of a
 // split-K gather of `tiles` tiles of tile t, tilesN of them per row tile,

@@ -1922,7 +1922,7 @@ func TestFusedSplitReduce(t *testing.T) {
 	was := fusedSplitReduce.Load()
 	defer fusedSplitReduce.Store(was)
 	counters := func() []uint32 {
-		c := make([]uint32, 2*2*splitCounterTiles)
+		c := make([]uint32, 2*splitCounterTiles)
 		require.NoError(t, gpu.d.do(func() error {
 			return gpu.d.copyToHost(unsafe.Pointer(&c[0]), gpu.d.splitCtr, int64(4*len(c)))
 		}))

@@ -128,11 +128,18 @@ type Device struct {
 	// reduceVecLaunches counts the split-K reductions launched with four
 	// elements per thread (reduceVec).
 	reduceVecLaunches int
-	// splitCtr: the split-K gathers' counters, [2 streams][splitCounterTiles][2]
-	// uint32 (splitCounters); fusedSplitLaunches counts the split-K
+	// splitCtr: the split-K gathers' counters, [splitCounterTiles][2]
+	// uint32, zeroed at setup; every launch that uses them leaves them
+	// zero (fusesSplitReduce); fusedSplitLaunches counts the split-K
 	// gathers that summed their partials in the kernel (a test instrument).
 	splitCtr           devPtr
 	fusedSplitLaunches int
+	// pdl: kernels that wait for the grids ahead of them are launched
+	// with programmatic stream serialization (EnvProgrammaticLaunch,
+	// compute capability 9.0 and up; the tests switch it); pdlLaunches
+	// counts those launches (a test instrument).
+	pdl         bool
+	pdlLaunches int
 	// statusHost (page-locked, stWords int32) and statusEv receive a status
 	// array without draining the stream (hashCoordsThen); made on first
 	// use.
@@ -151,8 +158,9 @@ type loadedModule struct {
 
 type kernelFunc struct {
 	fn      cuFunction
-	smemSet int // dynamic shared memory limit set so far
-	threads int // max threads per block
+	smemSet int  // dynamic shared memory limit set so far
+	threads int  // max threads per block
+	waits   bool // the embedded image's kernel waits for the grids ahead of it (kernels.KernelWaits)
 }
 
 // openDevice creates the context and loads every kernel image.
@@ -181,7 +189,12 @@ func openDevice(ordinal int) (*Device, error) {
 	if err != nil {
 		return nil, err
 	}
+	pdl, err := programmaticLaunchFromEnv()
+	if err != nil {
+		return nil, err
+	}
 	d := &Device{
+		pdl:                    pdl,
 		funcs:                  map[string]*kernelFunc{},
 		syncEach:               os.Getenv(EnvSync) == "1",
 		noBricks:               os.Getenv(EnvNoBricks) == "1",
@@ -241,6 +254,7 @@ func (d *Device) setup(ordinal int) error {
 		return fmt.Errorf("%w: %s has compute capability %d.%d; the kernels need 8.0 or newer", ErrNoDevice, info.Name, info.Major, info.Minor)
 	}
 	d.cdev, d.info = dev, info
+	d.pdl = d.pdl && info.Major >= 9
 	if d.ctx, err = primaryCtxRetain(dev); err != nil {
 		return err
 	}
@@ -290,11 +304,11 @@ func (d *Device) setup(ordinal int) error {
 	if err := memsetD8(d.zeroPage, 0, 256, d.stream); err != nil {
 		return err
 	}
-	// The split-K counters of the main and the side stream.
-	if d.splitCtr, _, err = d.allocRaw(2 * 8 * splitCounterTiles); err != nil {
+	// The split-K gathers' counters.
+	if d.splitCtr, _, err = d.allocRaw(8 * splitCounterTiles); err != nil {
 		return err
 	}
-	if err := memsetD8(d.splitCtr, 0, 2*8*splitCounterTiles, d.stream); err != nil {
+	if err := memsetD8(d.splitCtr, 0, 8*splitCounterTiles, d.stream); err != nil {
 		return err
 	}
 	return streamSync(d.stream)
@@ -445,7 +459,8 @@ func (d *Device) function(name string) (*kernelFunc, error) {
 			return nil, fmt.Errorf("%w: %s: %v", ErrLaunch, name, err)
 		}
 		if ok {
-			k := &kernelFunc{fn: f, threads: funcMaxThreads(f)}
+			k := &kernelFunc{fn: f, threads: funcMaxThreads(f),
+				waits: m.source == "embedded" && kernels.KernelWaits(m.name, name)}
 			d.funcs[name] = k
 			return k, nil
 		}
@@ -501,7 +516,14 @@ func (d *Device) launch(name string, grid, block dim3, smem int, args ...any) er
 	if err != nil {
 		return fmt.Errorf("%w: %s: profiling: %v", ErrLaunch, name, err)
 	}
-	if err := launchKernel(k.fn, grid, block, smem, d.stream, params); err != nil {
+	// Programmatic launches where the kernel waits for the one ahead of
+	// it, except while profiling (events between the launches time each
+	// kernel alone).
+	pdl := d.pdl && k.waits && d.prof == nil
+	if pdl {
+		d.pdlLaunches++
+	}
+	if err := launchKernel(k.fn, grid, block, smem, d.stream, params, pdl); err != nil {
 		if ev != nil {
 			d.prof.spare = append(d.prof.spare, *ev)
 		}

@@ -51,7 +51,12 @@
 // Kernel images come from package kernels (embedded fatbins; see its
 // documentation for the build and the FLEXGEMM_KERNEL_IMAGE override).
 // Setting FLEXGEMM_CUDA_SYNC=1 waits after every launch and names the
-// failing kernel.
+// failing kernel. On compute capability 9.0 and up every kernel is
+// launched with programmatic stream serialization: each kernel opens by
+// waiting for the grids ahead of it (kernels/pdl.cuh; the manifest lists
+// the kernels whose code does, and only those are launched so), so its
+// blocks are scheduled while the kernel ahead drains instead of after it
+// (FLEXGEMM_PDL=0: plain launches; profiles always launch plainly).
 //
 // # Algorithms
 //
@@ -121,7 +126,7 @@
 // # Writing kernels for this engine (package-internal API)
 //
 // Kernel sources go to cudaext/kernels/NAME.cu (one module each; extern "C"
-// kernels; helpers in a namespace; avoid file names that Windows reserves,
+// kernels whose first statement is fg_await_prior_grid(); helpers in a namespace; avoid file names that Windows reserves,
 // such as aux or con, which go:embed rejects) and are built by
 // cudaext/kernels/build.sh. From Go, inside package cudaext:
 //

@@ -24,6 +24,26 @@ static CUresult fg_launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
 	return cuLaunchKernel(f, gx, gy, gz, bx, by, bz, smem, s, params, NULL);
 }
 
+// fg_launch_pdl launches f with programmatic stream serialization: its
+// blocks may start before the kernel ahead of it in stream s has finished
+// (the kernel must wait for it first: pdl.cuh).
+static CUresult fg_launch_pdl(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
+		unsigned bx, unsigned by, unsigned bz, unsigned smem, CUstream s, void **params) {
+	CUlaunchAttribute attr;
+	memset(&attr, 0, sizeof attr);
+	attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+	attr.value.programmaticStreamSerializationAllowed = 1;
+	CUlaunchConfig cfg;
+	memset(&cfg, 0, sizeof cfg);
+	cfg.gridDimX = gx; cfg.gridDimY = gy; cfg.gridDimZ = gz;
+	cfg.blockDimX = bx; cfg.blockDimY = by; cfg.blockDimZ = bz;
+	cfg.sharedMemBytes = smem;
+	cfg.hStream = s;
+	cfg.attrs = &attr;
+	cfg.numAttrs = 1;
+	return cuLaunchKernelEx(&cfg, f, params, NULL);
+}
+
 static CUresult fg_module_load(CUmodule *m, const void *image, char *log, size_t logsize) {
 	CUjit_option opts[2] = {CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES};
 	void *vals[2] = {log, (void *)logsize};
@@ -243,7 +263,14 @@ func tensorMap3D(out *[16]uint64, addr devPtr, elem int, dims [3]int64, strides 
 		C.cuuint32_t(box[1]), C.cuuint32_t(box[2])), "cuTensorMapEncodeTiled")
 }
 
-func launchKernel(f C.CUfunction, grid, block dim3, smem int, s C.CUstream, params unsafe.Pointer) error {
+// launchKernel queues kernel f on stream s; with pdl, through
+// cuLaunchKernelEx with programmatic stream serialization (f must open
+// with fg_await_prior_grid, kernels.KernelWaits).
+func launchKernel(f C.CUfunction, grid, block dim3, smem int, s C.CUstream, params unsafe.Pointer, pdl bool) error {
+	if pdl {
+		return cuOK(C.fg_launch_pdl(f, C.uint(grid.X), C.uint(grid.Y), C.uint(grid.Z), C.uint(block.X), C.uint(block.Y),
+			C.uint(block.Z), C.uint(smem), s, (*unsafe.Pointer)(params)), "cuLaunchKernelEx")
+	}
 	return cuOK(C.fg_launch(f, C.uint(grid.X), C.uint(grid.Y), C.uint(grid.Z), C.uint(block.X), C.uint(block.Y),
 		C.uint(block.Z), C.uint(smem), s, (*unsafe.Pointer)(params)), "cuLaunchKernel")
 }

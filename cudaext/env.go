@@ -264,6 +264,25 @@ func fusedSplitReduceFromEnv() (bool, error) {
 	return switchFromEnv(EnvFusedSplitReduce, fusedSplitReduceDefault)
 }
 
+// EnvProgrammaticLaunch names the environment variable that, read when an
+// engine opens on a GPU of compute capability 9.0 or newer, launches every
+// kernel that waits for the grids ahead of it (all of the embedded images'
+// kernels, kernels.KernelWaits) with programmatic stream serialization, so
+// that its blocks start while the kernel ahead drains ("1"), or launches
+// every kernel after the one ahead has finished ("0"); unset,
+// programmaticLaunchDefault.
+const EnvProgrammaticLaunch = "FLEXGEMM_PDL"
+
+// programmaticLaunchDefault is EnvProgrammaticLaunch's setting when unset.
+const programmaticLaunchDefault = true
+
+// programmaticLaunchFromEnv returns EnvProgrammaticLaunch's setting:
+// programmaticLaunchDefault when unset or empty, true for "1", false for
+// "0", an error naming the variable otherwise.
+func programmaticLaunchFromEnv() (bool, error) {
+	return switchFromEnv(EnvProgrammaticLaunch, programmaticLaunchDefault)
+}
+
 // switchFromEnv returns the on/off setting of environment variable key:
 // def when unset or empty, true for "1", false for "0", an error naming
 // the variable otherwise.

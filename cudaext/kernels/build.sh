@@ -8,11 +8,13 @@
 # images/<name>.ptx.gz (gzip -9n: PTX text shrinks about tenfold), emitted
 # for compute_90 with the inline wgmma asm passed through and the header
 # raised to PTX ISA 8.0 / target sm_90a; the driver JIT-compiles that PTX
-# on Hopper GPUs (reference: GPU.md). manifest.txt records the nvcc version and the
-# sha256 of every input (*.cu, *.cuh, this script) and of every image, and
-# which module defines each kernel (read with cuobjdump), so the runtime
-# looks a kernel up in its own module only; the plain Go test
-# TestImagesUpToDate fails when a source changed after the last build.
+# on Hopper GPUs (reference: GPU.md). manifest.txt records the nvcc version
+# and the sha256 of every input (*.cu, *.cuh, this script) and of every
+# image, which module defines each kernel (read with cuobjdump), so the
+# runtime looks a kernel up in its own module only, and which kernels wait
+# for the grids ahead of them (pdl.cuh), so the runtime may launch those
+# early; the plain Go test TestImagesUpToDate fails when a source changed
+# after the last build.
 #
 # Usage: cudaext/kernels/build.sh          (needs nvcc 11.8+ and Go on PATH)
 #        NVCC=/path/to/nvcc JOBS=4 cudaext/kernels/build.sh
@@ -108,6 +110,15 @@ fi
   done
   for img in $(ls images/*.ptx.gz | LC_ALL=C sort); do
     gzip -dc "$img" | sed -n 's/^\.visible \.entry \([A-Za-z0-9_]*\)(.*/\1/p' | LC_ALL=C sort -u | sed "s/^/kernel $(basename "$img" .ptx.gz) /"
+  done
+  # The kernels whose PTX (the compute_90 PTX of a fatbin) holds
+  # griddepcontrol.wait (pdl.cuh): the engine may launch those before the
+  # kernel ahead of them has finished.
+  for img in $(ls images/*.fatbin images/*.ptx.gz | LC_ALL=C sort); do
+    n=$(basename "${img%%.*}")
+    if [[ $img == *.ptx.gz ]]; then gzip -dc "$img"; else "${CUOBJDUMP:-cuobjdump}" -ptx "$img"; fi |
+      awk '/^\.visible \.entry /{ k = $3; sub(/\(.*/, "", k); w = 0 } /griddepcontrol\.wait/{ w = 1 }
+           /^}/{ if (k != "" && w) print k; k = "" }' | LC_ALL=C sort -u | sed "s/^/waits $n /"
   done
 } > manifest.txt.tmp
 mv manifest.txt.tmp manifest.txt

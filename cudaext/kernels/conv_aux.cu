@@ -4,6 +4,7 @@
 // Every kernel takes 8-byte arguments only (pointers and long long) and
 // uses 64-bit element indices with grid-stride loops.
 #include "gemm.cuh"
+#include "pdl.cuh"
 
 namespace fg_aux {
 
@@ -252,25 +253,41 @@ template <class T> __device__ void bias_grad2(const float* part, T* out, long lo
 
 extern "C" {
 
-__global__ void spconv_cvt_f32_f16(const float* in, __half* out, long long n) { fg_aux::convert(in, out, n); }
-__global__ void spconv_cvt_f32_bf16(const float* in, __nv_bfloat16* out, long long n) { fg_aux::convert(in, out, n); }
-__global__ void spconv_cvt_f16_f32(const __half* in, float* out, long long n) { fg_aux::convert(in, out, n); }
-__global__ void spconv_cvt_bf16_f32(const __nv_bfloat16* in, float* out, long long n) { fg_aux::convert(in, out, n); }
+__global__ void spconv_cvt_f32_f16(const float* in, __half* out, long long n) {
+  fg_await_prior_grid();
+  fg_aux::convert(in, out, n);
+}
+__global__ void spconv_cvt_f32_bf16(const float* in, __nv_bfloat16* out, long long n) {
+  fg_await_prior_grid();
+  fg_aux::convert(in, out, n);
+}
+__global__ void spconv_cvt_f16_f32(const __half* in, float* out, long long n) {
+  fg_await_prior_grid();
+  fg_aux::convert(in, out, n);
+}
+__global__ void spconv_cvt_bf16_f32(const __nv_bfloat16* in, float* out, long long n) {
+  fg_await_prior_grid();
+  fg_aux::convert(in, out, n);
+}
 
 __global__ void spconv_transpose_w_b32(const unsigned* in, unsigned* out, long long co, long long v, long long ci) {
+  fg_await_prior_grid();
   fg_aux::transpose_w(in, out, co, v, ci);
 }
 __global__ void spconv_transpose_w_b16(const unsigned short* in, unsigned short* out, long long co, long long v,
                                        long long ci) {
+  fg_await_prior_grid();
   fg_aux::transpose_w(in, out, co, v, ci);
 }
 
 __global__ void spconv_im2col_b32(const unsigned* in, const int* tbl, unsigned* out, long long rows, long long v,
                                   long long c) {
+  fg_await_prior_grid();
   fg_aux::im2col(in, tbl, out, rows, v, c);
 }
 __global__ void spconv_im2col_b16(const unsigned short* in, const int* tbl, unsigned short* out, long long rows,
                                   long long v, long long c) {
+  fg_await_prior_grid();
   fg_aux::im2col(in, tbl, out, rows, v, c);
 }
 
@@ -279,22 +296,27 @@ __global__ void spconv_im2col_b16(const unsigned short* in, const int* tbl, unsi
 #define FG_AUX_FLOAT_KERNELS(SFX, T)                                                                              \
   __global__ void spconv_reduce_##SFX(const float* part, T* out, const T* bias, long long rows, long long cols,      \
                                       long long splits, long long vec) {                                          \
+    fg_await_prior_grid();                                                                                        \
     fg_aux::reduce(part, out, bias, rows, cols, splits, vec);                                                     \
   }                                                                                                               \
   __global__ void spconv_reduce_taps_##SFX(const float* part, T* out, long long rows, long long V, long long N,     \
                                            long long splits, const long long* seg, long long mirror, long long K, \
                                            long long bk, long long chunk, long long vec) {                        \
+    fg_await_prior_grid();                                                                                        \
     fg_aux::reduce_taps(part, out, rows, V, N, splits, seg, mirror, K, bk, chunk, vec);                           \
   }                                                                                                               \
   __global__ void spconv_bias_grad1v_##SFX(const T* dy, float* part, long long rows, long long cols,                \
                                            long long chunk_rows, long long gpb) {                                 \
+    fg_await_prior_grid();                                                                                        \
     fg_aux::bias_grad1v(dy, part, rows, cols, chunk_rows, gpb);                                                   \
   }                                                                                                               \
   __global__ void spconv_bias_grad1_##SFX(const T* dy, float* part, long long rows, long long cols,                 \
                                           long long chunk_rows) {                                                 \
+    fg_await_prior_grid();                                                                                        \
     fg_aux::bias_grad1(dy, part, rows, cols, chunk_rows);                                                         \
   }                                                                                                               \
   __global__ void spconv_bias_grad2_##SFX(const float* part, T* out, long long chunks, long long cols) {            \
+    fg_await_prior_grid();                                                                                        \
     fg_aux::bias_grad2(part, out, chunks, cols);                                                                  \
   }
 FG_AUX_FLOAT_KERNELS(f32, float)

@@ -59,6 +59,7 @@
 #pragma once
 
 #include "gemm.cuh"
+#include "pdl.cuh"
 
 namespace fg {
 
@@ -675,6 +676,7 @@ __device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMa
 #define FG_GATHER_WS_KERNEL(NAME, MATH, BM, BN, BK, WM, S, PW, MINB, SMEM)                                     \
   extern "C" __global__ void __launch_bounds__(32 * ((WM) + (PW)), MINB)                                       \
       NAME(const fg::GatherParams p, const __grid_constant__ fg::WsMaps maps, unsigned* next) {                \
+    fg_await_prior_grid();                                                                                     \
     using Cfg = fg::TileCfg<MATH, BM, BN, BK, WM, 1, S, true>;                                                 \
     static_assert(fg::WsLayout<Cfg, PW, fg::ws_descriptions(MINB)>::kSmem == (SMEM),                          \
                   "shared memory differs from the Go tile table");                                             \
@@ -683,6 +685,7 @@ __device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMa
 #define FG_GATHER_WS_WT_KERNEL(NAME, MATH, BM, BN, BK, WM, S, PW, MINB)                                        \
   extern "C" __global__ void __launch_bounds__(32 * ((WM) + (PW)), MINB)                                       \
       NAME##_wt(const fg::GatherParams p, const __grid_constant__ fg::WsMaps maps, unsigned* next) {           \
+    fg_await_prior_grid();                                                                                     \
     using Cfg = fg::TileCfg<MATH, BM, BN, BK, WM, 1, S, true>;                                                 \
     fg::gather_gemm_ws<Cfg, PW, true, fg::ws_descriptions(MINB), false>(p, maps, next, fg::StreamK{});        \
   }
@@ -690,6 +693,7 @@ __device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMa
 #define FG_GATHER_WS_SK_KERNEL(NAME, MATH, BM, BN, BK, WM, S, PW, WT)                                          \
   extern "C" __global__ void __launch_bounds__(32 * ((WM) + (PW)), 1)                                          \
       NAME(const fg::GatherParams p, const __grid_constant__ fg::WsMaps maps, const fg::StreamK sk) {          \
+    fg_await_prior_grid();                                                                                     \
     using Cfg = fg::TileCfg<MATH, BM, BN, BK, WM, 1, S, true>;                                                 \
     fg::gather_gemm_ws<Cfg, PW, WT, 2, true>(p, maps, nullptr, sk);                                            \
   }

@@ -495,6 +495,7 @@ __device__ __forceinline__ void store2(T* dst, float v0, float v1, int n_valid, 
 }  // namespace fg
 
 #include "wgmma.cuh"
+#include "pdl.cuh"
 
 namespace fg {
 
@@ -605,59 +606,60 @@ __device__ __forceinline__ void gather_store(const GatherParams& p, const float 
   const T* bias = reinterpret_cast<const T*>(p.bias);
   T* y = reinterpret_cast<T*>(p.y);
   const bool pairOK = (p.N & 1) == 0;
-  if (pairOK && n0 + C::BN <= p.N) {
-    // Every column of the tile in range (N a multiple of BN): no column
-    // bounds to test, each row's stores one base address and immediate
-    // offsets (as pairs_store's whole tiles).
-    const long long c0 = n0 + wn * C::WTN + 2 * t4;
+  // each_row(f): f(mi, h, orow) for every fragment row of the warp that
+  // has an output row.
+  auto each_row = [&](auto&& f) {
 #pragma unroll
     for (int mi = 0; mi < C::MI; ++mi)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int orow = rows[wm * C::WTM + mi * 16 + g + 8 * h];
-        if (orow < 0) continue;
-        if (p.splits != 1) {
-          float* r = p.part + ((long long)z * p.M + orow) * p.N + c0;
+        if (orow >= 0) f(mi, h, orow);
+      }
+  };
+  if (pairOK && n0 + C::BN <= p.N) {
+    // Every column of the tile in range (N a multiple of BN): no column
+    // bounds to test, each row's stores one base address and immediate
+    // offsets (as pairs_store's whole tiles).
+    const long long c0 = n0 + wn * C::WTN + 2 * t4;
+    each_row([&](int mi, int h, int orow) {
+      if (p.splits != 1) {
+        float* r = p.part + ((long long)z * p.M + orow) * p.N + c0;
 #pragma unroll
-          for (int ni = 0; ni < C::NI; ++ni) store2<float>(r + ni * 8, acc[mi][ni][2 * h], acc[mi][ni][2 * h + 1], 2, true);
-        } else {
-          T* r = y + (long long)orow * p.N + c0;
+        for (int ni = 0; ni < C::NI; ++ni) store2<float>(r + ni * 8, acc[mi][ni][2 * h], acc[mi][ni][2 * h + 1], 2, true);
+      } else {
+        T* r = y + (long long)orow * p.N + c0;
 #pragma unroll
-          for (int ni = 0; ni < C::NI; ++ni) {
-            float v0 = acc[mi][ni][2 * h], v1 = acc[mi][ni][2 * h + 1];
-            if (bias) {
-              v0 += to_f32(bias[c0 + ni * 8]);
-              v1 += to_f32(bias[c0 + ni * 8 + 1]);
-            }
-            store2<T>(r + ni * 8, v0, v1, 2, true);
+        for (int ni = 0; ni < C::NI; ++ni) {
+          float v0 = acc[mi][ni][2 * h], v1 = acc[mi][ni][2 * h + 1];
+          if (bias) {
+            v0 += to_f32(bias[c0 + ni * 8]);
+            v1 += to_f32(bias[c0 + ni * 8 + 1]);
           }
+          store2<T>(r + ni * 8, v0, v1, 2, true);
         }
       }
+    });
     return;
   }
+  each_row([&](int mi, int h, int orow) {
 #pragma unroll
-  for (int mi = 0; mi < C::MI; ++mi)
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int orow = rows[wm * C::WTM + mi * 16 + g + 8 * h];
-      if (orow < 0) continue;
-#pragma unroll
-      for (int ni = 0; ni < C::NI; ++ni) {
-        const long long col = n0 + wn * C::WTN + ni * 8 + 2 * t4;
-        if (col >= p.N) continue;
-        const int nv = col + 1 < p.N ? 2 : 1;
-        float v0 = acc[mi][ni][2 * h], v1 = acc[mi][ni][2 * h + 1];
-        if (p.splits == 1) {
-          if (bias) {
-            v0 += to_f32(bias[col]);
-            if (nv == 2) v1 += to_f32(bias[col + 1]);
-          }
-          store2<T>(y + (long long)orow * p.N + col, v0, v1, nv, pairOK);
-        } else {
-          store2<float>(p.part + ((long long)z * p.M + orow) * p.N + col, v0, v1, nv, pairOK);
+    for (int ni = 0; ni < C::NI; ++ni) {
+      const long long col = n0 + wn * C::WTN + ni * 8 + 2 * t4;
+      if (col >= p.N) continue;
+      const int nv = col + 1 < p.N ? 2 : 1;
+      float v0 = acc[mi][ni][2 * h], v1 = acc[mi][ni][2 * h + 1];
+      if (p.splits == 1) {
+        if (bias) {
+          v0 += to_f32(bias[col]);
+          if (nv == 2) v1 += to_f32(bias[col + 1]);
         }
+        store2<T>(y + (long long)orow * p.N + col, v0, v1, nv, pairOK);
+      } else {
+        store2<float>(p.part + ((long long)z * p.M + orow) * p.N + col, v0, v1, nv, pairOK);
       }
     }
+  });
 }
 
 // WT: the weight is stored [Kc, V, N] and read transposed (the _wt kernels,
@@ -1446,6 +1448,7 @@ template <class C> __device__ __forceinline__ void pairs_gemm(const PairsParams&
 // resident blocks per SM, no spills).
 #define FG_GATHER_KERNEL(NAME, MATH, BM, BN, BK, WM, WN, S, SMEM)                              \
   extern "C" __global__ void __launch_bounds__(32 * (WM) * (WN)) NAME(const fg::GatherParams p) { \
+    fg_await_prior_grid();                                                                       \
     using Cfg = fg::TileCfg<MATH, BM, BN, BK, WM, WN, S>;                                        \
     static_assert(Cfg::kGatherSmem == (SMEM), "shared memory differs from the Go tile table");   \
     fg::gather_gemm<Cfg, false>(p);                                                              \
@@ -1453,6 +1456,7 @@ template <class C> __device__ __forceinline__ void pairs_gemm(const PairsParams&
   extern "C" __global__ void __launch_bounds__(                                                  \
       32 * (WM) * (WN), (fg::TileCfg<MATH, BM, BN, BK, WM, WN, S>::kMinBlocks))                  \
       NAME##_wt(const fg::GatherParams p) {                                                      \
+    fg_await_prior_grid();                                                                       \
     using Cfg = fg::TileCfg<MATH, BM, BN, BK, WM, WN, S>;                                        \
     fg::gather_gemm<Cfg, true>(p);                                                               \
   }
@@ -1462,17 +1466,20 @@ template <class C> __device__ __forceinline__ void pairs_gemm(const PairsParams&
 // pairs kernel (16-bit only).
 #define FG_GATHER_H_KERNEL(NAME, MATH, BM, BN, BK, WM, WN, S, SMEM)                            \
   extern "C" __global__ void __launch_bounds__(32 * (WM) * (WN), 1) NAME(const fg::GatherParams p) { \
+    fg_await_prior_grid();                                                                      \
     using Cfg = fg::TileCfg<MATH, BM, BN, BK, WM, WN, S, true>;                                 \
     static_assert(Cfg::kGatherSmem == (SMEM), "shared memory differs from the Go tile table");  \
     fg::gather_gemm<Cfg, false>(p);                                                             \
   }
 #define FG_GATHER_H_WT_KERNEL(NAME, MATH, BM, BN, BK, WM, WN, S)                               \
   extern "C" __global__ void __launch_bounds__(32 * (WM) * (WN), 1) NAME##_wt(const fg::GatherParams p) { \
+    fg_await_prior_grid();                                                                      \
     using Cfg = fg::TileCfg<MATH, BM, BN, BK, WM, WN, S, true>;                                 \
     fg::gather_gemm<Cfg, true>(p);                                                              \
   }
 #define FG_PAIRS_H_KERNEL(NAME, MATH, BM, BN, BK, WM, WN, S, SMEM)                             \
   extern "C" __global__ void __launch_bounds__(32 * (WM) * (WN), 1) NAME(const fg::PairsParams p) { \
+    fg_await_prior_grid();                                                                      \
     using Cfg = fg::TileCfg<MATH, BM, BN, BK, WM, WN, S, true>;                                 \
     static_assert(Cfg::kPairsSmem == (SMEM), "shared memory differs from the Go tile table");   \
     fg::pairs_gemm<Cfg>(p);                                                                     \
@@ -1481,6 +1488,7 @@ template <class C> __device__ __forceinline__ void pairs_gemm(const PairsParams&
   extern "C" __global__ void __launch_bounds__(                                                  \
       32 * (WM) * (WN), (fg::TileCfg<MATH, BM, BN, BK, WM, WN, S>::kPairsMinBlocks))             \
       NAME(const fg::PairsParams p) {                                                            \
+    fg_await_prior_grid();                                                                      \
     using Cfg = fg::TileCfg<MATH, BM, BN, BK, WM, WN, S>;                                       \
     static_assert(Cfg::kPairsSmem == (SMEM), "shared memory differs from the Go tile table");   \
     fg::pairs_gemm<Cfg>(p);                                                                     \

@@ -22,6 +22,7 @@
 //   gs_point_grad_*  dPoints of the trilinear blend (float64 dot products
 //                    and derivatives, as on the host)
 #include "hashtable.cuh"
+#include "pdl.cuh"
 
 namespace fgg {
 
@@ -247,29 +248,37 @@ __device__ void point_grad(const P* pts, const T* feats, const T* dy, i64 C, con
 }  // namespace fgg
 
 #define FG_GS_PLAN(SUF, P)                                                                                    \
-  __global__ void gs_check_##SUF(const P* pts, long long n, int* status) { fgg::check_points(pts, n, status); } \
+  __global__ void gs_check_##SUF(const P* pts, long long n, int* status) {                                   \
+    fg_await_prior_grid();                                                                                    \
+    fgg::check_points(pts, n, status);                                                                        \
+  }                                                                                                           \
   __global__ void gs_plan_nearest_##SUF(const P* pts, long long M, long long per_batch, fgx::Ext ext,         \
                                         fgx::Table t, int* idx, double* w) {                                  \
+    fg_await_prior_grid();                                                                                    \
     fgg::plan_nearest(pts, M, per_batch, ext, t, idx, w);                                                     \
   }                                                                                                           \
   __global__ void gs_plan_trilinear_##SUF(const P* pts, long long M, long long per_batch, fgx::Ext ext,       \
                                           fgx::Table t, int* idx, double* w) {                                \
+    fg_await_prior_grid();                                                                                    \
     fgg::plan_trilinear(pts, M, per_batch, ext, t, idx, w);                                                   \
   }
 
 #define FG_GS_FEAT(SUF, T)                                                                                    \
   __global__ void gs_fwd_##SUF(const T* feats, long long C, const int* idx, const double* w, long long M,      \
                                int K, T* out) {                                                               \
+    fg_await_prior_grid();                                                                                    \
     fgg::fwd(feats, C, idx, w, M, K, out);                                                                    \
   }                                                                                                           \
   __global__ void gs_feat_grad_##SUF(const T* dy, long long C, const int* seg, const int* ent, const double* w, \
                                      int K, long long N, T* df) {                                             \
+    fg_await_prior_grid();                                                                                    \
     fgg::feat_grad(dy, C, seg, ent, w, K, N, df);                                                             \
   }
 
 #define FG_GS_PGRAD(PS, P, TS, T)                                                                             \
   __global__ void gs_point_grad_##PS##_##TS(const P* pts, const T* feats, const T* dy, long long C,           \
                                             const int* idx, const double* w, long long M, float* dp) {        \
+    fg_await_prior_grid();                                                                                    \
     fgg::point_grad(pts, feats, dy, C, idx, w, M, dp);                                                        \
   }
 
@@ -287,7 +296,13 @@ FG_GS_PGRAD(f64, double, f32, float)
 FG_GS_PGRAD(f64, double, f16, __half)
 FG_GS_PGRAD(f64, double, bf16, __nv_bfloat16)
 
-__global__ void gs_rev_keys(const int* idx, long long n, unsigned N, unsigned* keys) { fgg::rev_keys(idx, n, N, keys); }
-__global__ void gs_rev_seg(const unsigned* keys, long long n, unsigned N, int* seg) { fgg::rev_seg(keys, n, N, seg); }
+__global__ void gs_rev_keys(const int* idx, long long n, unsigned N, unsigned* keys) {
+  fg_await_prior_grid();
+  fgg::rev_keys(idx, n, N, keys);
+}
+__global__ void gs_rev_seg(const unsigned* keys, long long n, unsigned N, int* seg) {
+  fg_await_prior_grid();
+  fgg::rev_seg(keys, n, N, seg);
+}
 
 }  // extern "C"

@@ -11,6 +11,7 @@
 //                       r << 32 | q into kDupLo/kDupHi by atomicMin.
 //   hash_lookup_coords  out[i] = row of queries[i], −1 if absent or outside.
 #include "hashtable.cuh"
+#include "pdl.cuh"
 
 namespace fgh {
 
@@ -60,14 +61,17 @@ extern "C" {
 
 __global__ void __launch_bounds__(256)
     hash_insert_coords(const int* coords, long long n, fgx::Ext ext, fgx::Table t, int* status) {
+  fg_await_prior_grid();
   fgh::insert_coords(coords, n, ext, t, status);
 }
 
 __global__ void hash_find_dups(const int* coords, long long n, fgx::Ext ext, fgx::Table t, int* status) {
+  fg_await_prior_grid();
   fgh::find_dups(coords, n, ext, t, status);
 }
 
 __global__ void hash_lookup_coords(const int* queries, long long n, fgx::Ext ext, fgx::Table t, int* out) {
+  fg_await_prior_grid();
   fgh::lookup_coords(queries, n, ext, t, out);
 }
 

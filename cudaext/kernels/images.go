@@ -29,22 +29,44 @@ func Manifest() string { return manifest }
 var (
 	kernelIndexOnce sync.Once
 	kernelIndex     map[string]string
+	kernelWaits     map[string]string // kernel → module, of the "waits" lines
 )
+
+func indexKernels() {
+	kernelIndexOnce.Do(func() {
+		kernelIndex = map[string]string{}
+		kernelWaits = map[string]string{}
+		entries, _, _, _ := ParseManifest(manifest)
+		for _, e := range entries {
+			switch e.Kind {
+			case "kernel":
+				kernelIndex[e.Name] = e.Module
+			case "waits":
+				kernelWaits[e.Name] = e.Module
+			}
+		}
+	})
+}
 
 // KernelModule returns the module (image name) that defines kernel name,
 // according to the manifest of the embedded images.
 func KernelModule(name string) (module string, ok bool) {
-	kernelIndexOnce.Do(func() {
-		kernelIndex = map[string]string{}
-		entries, _, _, _ := ParseManifest(manifest)
-		for _, e := range entries {
-			if e.Kind == "kernel" {
-				kernelIndex[e.Name] = e.Module
-			}
-		}
-	})
+	indexKernels()
 	module, ok = kernelIndex[name]
 	return
+}
+
+// KernelWaits reports whether kernel name, as built into the embedded
+// image of module, waits for the grids ahead of it before it touches
+// global memory (fg_await_prior_grid, pdl.cuh; a "waits" line of the
+// manifest, read from the kernel's compute_90 PTX): only such a kernel may
+// be launched with programmatic stream serialization, on compute
+// capability 9.0 and up. An image loaded from EnvImage is not the embedded
+// one: the caller must not take this answer for it.
+func KernelWaits(module, name string) bool {
+	indexKernels()
+	m, ok := kernelWaits[name]
+	return ok && m == module
 }
 
 // Image is one loadable module image.
@@ -139,9 +161,10 @@ func overrides(path string) ([]Image, error) {
 	return out, nil
 }
 
-// ManifestEntry is one "source", "image" or "kernel" line of the
-// manifest. Kernel lines have Module and Name (the kernel symbol) and no
-// SHA256.
+// ManifestEntry is one "source", "image", "kernel" or "waits" line of
+// the manifest. Kernel and waits lines have Module and Name (the kernel
+// symbol) and no SHA256; a waits line says that the kernel's code waits
+// for the grids ahead of it (KernelWaits).
 type ManifestEntry struct {
 	Kind, SHA256, Name, Module string
 }
@@ -162,12 +185,12 @@ func ParseManifest(text string) (entries []ManifestEntry, nvcc, flags string, er
 		case "flags":
 			flags = rest
 		case "common":
-		case "source", "image", "kernel":
+		case "source", "image", "kernel", "waits":
 			f := strings.Fields(rest)
 			if len(f) != 2 {
 				return nil, "", "", fmt.Errorf("kernels: bad manifest line %q", line)
 			}
-			if key == "kernel" {
+			if key == "kernel" || key == "waits" {
 				entries = append(entries, ManifestEntry{Kind: key, Module: f[0], Name: f[1]})
 			} else {
 				entries = append(entries, ManifestEntry{Kind: key, SHA256: f[0], Name: f[1]})

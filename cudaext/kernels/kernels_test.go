@@ -392,3 +392,56 @@ func TestKernelResources(t *testing.T) {
 		}
 	}
 }
+
+// TestKernelsAwaitPriorGrid: every kernel of every source opens with
+// fg_await_prior_grid (pdl.cuh), and the manifest says of every kernel
+// of every image (the extern "C" ones: the engine launches kernels by
+// those names only) that its compiled code waits, so the engine may
+// launch any of them with programmatic stream serialization.
+func TestKernelsAwaitPriorGrid(t *testing.T) {
+	files, err := filepath.Glob("*.cu")
+	require.NoError(t, err)
+	headers, err := filepath.Glob("*.cuh")
+	require.NoError(t, err)
+	global := regexp.MustCompile(`__global__`)
+	// After the body's brace: blanks and macro line continuations, then the
+	// wait.
+	opening := regexp.MustCompile(`^\{(?:\s|\\)*fg_await_prior_grid\(\);`)
+	kernels := 0
+	for _, f := range append(files, headers...) {
+		if f == "pdl.cuh" {
+			continue
+		}
+		src, err := os.ReadFile(f)
+		require.NoError(t, err)
+		for _, loc := range global.FindAllIndex(src, -1) {
+			body := bytes.IndexByte(src[loc[1]:], '{')
+			require.GreaterOrEqualf(t, body, 0, "%s: a kernel without a body", f)
+			at := src[loc[1]+body:]
+			line := 1 + bytes.Count(src[:loc[0]], []byte("\n"))
+			require.Truef(t, opening.Match(at), "%s:%d: the kernel does not open with fg_await_prior_grid();", f, line)
+			kernels++
+		}
+	}
+	require.Greater(t, kernels, 100)
+
+	entries, _, _, err := ParseManifest(Manifest())
+	require.NoError(t, err)
+	defined, waits := 0, 0
+	for _, e := range entries {
+		switch e.Kind {
+		case "kernel":
+			if strings.HasPrefix(e.Name, "_Z") {
+				continue // a C++ symbol the engine never launches (CUB's EmptyKernel)
+			}
+			defined++
+			require.Truef(t, KernelWaits(e.Module, e.Name), "manifest: %s (%s) does not wait for the grids ahead of it", e.Name, e.Module)
+			require.Falsef(t, KernelWaits(e.Module+"_other", e.Name), "%s waits in a module that does not define it", e.Name)
+		case "waits":
+			waits++
+			mod, ok := KernelModule(e.Name)
+			require.Truef(t, ok && mod == e.Module, "manifest: waits %s %s, but the kernel is defined in %q", e.Module, e.Name, mod)
+		}
+	}
+	require.Equal(t, defined, waits)
+}

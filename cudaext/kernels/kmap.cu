@@ -56,6 +56,7 @@
 //                      warp plus the counts of the warps before it
 #include "gray.cuh"
 #include "hashtable.cuh"
+#include "pdl.cuh"
 
 namespace fgk {
 
@@ -612,65 +613,84 @@ __device__ void pairs_write(const int* nbr, i64 n_out, int V, int taps, const i6
 extern "C" {
 
 __global__ void kmap_nbr_fine(const int* out, long long n_out, fgx::Ext in, fgk::Conv c, fgx::Table t, int* nbr) {
+  fg_await_prior_grid();
   fgk::nbr_fine(out, n_out, in, c, t, nbr);
 }
 __global__ void kmap_nbr_sub(const int* coords, long long n, fgx::Ext ext, fgk::Conv c, fgx::Table t, int* nbr) {
+  fg_await_prior_grid();
   fgk::nbr_sub(coords, n, ext, c, t, nbr);
 }
 __global__ void __launch_bounds__(256) kmap_brick_insert(const int* coords, long long n, fgx::Ext ext, fgx::Ext bext,
                                                           fgx::Table bt, unsigned long long* cells, int* first,
                                                           int* status) {
+  fg_await_prior_grid();
   fgk::brick_insert(coords, n, ext, bext, bt, cells, first, status);
 }
 __global__ void kmap_brick_scatter(const int* coords, long long n, fgx::Ext bext, fgx::Table bt, int* pool,
                                    long long cap) {
+  fg_await_prior_grid();
   fgk::brick_scatter(coords, n, bext, bt, pool, cap);
 }
 __global__ void __launch_bounds__(fgk::kBrickWarps * 32, fgk::kBrickBlocksPerSM)
     kmap_nbr_brick(const int* coords, long long nb, const int* count, fgx::Ext bext, fgx::Table bt,
                    const unsigned long long* cells, const int* first, const int* pool, int* nbr,
                    unsigned long long* mask, unsigned* rank) {
+  fg_await_prior_grid();
   fgk::nbr_brick(coords, nb, count, bext, bt, cells, first, pool, nbr, mask, rank);
 }
 __global__ void kmap_nbr_coarse(const int* out, long long n_out, fgx::Ext in, fgk::Conv c, fgx::Table t, int* nbr) {
+  fg_await_prior_grid();
   fgk::nbr_coarse(out, n_out, in, c, t, nbr);
 }
 __global__ void kmap_cand_coarse_u32(const int* in, long long n, fgx::Ext out, fgk::Conv c, unsigned sentinel,
                                      unsigned* keys) {
+  fg_await_prior_grid();
   fgk::cand_coarse(in, n, out, c, sentinel, keys);
 }
 __global__ void kmap_cand_coarse_u64(const int* in, long long n, fgx::Ext out, fgk::Conv c,
                                      unsigned long long sentinel, unsigned long long* keys) {
+  fg_await_prior_grid();
   fgk::cand_coarse(in, n, out, c, sentinel, keys);
 }
 __global__ void kmap_cand_fine_u32(const int* in, long long n, fgx::Ext out, fgk::Conv c, unsigned sentinel,
                                    unsigned* keys) {
+  fg_await_prior_grid();
   fgk::cand_fine(in, n, out, c, sentinel, keys);
 }
 __global__ void kmap_cand_fine_u64(const int* in, long long n, fgx::Ext out, fgk::Conv c, unsigned long long sentinel,
                                    unsigned long long* keys) {
+  fg_await_prior_grid();
   fgk::cand_fine(in, n, out, c, sentinel, keys);
 }
 __global__ void kmap_decode_u32(const unsigned* keys, long long m, fgx::Ext ext, int* coords) {
+  fg_await_prior_grid();
   fgk::decode(keys, m, ext, coords);
 }
 __global__ void kmap_decode_u64(const unsigned long long* keys, long long m, fgx::Ext ext, int* coords) {
+  fg_await_prior_grid();
   fgk::decode(keys, m, ext, coords);
 }
-__global__ void kmap_rev_mirror(const int* nbr, long long n, int V, int* rev) { fgk::rev_mirror(nbr, n, V, rev); }
+__global__ void kmap_rev_mirror(const int* nbr, long long n, int V, int* rev) {
+  fg_await_prior_grid();
+  fgk::rev_mirror(nbr, n, V, rev);
+}
 __global__ void kmap_rev_scatter(const int* nbr, long long n_out, int V, int* rev) {
+  fg_await_prior_grid();
   fgk::rev_scatter(nbr, n_out, V, rev);
 }
 __global__ void __launch_bounds__(fgk::kChunk) kmap_pairs_count(const int* nbr, long long n_out, int V, int taps,
                                                                 int* cnt, long long nc) {
+  fg_await_prior_grid();
   fgk::pairs_count(nbr, n_out, V, taps, cnt, nc);
 }
 __global__ void kmap_pairs_seg(const long long* off, long long nc, int V, long long* seg) {
+  fg_await_prior_grid();
   fgk::pairs_seg(off, nc, V, seg);
 }
 __global__ void __launch_bounds__(fgk::kChunk) kmap_pairs_write(const int* nbr, long long n_out, int V, int taps,
                                                                 const long long* off, long long nc, int* pin,
                                                                 int* pout) {
+  fg_await_prior_grid();
   fgk::pairs_write(nbr, n_out, V, taps, off, nc, pin, pout);
 }
 

@@ -36,6 +36,7 @@
 //                    (V ≤ 32) or 64-bit
 #include "gray.cuh"
 #include "hashtable.cuh"
+#include "pdl.cuh"
 
 namespace fgm {
 
@@ -571,38 +572,48 @@ __device__ void regroup(const u64* mask, int* order, i64 rows, int tile_rows) {
 extern "C" {
 
 __global__ void masks_build(const int* table, long long rows, int V, int W, unsigned long long* mask, unsigned* cnt) {
+  fg_await_prior_grid();
   fgm::build(table, rows, V, W, mask, cnt);
 }
 __global__ void masks_key_taps(const unsigned* cnt, int V, long long rows, int* key_taps, unsigned* byte_key) {
+  fg_await_prior_grid();
   fgm::key_taps(cnt, V, rows, key_taps, byte_key);
 }
 __global__ void masks_rank(const unsigned long long* mask, long long rows, int V, int W, const int* key_taps,
                            const unsigned* byte_key, unsigned long long* rank64, unsigned* rank32) {
+  fg_await_prior_grid();
   fgm::rank(mask, rows, V, W, key_taps, byte_key, rank64, rank32);
 }
 __global__ void masks_word(const unsigned long long* rank, const int* order, long long rows, int W, int w,
                            unsigned long long* keys) {
+  fg_await_prior_grid();
   fgm::word(rank, order, rows, W, w, keys);
 }
 __global__ void masks_union(const unsigned long long* mask, const int* order, long long rows, int W, int tile_rows,
                             long long nt, unsigned long long* unions, int* cnt) {
+  fg_await_prior_grid();
   fgm::tile_union(mask, order, rows, W, tile_rows, nt, unions, cnt);
 }
 __global__ void masks_taps(const unsigned long long* unions, long long nt, int W, const int* seg, int* out) {
+  fg_await_prior_grid();
   fgm::taps(unions, nt, W, seg, out);
 }
 __global__ void masks_sched_keys(const int* seg, long long nt, int V, unsigned* keys) {
+  fg_await_prior_grid();
   fgm::sched_keys(seg, nt, V, keys);
 }
 __global__ void masks_sched_rows(const int* order, long long nt, int rows, unsigned* keys) {
+  fg_await_prior_grid();
   fgm::sched_rows(order, nt, rows, keys);
 }
 __global__ void __launch_bounds__(fgm::kRegroupThreads) masks_regroup32(const unsigned long long* mask, int* order, long long rows,
                                                      int tile_rows) {
+  fg_await_prior_grid();
   fgm::regroup<unsigned>(mask, order, rows, tile_rows);
 }
 __global__ void __launch_bounds__(fgm::kRegroupThreads) masks_regroup64(const unsigned long long* mask, int* order, long long rows,
                                                      int tile_rows) {
+  fg_await_prior_grid();
   fgm::regroup<unsigned long long>(mask, order, rows, tile_rows);
 }
 

@@ -17,6 +17,7 @@
 // long long, int, float, or double passed as its 64-bit pattern.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include "pdl.cuh"
 
 namespace fgnn {
 
@@ -137,12 +138,14 @@ extern "C" {
 
 // dst[i] = src[i] for i < n, converting between float dtypes.
 __global__ void nn_copy(const void* src, int sdt, void* dst, int ddt, i64 n) {
+  fg_await_prior_grid();
   for (i64 i = gtid(); i < n; i += gstride()) st(dst, ddt, i, ld(src, sdt, i));
 }
 
 // dst[r, dcol + j] = src[r, scol + j] for r < rows, j < cols.
 __global__ void nn_copy_cols(const void* src, int sdt, i64 scols, i64 scol, void* dst, int ddt, i64 dcols, i64 dcol,
                              i64 rows, i64 cols) {
+  fg_await_prior_grid();
   const i64 n = rows * cols;
   for (i64 e = gtid(); e < n; e += gstride()) {
     const i64 r = e / cols, j = e - r * cols;
@@ -152,11 +155,13 @@ __global__ void nn_copy_cols(const void* src, int sdt, i64 scols, i64 scol, void
 
 // dst = a + b (dst may alias a or b).
 __global__ void nn_add(const void* a, int adt, const void* b, int bdt, void* dst, int ddt, i64 n) {
+  fg_await_prior_grid();
   for (i64 i = gtid(); i < n; i += gstride()) st(dst, ddt, i, ld(a, adt, i) + ld(b, bdt, i));
 }
 
 // dst = x > 0 ? x : 0 (NaN gives 0).
 __global__ void nn_relu(const void* x, int xdt, void* dst, int ddt, i64 n) {
+  fg_await_prior_grid();
   for (i64 i = gtid(); i < n; i += gstride()) {
     const float v = ld(x, xdt, i);
     st(dst, ddt, i, v > 0.f ? v : 0.f);
@@ -165,6 +170,7 @@ __global__ void nn_relu(const void* x, int xdt, void* dst, int ddt, i64 n) {
 
 // dx = x > 0 ? dy : 0.
 __global__ void nn_relu_grad(const void* x, int xdt, const void* dy, int gdt, void* dx, int ddt, i64 n) {
+  fg_await_prior_grid();
   for (i64 i = gtid(); i < n; i += gstride()) {
     const float v = ld(x, xdt, i);
     st(dx, ddt, i, v > 0.f ? ld(dy, gdt, i) : 0.f);
@@ -174,6 +180,7 @@ __global__ void nn_relu_grad(const void* x, int xdt, const void* dy, int gdt, vo
 // VoxelNorm statistics, stage 1: per chunk of rows, Σx and Σx² per column
 // (float64). Block (32, 8), grid (ceil(cols/32), chunks).
 __global__ void nn_norm_partial(const void* x, int xdt, i64 rows, i64 cols, i64 chunk_rows, double* psum, double* psq) {
+  fg_await_prior_grid();
   column_partials(rows, cols, chunk_rows, psum, psq, [&](i64 r, i64 c, double& s0, double& s1) {
     const double v = ld(x, xdt, r * cols + c);
     s0 += v;
@@ -186,6 +193,7 @@ __global__ void nn_norm_partial(const void* x, int xdt, i64 rows, i64 cols, i64 
 // chunk_sums for the order of the additions.
 __global__ void nn_norm_stats(const double* psum, const double* psq, i64 chunks, i64 rows, i64 cols, double eps,
                               float* mean, float* inv) {
+  fg_await_prior_grid();
   double s, q;
   const i64 c = chunk_sums(psum, psq, chunks, cols, s, q);
   if (c < 0) return;
@@ -203,6 +211,7 @@ __global__ void nn_norm_stats(const double* psum, const double* psq, i64 chunks,
 // instead (NaN gives 0), the ReLU fused into the store.
 __global__ void nn_norm_forward(const void* x, int xdt, const void* gamma, int gdt, const void* beta, int bdt,
                                 const float* mean, const float* inv, void* y, int ydt, i64 rows, i64 cols, int relu) {
+  fg_await_prior_grid();
   const i64 n = rows * cols;
   for (i64 e = gtid(); e < n; e += gstride()) {
     const i64 c = e % cols;
@@ -228,6 +237,7 @@ __device__ __forceinline__ float norm_dy(const void* x, int xdt, const void* dy,
 __global__ void nn_norm_bwd_partial(const void* x, int xdt, const void* dy, int gdt, const float* mean, const float* inv,
                                     const void* gamma, int gmdt, const void* beta, int bdt, int relu, i64 rows, i64 cols,
                                     i64 chunk_rows, double* pb, double* pg) {
+  fg_await_prior_grid();
   column_partials(rows, cols, chunk_rows, pb, pg, [&](i64 r, i64 c, double& s0, double& s1) {
     const i64 e = r * cols + c;
     const double d = norm_dy(x, xdt, dy, gdt, gamma, gmdt, beta, bdt, mean, inv, relu, e, c);
@@ -240,6 +250,7 @@ __global__ void nn_norm_bwd_partial(const void* x, int xdt, const void* dy, int 
 // Stage 2: dbeta[c] = Σdy and dgamma[c] = Σdy·x̂. Block (32, 32), grid
 // ceil(cols/32), as nn_norm_stats.
 __global__ void nn_norm_bwd_sums(const double* pb, const double* pg, i64 chunks, i64 cols, float* dgamma, float* dbeta) {
+  fg_await_prior_grid();
   double b, g;
   const i64 c = chunk_sums(pb, pg, chunks, cols, b, g);
   if (c < 0) return;
@@ -252,6 +263,7 @@ __global__ void nn_norm_bwd_sums(const double* pb, const double* pg, i64 chunks,
 __global__ void nn_norm_bwd_dx(const void* x, int xdt, const void* dy, int gdt, const void* gamma, int gmdt,
                                const float* mean, const float* inv, const float* dgamma, const float* dbeta, void* dx,
                                int ddt, i64 rows, i64 cols, const void* beta, int bdt, int relu) {
+  fg_await_prior_grid();
   const i64 n = rows * cols;
   const float fn = (float)rows;
   for (i64 e = gtid(); e < n; e += gstride()) {
@@ -285,6 +297,7 @@ __device__ __forceinline__ void xent_row(const void* z, int zdt, i64 i, i64 k, d
 // count (the caller validates labels).
 __global__ void nn_xent_partial(const void* z, int zdt, const int* labels, const float* w, i64 rows, i64 k,
                                 i64 chunk_rows, double* part) {
+  fg_await_prior_grid();
   __shared__ double red[256];
   const i64 r0 = (i64)blockIdx.x * chunk_rows;
   const i64 r1 = min(rows, r0 + chunk_rows);
@@ -308,6 +321,7 @@ __global__ void nn_xent_partial(const void* z, int zdt, const int* labels, const
 
 // Stage 2 (one thread): loss = scale·Σ part, the chunks in order.
 __global__ void nn_xent_final(const double* part, i64 chunks, float scale, float* loss) {
+  fg_await_prior_grid();
   if (gtid() != 0) return;
   double s = 0;
   for (i64 k = 0; k < chunks; ++k) s += part[k];
@@ -318,6 +332,7 @@ __global__ void nn_xent_final(const double* part, i64 chunks, float scale, float
 // weight 0 or a label outside [0, k). One thread per row.
 __global__ void nn_xent_backward(const void* z, int zdt, const int* labels, const float* w, i64 rows, i64 k, float scale,
                                  void* dz, int ddt) {
+  fg_await_prior_grid();
   for (i64 i = gtid(); i < rows; i += gstride()) {
     const int l = labels[i];
     const double wt = l < k ? xent_weight(w, l) : 0.0;
@@ -375,6 +390,7 @@ extern "C" {
 // One Adam update per element (see device.NN.AdamStep); w, m, v float32.
 __global__ void nn_adam(float* w, const void* g, int gdt, float* m, float* v, i64 n, float lr, float beta1, float beta2,
                         float eps, float corr1, float corr2, float gscale, float l2) {
+  fg_await_prior_grid();
   for (i64 i = gtid(); i < n; i += gstride()) adam_elem(w, g, gdt, m, v, i, lr, beta1, beta2, eps, corr1, corr2, gscale, l2);
 }
 
@@ -384,6 +400,7 @@ __global__ void nn_adam(float* w, const void* g, int gdt, float* m, float* v, i6
 // empty parameters are skipped). Same arithmetic as nn_adam.
 __global__ void nn_adam_multi(const AdamTensor* t, int count, i64 total, float lr, float beta1, float beta2, float eps,
                               float corr1, float corr2, float gscale, float l2) {
+  fg_await_prior_grid();
   for (i64 e = gtid(); e < total; e += gstride()) {
     int lo = 0, hi = count - 1;
     while (lo < hi) {
@@ -400,6 +417,7 @@ __global__ void nn_adam_multi(const AdamTensor* t, int count, i64 total, float l
 
 // flag[0] = 1 if any element is infinite or NaN (every writer writes 1).
 __global__ void nn_nonfinite(const void* x, int xdt, i64 n, float* flag) {
+  fg_await_prior_grid();
   for (i64 i = gtid(); i < n; i += gstride()) {
     if (!isfinite(ld(x, xdt, i))) flag[0] = 1.f;
   }
@@ -407,6 +425,7 @@ __global__ void nn_nonfinite(const void* x, int xdt, i64 n, float* flag) {
 
 // dst[i] = the column of the largest element of row i (first on ties).
 __global__ void nn_argmax_rows(const void* x, int xdt, i64 rows, i64 k, int* dst) {
+  fg_await_prior_grid();
   for (i64 i = gtid(); i < rows; i += gstride()) {
     int best = 0;
     float bv = k > 0 ? ld(x, xdt, i * k) : 0.f;

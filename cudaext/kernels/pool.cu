@@ -13,6 +13,7 @@
 // each thread handles one (row, channel) so that a warp reads consecutive
 // channels.
 #include "hashtable.cuh"
+#include "pdl.cuh"
 
 namespace fgp {
 
@@ -99,17 +100,21 @@ __device__ void avg_grad(const T* dy, const int* cnt, const int* rev, i64 n_in, 
 #define FG_POOL(SUF, T)                                                                                       \
   __global__ void pool_max_##SUF(const T* x, const int* nbr, long long n_out, int V, long long C, T* y,      \
                                  int* argmax) {                                                              \
+    fg_await_prior_grid();                                                                                   \
     fgp::max_fwd(x, nbr, n_out, V, C, y, argmax);                                                            \
   }                                                                                                          \
   __global__ void pool_avg_##SUF(const T* x, const int* nbr, long long n_out, int V, long long C, T* y) {     \
+    fg_await_prior_grid();                                                                                   \
     fgp::avg_fwd(x, nbr, n_out, V, C, y);                                                                    \
   }                                                                                                          \
   __global__ void pool_max_grad_##SUF(const T* dy, const int* argmax, const int* rev, long long n_in, int V, \
                                       long long C, T* dx) {                                                  \
+    fg_await_prior_grid();                                                                                   \
     fgp::max_grad(dy, argmax, rev, n_in, V, C, dx);                                                          \
   }                                                                                                          \
   __global__ void pool_avg_grad_##SUF(const T* dy, const int* cnt, const int* rev, long long n_in, int V,    \
                                       long long C, T* dx) {                                                  \
+    fg_await_prior_grid();                                                                                   \
     fgp::avg_grad(dy, cnt, rev, n_in, V, C, dx);                                                             \
   }
 
@@ -119,6 +124,9 @@ FG_POOL(f32, float)
 FG_POOL(f16, __half)
 FG_POOL(bf16, __nv_bfloat16)
 
-__global__ void pool_counts(const int* nbr, long long n_out, int V, int* cnt) { fgp::counts(nbr, n_out, V, cnt); }
+__global__ void pool_counts(const int* nbr, long long n_out, int V, int* cnt) {
+  fg_await_prior_grid();
+  fgp::counts(nbr, n_out, V, cnt);
+}
 
 }  // extern "C"

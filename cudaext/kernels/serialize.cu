@@ -14,6 +14,7 @@
 //   ser_check_rows  the first index of idx [n] outside [0, limit) goes to
 //                status[kBadRow] (validates a permutation before a gather)
 #include "hashtable.cuh"
+#include "pdl.cuh"
 
 namespace fgz {
 
@@ -134,14 +135,17 @@ extern "C" {
 
 __global__ void ser_encode(const int* coords, long long n, fgx::Ext ext, int bits, int hilbert,
                            unsigned long long* codes, int* status) {
+  fg_await_prior_grid();
   fgz::encode(coords, n, ext, bits, hilbert, codes, status);
 }
 __global__ void ser_decode(const unsigned long long* codes, long long n, fgx::Ext ext, int bits, int hilbert,
                            int* coords, int* status) {
+  fg_await_prior_grid();
   fgz::decode(codes, n, ext, bits, hilbert, coords, status);
 }
 
 __global__ void ser_check_rows(const int* idx, long long n, long long limit, int* status) {
+  fg_await_prior_grid();
   fgz::check_rows(idx, n, limit, status);
 }
 

@@ -21,6 +21,7 @@
 #include <cub/block/block_store.cuh>
 
 #include "hashtable.cuh"
+#include "pdl.cuh"
 
 namespace fgs {
 
@@ -489,121 +490,150 @@ template <class K> __device__ void unique_write(const K* keys, const int* pos, i
 extern "C" {
 
 __global__ void __launch_bounds__(fgs::kThreads) scan_reduce_i32_i32(const int* in, int* part, long long n) {
+  fg_await_prior_grid();
   fgs::scan_reduce(in, part, n);
 }
 __global__ void __launch_bounds__(fgs::kThreads) scan_reduce_i32_i64(const int* in, long long* part, long long n) {
+  fg_await_prior_grid();
   fgs::scan_reduce(in, part, n);
 }
 __global__ void __launch_bounds__(fgs::kThreads) scan_reduce_i64_i64(const long long* in, long long* part, long long n) {
+  fg_await_prior_grid();
   fgs::scan_reduce(in, part, n);
 }
 __global__ void __launch_bounds__(fgs::kThreads) scan_partials_i32(int* part, long long nb, int* total) {
+  fg_await_prior_grid();
   fgs::scan_partials(part, nb, total);
 }
 __global__ void __launch_bounds__(fgs::kThreads) scan_partials_i64(long long* part, long long nb, long long* total) {
+  fg_await_prior_grid();
   fgs::scan_partials(part, nb, total);
 }
 __global__ void __launch_bounds__(fgs::kThreads) scan_final_i32_i32(const int* in, int* out, const int* part, long long n) {
+  fg_await_prior_grid();
   fgs::scan_final(in, out, part, n);
 }
 __global__ void __launch_bounds__(fgs::kThreads)
     scan_final_i32_i64(const int* in, long long* out, const long long* part, long long n) {
+  fg_await_prior_grid();
   fgs::scan_final(in, out, part, n);
 }
 __global__ void __launch_bounds__(fgs::kThreads)
     scan_final_i64_i64(const long long* in, long long* out, const long long* part, long long n) {
+  fg_await_prior_grid();
   fgs::scan_final(in, out, part, n);
 }
 
 __global__ void __launch_bounds__(fgs::kThreads)
     sort_hist_u32(const unsigned* keys, long long n, int shift, int bits, int* counts, long long ntiles) {
+  fg_await_prior_grid();
   fgs::radix_hist(keys, n, shift, bits, counts, ntiles);
 }
 __global__ void __launch_bounds__(fgs::kThreads) sort_hist_u64(const unsigned long long* keys, long long n, int shift,
                                                               int bits, int* counts, long long ntiles) {
+  fg_await_prior_grid();
   fgs::radix_hist(keys, n, shift, bits, counts, ntiles);
 }
 __global__ void __launch_bounds__(fgs::kThreads)
     sort_scatter_u32(const unsigned* kin, const int* vin, unsigned* kout, int* vout, long long n, int shift, int bits,
                      const int* offs, long long ntiles) {
+  fg_await_prior_grid();
   fgs::radix_scatter(kin, vin, kout, vout, n, shift, bits, offs, ntiles);
 }
 __global__ void __launch_bounds__(fgs::kThreads)
     sort_scatter_u64(const unsigned long long* kin, const int* vin, unsigned long long* kout, int* vout, long long n,
                      int shift, int bits, const int* offs, long long ntiles) {
+  fg_await_prior_grid();
   fgs::radix_scatter(kin, vin, kout, vout, n, shift, bits, offs, ntiles);
 }
 
 __global__ void __launch_bounds__(fgs::kThreads)
     sort_onesweep_hist_u32(const unsigned* keys, long long n, int passes, int width, int nbits, int* counts) {
+  fg_await_prior_grid();
   fgs::onesweep_hist(keys, n, passes, width, nbits, counts);
 }
 __global__ void __launch_bounds__(fgs::kThreads) sort_onesweep_hist_u64(const unsigned long long* keys, long long n,
                                                                        int passes, int width, int nbits, int* counts) {
+  fg_await_prior_grid();
   fgs::onesweep_hist(keys, n, passes, width, nbits, counts);
 }
 __global__ void __launch_bounds__(fgs::kThreads)
     sort_onesweep_u32(const unsigned* kin, const int* vin, unsigned* kout, int* vout, long long n, int shift, int bits,
                       const int* counts, unsigned* status, int* ticket) {
+  fg_await_prior_grid();
   fgs::onesweep_pass(kin, vin, kout, vout, n, shift, bits, counts, status, ticket);
 }
 __global__ void __launch_bounds__(fgs::kThreads)
     sort_onesweep_u64(const unsigned long long* kin, const int* vin, unsigned long long* kout, int* vout, long long n,
                       int shift, int bits, const int* counts, unsigned* status, int* ticket) {
+  fg_await_prior_grid();
   fgs::onesweep_pass(kin, vin, kout, vout, n, shift, bits, counts, status, ticket);
 }
 
 __global__ void sort_unique_flags_u32(const unsigned* keys, long long n, unsigned sentinel, int* flags) {
+  fg_await_prior_grid();
   fgs::unique_flags(keys, n, sentinel, flags);
 }
 __global__ void sort_unique_flags_u64(const unsigned long long* keys, long long n, unsigned long long sentinel,
                                       int* flags) {
+  fg_await_prior_grid();
   fgs::unique_flags(keys, n, sentinel, flags);
 }
 __global__ void sort_unique_write_u32(const unsigned* keys, const int* pos, long long n, unsigned sentinel,
                                       unsigned* out) {
+  fg_await_prior_grid();
   fgs::unique_write(keys, pos, n, sentinel, out);
 }
 __global__ void sort_unique_write_u64(const unsigned long long* keys, const int* pos, long long n,
                                       unsigned long long sentinel, unsigned long long* out) {
+  fg_await_prior_grid();
   fgs::unique_write(keys, pos, n, sentinel, out);
 }
 
 __global__ void __launch_bounds__(fgs::kThreads) scan_tile_i32_i32(const int* in, int* out, long long n, int* total) {
+  fg_await_prior_grid();
   fgs::scan_tile(in, out, n, total);
 }
 __global__ void __launch_bounds__(fgs::kThreads)
     scan_tile_i32_i64(const int* in, long long* out, long long n, long long* total) {
+  fg_await_prior_grid();
   fgs::scan_tile(in, out, n, total);
 }
 __global__ void __launch_bounds__(fgs::kThreads)
     scan_tile_i64_i64(const long long* in, long long* out, long long n, long long* total) {
+  fg_await_prior_grid();
   fgs::scan_tile(in, out, n, total);
 }
 __global__ void __launch_bounds__(fgs::kRunThreads) sort_runs_u32(const unsigned* keys, const int* vals, long long n,
                                                                   int bits, int iota, unsigned* runK, int* runV) {
+  fg_await_prior_grid();
   fgs::sort_runs(keys, vals, (int)n, bits, iota != 0, runK, runV);
 }
 __global__ void __launch_bounds__(fgs::kRun) sort_merge_u32(const unsigned* runK, const int* runV, long long n,
                                                             unsigned* keys, int* vals) {
+  fg_await_prior_grid();
   fgs::sort_merge(runK, runV, (int)n, keys, vals);
 }
 __global__ void __launch_bounds__(fgs::kRun) sort_merge_ranks_u32(const unsigned* runK, long long n, int groups,
                                                                   int* part) {
+  fg_await_prior_grid();
   fgs::sort_merge_ranks(runK, (int)n, groups, part);
 }
 __global__ void sort_merge_place_u32(const unsigned* runK, const int* runV, const int* part, long long n, int groups,
                                      unsigned* keys, int* vals) {
+  fg_await_prior_grid();
   fgs::sort_merge_place(runK, runV, part, (int)n, groups, keys, vals);
 }
 
 // out[i] = i for i < n.
 __global__ void sort_iota_i32(int* out, long long n) {
+  fg_await_prior_grid();
   for (long long i = fgx::gtid(); i < n; i += fgx::gstride()) out[i] = (int)i;
 }
 
 // out[i] = (uint64) in[i] (widen 32-bit keys).
 __global__ void sort_widen_u32(const unsigned* in, unsigned long long* out, long long n) {
+  fg_await_prior_grid();
   for (long long i = fgx::gtid(); i < n; i += fgx::gstride()) out[i] = in[i];
 }
 

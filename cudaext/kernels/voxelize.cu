@@ -13,6 +13,7 @@
 //   vox_counts   counts[v] = starts[v+1] − starts[v]
 //   vox_mean_*   out[v, c] = mean of feats[point, c] over the voxel's points
 #include "hashtable.cuh"
+#include "pdl.cuh"
 
 namespace fgv {
 
@@ -115,27 +116,36 @@ template <class T> __device__ void mean(const T* feats, i64 c_n, const int* orde
 extern "C" {
 
 __global__ void vox_check(const float* pts, const int* batch, long long n, fgv::Opts o, int* status, int* hi) {
+  fg_await_prior_grid();
   fgv::check(pts, batch, n, o, status, hi);
 }
 __global__ void vox_keys(const float* pts, const int* batch, long long n, fgv::Opts o, unsigned long long sentinel,
                          unsigned long long* out) {
+  fg_await_prior_grid();
   fgv::keys(pts, batch, n, o, sentinel, out);
 }
 __global__ void vox_assign(const unsigned long long* skeys, const int* order, const int* pos, long long n,
                            unsigned long long sentinel, fgx::Ext ext, int* index, int* starts, int* coords) {
+  fg_await_prior_grid();
   fgv::assign(skeys, order, pos, n, sentinel, ext, index, starts, coords);
 }
-__global__ void vox_counts(const int* starts, long long m, int* out) { fgv::counts(starts, m, out); }
+__global__ void vox_counts(const int* starts, long long m, int* out) {
+  fg_await_prior_grid();
+  fgv::counts(starts, m, out);
+}
 __global__ void vox_mean_f32(const float* feats, long long c, const int* order, const int* starts, long long m,
                              float* out) {
+  fg_await_prior_grid();
   fgv::mean(feats, c, order, starts, m, out);
 }
 __global__ void vox_mean_f16(const __half* feats, long long c, const int* order, const int* starts, long long m,
                              __half* out) {
+  fg_await_prior_grid();
   fgv::mean(feats, c, order, starts, m, out);
 }
 __global__ void vox_mean_bf16(const __nv_bfloat16* feats, long long c, const int* order, const int* starts,
                               long long m, __nv_bfloat16* out) {
+  fg_await_prior_grid();
   fgv::mean(feats, c, order, starts, m, out);
 }
 
