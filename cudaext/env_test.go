@@ -103,6 +103,17 @@ func TestFusedSplitReduceFromEnv(t *testing.T) {
 	})
 }
 
+// TestProgrammaticLaunchFromEnv checks the parsing of EnvProgrammaticLaunch.
+func TestProgrammaticLaunchFromEnv(t *testing.T) {
+	checkEnvParse(t, EnvProgrammaticLaunch, programmaticLaunchFromEnv, []envCase[bool]{
+		{set: false, want: programmaticLaunchDefault},
+		{value: "", set: true, want: programmaticLaunchDefault},
+		{value: "1", set: true, want: true},
+		{value: "0", set: true, want: false},
+		{value: "true", set: true, bad: true},
+	})
+}
+
 // envCase is one setting of an environment variable: its value (set:
 // whether it is set at all) and what the parser returns, or bad: an error
 // naming the variable.
