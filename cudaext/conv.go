@@ -489,6 +489,7 @@ type gatherJob struct {
 	tile                   kernels.Tile
 	in, w, bias            devPtr
 	tbl                    devPtr // 0: identity
+	slotTbl                bool   // tbl holds one entry per row (per-tap gathers, pertap.go)
 	wt                     bool   // w is stored [Kc, V, N]: read transposed (input gradient)
 	mirror                 bool   // table tap v multiplies weight tap V−1−v (submanifold input gradient over Nbr)
 	order, tileSeg, tileTp devPtr // masked, or 0
@@ -532,6 +533,9 @@ func (e *Engine) runGather(j gatherJob) error {
 	}
 	if (j.Kc*esz)%16 == 0 && (!j.wt || (j.N*esz)%16 == 0) {
 		p.Vec = 1
+	}
+	if j.slotTbl {
+		p.SlotTbl = 1
 	}
 	if j.wt {
 		p.WT = 1
@@ -1037,6 +1041,13 @@ func (e *Engine) Forward(m *kmap.Map, x, w, bias sparse.Matrix, o Options) (spar
 		if bb != nil {
 			j.bias = bb.ptr
 		}
+		if pt, ok, err := e.perTap(m, alg, math, tile, ci, co); err != nil || ok {
+			if err != nil {
+				return err
+			}
+			j.in, j.Kc, j.V = xb.ptr, ci, V
+			return e.runPerTap(j, pt, m)
+		}
 		err = e.gatherInput(&j, m, false, alg, xb.ptr, xb.dtype, ci, V)
 		defer e.d.freeTemp(j.tmp)
 		if err != nil {
@@ -1173,6 +1184,14 @@ func (e *Engine) InputGrad(m *kmap.Map, dy, w sparse.Matrix, o Options) (sparse.
 			}
 			defer e.d.freeTemp(wt)
 			j.w, j.wt = wt.ptr, false
+		}
+		if pt, ok, err := e.perTap(m, alg, math, tile, co, ci); err != nil || ok {
+			if err != nil {
+				return err
+			}
+			// Through Nbr with mirrored weight taps, as gatherInput does.
+			j.in, j.Kc, j.V, j.mirror = db.ptr, co, V, true
+			return e.runPerTap(j, pt, m)
 		}
 		err = e.gatherInput(&j, m, true, alg, db.ptr, db.dtype, co, V)
 		defer e.d.freeTemp(j.tmp)

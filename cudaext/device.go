@@ -140,6 +140,11 @@ type Device struct {
 	// counts those launches (a test instrument).
 	pdl         bool
 	pdlLaunches int
+	// perTapMaxBytes: the largest slot buffer of a per-tap gather
+	// (pertap.go; EnvPerTapMaxMB, 0: never); perTapLaunches counts the
+	// gathers that ran per tap (a test instrument).
+	perTapMaxBytes int64
+	perTapLaunches int
 	// statusHost (page-locked, stWords int32) and statusEv receive a status
 	// array without draining the stream (hashCoordsThen); made on first
 	// use.
@@ -193,8 +198,13 @@ func openDevice(ordinal int) (*Device, error) {
 	if err != nil {
 		return nil, err
 	}
+	perTapMax, err := perTapMaxBytesFromEnv()
+	if err != nil {
+		return nil, err
+	}
 	d := &Device{
 		pdl:                    pdl,
+		perTapMaxBytes:         perTapMax,
 		funcs:                  map[string]*kernelFunc{},
 		syncEach:               os.Getenv(EnvSync) == "1",
 		noBricks:               os.Getenv(EnvNoBricks) == "1",

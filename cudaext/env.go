@@ -283,6 +283,22 @@ func programmaticLaunchFromEnv() (bool, error) {
 	return switchFromEnv(EnvProgrammaticLaunch, programmaticLaunchDefault)
 }
 
+// EnvPerTapMaxMB names the environment variable that, read when an engine
+// opens, sets the largest slot buffer of a per-tap gather in MiB (Device.perTapMaxBytes,
+// pertap.go; 0: never per tap).
+const EnvPerTapMaxMB = "FLEXGEMM_PERTAP_MAX_MB"
+
+// perTapMaxMBDefault is EnvPerTapMaxMB's setting when unset.
+const perTapMaxMBDefault = 32
+
+// perTapMaxBytesFromEnv returns EnvPerTapMaxMB's setting in bytes:
+// perTapMaxMBDefault MiB when unset or empty, an error naming the variable
+// for anything but a non-negative integer.
+func perTapMaxBytesFromEnv() (int64, error) {
+	mb, err := nonNegativeFromEnv(EnvPerTapMaxMB, perTapMaxMBDefault, "MiB")
+	return int64(mb) << 20, err
+}
+
 // switchFromEnv returns the on/off setting of environment variable key:
 // def when unset or empty, true for "1", false for "0", an error naming
 // the variable otherwise.

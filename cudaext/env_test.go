@@ -114,6 +114,18 @@ func TestProgrammaticLaunchFromEnv(t *testing.T) {
 	})
 }
 
+// TestPerTapMaxBytesFromEnv checks the parsing of EnvPerTapMaxMB.
+func TestPerTapMaxBytesFromEnv(t *testing.T) {
+	checkEnvParse(t, EnvPerTapMaxMB, perTapMaxBytesFromEnv, []envCase[int64]{
+		{set: false, want: perTapMaxMBDefault << 20},
+		{value: "", set: true, want: perTapMaxMBDefault << 20},
+		{value: "0", set: true, want: 0},
+		{value: "100", set: true, want: 100 << 20},
+		{value: "-1", set: true, bad: true},
+		{value: "lots", set: true, bad: true},
+	})
+}
+
 // envCase is one setting of an environment variable: its value (set:
 // whether it is set at all) and what the parser returns, or bad: an error
 // naming the variable.

@@ -965,7 +965,9 @@ const (
 // it counts the pair lists and queues the copy of their sizes, and the
 // first weight gradient writes them, when the device has long passed the
 // copy (without DeriveTables that weight gradient counts them too, and
-// waits for the device behind everything queued before it).
+// waits for the device behind everything queued before it). TableMasked
+// counts them too for a submanifold map small enough for per-tap gathers
+// (mayRunPerTap), whose first forward writes them.
 func (e *Engine) DeriveTables(m *kmap.Map, which Tables, tileRows ...int) error {
 	const op = "cudaext: DeriveTables"
 	if err := e.checkMap(op, m); err != nil {
@@ -985,7 +987,9 @@ func (e *Engine) DeriveTables(m *kmap.Map, which Tables, tileRows ...int) error 
 				return err
 			}
 		}
-		if which&TablePairs != 0 {
+		// The masked gathers of a map small enough to run per tap read
+		// the pair lists: counted ahead too, so that they need no wait.
+		if which&TablePairs != 0 || which&TableMasked != 0 && e.mayRunPerTap(m) {
 			if _, err := e.countPairs(m, true); err != nil {
 				return err
 			}

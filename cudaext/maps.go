@@ -74,6 +74,7 @@ type mapEntry struct {
 	// search (devMap), until the forward Gray tables take them.
 	nbrMask, nbrRank rawBuf
 	tiles            map[maskKey]tileTables
+	perTap           map[int64]*perTapTables // per-tap gathers' slot tables by tile height (pertap.go)
 	// Coordinates of a map built here ([NIn, 4], [NOut, 4] int32), owned
 	// or borrowed (keepCoords); one block when sameCoords (submanifold maps).
 	inC, outC       coordBlock
@@ -124,6 +125,9 @@ func (e *Engine) dropMap(k mapKey) {
 	}
 	for _, t := range me.tiles {
 		bufs = append(bufs, t.seg, t.taps, t.sched)
+	}
+	for _, t := range me.perTap {
+		bufs = append(bufs, t.tbl, t.slot, t.seg, t.taps)
 	}
 	for _, r := range bufs {
 		d.freeTemp(r)

@@ -15,6 +15,7 @@ type gatherParams struct {
 	WT                           int64
 	Mirror                       int64
 	SplitCtr                     uint64
+	SlotTbl                      int64
 }
 
 // pairsParams mirrors fg::PairsParams (kernels/gemm.cuh).

@@ -29,8 +29,14 @@ import (
 // output before that kernel had finished would show here as different
 // bits (or a failure of the float64 check of the first layer).
 func TestProgrammaticLaunch(t *testing.T) {
-	var on bool
-	require.NoError(t, gpu.d.do(func() error { on = gpu.d.pdl; return nil }))
+	var on, syncEach bool
+	require.NoError(t, gpu.d.do(func() error {
+		// Launches queue back to back here even under FLEXGEMM_CUDA_SYNC
+		// (the suite's setting), or nothing could overlap.
+		on, syncEach, gpu.d.syncEach = gpu.d.pdl, gpu.d.syncEach, false
+		return nil
+	}))
+	defer gpu.d.do(func() error { gpu.d.syncEach = syncEach; return nil })
 	if !on {
 		t.Skipf("no programmatic launches on %s (compute capability %d.%d, or %s=0)", gpu.d.info.Name, gpu.d.info.Major, gpu.d.info.Minor, EnvProgrammaticLaunch)
 	}

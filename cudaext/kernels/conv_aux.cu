@@ -249,6 +249,129 @@ template <class T> __device__ void bias_grad2(const float* part, T* out, long lo
   }
 }
 
+// ---- per-tap gathers (cudaext pertap.go) ----------------------------------
+//
+// A submanifold convolution's forward (and its input gradient, which
+// gathers through the same table with mirrored weight taps) as one GEMM per
+// tap over the rows that have the tap: slot s of tap k's segment (segments
+// padded to multiples of bm, in tap order) holds one pair (in, out); the
+// gather kernel multiplies slot rows through the slot table tbl [slots]
+// (in, or −1 for padding; GatherParams.slot_tbl) with tiles of one tap
+// each (tile_seg t → t, tile_taps t → k), writes each slot's product row,
+// and pertap_reduce sums a row's products over its taps.
+
+// pertap_count returns the pairs of tap t from the pair lists' segments
+// seg: with half the lists hold the taps before the centre H = (V−1)/2,
+// tap V−1−v has tap v's pairs swapped and the centre is the identity over
+// n rows.
+__device__ __forceinline__ long long pertap_count(const long long* seg, long long half, long long n, long long V,
+                                                  long long t) {
+  if (half) {
+    const long long H = (V - 1) / 2;
+    if (t == H) return n;
+    if (t > H) t = V - 1 - t;
+  }
+  return seg[t + 1] - seg[t];
+}
+
+// pertap_tables fills the slots of tap k = blockIdx.y: tbl[s] = in,
+// slot[out, k] = s, and for the first slot of each tile tile_taps and
+// tile_seg (and tile_seg[tiles] from the last tap). tbl and slot are −1
+// beforehand; padding slots keep −1 (zero products, never read).
+__device__ void pertap_tables(const int* pin, const int* pout, const long long* seg, long long half, long long n,
+                              long long V, long long bm, int* tbl, int* slot, int* tseg, int* ttap) {
+  const long long k = blockIdx.y, H = (V - 1) / 2;
+  long long off = 0;
+  for (long long t = 0; t < k; ++t) off += (pertap_count(seg, half, n, V, t) + bm - 1) / bm * bm;
+  const long long cnt = pertap_count(seg, half, n, V, k), padded = (cnt + bm - 1) / bm * bm;
+  for (long long j = gtid(); j < padded; j += gstride()) {
+    const long long s = off + j;
+    if (j % bm == 0) {
+      ttap[s / bm] = (int)k;
+      tseg[s / bm] = (int)(s / bm);
+    }
+    if (j >= cnt) continue;
+    int in, out;
+    if (half && k == H) {
+      in = out = (int)j;
+    } else if (half && k > H) {
+      const long long p = seg[V - 1 - k] + j;
+      in = pout[p];
+      out = pin[p];
+    } else {
+      const long long p = seg[k] + j;
+      in = pin[p];
+      out = pout[p];
+    }
+    tbl[s] = in;
+    slot[(long long)out * V + k] = (int)s;
+  }
+  if (k == V - 1 && gtid() == 0) tseg[(off + padded) / bm] = (int)((off + padded) / bm);
+}
+
+// load4 reads four consecutive elements at p (aligned to four) as floats.
+template <class T> __device__ __forceinline__ float4 load4(const T* p) {
+  if constexpr (sizeof(T) == 4) {
+    return *reinterpret_cast<const float4*>(p);
+  } else {
+    union {
+      T h[4];
+      uint2 u;
+    } w;
+    w.u = *reinterpret_cast<const uint2*>(p);
+    return make_float4(to_f32(w.h[0]), to_f32(w.h[1]), to_f32(w.h[2]), to_f32(w.h[3]));
+  }
+}
+
+// pertap_reduce writes out[r, c] = bias[c] + Σ_k part[slot[r, k], c] over
+// the taps k with slot[r, k] ≥ 0, in tap order, summed in float32 and
+// rounded once; with vec (cols a multiple of 4) four columns per thread.
+// The slots of sixteen taps are read, then their products, before the
+// sums: sixteen independent loads in flight per thread.
+template <class T>
+__device__ void pertap_reduce(const T* part, const int* slot, const T* bias, T* out, long long rows, long long cols,
+                              long long V, long long vec) {
+  constexpr int G = 16;
+  const long long n = rows * cols, step = vec ? 4 : 1;
+  const AddBias<T> add{bias, cols};
+  for (long long i = gtid() * step; i < n; i += gstride() * step) {
+    const long long r = i / cols, c = i % cols;
+    float4 s = make_float4(0.f, 0.f, 0.f, 0.f);
+    for (long long k0 = 0; k0 < V; k0 += G) {
+      int sl[G];
+#pragma unroll
+      for (int g = 0; g < G; ++g) sl[g] = k0 + g < V ? slot[r * V + k0 + g] : -1;
+      float4 v[G];
+#pragma unroll
+      for (int g = 0; g < G; ++g) {
+        v[g] = make_float4(0.f, 0.f, 0.f, 0.f);
+        if (sl[g] >= 0) {
+          const T* q = part + (long long)sl[g] * cols + c;
+          if (vec)
+            v[g] = load4(q);
+          else
+            v[g].x = to_f32(*q);
+        }
+      }
+#pragma unroll
+      for (int g = 0; g < G; ++g) {
+        if (sl[g] < 0) continue;
+        s.x += v[g].x;
+        s.y += v[g].y;
+        s.z += v[g].z;
+        s.w += v[g].w;
+      }
+    }
+    if (vec) {
+      add(s, i);
+      store4(out + i, s);
+    } else {
+      add(s.x, i);
+      out[i] = from_f32<T>(s.x);
+    }
+  }
+}
+
 }  // namespace fg_aux
 
 extern "C" {
@@ -291,6 +414,12 @@ __global__ void spconv_im2col_b16(const unsigned short* in, const int* tbl, unsi
   fg_aux::im2col(in, tbl, out, rows, v, c);
 }
 
+__global__ void spconv_pertap_tables(const int* pin, const int* pout, const long long* seg, long long half, long long n,
+                                     long long V, long long bm, int* tbl, int* slot, int* tseg, int* ttap) {
+  fg_await_prior_grid();
+  fg_aux::pertap_tables(pin, pout, seg, half, n, V, bm, tbl, slot, tseg, ttap);
+}
+
 // The split-K reductions and the bias gradient's stages of one float
 // dtype T, named by suffix SFX (f32, f16, bf16: cudaext's floatSuffix).
 #define FG_AUX_FLOAT_KERNELS(SFX, T)                                                                              \
@@ -318,6 +447,11 @@ __global__ void spconv_im2col_b16(const unsigned short* in, const int* tbl, unsi
   __global__ void spconv_bias_grad2_##SFX(const float* part, T* out, long long chunks, long long cols) {            \
     fg_await_prior_grid();                                                                                        \
     fg_aux::bias_grad2(part, out, chunks, cols);                                                                  \
+  }                                                                                                               \
+  __global__ void spconv_pertap_reduce_##SFX(const T* part, const int* slot, const T* bias, T* out, long long rows, \
+                                             long long cols, long long V, long long vec) {                        \
+    fg_await_prior_grid();                                                                                        \
+    fg_aux::pertap_reduce(part, slot, bias, out, rows, cols, V, vec);                                             \
   }
 FG_AUX_FLOAT_KERNELS(f32, float)
 FG_AUX_FLOAT_KERNELS(f16, __half)

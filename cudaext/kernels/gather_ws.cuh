@@ -468,7 +468,7 @@ __device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMa
         for (int c = pt; c < nPos * BM; c += L::kProd) {
           const int i = c % BM, orow = m->rows[i];
           if (orow >= 0)
-            cp_async4(m->idx + c, p.tbl + (unsigned long long)(unsigned)orow * (unsigned)p.V + m->taps[c / BM], true);
+            cp_async4(m->idx + c, tbl_entry(p, orow, m->taps[c / BM]), true);
           else
             m->idx[c] = -1;
         }

@@ -192,8 +192,16 @@ struct GatherParams {
                           // departure counters, zero between launches — the split blocks of a
                           // tile sum each other's partials themselves (gather_ws.cuh
                           // split_reduce) instead of a reduction kernel; null otherwise
+  long long slot_tbl;     // 1: tbl is [M], one entry per row, read whatever the tap (the
+                          // per-tap gathers' slots, cudaext pertap.go: tiles of one tap each)
 };
-static_assert(sizeof(GatherParams) == 19 * 8, "GatherParams layout");
+static_assert(sizeof(GatherParams) == 20 * 8, "GatherParams layout");
+
+// tbl_entry returns the address of row orow's table entry for tap v.
+__device__ __forceinline__ const int* tbl_entry(const GatherParams& p, int orow, int v) {
+  const unsigned long long r = (unsigned)orow;  // row offsets: unsigned 32 × 32 → 64-bit products
+  return p.tbl + (p.slot_tbl ? r : r * (unsigned)p.V + v);
+}
 
 struct PairsParams {
   const void* a;          // [*, M] operand gathered by ia (dy)
@@ -741,10 +749,10 @@ template <class C, bool WT> __device__ __forceinline__ void gather_gemm(const Ga
         if (C::BM % C::kThreads == 0 || i < C::BM) {
           // Absent rows (past M) get −1 by a plain store (visible to the
           // readers after the barriers between), so a reader needs only
-          // the slot; row offsets are unsigned 32 × 32 → 64-bit products.
+          // the slot.
           const int orow = rows[i];
           if (orow >= 0)
-            cp_async4(d + i, p.tbl + (unsigned long long)(unsigned)orow * (unsigned)p.V + v, true);
+            cp_async4(d + i, tbl_entry(p, orow, v), true);
           else
             d[i] = -1;
         }

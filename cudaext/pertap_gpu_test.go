@@ -1,0 +1,132 @@
+//go:build cudaext
+
+package cudaext
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/flexgemm-go/flexgemm/cudaext/kernels"
+	"github.com/flexgemm-go/flexgemm/sparse"
+	"github.com/flexgemm-go/flexgemm/sparse/grid"
+	"github.com/flexgemm-go/flexgemm/sparse/kmap"
+	"github.com/flexgemm-go/flexgemm/sparse/synth"
+)
+
+// TestPerTapGathers checks the per-tap gathers (pertap.go): forward with a
+// bias and input gradient of the masked split-K algorithm on submanifold
+// maps (a shell, a random scene of two batches, a 5×5×5 kernel), every
+// tile, f16 and tf32, channels at and above perTapMinChannels (rows of a
+// multiple of four columns and not), against the float64 reference and
+// within the arithmetic's bound of the masked gather; the same bits on a
+// second run; the launches that ran per tap counted (and none for bf16,
+// other algorithms, too few channels or a slot buffer over the limit).
+func TestPerTapGathers(t *testing.T) {
+	ok := mapOK(t)
+	rng := rand.New(rand.NewPCG(53, 1))
+	coords, ext := synth.SphereShell(8, 1)
+	rext := grid.Extent{Batch: 2, X: 12, Y: 11, Z: 9}
+	scenes := []scene{
+		{"shell8-subm3", ok(kmap.NewSubmanifold(coords, ext, [3]int{3, 3, 3}, [3]int{1, 1, 1}))},
+		{"random-subm3", ok(kmap.NewSubmanifold(synth.RandomScene(rng, rext, 0.3), rext, [3]int{3, 3, 3}, [3]int{1, 1, 1}))},
+		{"random-subm5", ok(kmap.NewSubmanifold(synth.RandomScene(rng, rext, 0.2), rext, [3]int{5, 5, 5}, [3]int{1, 1, 1}))},
+	}
+	tiles := kernels.Tiles
+	if gpu.d.hopperTiles(kernels.F16) {
+		tiles = kernels.AllTiles()
+	}
+	state := func(maxBytes int64) (launches int) {
+		require.NoError(t, gpu.d.do(func() error {
+			gpu.d.perTapMaxBytes = maxBytes
+			launches = gpu.d.perTapLaunches
+			return nil
+		}))
+		return launches
+	}
+	var limit int64
+	require.NoError(t, gpu.d.do(func() error { limit = gpu.d.perTapMaxBytes; return nil }))
+	defer state(limit)
+	const unlimited = int64(1) << 40
+	for si, sc := range scenes {
+		m := sc.m
+		for _, ch := range [][2]int{{256, 256}, {264, 258}} {
+			ci, co := ch[0], ch[1]
+			if si > 0 && ci != 256 {
+				continue // odd columns on the shell only
+			}
+			ref := cpuReference(t, rng, m, ci, co)
+			for _, mth := range []kernels.Math{kernels.F16, kernels.TF32, kernels.BF16} {
+				gpu.SetTF32(mth == kernels.TF32)
+				x, w, b, dy := ref.operands(t, m, dtypeOf(mth))
+				for _, tile := range tiles {
+					if !tile.Supports(mth) || !envSelected("FLEXGEMM_TEST_TILES", tile.Name()) {
+						continue
+					}
+					if si > 0 && tile.Name() != tiles[0].Name() && !tile.Hopper {
+						continue // the other scenes: the Hopper tiles and one plain tile
+					}
+					name := fmt.Sprintf("%s/ci%d-co%d/%v/%s", sc.name, ci, co, mth, tile.Name())
+					o := Options{ConvOptions: sparse.ConvOptions{Algorithm: sparse.MaskedImplicitSplitK}, Tile: tile.Name()}
+					run := func() [2][]float32 {
+						y, err := gpu.Forward(m, x, w, b, o)
+						require.NoError(t, err, name)
+						dx, err := gpu.InputGrad(m, dy, w, o)
+						require.NoError(t, err, name)
+						out := [2][]float32{host(t, y), host(t, dx)}
+						gpu.Free(y, dx)
+						return out
+					}
+					before := state(0)
+					masked := run()
+					require.Equal(t, before, state(unlimited), "%s: limit 0, no gather runs per tap", name)
+					got := run()
+					n := state(unlimited) - before
+					if mth == kernels.BF16 {
+						require.Zero(t, n, "%s: bfloat16 keeps the masked gather", name)
+						continue
+					}
+					require.Equal(t, 2, n, "%s: forward and input gradient per tap", name)
+					again := run()
+					for d, want := range [][]float64{ref.y, ref.dx} {
+						e := relL2(got[d], want)
+						require.LessOrEqual(t, e, bound(mth), "%s direction %d: error %g against float64", name, d, e)
+						e = relL2(got[d], f64(masked[d]))
+						require.LessOrEqual(t, e, bound(mth), "%s direction %d: %g from the masked gather", name, d, e)
+						requireSameBits(t, got[d], again[d], fmt.Sprintf("%s: direction %d, second run", name, d))
+					}
+				}
+				// Not per tap: another algorithm, too few channels, a limit
+				// below the slot buffer.
+				if mth != kernels.BF16 && ci == 256 {
+					before := state(unlimited)
+					for _, alg := range []sparse.Algorithm{sparse.MaskedImplicit, sparse.ImplicitSplitK, sparse.Implicit, sparse.Explicit} {
+						y, err := gpu.Forward(m, x, w, b, Options{ConvOptions: sparse.ConvOptions{Algorithm: alg}})
+						require.NoError(t, err)
+						gpu.Free(y)
+					}
+					require.Equal(t, before, state(1), "%s %v: only the masked split-K algorithm runs per tap", sc.name, mth)
+					y, err := gpu.Forward(m, x, w, b, Options{ConvOptions: sparse.ConvOptions{Algorithm: sparse.MaskedImplicitSplitK}})
+					require.NoError(t, err)
+					require.Less(t, relL2(host(t, y), ref.y), bound(mth))
+					gpu.Free(y)
+					require.Equal(t, before, state(unlimited), "%s %v: a slot buffer over the limit keeps the masked gather", sc.name, mth)
+				}
+				gpu.Free(x, w, b, dy)
+			}
+			gpu.SetTF32(false)
+		}
+		// Too few channels.
+		small := cpuReference(t, rng, m, 64, 128)
+		x, w, b, dy := small.operands(t, m, sparse.Float16)
+		before := state(unlimited)
+		y, err := gpu.Forward(m, x, w, b, Options{})
+		require.NoError(t, err)
+		require.Less(t, relL2(host(t, y), small.y), bound(kernels.F16))
+		require.Equal(t, before, state(unlimited), "%s: 64 → 128 channels keep the masked gather", sc.name)
+		gpu.Free(x, w, b, dy, y)
+		gpu.ReleaseMap(m)
+	}
+}
