@@ -1921,6 +1921,10 @@ func TestFusedSplitReduce(t *testing.T) {
 	require.NotEmpty(t, tiles)
 	was := fusedSplitReduce.Load()
 	defer fusedSplitReduce.Store(was)
+	// The masked gathers themselves, not the per-tap ones (pertap.go).
+	var perTapMax int64
+	require.NoError(t, gpu.d.do(func() error { perTapMax, gpu.d.perTapMaxBytes = gpu.d.perTapMaxBytes, 0; return nil }))
+	defer gpu.d.do(func() error { gpu.d.perTapMaxBytes = perTapMax; return nil })
 	counters := func() []uint32 {
 		c := make([]uint32, 2*splitCounterTiles)
 		require.NoError(t, gpu.d.do(func() error {

@@ -145,6 +145,9 @@ type Device struct {
 	// gathers that ran per tap (a test instrument).
 	perTapMaxBytes int64
 	perTapLaunches int
+	// perTapMinBlocks: the fewest blocks of a per-tap gather
+	// (perTapMinBlocksPerSM per SM; the tests lower it).
+	perTapMinBlocks int64
 	// statusHost (page-locked, stWords int32) and statusEv receive a status
 	// array without draining the stream (hashCoordsThen); made on first
 	// use.
@@ -231,6 +234,7 @@ func openDevice(ordinal int) (*Device, error) {
 		return nil, err
 	}
 	d.reduceVecMin = reduceVecMinElems(d.info.SMs)
+	d.perTapMinBlocks = perTapMinBlocksPerSM * int64(d.info.SMs)
 	return d, nil
 }
 

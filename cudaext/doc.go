@@ -118,7 +118,11 @@
 //     *_sk kernels): groups of the column tiles take equal shares of all
 //     tiles' iterations, and a tile cut between groups is finished by the
 //     group holding its end, which adds the others' float32 partials in
-//     group order.
+//     group order;
+//   - with FLEXGEMM_PERTAP_MAX_MB set (off by default), the masked split-K
+//     forward and input gradient of small submanifold maps at f16 or tf32
+//     run per tap (pertap.go): one GEMM over every tap's own row tiles,
+//     writing each pair's product, then a per-row sum in tap order.
 //
 // Results are deterministic: fixed partitions, no float atomics (stream-K's
 // partitions depend on the SM count, so its bits are those of the GPU model).
@@ -126,8 +130,9 @@
 // # Writing kernels for this engine (package-internal API)
 //
 // Kernel sources go to cudaext/kernels/NAME.cu (one module each; extern "C"
-// kernels whose first statement is fg_await_prior_grid(); helpers in a namespace; avoid file names that Windows reserves,
-// such as aux or con, which go:embed rejects) and are built by
+// kernels whose first statement is fg_await_prior_grid(); helpers in a
+// namespace; avoid file names that Windows reserves, such as aux or con,
+// which go:embed rejects) and are built by
 // cudaext/kernels/build.sh. From Go, inside package cudaext:
 //
 //	err := e.d.do(func() error {            // under the device lock, context current

@@ -32,8 +32,17 @@ import (
 // masked gather (its 8-bit mantissa would lose too much). The input
 // gradient of a submanifold map gathers through the same table with
 // mirrored weight taps (gatherInput), so one set of tables serves both.
-// The slot buffer is bounded (perTapMaxBytes): above it the masked gather
-// runs, whose split-K partials are no larger.
+// The slot buffer is bounded (perTapMaxBytes, FLEXGEMM_PERTAP_MAX_MB), and
+// a launch needs perTapMinBlocks blocks; otherwise the masked gather runs.
+// Off by default: where it is faster (RES 16 C 1024) its cached slot
+// tables raise a training step's memory peak above FlexGEMM's by a MiB
+// digit (perTapMaxMBDefault has the measurements).
+
+// perTapMinBlocksPerSM: a per-tap gather needs at least this many blocks
+// (row tiles × column tiles) per SM (Device.perTapMinBlocks). Measured
+// (session 32): (8, 1024, 16), 112 blocks of 16 reduction steps on 132
+// SMs, was slower per tap than masked; (16, 1024, 8), 380 blocks, faster.
+const perTapMinBlocksPerSM = 2
 
 // perTapMinChannels is the fewest input and output channels of a per-tap
 // gather: below them the GEMM is short and the masked gather's one launch
@@ -89,7 +98,8 @@ func (e *Engine) perTap(m *kmap.Map, alg sparse.Algorithm, mth kernels.Math, t k
 		return nil, false, err
 	}
 	bm := int64(t.BM)
-	if perTapRows(pl.st.iters, bm)*n*int64(mth.ElemSize()) > d.perTapMaxBytes {
+	rows := perTapRows(pl.st.iters, bm)
+	if rows*n*int64(mth.ElemSize()) > d.perTapMaxBytes || rows/bm*ceilDiv(n, int64(t.BN)) < d.perTapMinBlocks {
 		return nil, false, nil
 	}
 	pt, err := e.perTapTablesFor(m, pl, bm)

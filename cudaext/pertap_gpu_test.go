@@ -23,7 +23,8 @@ import (
 // multiple of four columns and not), against the float64 reference and
 // within the arithmetic's bound of the masked gather; the same bits on a
 // second run; the launches that ran per tap counted (and none for bf16,
-// other algorithms, too few channels or a slot buffer over the limit).
+// other algorithms, too few channels, a slot buffer over the limit, or
+// fewer blocks than perTapMinBlocks).
 func TestPerTapGathers(t *testing.T) {
 	ok := mapOK(t)
 	rng := rand.New(rand.NewPCG(53, 1))
@@ -46,9 +47,12 @@ func TestPerTapGathers(t *testing.T) {
 		}))
 		return launches
 	}
-	var limit int64
-	require.NoError(t, gpu.d.do(func() error { limit = gpu.d.perTapMaxBytes; return nil }))
-	defer state(limit)
+	var limit, minBlocks int64
+	require.NoError(t, gpu.d.do(func() error {
+		limit, minBlocks, gpu.d.perTapMinBlocks = gpu.d.perTapMaxBytes, gpu.d.perTapMinBlocks, 0
+		return nil
+	}))
+	defer gpu.d.do(func() error { gpu.d.perTapMaxBytes, gpu.d.perTapMinBlocks = limit, minBlocks; return nil })
 	const unlimited = int64(1) << 40
 	for si, sc := range scenes {
 		m := sc.m
@@ -126,6 +130,16 @@ func TestPerTapGathers(t *testing.T) {
 		require.NoError(t, err)
 		require.Less(t, relL2(host(t, y), small.y), bound(kernels.F16))
 		require.Equal(t, before, state(unlimited), "%s: 64 → 128 channels keep the masked gather", sc.name)
+		gpu.Free(x, w, b, dy, y)
+		// Too few blocks.
+		big := cpuReference(t, rng, m, 256, 256)
+		x, w, b, dy = big.operands(t, m, sparse.Float16)
+		require.NoError(t, gpu.d.do(func() error { gpu.d.perTapMinBlocks = 1 << 40; return nil }))
+		y, err = gpu.Forward(m, x, w, b, Options{})
+		require.NoError(t, err)
+		require.Less(t, relL2(host(t, y), big.y), bound(kernels.F16))
+		require.Equal(t, before, state(unlimited), "%s: fewer blocks than perTapMinBlocks keep the masked gather", sc.name)
+		require.NoError(t, gpu.d.do(func() error { gpu.d.perTapMinBlocks = 0; return nil }))
 		gpu.Free(x, w, b, dy, y)
 		gpu.ReleaseMap(m)
 	}
