@@ -88,8 +88,9 @@ func (e *Engine) perTap(m *kmap.Map, alg sparse.Algorithm, mth kernels.Math, t k
 		d.perTapMaxBytes <= 0 {
 		return nil, false, nil
 	}
-	// The slot buffer from the pair counts, at most the map's pairs plus a
-	// tile per tap: reject before any work where even that bound is over.
+	// A cheap filter before the pair lists are counted here: a map whose
+	// rows had a quarter of their taps each would already be over the
+	// limit (a sphere shell's have about half; mayRunPerTap agrees).
 	if int64(m.NOut)*int64(m.V())*n*int64(mth.ElemSize()) > 4*d.perTapMaxBytes {
 		return nil, false, nil
 	}
@@ -177,7 +178,7 @@ func (e *Engine) runPerTap(j gatherJob, pt *perTapTables, m *kmap.Map) error {
 	if err := e.runGather(j); err != nil {
 		return err
 	}
-	rows := int64(m.NOut)
+	rows := int64(m.NOut) // = NIn: a submanifold map
 	sfx, ok := floatSuffix(out.dtype)
 	if !ok {
 		return fmt.Errorf("%w: cudaext: per-tap sums into %v", sparse.ErrDType, out.dtype)
