@@ -499,6 +499,9 @@ type gatherJob struct {
 	userSplits             int
 	out                    *Buffer
 	tmp                    rawBuf // im2col matrix of Explicit, freed by the caller
+	// perTap: the masked split-K gather runs per tap over these tables
+	// (gatherInput sets it, runGather hands the job to runPerTap), or nil.
+	perTap *perTapTables
 }
 
 // runGather launches the gather GEMM (and the split-K reduction). Worker
@@ -507,6 +510,9 @@ func (e *Engine) runGather(j gatherJob) error {
 	d := e.d
 	if j.M == 0 || j.N == 0 {
 		return nil
+	}
+	if j.perTap != nil {
+		return e.runPerTap(j)
 	}
 	t := j.tile
 	if !t.Supports(j.math) {
@@ -1041,13 +1047,6 @@ func (e *Engine) Forward(m *kmap.Map, x, w, bias sparse.Matrix, o Options) (spar
 		if bb != nil {
 			j.bias = bb.ptr
 		}
-		if pt, ok, err := e.perTap(m, alg, math, tile, ci, co); err != nil || ok {
-			if err != nil {
-				return err
-			}
-			j.in, j.Kc, j.V = xb.ptr, ci, V
-			return e.runPerTap(j, pt, m)
-		}
 		err = e.gatherInput(&j, m, false, alg, xb.ptr, xb.dtype, ci, V)
 		defer e.d.freeTemp(j.tmp)
 		if err != nil {
@@ -1064,9 +1063,9 @@ func (e *Engine) Forward(m *kmap.Map, x, w, bias sparse.Matrix, o Options) (spar
 	return sparse.Matrix{Rows: int(M), Cols: int(co), Data: out}, nil
 }
 
-// gatherInput fills the operand, table and masked fields of j for the
-// forward (reverse = false: table Nbr) or input-gradient (table Rev)
-// direction of algorithm alg. For Explicit it materialises the im2col
+// gatherInput fills the operand, table and masked (or per-tap) fields of
+// j for the forward (reverse = false: table Nbr) or input-gradient (table
+// Rev) direction of algorithm alg. For Explicit it materialises the im2col
 // matrix in j.tmp; the caller frees it. Worker only.
 //
 // The input gradient of a submanifold map gathers through Nbr itself, with
@@ -1096,6 +1095,16 @@ func (e *Engine) gatherInput(j *gatherJob, m *kmap.Map, reverse bool, alg sparse
 		return nil
 	}
 	j.in, j.tbl, j.Kc, j.V, j.mirror = in, tbl, c, V, mirror
+	// A small submanifold map's masked split-K gathers may run per tap
+	// instead (pertap.go): no masks, Gray order or tile unions then.
+	pt, ok, err := e.perTap(m, alg, j.math, j.tile, c, j.N)
+	if err != nil {
+		return err
+	}
+	if ok {
+		j.perTap = pt
+		return nil
+	}
 	if isMasked(alg) {
 		mt, err := e.maskedTablesFor(m, reverse && !mirror, j.tile.BM)
 		if err != nil {
@@ -1184,14 +1193,6 @@ func (e *Engine) InputGrad(m *kmap.Map, dy, w sparse.Matrix, o Options) (sparse.
 			}
 			defer e.d.freeTemp(wt)
 			j.w, j.wt = wt.ptr, false
-		}
-		if pt, ok, err := e.perTap(m, alg, math, tile, co, ci); err != nil || ok {
-			if err != nil {
-				return err
-			}
-			// Through Nbr with mirrored weight taps, as gatherInput does.
-			j.in, j.Kc, j.V, j.mirror = db.ptr, co, V, true
-			return e.runPerTap(j, pt, m)
 		}
 		err = e.gatherInput(&j, m, true, alg, db.ptr, db.dtype, co, V)
 		defer e.d.freeTemp(j.tmp)
@@ -1285,6 +1286,7 @@ func (e *Engine) paramGrads(op string, m *kmap.Map, x, dy sparse.Matrix, o Optio
 	}
 	var out, bout *Buffer
 	err = e.d.do(func() error {
+		e.dropPerTap(m) // before the outputs: out of the step's memory peak
 		var err error
 		if out, err = e.newOutput(outDT, int(co*V*ci)); err != nil {
 			return err

@@ -119,7 +119,7 @@
 //     tiles' iterations, and a tile cut between groups is finished by the
 //     group holding its end, which adds the others' float32 partials in
 //     group order;
-//   - with FLEXGEMM_PERTAP_MAX_MB set (off by default), the masked split-K
+//   - unless FLEXGEMM_PERTAP_MAX_MB=0, the masked split-K
 //     forward and input gradient of small submanifold maps at f16 or tf32
 //     run per tap (pertap.go): one GEMM over every tap's own row tiles,
 //     writing each pair's product, then a per-row sum in tap order.

@@ -288,15 +288,16 @@ func programmaticLaunchFromEnv() (bool, error) {
 // pertap.go; 0: never per tap).
 const EnvPerTapMaxMB = "FLEXGEMM_PERTAP_MAX_MB"
 
-// perTapMaxMBDefault is EnvPerTapMaxMB's setting when unset: 0, per-tap
-// gathers off. Measured (H200, session 32, docs/PERF_NOTES.md step 70,
-// limit 32 MiB against 0): (16, 1024, 8) training 7.9–11.2 % and inference
-// 5.7–9.7 % faster, but the training step's memory peak 0.2 MiB higher
-// (the slot tables stay cached through the weight gradients, where the
-// peak is), one MiB digit above FlexGEMM's; (8, 1024, 16) 4 % / 16 %
-// slower (too few tiles to fill the GPU: perTapMinBlocks); (32, 1024, 4)
-// within ±2 % and its 107 MB slot buffer over FlexGEMM's training peak.
-const perTapMaxMBDefault = 0
+// perTapMaxMBDefault is EnvPerTapMaxMB's setting when unset: slot buffers
+// of up to 32 MiB, which at C = 1024 admits maps of about a thousand rows
+// (RES 16: 25 MB) and not (32, 1024, 4)'s 107 MB. Measured (H200, session
+// 32, docs/PERF_NOTES.md step 70, 32 MiB against 0): (16, 1024, 8) training
+// 7.9–11.2 % and inference 5.7–9.7 % faster; (8, 1024, 16) slower, which
+// perTapMinBlocks now excludes; (32, 1024, 4) within ±2 % (and its slot
+// buffer over FlexGEMM's training peak). The cached tables raised that
+// training step's peak by 0.2 MiB until weight gradients dropped them
+// (dropPerTap, session 33).
+const perTapMaxMBDefault = 32
 
 // perTapMaxBytesFromEnv returns EnvPerTapMaxMB's setting in bytes:
 // perTapMaxMBDefault MiB when unset or empty, an error naming the variable

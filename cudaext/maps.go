@@ -127,7 +127,7 @@ func (e *Engine) dropMap(k mapKey) {
 		bufs = append(bufs, t.seg, t.taps, t.sched)
 	}
 	for _, t := range me.perTap {
-		bufs = append(bufs, t.tbl, t.slot, t.seg, t.taps)
+		bufs = append(bufs, t.buf)
 	}
 	for _, r := range bufs {
 		d.freeTemp(r)

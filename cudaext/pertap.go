@@ -33,10 +33,10 @@ import (
 // gradient of a submanifold map gathers through the same table with
 // mirrored weight taps (gatherInput), so one set of tables serves both.
 // The slot buffer is bounded (perTapMaxBytes, FLEXGEMM_PERTAP_MAX_MB), and
-// a launch needs perTapMinBlocks blocks; otherwise the masked gather runs.
-// Off by default: where it is faster (RES 16 C 1024) its cached slot
-// tables raise a training step's memory peak above FlexGEMM's by a MiB
-// digit (perTapMaxMBDefault has the measurements).
+// a launch needs perTapMinBlocks blocks; otherwise the masked gather runs
+// (perTapMaxMBDefault has the measurements). The tables are cached with
+// the map but dropped by every weight gradient on it (dropPerTap), so that
+// they are not part of a training step's memory peak.
 
 // perTapMinBlocksPerSM: a per-tap gather needs at least this many blocks
 // (row tiles × column tiles) per SM (Device.perTapMinBlocks). Measured
@@ -58,14 +58,15 @@ func (e *Engine) mayRunPerTap(m *kmap.Map) bool {
 }
 
 // perTapTables are the slot tables of a submanifold map for tiles of bm
-// rows (spconv_pertap_tables).
+// rows (spconv_pertap_tables): views of one block.
 type perTapTables struct {
 	rows  int64  // slots: the taps' segments, each padded to a multiple of bm
 	tiles int64  // rows / bm
-	tbl   rawBuf // [rows] int32: the input row of each slot, −1 for padding
-	slot  rawBuf // [n, V] int32: the slot of (row, tap), −1 where the row lacks the tap
-	seg   rawBuf // [tiles + 1] int32: tile t's taps are tile_taps[t] alone
-	taps  rawBuf // [tiles] int32: the tap of each tile
+	buf   rawBuf // the block holding the four tables below
+	tbl   devPtr // [rows] int32: the input row of each slot, −1 for padding
+	slot  devPtr // [n, V] int32: the slot of (row, tap), −1 where the row lacks the tap
+	seg   devPtr // [tiles + 1] int32: tile t's taps are tile_taps[t] alone
+	taps  devPtr // [tiles] int32: the tap of each tile
 }
 
 // perTapRows returns the slots of a map whose taps have the given pair
@@ -118,25 +119,25 @@ func (e *Engine) perTapTablesFor(m *kmap.Map, pl pairLists, bm int64) (*perTapTa
 	V, n := int64(m.V()), int64(m.NOut)
 	pt := &perTapTables{rows: perTapRows(pl.st.iters, bm)}
 	pt.tiles = pt.rows / bm
-	fail := func(err error) (*perTapTables, error) {
-		for _, r := range []rawBuf{pt.tbl, pt.slot, pt.seg, pt.taps} {
-			if r.ptr != 0 {
-				d.freeTemp(r)
-			}
-		}
+	// One block, one fill: the slot and slot-of-(row, tap) tables start at
+	// −1 (padding, absent taps); the kernel writes every tile's entries.
+	// Each table starts on a 256-byte boundary, as a block of its own would.
+	words := func(n int64) int64 { return (n + 63) &^ 63 }
+	filled := words(pt.rows) + n*V
+	var err error
+	if pt.buf, err = d.allocTemp(4 * (words(filled) + words(pt.tiles+1) + pt.tiles)); err != nil {
 		return nil, err
 	}
-	var err error
-	for _, b := range []struct {
-		r     *rawBuf
-		words int64
-	}{{&pt.tbl, pt.rows}, {&pt.slot, n * V}, {&pt.seg, pt.tiles + 1}, {&pt.taps, pt.tiles}} {
-		if *b.r, err = d.allocTemp(4 * b.words); err != nil {
-			return fail(err)
-		}
-		if err := d.fillI32(b.r.ptr, -1, b.words); err != nil {
-			return fail(err)
-		}
+	pt.tbl = pt.buf.ptr
+	pt.slot = pt.tbl + devPtr(4*words(pt.rows))
+	pt.seg = pt.tbl + devPtr(4*words(filled))
+	pt.taps = pt.seg + devPtr(4*words(pt.tiles+1))
+	fail := func(err error) (*perTapTables, error) {
+		d.freeTemp(pt.buf)
+		return nil, err
+	}
+	if err := d.fillI32(pt.tbl, -1, filled); err != nil {
+		return fail(err)
 	}
 	var half int64
 	if pl.half {
@@ -149,7 +150,7 @@ func (e *Engine) perTapTablesFor(m *kmap.Map, pl pairLists, bm int64) (*perTapTa
 	g, blk := d.elementwise(longest)
 	g.Y = int(V)
 	if err := d.launch("spconv_pertap_tables", g, blk, 0, pl.in, pl.out, pl.seg, half, n, V, bm,
-		pt.tbl.ptr, pt.slot.ptr, pt.seg.ptr, pt.taps.ptr); err != nil {
+		pt.tbl, pt.slot, pt.seg, pt.taps); err != nil {
 		return fail(err)
 	}
 	if me.perTap == nil {
@@ -159,26 +160,43 @@ func (e *Engine) perTapTablesFor(m *kmap.Map, pl pairLists, bm int64) (*perTapTa
 	return pt, nil
 }
 
-// runPerTap runs gather job j (its operands, weight, mirror and
-// transposition set by the caller, its table and masked fields unused)
-// per tap: the slots' products into a temporary [pt.rows, j.N] buffer of
-// the result's dtype, then their sums with j.bias into j.out. Worker only.
-func (e *Engine) runPerTap(j gatherJob, pt *perTapTables, m *kmap.Map) error {
+// dropPerTap frees the slot tables cached with m, if any. A weight
+// gradient on m calls it first, on the main stream with the side stream
+// joined (so the block is free at once): a training step's memory peak is
+// at its weight gradients, where every one computed so far is alive, and
+// the tables that the forwards and input gradients share would otherwise
+// stay through all of them (session 32: 0.2 MiB over FlexGEMM's peak at
+// (16, 1024, 8)). The next per-tap gather builds them again (one fill and
+// one launch). Worker only.
+func (e *Engine) dropPerTap(m *kmap.Map) {
+	me, ok := e.maps.entries[keyOf(m)]
+	if !ok {
+		return
+	}
+	for bm, t := range me.perTap {
+		e.d.freeTemp(t.buf)
+		delete(me.perTap, bm)
+	}
+}
+
+// runPerTap runs gather job j (gatherInput set j.perTap) per tap: the
+// slots' products into a temporary [pt.rows, j.N] buffer of the result's
+// dtype, then their sums with j.bias into j.out's j.M rows. Worker only.
+func (e *Engine) runPerTap(j gatherJob) error {
 	d := e.d
-	out, bias := j.out, j.bias
+	pt, rows, out, bias := j.perTap, j.M, j.out, j.bias
 	prod, err := d.allocTemp(pt.rows * j.N * int64(j.math.ElemSize()))
 	if err != nil {
 		return err
 	}
 	defer d.freeTemp(prod)
-	j.M, j.tbl, j.slotTbl, j.order, j.tileSeg, j.tileTp, j.tileSched = pt.rows, pt.tbl.ptr, true, 0, pt.seg.ptr, pt.taps.ptr, 0
+	j.perTap, j.M, j.tbl, j.slotTbl, j.tileSeg, j.tileTp = nil, pt.rows, pt.tbl, true, pt.seg, pt.taps
 	j.splitAlg, j.bias = false, 0
 	j.out = &Buffer{ptr: prod.ptr, dtype: out.dtype}
 	d.perTapLaunches++
 	if err := e.runGather(j); err != nil {
 		return err
 	}
-	rows := int64(m.NOut) // = NIn: a submanifold map
 	sfx, ok := floatSuffix(out.dtype)
 	if !ok {
 		return fmt.Errorf("%w: cudaext: per-tap sums into %v", sparse.ErrDType, out.dtype)
@@ -188,5 +206,5 @@ func (e *Engine) runPerTap(j gatherJob, pt *perTapTables, m *kmap.Map) error {
 		vec = 1
 	}
 	g, b := d.elementwise(ceilDiv(rows*j.N, 1+3*vec))
-	return d.launch("spconv_pertap_reduce_"+sfx, g, b, 0, prod.ptr, pt.slot.ptr, bias, out.ptr, rows, j.N, j.V, vec)
+	return d.launch("spconv_pertap_reduce_"+sfx, g, b, 0, prod.ptr, pt.slot, bias, out.ptr, rows, j.N, j.V, vec)
 }

@@ -144,3 +144,86 @@ func TestPerTapGathers(t *testing.T) {
 		gpu.ReleaseMap(m)
 	}
 }
+
+// TestPerTapTablesDroppedByWeightGrad checks dropPerTap: the slot tables
+// that a per-tap forward caches with its map are freed at once (the
+// allocator's bytes in use fall by their block) and by a weight gradient
+// on the map, and the next forward or input gradient builds them again and
+// gets the same bits as before the drop.
+func TestPerTapTablesDroppedByWeightGrad(t *testing.T) {
+	ok := mapOK(t)
+	rng := rand.New(rand.NewPCG(59, 1))
+	coords, ext := synth.SphereShell(8, 1)
+	m := ok(kmap.NewSubmanifold(coords, ext, [3]int{3, 3, 3}, [3]int{1, 1, 1}))
+	defer gpu.ReleaseMap(m)
+	var limit, minBlocks int64
+	require.NoError(t, gpu.d.do(func() error {
+		limit, minBlocks = gpu.d.perTapMaxBytes, gpu.d.perTapMinBlocks
+		gpu.d.perTapMaxBytes, gpu.d.perTapMinBlocks = 1<<40, 0
+		return nil
+	}))
+	defer gpu.d.do(func() error { gpu.d.perTapMaxBytes, gpu.d.perTapMinBlocks = limit, minBlocks; return nil })
+	// tables returns the number of cached table sets of m and their bytes,
+	// and the allocator's bytes in use.
+	tables := func() (sets int, bytes, inUse int64) {
+		require.NoError(t, gpu.d.do(func() error {
+			if me, ok := gpu.maps.entries[keyOf(m)]; ok {
+				for _, pt := range me.perTap {
+					sets++
+					bytes += pt.buf.size
+				}
+			}
+			inUse = gpu.d.mem.stats.InUse
+			return nil
+		}))
+		return sets, bytes, inUse
+	}
+	ref := cpuReference(t, rng, m, 256, 256)
+	x, w, b, dy := ref.operands(t, m, sparse.Float16)
+	defer gpu.Free(x, w, b, dy)
+	o := Options{ConvOptions: sparse.ConvOptions{Algorithm: sparse.MaskedImplicitSplitK}}
+	launches := func() (n int) {
+		require.NoError(t, gpu.d.do(func() error { n = gpu.d.perTapLaunches; return nil }))
+		return n
+	}
+	n0 := launches()
+	y, err := gpu.Forward(m, x, w, b, o)
+	require.NoError(t, err)
+	defer gpu.Free(y)
+	dx, err := gpu.InputGrad(m, dy, w, o)
+	require.NoError(t, err)
+	want := host(t, dx)
+	gpu.Free(dx)
+	require.Equal(t, 2, launches()-n0, "forward and input gradient per tap")
+	sets, size, inUse := tables()
+	require.Equal(t, 1, sets, "the forward's tables cached with the map")
+	require.Positive(t, size)
+	// Dropped, the block goes back at once (no side-stream work pending
+	// inside do): bytes in use fall by its size.
+	var dropped int64
+	require.NoError(t, gpu.d.do(func() error {
+		gpu.dropPerTap(m)
+		dropped = gpu.d.mem.stats.InUse
+		return nil
+	}))
+	require.Equal(t, inUse-size, dropped)
+	y2, err := gpu.Forward(m, x, w, b, o)
+	require.NoError(t, err)
+	requireSameBits(t, host(t, y), host(t, y2), "forward after the drop")
+	gpu.Free(y2)
+	sets, _, _ = tables()
+	require.Equal(t, 1, sets, "the forward builds the tables again")
+	dw, db, err := gpu.ParamGrads(m, x, dy, o)
+	require.NoError(t, err)
+	sets, _, _ = tables()
+	require.Zero(t, sets, "a weight gradient drops the tables")
+	require.Less(t, relL2(host(t, dw), ref.dw), bound(kernels.F16))
+	gpu.Free(dw, db)
+	dx, err = gpu.InputGrad(m, dy, w, o)
+	require.NoError(t, err)
+	defer gpu.Free(dx)
+	require.Equal(t, 4, launches()-n0, "the forward and input gradient per tap again")
+	sets, _, _ = tables()
+	require.Equal(t, 1, sets, "the input gradient builds the tables again")
+	requireSameBits(t, want, host(t, dx), "input gradient after the drop")
+}

@@ -260,53 +260,35 @@ template <class T> __device__ void bias_grad2(const float* part, T* out, long lo
 // each (tile_seg t → t, tile_taps t → k), writes each slot's product row,
 // and pertap_reduce sums a row's products over its taps.
 
-// pertap_count returns the pairs of tap t from the pair lists' segments
-// seg: with half the lists hold the taps before the centre H = (V−1)/2,
-// tap V−1−v has tap v's pairs swapped and the centre is the identity over
-// n rows.
-__device__ __forceinline__ long long pertap_count(const long long* seg, long long half, long long n, long long V,
-                                                  long long t) {
-  if (half) {
-    const long long H = (V - 1) / 2;
-    if (t == H) return n;
-    if (t > H) t = V - 1 - t;
-  }
-  return seg[t + 1] - seg[t];
-}
-
 // pertap_tables fills the slots of tap k = blockIdx.y: tbl[s] = in,
 // slot[out, k] = s, and for the first slot of each tile tile_taps and
-// tile_seg (and tile_seg[tiles] from the last tap). tbl and slot are −1
-// beforehand; padding slots keep −1 (zero products, never read).
+// tile_seg (and tile_seg[tiles] from the last tap). A tap's pairs are
+// those of fg::PairsTap over the lists (half: the lists hold the taps
+// before the centre, a tap after it has its mirror's pairs swapped, the
+// centre is the identity over n rows). tbl and slot are −1 beforehand;
+// padding slots keep −1 (zero products, never read).
 __device__ void pertap_tables(const int* pin, const int* pout, const long long* seg, long long half, long long n,
                               long long V, long long bm, int* tbl, int* slot, int* tseg, int* ttap) {
-  const long long k = blockIdx.y, H = (V - 1) / 2;
+  const int k = blockIdx.y;
+  auto padded = [&](const fg::PairsTap& t) { return (t.s1 - t.s0 + bm - 1) / bm * bm; };
   long long off = 0;
-  for (long long t = 0; t < k; ++t) off += (pertap_count(seg, half, n, V, t) + bm - 1) / bm * bm;
-  const long long cnt = pertap_count(seg, half, n, V, k), padded = (cnt + bm - 1) / bm * bm;
-  for (long long j = gtid(); j < padded; j += gstride()) {
+  for (int t = 0; t < k; ++t) off += padded(fg::PairsTap(seg, half, V, n, t));
+  const fg::PairsTap tap(seg, half, V, n, k);
+  const long long cnt = tap.s1 - tap.s0, end = padded(tap);
+  for (long long j = gtid(); j < end; j += gstride()) {
     const long long s = off + j;
     if (j % bm == 0) {
-      ttap[s / bm] = (int)k;
+      ttap[s / bm] = k;
       tseg[s / bm] = (int)(s / bm);
     }
     if (j >= cnt) continue;
-    int in, out;
-    if (half && k == H) {
-      in = out = (int)j;
-    } else if (half && k > H) {
-      const long long p = seg[V - 1 - k] + j;
-      in = pout[p];
-      out = pin[p];
-    } else {
-      const long long p = seg[k] + j;
-      in = pin[p];
-      out = pout[p];
-    }
+    const long long p = tap.s0 + j;
+    const int in = tap.centre ? (int)j : tap.flip ? pout[p] : pin[p];
+    const int out = tap.centre ? (int)j : tap.flip ? pin[p] : pout[p];
     tbl[s] = in;
     slot[(long long)out * V + k] = (int)s;
   }
-  if (k == V - 1 && gtid() == 0) tseg[(off + padded) / bm] = (int)((off + padded) / bm);
+  if (k == V - 1 && gtid() == 0) tseg[(off + end) / bm] = (int)((off + end) / bm);
 }
 
 // load4 reads four consecutive elements at p (aligned to four) as floats.
