@@ -4,6 +4,7 @@ package cudaext
 
 import (
 	"fmt"
+	"math"
 
 	"github.com/flexgemm-go/flexgemm/cudaext/kernels"
 	"github.com/flexgemm-go/flexgemm/sparse"
@@ -101,7 +102,8 @@ func (e *Engine) perTap(m *kmap.Map, alg sparse.Algorithm, mth kernels.Math, t k
 	}
 	bm := int64(t.BM)
 	rows := perTapRows(pl.st.iters, bm)
-	if rows*n*int64(mth.ElemSize()) > d.perTapMaxBytes || rows/bm*ceilDiv(n, int64(t.BN)) < d.perTapMinBlocks {
+	// Slots are int32 in the tables (and in spconv_pertap_tables).
+	if rows > math.MaxInt32 || rows*n*int64(mth.ElemSize()) > d.perTapMaxBytes || rows/bm*ceilDiv(n, int64(t.BN)) < d.perTapMinBlocks {
 		return nil, false, nil
 	}
 	pt, err := e.perTapTablesFor(m, pl, bm)

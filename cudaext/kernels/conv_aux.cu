@@ -269,26 +269,37 @@ template <class T> __device__ void bias_grad2(const float* part, T* out, long lo
 // padding slots keep −1 (zero products, never read).
 __device__ void pertap_tables(const int* pin, const int* pout, const long long* seg, long long half, long long n,
                               long long V, long long bm, int* tbl, int* slot, int* tseg, int* ttap) {
-  const int k = blockIdx.y;
-  auto padded = [&](const fg::PairsTap& t) { return (t.s1 - t.s0 + bm - 1) / bm * bm; };
-  long long off = 0;
-  for (int t = 0; t < k; ++t) off += padded(fg::PairsTap(seg, half, V, n, t));
+  // The tiles of the taps before k, counted by the block in parallel (a
+  // chain of k 64-bit divisions per thread took ~9 µs at V = 27, session
+  // 33); slots fit 32 bits (perTap's rule).
+  __shared__ int before;
+  const int k = blockIdx.y, b = (int)bm;
+  if (threadIdx.x == 0) before = 0;
+  __syncthreads();
+  int mine = 0;
+  for (int t = threadIdx.x; t < k; t += blockDim.x) {
+    const fg::PairsTap p(seg, half, V, n, t);
+    mine += (int)(p.s1 - p.s0 + b - 1) / b;
+  }
+  if (mine) atomicAdd(&before, mine);
+  __syncthreads();
+  const int off = before * b;
   const fg::PairsTap tap(seg, half, V, n, k);
-  const long long cnt = tap.s1 - tap.s0, end = padded(tap);
-  for (long long j = gtid(); j < end; j += gstride()) {
-    const long long s = off + j;
-    if (j % bm == 0) {
-      ttap[s / bm] = k;
-      tseg[s / bm] = (int)(s / bm);
+  const int cnt = (int)(tap.s1 - tap.s0), end = (cnt + b - 1) / b * b;
+  for (long long jj = gtid(); jj < end; jj += gstride()) {
+    const int j = (int)jj, s = off + j;
+    if (j % b == 0) {
+      ttap[s / b] = k;
+      tseg[s / b] = s / b;
     }
     if (j >= cnt) continue;
     const long long p = tap.s0 + j;
-    const int in = tap.centre ? (int)j : tap.flip ? pout[p] : pin[p];
-    const int out = tap.centre ? (int)j : tap.flip ? pin[p] : pout[p];
+    const int in = tap.centre ? j : tap.flip ? pout[p] : pin[p];
+    const int out = tap.centre ? j : tap.flip ? pin[p] : pout[p];
     tbl[s] = in;
-    slot[(long long)out * V + k] = (int)s;
+    slot[(long long)out * V + k] = s;
   }
-  if (k == V - 1 && gtid() == 0) tseg[(off + end) / bm] = (int)((off + end) / bm);
+  if (k == V - 1 && gtid() == 0) tseg[(off + end) / b] = (off + end) / b;
 }
 
 // load4 reads four consecutive elements at p (aligned to four) as floats.
