@@ -318,39 +318,26 @@ template <class T> __device__ __forceinline__ float4 load4(const T* p) {
 
 // pertap_reduce writes out[r, c] = bias[c] + Σ_k part[slot[r, k], c] over
 // the taps k with slot[r, k] ≥ 0, in tap order, summed in float32 and
-// rounded once; with vec (cols a multiple of 4) four columns per thread,
-// reading the products of kReduceAhead taps at a time before adding them,
-// so that a row's reads overlap instead of each waiting for the sum. (Reading sixteen taps'
-// slots before their products was slower at RES 16: 18 µs against 13,
-// session 32.)
-constexpr int kReduceAhead = 8;
+// rounded once; with vec (cols a multiple of 4) four columns per thread.
+// (Reading sixteen taps' slots before their products, for more loads in
+// flight, was slower at RES 16: 18 µs against 13, session 32.)
 template <class T>
 __device__ void pertap_reduce(const T* part, const int* slot, const T* bias, T* out, long long rows, long long cols,
                               long long V, long long vec) {
   const long long n = rows * cols;
   const AddBias<T> add{bias, cols};
   if (vec) {
-    const int taps = (int)V;
     for (long long i = gtid() * 4; i < n; i += gstride() * 4) {
       const long long r = i / cols, c = i % cols;
-      const int* sr = slot + r * V;
       float4 s = make_float4(0.f, 0.f, 0.f, 0.f);
-      for (int k0 = 0; k0 < taps; k0 += kReduceAhead) {
-        int sl[kReduceAhead];
-        float4 v[kReduceAhead];
-#pragma unroll
-        for (int u = 0; u < kReduceAhead; ++u) sl[u] = k0 + u < taps ? sr[k0 + u] : -1;
-#pragma unroll
-        for (int u = 0; u < kReduceAhead; ++u)
-          v[u] = sl[u] >= 0 ? load4(part + (long long)sl[u] * cols + c) : make_float4(0.f, 0.f, 0.f, 0.f);
-#pragma unroll
-        for (int u = 0; u < kReduceAhead; ++u) {
-          if (sl[u] < 0) continue;
-          s.x += v[u].x;
-          s.y += v[u].y;
-          s.z += v[u].z;
-          s.w += v[u].w;
-        }
+      for (long long k = 0; k < V; ++k) {
+        const int sl = slot[r * V + k];
+        if (sl < 0) continue;
+        const float4 v = load4(part + (long long)sl * cols + c);
+        s.x += v.x;
+        s.y += v.y;
+        s.z += v.z;
+        s.w += v.w;
       }
       add(s, i);
       store4(out + i, s);
