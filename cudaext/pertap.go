@@ -96,11 +96,18 @@ func (e *Engine) perTap(m *kmap.Map, alg sparse.Algorithm, mth kernels.Math, t k
 	if int64(m.NOut)*int64(m.V())*n*int64(mth.ElemSize()) > 4*d.perTapMaxBytes {
 		return nil, false, nil
 	}
+	// And one on the blocks: a tap has at most NOut pairs, so at most
+	// ceil(NOut / BM) row tiles. (8, 1024, 16)'s 192 rows give at most 216
+	// blocks, under perTapMinBlocks: its inference no longer writes pair
+	// lists that no gather would read (session 33: 3–6 % of the step).
+	bm := int64(t.BM)
+	if int64(m.V())*ceilDiv(int64(m.NOut), bm)*ceilDiv(n, int64(t.BN)) < d.perTapMinBlocks {
+		return nil, false, nil
+	}
 	pl, err := e.pairTables(m)
 	if err != nil {
 		return nil, false, err
 	}
-	bm := int64(t.BM)
 	rows := perTapRows(pl.st.iters, bm)
 	// Slots are int32 in the tables (and in spconv_pertap_tables).
 	if rows > math.MaxInt32 || rows*n*int64(mth.ElemSize()) > d.perTapMaxBytes || rows/bm*ceilDiv(n, int64(t.BN)) < d.perTapMinBlocks {

@@ -227,3 +227,45 @@ func TestPerTapTablesDroppedByWeightGrad(t *testing.T) {
 	require.Equal(t, 1, sets, "the input gradient builds the tables again")
 	requireSameBits(t, want, host(t, dx), "input gradient after the drop")
 }
+
+// TestPerTapBlockBoundBuildsNoPairs checks perTap's bound on the blocks: a
+// map too small to fill perTapMinBlocks even with NOut pairs at every tap
+// keeps the masked gather without writing pair lists (an inference step
+// reads none).
+func TestPerTapBlockBoundBuildsNoPairs(t *testing.T) {
+	ok := mapOK(t)
+	rng := rand.New(rand.NewPCG(61, 1))
+	coords, ext := synth.SphereShell(8, 1)
+	m := ok(kmap.NewSubmanifold(coords, ext, [3]int{3, 3, 3}, [3]int{1, 1, 1}))
+	defer gpu.ReleaseMap(m)
+	var limit, minBlocks int64
+	require.NoError(t, gpu.d.do(func() error {
+		limit, minBlocks = gpu.d.perTapMaxBytes, gpu.d.perTapMinBlocks
+		gpu.d.perTapMaxBytes = 1 << 40
+		// Over the bound of every tile (at most NOut row tiles a tap, 256 column tiles).
+		gpu.d.perTapMinBlocks = int64(m.V())*int64(m.NOut)*256 + 1
+		return nil
+	}))
+	defer gpu.d.do(func() error { gpu.d.perTapMaxBytes, gpu.d.perTapMinBlocks = limit, minBlocks; return nil })
+	ref := cpuReference(t, rng, m, 256, 256)
+	x, w, b, dy := ref.operands(t, m, sparse.Float16)
+	defer gpu.Free(x, w, b, dy)
+	state := func() (launches int, pairs bool) {
+		require.NoError(t, gpu.d.do(func() error {
+			launches = gpu.d.perTapLaunches
+			if me, ok := gpu.maps.entries[keyOf(m)]; ok {
+				pairs = me.pairs != nil
+			}
+			return nil
+		}))
+		return launches, pairs
+	}
+	n0, _ := state()
+	y, err := gpu.Forward(m, x, w, b, Options{ConvOptions: sparse.ConvOptions{Algorithm: sparse.MaskedImplicitSplitK}})
+	require.NoError(t, err)
+	defer gpu.Free(y)
+	require.Less(t, relL2(host(t, y), ref.y), bound(kernels.F16))
+	n, pairs := state()
+	require.Equal(t, n0, n, "the masked gather ran")
+	require.False(t, pairs, "no pair lists written for a gather that cannot run per tap")
+}
