@@ -119,10 +119,11 @@
 //     tiles' iterations, and a tile cut between groups is finished by the
 //     group holding its end, which adds the others' float32 partials in
 //     group order;
-//   - unless FLEXGEMM_PERTAP_MAX_MB=0, the masked split-K
-//     forward and input gradient of small submanifold maps at f16 or tf32
-//     run per tap (pertap.go): one GEMM over every tap's own row tiles,
-//     writing each pair's product, then a per-row sum in tap order.
+//   - the masked split-K forward and input gradient of small submanifold
+//     maps at f16 or tf32 run per tap (pertap.go; slot buffers up to
+//     FLEXGEMM_PERTAP_MAX_MB, default 32, 0: never): one GEMM over every
+//     tap's own row tiles, writing each pair's product, then a per-row sum
+//     in tap order.
 //
 // Results are deterministic: fixed partitions, no float atomics (stream-K's
 // partitions depend on the SM count, so its bits are those of the GPU model).
