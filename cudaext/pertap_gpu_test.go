@@ -151,18 +151,9 @@ func TestPerTapGathers(t *testing.T) {
 // on the map, and the next forward or input gradient builds them again and
 // gets the same bits as before the drop.
 func TestPerTapTablesDroppedByWeightGrad(t *testing.T) {
-	ok := mapOK(t)
 	rng := rand.New(rand.NewPCG(59, 1))
-	coords, ext := synth.SphereShell(8, 1)
-	m := ok(kmap.NewSubmanifold(coords, ext, [3]int{3, 3, 3}, [3]int{1, 1, 1}))
-	defer gpu.ReleaseMap(m)
-	var limit, minBlocks int64
-	require.NoError(t, gpu.d.do(func() error {
-		limit, minBlocks = gpu.d.perTapMaxBytes, gpu.d.perTapMinBlocks
-		gpu.d.perTapMaxBytes, gpu.d.perTapMinBlocks = 1<<40, 0
-		return nil
-	}))
-	defer gpu.d.do(func() error { gpu.d.perTapMaxBytes, gpu.d.perTapMinBlocks = limit, minBlocks; return nil })
+	m := shell8Map(t)
+	setPerTapRules(t, 1<<40, 0)
 	// tables returns the number of cached table sets of m and their bytes,
 	// and the allocator's bytes in use.
 	tables := func() (sets int, bytes, inUse int64) {
@@ -233,20 +224,11 @@ func TestPerTapTablesDroppedByWeightGrad(t *testing.T) {
 // keeps the masked gather without writing pair lists (an inference step
 // reads none).
 func TestPerTapBlockBoundBuildsNoPairs(t *testing.T) {
-	ok := mapOK(t)
 	rng := rand.New(rand.NewPCG(61, 1))
-	coords, ext := synth.SphereShell(8, 1)
-	m := ok(kmap.NewSubmanifold(coords, ext, [3]int{3, 3, 3}, [3]int{1, 1, 1}))
-	defer gpu.ReleaseMap(m)
-	var limit, minBlocks int64
-	require.NoError(t, gpu.d.do(func() error {
-		limit, minBlocks = gpu.d.perTapMaxBytes, gpu.d.perTapMinBlocks
-		gpu.d.perTapMaxBytes = 1 << 40
-		// Over the bound of every tile (at most NOut row tiles a tap, 256 column tiles).
-		gpu.d.perTapMinBlocks = int64(m.V())*int64(m.NOut)*256 + 1
-		return nil
-	}))
-	defer gpu.d.do(func() error { gpu.d.perTapMaxBytes, gpu.d.perTapMinBlocks = limit, minBlocks; return nil })
+	m := shell8Map(t)
+	// Over the bound of every tile (at most NOut row tiles a tap, 256
+	// column tiles of 256 channels).
+	setPerTapRules(t, 1<<40, int64(m.V())*int64(m.NOut)*256+1)
 	ref := cpuReference(t, rng, m, 256, 256)
 	x, w, b, dy := ref.operands(t, m, sparse.Float16)
 	defer gpu.Free(x, w, b, dy)
@@ -268,4 +250,27 @@ func TestPerTapBlockBoundBuildsNoPairs(t *testing.T) {
 	n, pairs := state()
 	require.Equal(t, n0, n, "the masked gather ran")
 	require.False(t, pairs, "no pair lists written for a gather that cannot run per tap")
+}
+
+// shell8Map returns the submanifold 3×3×3 map of the RES 8 sphere shell,
+// released when the test ends.
+func shell8Map(t *testing.T) *kmap.Map {
+	coords, ext := synth.SphereShell(8, 1)
+	m := mapOK(t)(kmap.NewSubmanifold(coords, ext, [3]int{3, 3, 3}, [3]int{1, 1, 1}))
+	t.Cleanup(func() { gpu.ReleaseMap(m) })
+	return m
+}
+
+// setPerTapRules sets the device's per-tap slot limit and fewest blocks
+// for the test, and restores them when it ends.
+func setPerTapRules(t *testing.T, maxBytes, minBlocks int64) {
+	var oldMax, oldMin int64
+	require.NoError(t, gpu.d.do(func() error {
+		oldMax, oldMin = gpu.d.perTapMaxBytes, gpu.d.perTapMinBlocks
+		gpu.d.perTapMaxBytes, gpu.d.perTapMinBlocks = maxBytes, minBlocks
+		return nil
+	}))
+	t.Cleanup(func() {
+		_ = gpu.d.do(func() error { gpu.d.perTapMaxBytes, gpu.d.perTapMinBlocks = oldMax, oldMin; return nil })
+	})
 }
