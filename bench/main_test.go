@@ -511,6 +511,34 @@ func TestPaddingHaloColumns(t *testing.T) {
 	require.Less(t, z, gray)
 }
 
+// TestPaddingHalvesColumns checks the -halves columns of `bench padding`:
+// the halves' balance (in (½, 1], higher with more taps resident in both
+// halves) and, with -bytes, the rows' gigabytes (today's rows without the
+// weights); a bad tap list is an error.
+func TestPaddingHalvesColumns(t *testing.T) {
+	balance := func(taps string) float64 {
+		header, rows := paddingTable(t, 1, 13, "-res", "16", "-rows", "64", "-bytes", "1024", "-halves", taps)
+		require.Contains(t, header, "halves' balance BM 64")
+		var b float64
+		_, err := fmt.Sscanf(rows[0][11], "%f", &b)
+		require.NoError(t, err)
+		require.Greater(t, b, 0.5)
+		require.LessOrEqual(t, b, 1.0)
+		// The Gray tiles' rows + weights (after the map's four columns and
+		// the two paddings), then the resident design's rows.
+		var rowsGB, weightsGB, resident float64
+		_, err = fmt.Sscanf(rows[0][6]+" "+rows[0][12], "%f + %f %f", &rowsGB, &weightsGB, &resident)
+		require.NoError(t, err)
+		require.Positive(t, rowsGB)
+		require.InDelta(t, rowsGB, resident, 0.005)
+		return b
+	}
+	require.GreaterOrEqual(t, balance("13,4,10,12,14,16,22"), balance("13"))
+	var out, errb bytes.Buffer
+	require.Equal(t, 1, runMain([]string{"padding", "-halves", "x"}, &out, &errb))
+	require.Contains(t, errb.String(), "-halves")
+}
+
 // TestPaddingCommand runs `bench padding` on small shells: one row per
 // resolution, the map's voxel and pair counts, and per tile height the
 // Gray order's padding and the engines' (≥ 1, growing with the tile

@@ -30,8 +30,9 @@ import (
 // z-order of the coordinates and, for both orders, the distinct input rows
 // per tile relative to the pairs (tileHaloRows); with -bytes C the bytes a
 // forward gather of C channels reads from L2 with either kind of tile
-// (gatherBytes); with -halves the balance of a two-block design with
-// resident weights (halfBalance) and, with -bytes, its row bytes; with
+// (gatherBytes); with -halves V,… the balance of a two-block design with
+// resident weights, those taps in both (halfBalance) and, with -bytes, its
+// row bytes; with
 // -wgrad G,… the
 // products and rows read of a multi-tap weight gradient over the Gray order
 // (multiTapTraffic, a design) relative to the pairs kernels.
@@ -44,7 +45,7 @@ func paddingMain(args []string, stdout, stderr io.Writer) error {
 	windows := fs.Bool("windows", false, "with -regroup W: regroup each window of W rows of the Gray order on its own instead of a sliding window, and report the passes per window of the GPU design (kmap.RegroupWindow)")
 	halo := fs.Bool("halo", false, "also report the padding of tiles in z-order and, for tiles in Gray order and in z-order, the distinct input rows of each tile summed over the tiles relative to the pairs (what a gather reading each tile's neighbourhood once would read; today's read one row per pair)")
 	bytesC := fs.Int("bytes", 0, "also report, for C → C layers of `C` channels (fp16), the gigabytes a forward gather reads from L2 per layer: today's Gray tiles (one input row per pair) and z-order and Hilbert tiles reading each tile's distinct rows once, with their padding and the most distinct rows of one tile (gatherBytes; 0: off)")
-	halves := fs.Bool("halves", false, "also report, for tiles of the engines' order, the balance of a design that splits each tile's taps between the two blocks of a cluster, each keeping half the taps' weights resident (halfBalance: the share of the pair's tap iterations that do work), and with -bytes C the gigabytes its forward reads from L2 (rows only)")
+	halves := fs.String("halves", "", "also report, for tiles of the engines' order, the balance of a design that splits each tile's taps between the two blocks of a cluster, each keeping half the taps' weights resident and both these taps `V,…` (13: the centre of 3×3×3): halfBalance, the share of the pair's tap iterations that do work; with -bytes C also the gigabytes its forward reads from L2 (rows only)")
 	wgrad := fs.String("wgrad", "", "also report, for these tap-group sizes `G,…`, the rows a multi-tap weight gradient over the Gray order would read, relative to the pairs kernels (multiTapTraffic)")
 	wgradRows := fs.Int("wgradrows", 32, "rows per K slab of the multi-tap weight gradient (-wgrad)")
 	if err := fs.Parse(args); err != nil {
@@ -119,7 +120,15 @@ func paddingMain(args []string, stdout, stderr io.Writer) error {
 			}
 		}
 	}
-	if *halves {
+	var flexible []int32
+	if *halves != "" {
+		vs, err := parseInts(*halves)
+		if err != nil {
+			return fmt.Errorf("-halves: %w", err)
+		}
+		for _, v := range vs {
+			flexible = append(flexible, int32(v))
+		}
 		for _, bm := range bms {
 			cols = append(cols, fmt.Sprintf("halves' balance BM %d", bm))
 			if *bytesC > 0 {
@@ -221,11 +230,11 @@ func paddingMain(args []string, stdout, stderr io.Writer) error {
 				}
 			}
 		}
-		if *halves {
+		if *halves != "" {
 			ms := m.Masked()
 			for _, bm := range bms {
 				tiles := ms.Tiles(bm)
-				fmt.Fprintf(stdout, " %.3f |", halfBalance(tiles, m.V()))
+				fmt.Fprintf(stdout, " %.3f |", halfBalance(tiles, m.V(), flexible))
 				if *bytesC > 0 {
 					rows, _ := gatherBytes(st.Pairs, tiles, *bytesC, 2)
 					fmt.Fprintf(stdout, " %.2f |", float64(rows)/1e9)
