@@ -50,12 +50,26 @@ const perTapMinBlocksPerSM = 2
 // wins.
 const perTapMinChannels = 256
 
+// perTapMap reports whether m's kind and shape allow per-tap gathers: a
+// submanifold map with rows and an odd kernel volume of at least 3 (its
+// pair lists mirrored around the centre tap).
+func perTapMap(m *kmap.Map) bool {
+	return m.Kind == kmap.Submanifold && m.V()%2 == 1 && m.V() >= 3 && m.NOut > 0
+}
+
+// perTapMayFit is the cheap filter before m's pair lists are counted: a
+// slot buffer of cols columns of esz bytes may fit the limit. A map whose
+// rows had a quarter of their taps each would already be over it (a sphere
+// shell's have about half).
+func (d *Device) perTapMayFit(m *kmap.Map, cols, esz int64) bool {
+	return int64(m.NOut)*int64(m.V())*cols*esz <= 4*d.perTapMaxBytes
+}
+
 // mayRunPerTap reports whether some gather on m could run per tap (perTap
 // with the fewest channels it takes, in 16-bit): DeriveTables then counts
 // the pair lists ahead.
 func (e *Engine) mayRunPerTap(m *kmap.Map) bool {
-	return m.Kind == kmap.Submanifold && m.V()%2 == 1 && m.V() >= 3 && m.NOut > 0 &&
-		int64(m.NOut)*int64(m.V())*perTapMinChannels*2 <= 4*e.d.perTapMaxBytes
+	return perTapMap(m) && e.d.perTapMayFit(m, perTapMinChannels, 2)
 }
 
 // perTapTables are the slot tables of a submanifold map for tiles of bm
@@ -70,37 +84,22 @@ type perTapTables struct {
 	taps  devPtr // [tiles] int32: the tap of each tile
 }
 
-// perTapRows returns the slots of a map whose taps have the given pair
-// counts, each tap's segment padded to a multiple of bm.
-func perTapRows(iters []int64, bm int64) int64 {
-	var n int64
-	for _, c := range iters {
-		n += ceilDiv(c, bm) * bm
-	}
-	return n
-}
-
 // perTap reports whether a gather of algorithm alg on m with arithmetic mth,
 // tile t, kc input and n output channels runs per tap, and returns the map's
 // slot tables if so. Worker only.
 func (e *Engine) perTap(m *kmap.Map, alg sparse.Algorithm, mth kernels.Math, t kernels.Tile, kc, n int64) (*perTapTables, bool, error) {
 	d := e.d
-	if alg != sparse.MaskedImplicitSplitK || m.Kind != kmap.Submanifold || m.V()%2 == 0 || m.V() < 3 || m.NOut == 0 ||
-		(mth != kernels.F16 && mth != kernels.TF32) || kc < perTapMinChannels || n < perTapMinChannels ||
-		d.perTapMaxBytes <= 0 {
+	if alg != sparse.MaskedImplicitSplitK || !perTapMap(m) || (mth != kernels.F16 && mth != kernels.TF32) ||
+		kc < perTapMinChannels || n < perTapMinChannels || d.perTapMaxBytes <= 0 ||
+		!d.perTapMayFit(m, n, int64(mth.ElemSize())) {
 		return nil, false, nil
 	}
-	// A cheap filter before the pair lists are counted here: a map whose
-	// rows had a quarter of their taps each would already be over the
-	// limit (a sphere shell's have about half; mayRunPerTap agrees).
-	if int64(m.NOut)*int64(m.V())*n*int64(mth.ElemSize()) > 4*d.perTapMaxBytes {
-		return nil, false, nil
-	}
-	// And one on the blocks: a tap has at most NOut pairs, so at most
-	// ceil(NOut / BM) row tiles. (8, 1024, 16)'s 192 rows give at most 216
-	// blocks, under perTapMinBlocks: its inference no longer writes pair
-	// lists that no gather would read (session 33: 2 % of that step; the
-	// counts DeriveTables takes ahead for mayRunPerTap maps remain).
+	// A filter on the blocks before the pair lists are counted here too: a
+	// tap has at most NOut pairs, so at most ceil(NOut / BM) row tiles.
+	// (8, 1024, 16)'s 192 rows give at most 216 blocks, under
+	// perTapMinBlocks: its inference no longer writes pair lists that no
+	// gather would read (session 33: 2 % of that step; the counts
+	// DeriveTables takes ahead for mayRunPerTap maps remain).
 	bm := int64(t.BM)
 	if int64(m.V())*ceilDiv(int64(m.NOut), bm)*ceilDiv(n, int64(t.BN)) < d.perTapMinBlocks {
 		return nil, false, nil
@@ -109,9 +108,11 @@ func (e *Engine) perTap(m *kmap.Map, alg sparse.Algorithm, mth kernels.Math, t k
 	if err != nil {
 		return nil, false, err
 	}
-	rows := perTapRows(pl.st.iters, bm)
+	// The slots: each tap's segment padded to whole tiles.
+	_, tiles := pl.st.itersOf(bm)
+	rows := tiles * bm
 	// Slots are int32 in the tables (and in spconv_pertap_tables).
-	if rows > math.MaxInt32 || rows*n*int64(mth.ElemSize()) > d.perTapMaxBytes || rows/bm*ceilDiv(n, int64(t.BN)) < d.perTapMinBlocks {
+	if rows > math.MaxInt32 || rows*n*int64(mth.ElemSize()) > d.perTapMaxBytes || tiles*ceilDiv(n, int64(t.BN)) < d.perTapMinBlocks {
 		return nil, false, nil
 	}
 	pt, err := e.perTapTablesFor(m, pl, bm)
@@ -127,8 +128,9 @@ func (e *Engine) perTapTablesFor(m *kmap.Map, pl pairLists, bm int64) (*perTapTa
 	}
 	d := e.d
 	V, n := int64(m.V()), int64(m.NOut)
-	pt := &perTapTables{rows: perTapRows(pl.st.iters, bm)}
-	pt.tiles = pt.rows / bm
+	// Tap segments padded to whole tiles; the launch covers the longest.
+	longest, tiles := pl.st.itersOf(bm)
+	pt := &perTapTables{rows: tiles * bm, tiles: tiles}
 	// One block, one fill: the slot and slot-of-(row, tap) tables start at
 	// −1 (padding, absent taps); the kernel writes every tile's entries.
 	// Each table starts on a 256-byte boundary, as a block of its own would.
@@ -153,11 +155,7 @@ func (e *Engine) perTapTablesFor(m *kmap.Map, pl pairLists, bm int64) (*perTapTa
 	if pl.half {
 		half = 1
 	}
-	longest := int64(0)
-	for _, c := range pl.st.iters {
-		longest = max(longest, ceilDiv(c, bm)*bm)
-	}
-	g, blk := d.elementwise(longest)
+	g, blk := d.elementwise(longest * bm)
 	g.Y = int(V)
 	if err := d.launch("spconv_pertap_tables", g, blk, 0, pl.in, pl.out, pl.seg, half, n, V, bm,
 		pt.tbl, pt.slot, pt.seg, pt.taps); err != nil {
