@@ -47,12 +47,7 @@ func TestPerTapGathers(t *testing.T) {
 		}))
 		return launches
 	}
-	var limit, minBlocks int64
-	require.NoError(t, gpu.d.do(func() error {
-		limit, minBlocks, gpu.d.perTapMinBlocks = gpu.d.perTapMaxBytes, gpu.d.perTapMinBlocks, 0
-		return nil
-	}))
-	defer gpu.d.do(func() error { gpu.d.perTapMaxBytes, gpu.d.perTapMinBlocks = limit, minBlocks; return nil })
+	setPerTapRules(t, 0, 0) // every gather below sets the limit first (state)
 	const unlimited = int64(1) << 40
 	for si, sc := range scenes {
 		m := sc.m
