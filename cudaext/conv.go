@@ -142,7 +142,10 @@ const (
 //     2.51 / 2.42 ms forward / input gradient at RES 1024 C 64 against
 //     2.98 / 2.94 for the 256×64 tile of one block per SM and 3.46 / 3.79
 //     for the best mma.sync tile (m128n64k32w2x2s4, session 4); smaller
-//     row counts keep mma.sync (not measured);
+//     row counts keep mma.sync (not measured). Where the warp-specialised
+//     gathers are on, its three-stage twin of two tile descriptions serves
+//     instead, two persistent blocks per SM (EnvNarrowPersistent, step 74:
+//     the forward gathers 1–2 % faster, (1024, 64, 2) inference up to 5 %);
 //   - every gather tile needs one full 128-byte K stage per tap (kc ≥ BK).
 func hopperDefault(mth kernels.Math, use tileUse, rows, cols, kc int64) string {
 	// pick returns the first Hopper tile of bm × bn (and stages, unless 0)
@@ -191,6 +194,11 @@ func hopperDefault(mth kernels.Math, use tileUse, rows, cols, kc int64) string {
 		}
 		return gather(256, 128, 0)
 	case use == useGather && cols >= 64 && rows >= hopperNarrowRows:
+		if narrowPersistent.Load() {
+			if h := gather(128, 64, 3); h != "" {
+				return h
+			}
+		}
 		return gather(128, 64, 4)
 	case use == usePairs && rows >= 256 && cols >= 256:
 		return pick(128, 256, 0, 0, kernels.Pairs)
@@ -209,6 +217,11 @@ var specializedGathers atomic.Bool
 // persistentGathers says whether warp-specialised gathers of one block per
 // SM run persistent blocks (EnvPersistentGathers, read by Open).
 var persistentGathers atomic.Bool
+
+// narrowPersistent says whether hopperDefault takes the three-stage
+// 128×64 warp-specialised tile (two persistent blocks per SM) for
+// 64-column gathers (EnvNarrowPersistent, read by Open).
+var narrowPersistent atomic.Bool
 
 // fusedSplitReduce says whether split-K gathers of warp-specialised tiles
 // may sum their partials in the kernel (EnvFusedSplitReduce, read by Open;
@@ -585,10 +598,11 @@ func (e *Engine) runGather(j gatherJob) error {
 				return fmt.Errorf("%w: %s: %v", ErrLaunch, name, err)
 			}
 		}
-		// Stream-K where streamK says so; otherwise an unsplit tile alone
-		// on its SM runs persistent blocks where there are more tiles than
-		// SMs: a block per SM takes the next tile from a counter while it
-		// stores the last (gather_ws.cuh).
+		// Stream-K where streamK says so; otherwise an unsplit tile of
+		// two descriptions per block runs persistent blocks where there
+		// are more tiles than resident blocks: a block per SM (two for a
+		// tile of two blocks per SM) takes the next tile from a counter
+		// while it stores the last (gather_ws.cuh).
 		if skBlocks > 0 {
 			slots, err := d.allocPartials(int64(skBlocks) * int64(t.BM) * int64(t.BN))
 			if err != nil {
@@ -604,14 +618,15 @@ func (e *Engine) runGather(j gatherJob) error {
 			grid.X = skBlocks
 		} else {
 			next := devPtr(0)
-			if persistentGathers.Load() && splits == 1 && t.BlocksPerSM(kernels.Gather, j.math) == 1 && tiles > int64(d.info.SMs) {
+			resident := d.info.SMs * t.BlocksPerSM(kernels.Gather, j.math)
+			if persistentGathers.Load() && splits == 1 && t.Descriptions(j.math) == 2 && tiles > int64(resident) {
 				ctr, err := d.allocZeroI32(1)
 				if err != nil {
 					return err
 				}
 				defer d.freeTemp(ctr)
 				next = ctr.ptr
-				grid.X = d.info.SMs
+				grid.X = resident
 			}
 			args = append(args, &maps, next)
 		}

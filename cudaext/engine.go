@@ -59,6 +59,10 @@ func Open(ordinal int) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
+	narrow, err := narrowPersistentFromEnv()
+	if err != nil {
+		return nil, err
+	}
 	d, err := openDevice(ordinal)
 	if err != nil {
 		return nil, err
@@ -66,6 +70,7 @@ func Open(ordinal int) (*Engine, error) {
 	specializedGathers.Store(ws)
 	persistentGathers.Store(persistent)
 	fusedSplitReduce.Store(fusedReduce)
+	narrowPersistent.Store(narrow)
 	e := &Engine{d: d}
 	e.noHopper.Store(os.Getenv(EnvNoHopper) == "1")
 	e.src = &tableSource{e: e}

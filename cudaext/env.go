@@ -231,10 +231,11 @@ func specializedGathersFromEnv() (bool, error) {
 }
 
 // EnvPersistentGathers names the environment variable that, read when an
-// engine opens, runs the warp-specialised gathers whose block is alone on
-// its SM as persistent blocks, one per SM, each taking its next tile from
-// a counter while it stores the last ("1"), or a block per tile ("0");
-// unset, persistentGathersDefault.
+// engine opens, runs the warp-specialised gathers whose blocks hold two
+// tile descriptions (kernels.Tile.Descriptions) as persistent blocks, as
+// many as are resident at once, each taking its next tile from a counter
+// while it stores the last ("1"), or a block per tile ("0"); unset,
+// persistentGathersDefault.
 const EnvPersistentGathers = "FLEXGEMM_PERSISTENT_GATHERS"
 
 // persistentGathersDefault is EnvPersistentGathers's setting when unset.
@@ -262,6 +263,28 @@ const fusedSplitReduceDefault = true
 // "0", an error naming the variable otherwise.
 func fusedSplitReduceFromEnv() (bool, error) {
 	return switchFromEnv(EnvFusedSplitReduce, fusedSplitReduceDefault)
+}
+
+// EnvNarrowPersistent names the environment variable that, read when an
+// engine opens, makes the fixed heuristic's 64-column gathers of many rows
+// take the three-stage 128×64 warp-specialised tile, two persistent blocks
+// per SM each describing its next tile while it finishes this one ("1"),
+// instead of the four-stage tile of a block per tile ("0"); unset,
+// narrowPersistentDefault.
+const EnvNarrowPersistent = "FLEXGEMM_NARROW_PERSISTENT"
+
+// narrowPersistentDefault is EnvNarrowPersistent's setting when unset.
+// Measured (H200, session 34, call 2, docs/PERF_NOTES.md step 74; three
+// interleaved rounds, min): (1024, 64, 2) inference 5.157 → 4.936 ms,
+// training 10.750 → 10.632 (forward gathers 2.00–2.10 → 1.96–2.08 ms a
+// layer); nothing else takes the tile.
+const narrowPersistentDefault = true
+
+// narrowPersistentFromEnv returns EnvNarrowPersistent's setting:
+// narrowPersistentDefault when unset or empty, true for "1", false for
+// "0", an error naming the variable otherwise.
+func narrowPersistentFromEnv() (bool, error) {
+	return switchFromEnv(EnvNarrowPersistent, narrowPersistentDefault)
 }
 
 // EnvProgrammaticLaunch names the environment variable that, read when an

@@ -92,6 +92,17 @@ func TestPersistentGathersFromEnv(t *testing.T) {
 	})
 }
 
+// TestNarrowPersistentFromEnv checks the parsing of EnvNarrowPersistent.
+func TestNarrowPersistentFromEnv(t *testing.T) {
+	checkEnvParse(t, EnvNarrowPersistent, narrowPersistentFromEnv, []envCase[bool]{
+		{set: false, want: narrowPersistentDefault},
+		{value: "", set: true, want: narrowPersistentDefault},
+		{value: "1", set: true, want: true},
+		{value: "0", set: true, want: false},
+		{value: "3", set: true, bad: true},
+	})
+}
+
 // TestFusedSplitReduceFromEnv checks the parsing of EnvFusedSplitReduce.
 func TestFusedSplitReduceFromEnv(t *testing.T) {
 	checkEnvParse(t, EnvFusedSplitReduce, fusedSplitReduceFromEnv, []envCase[bool]{

@@ -435,28 +435,37 @@ func TestDefaultTiles(t *testing.T) {
 			// gathers of the 128×256 tiles (16-bit and tf32) and of the
 			// 16-bit 128×64 tile take their specialised twins, and those
 			// of the 16-bit 256×128 tile the specialised 128×128 tile.
+			// With EnvNarrowPersistent on (the default), the 16-bit 128×64
+			// tile's twin is the three-stage one of two descriptions.
 			wsTwin := map[string]string{"m128n256k64w8x1s4h": "m128n256k64w8x1s4hp4", "m128n64k64w8x1s4h": "m128n64k64w8x1s4hp4",
 				"m128n256k32w8x1s4h": "m128n256k32w8x1s4hp4", "m256n128k64w16x1s4h": "m128n128k64w8x1s6hp4"}
-			for _, ws := range []bool{false, true} {
-				specializedGathers.Store(ws)
-				for _, mth := range kernels.Maths {
-					gpu.SetHopperDefaults(false)
-					old, err := gpu.chooseTile(Options{}, mth, tc.use, tc.rows, tc.cols, tc.kc)
-					require.NoError(t, err)
-					gpu.SetHopperDefaults(true)
-					want := map[kernels.Math]string{kernels.F16: tc.narrow, kernels.BF16: tc.narrow, kernels.TF32: tc.tf32}[mth]
-					if want == "" {
-						want = old.Name()
+			for _, narrow := range []bool{false, true} {
+				narrowPersistent.Store(narrow)
+				for _, ws := range []bool{false, true} {
+					specializedGathers.Store(ws)
+					for _, mth := range kernels.Maths {
+						gpu.SetHopperDefaults(false)
+						old, err := gpu.chooseTile(Options{}, mth, tc.use, tc.rows, tc.cols, tc.kc)
+						require.NoError(t, err)
+						gpu.SetHopperDefaults(true)
+						want := map[kernels.Math]string{kernels.F16: tc.narrow, kernels.BF16: tc.narrow, kernels.TF32: tc.tf32}[mth]
+						if want == "" {
+							want = old.Name()
+						}
+						if twin, ok := wsTwin[want]; ok && ws && tc.use == useGather {
+							want = twin
+							if narrow && want == "m128n64k64w8x1s4hp4" {
+								want = "m128n64k64w8x1s3hp4"
+							}
+						}
+						got, err := gpu.chooseTile(Options{}, mth, tc.use, tc.rows, tc.cols, tc.kc)
+						require.NoError(t, err)
+						require.Equal(t, want, got.Name(), "Hopper: %v use %d rows %d cols %d kc %d specialised %v narrow %v", mth, tc.use, tc.rows, tc.cols, tc.kc, ws, narrow)
 					}
-					if twin, ok := wsTwin[want]; ok && ws && tc.use == useGather {
-						want = twin
-					}
-					got, err := gpu.chooseTile(Options{}, mth, tc.use, tc.rows, tc.cols, tc.kc)
-					require.NoError(t, err)
-					require.Equal(t, want, got.Name(), "Hopper: %v use %d rows %d cols %d kc %d specialised %v", mth, tc.use, tc.rows, tc.cols, tc.kc, ws)
 				}
 			}
 			specializedGathers.Store(true)
+			narrowPersistent.Store(narrowPersistentDefault)
 		}
 		// A forced Hopper tile: every GEMM takes it in 16 bits; in tf32
 		// the weight gradient (no tf32 Hopper pairs kernel) its default;

@@ -345,10 +345,13 @@ template <class C, int PW, int MB> struct WsLayout {
 };
 
 // The tile descriptions of a warp-specialised block of minBlocks blocks
-// per SM: two where it is alone on its SM (a persistent block describes
-// its next tile while it stores the last), one where a second block
-// overlaps it anyway (kernels.SmemBytes mirrors the rule).
-__host__ __device__ constexpr int ws_descriptions(int minBlocks) { return minBlocks == 1 ? 2 : 1; }
+// per SM: two where it is alone on its SM or where two still fit beside
+// its stages at two blocks per SM (a persistent block describes its next
+// tile while it stores the last), else one (kernels.Tile.Descriptions
+// mirrors the rule).
+template <class C, int PW> __host__ __device__ constexpr int ws_descriptions(int minBlocks) {
+  return minBlocks == 1 || 2 * (WsLayout<C, PW, 2>::kSmem + 1024) <= 233472 ? 2 : 1;
+}
 
 // One tile's description in shared memory (WsLayout::kMeta bytes).
 template <class C> struct WsMeta {
@@ -678,16 +681,18 @@ __device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMa
       NAME(const fg::GatherParams p, const __grid_constant__ fg::WsMaps maps, unsigned* next) {                \
     fg_await_prior_grid();                                                                                     \
     using Cfg = fg::TileCfg<MATH, BM, BN, BK, WM, 1, S, true>;                                                 \
-    static_assert(fg::WsLayout<Cfg, PW, fg::ws_descriptions(MINB)>::kSmem == (SMEM),                          \
+    constexpr int kDescriptions = fg::ws_descriptions<Cfg, PW>(MINB);                                          \
+    static_assert(fg::WsLayout<Cfg, PW, kDescriptions>::kSmem == (SMEM),                                       \
                   "shared memory differs from the Go tile table");                                             \
-    fg::gather_gemm_ws<Cfg, PW, false, fg::ws_descriptions(MINB), false>(p, maps, next, fg::StreamK{});       \
+    fg::gather_gemm_ws<Cfg, PW, false, kDescriptions, false>(p, maps, next, fg::StreamK{});                    \
   }
 #define FG_GATHER_WS_WT_KERNEL(NAME, MATH, BM, BN, BK, WM, S, PW, MINB)                                        \
   extern "C" __global__ void __launch_bounds__(32 * ((WM) + (PW)), MINB)                                       \
       NAME##_wt(const fg::GatherParams p, const __grid_constant__ fg::WsMaps maps, unsigned* next) {           \
     fg_await_prior_grid();                                                                                     \
     using Cfg = fg::TileCfg<MATH, BM, BN, BK, WM, 1, S, true>;                                                 \
-    fg::gather_gemm_ws<Cfg, PW, true, fg::ws_descriptions(MINB), false>(p, maps, next, fg::StreamK{});        \
+    constexpr int kDescriptions = fg::ws_descriptions<Cfg, PW>(MINB);                                          \
+    fg::gather_gemm_ws<Cfg, PW, true, kDescriptions, false>(p, maps, next, fg::StreamK{});                     \
   }
 // The stream-K twins (MINB = 1 only: every block resident; WT as above).
 #define FG_GATHER_WS_SK_KERNEL(NAME, MATH, BM, BN, BK, WM, S, PW, WT)                                          \

@@ -38,3 +38,5 @@ FG_GATHER_WS_SK_KERNEL(spconv_gather_bf16_m128n64k64w8x1s8hp8_sk, fg::Math::BF16
 FG_GATHER_WS_SK_KERNEL(spconv_gather_bf16_m128n64k64w8x1s8hp8_wt_sk, fg::Math::BF16, 128, 64, 64, 8, 8, 8, true)
 FG_GATHER_WS_KERNEL(spconv_gather_bf16_m128n64k64w8x1s4hp4, fg::Math::BF16, 128, 64, 64, 8, 4, 4, 2, 113872)
 FG_GATHER_WS_WT_KERNEL(spconv_gather_bf16_m128n64k64w8x1s4hp4, fg::Math::BF16, 128, 64, 64, 8, 4, 4, 2)
+FG_GATHER_WS_KERNEL(spconv_gather_bf16_m128n64k64w8x1s3hp4, fg::Math::BF16, 128, 64, 64, 8, 3, 4, 2, 103760)
+FG_GATHER_WS_WT_KERNEL(spconv_gather_bf16_m128n64k64w8x1s3hp4, fg::Math::BF16, 128, 64, 64, 8, 3, 4, 2)

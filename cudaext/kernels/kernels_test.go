@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -176,8 +177,9 @@ func TestTileTableMirrorsCpp(t *testing.T) {
 	for _, expr := range []string{
 		"kMeta = (4 * C::BM + 4 * kWsMaxTaps * (C::BM + 1) + 32 + 15) / 16 * 16;",
 		"kSmem = C::S * (ASt + BSt) * C::kElem + 16 * C::S + MB * kMeta + 1024;",
-		"constexpr int ws_descriptions(int minBlocks) { return minBlocks == 1 ? 2 : 1; }",
-		"WsLayout<Cfg, PW, fg::ws_descriptions(MINB)>::kSmem",
+		"return minBlocks == 1 || 2 * (WsLayout<C, PW, 2>::kSmem + 1024) <= 233472 ? 2 : 1;",
+		"constexpr int kDescriptions = fg::ws_descriptions<Cfg, PW>(MINB);",
+		"WsLayout<Cfg, PW, kDescriptions>::kSmem == (SMEM)",
 		"ASt = C::BM * C::BK, BSt = C::BN * C::BK;",
 		fmt.Sprintf("constexpr int kWsMaxTaps = %d;", MaxSpecializedTaps),
 	} {
@@ -237,7 +239,16 @@ func TestTileTableMirrorsCpp(t *testing.T) {
 		if tile.Producers > 0 {
 			require.True(t, strings.HasSuffix(tile.Name(), fmt.Sprintf("hp%d", tile.Producers)), tile.Name())
 			require.Equal(t, 32*(tile.WM+tile.Producers), tile.Threads())
-			require.Equal(t, tile.Name()[:len(tile.Name())-len(fmt.Sprint(tile.Producers))-1], tile.Plain().Name())
+			// Its plain twin: the table's tile of its shape without
+			// producers, of the same stages where the table has one.
+			plain := tile.Plain()
+			require.Contains(t, HopperTiles, plain, tile.Name())
+			require.Equal(t, [4]int{tile.BM, tile.BN, tile.BK, 0}, [4]int{plain.BM, plain.BN, plain.BK, plain.Producers}, tile.Name())
+			same := tile
+			same.Producers = 0
+			if slices.Contains(HopperTiles, same) {
+				require.Equal(t, same, plain)
+			}
 			for _, m := range Maths {
 				require.False(t, tile.Has(Pairs, m), "%s: a warp-specialised tile has no pairs kernel", tile.Name())
 				if tile.Supports(m) {
@@ -298,6 +309,36 @@ func TestTileTableMirrorsCpp(t *testing.T) {
 	bad = Tiles[0]
 	bad.Producers = 2
 	require.ErrorContains(t, bad.Validate(F16), "only a Hopper tile")
+}
+
+// TestTileDescriptions checks the tile descriptions of the
+// warp-specialised blocks (fg::ws_descriptions): two where the block is
+// alone on its SM or two still fit beside its stages at two blocks per
+// SM, one otherwise, none for tiles without producers; and that the
+// shared memory holds the stages and that many descriptions.
+func TestTileDescriptions(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		want   int
+		blocks int
+	}{
+		{"m128n256k64w8x1s4hp4", 2, 1},
+		{"m128n64k64w8x1s8hp8", 2, 1},
+		{"m128n64k64w8x1s4hp4", 1, 2},
+		{"m128n64k64w8x1s3hp4", 2, 2},
+		{"m128n64k64w8x1s4h", 0, 2},
+		{"m128n128k32w2x4s3", 0, 1},
+	} {
+		tile, err := ParseTile(c.name)
+		require.NoError(t, err)
+		require.Equal(t, c.want, tile.Descriptions(F16), c.name)
+		if tile.Producers == 0 {
+			continue
+		}
+		require.Equal(t, c.blocks, tile.BlocksPerSM(Gather, F16), c.name)
+		stages := tile.Stages*(tile.BM+tile.BN)*tile.BK*2 + 16*tile.Stages + 1024
+		require.Equal(t, stages+c.want*wsMeta(tile), SmemBytes(Gather, F16, tile), c.name)
+	}
 }
 
 func TestImagesOverride(t *testing.T) {

@@ -2,6 +2,7 @@ package kernels
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -195,6 +196,10 @@ var HopperTiles = []Tile{
 	{BM: 128, BN: 64, BK: 64, WM: 8, WN: 1, Stages: 8, Hopper: true, Producers: 8},
 	// Two blocks per SM (80 registers per thread).
 	{BM: 128, BN: 64, BK: 64, WM: 8, WN: 1, Stages: 4, Hopper: true, Producers: 4},
+	// Two blocks per SM with three stages: room for two tile
+	// descriptions each, so that a persistent block describes its next
+	// tile while it finishes this one (Descriptions).
+	{BM: 128, BN: 64, BK: 64, WM: 8, WN: 1, Stages: 3, Hopper: true, Producers: 4},
 	// The tf32 twin of m128n256k32w8x1s4h (forward, and the input
 	// gradient over the materialised transpose).
 	{BM: 128, BN: 256, BK: 32, WM: 8, WN: 1, Stages: 4, Hopper: true, Producers: 4},
@@ -216,10 +221,55 @@ func (t Tile) Name() string {
 
 // Plain returns the tile without its producer warps: the Hopper tile of
 // the same shape whose warps all copy and multiply (t itself when t is
-// not warp-specialised).
+// not warp-specialised). Where HopperTiles has no plain tile of t's
+// stages, it is the table's first plain tile of t's BM × BN × BK.
 func (t Tile) Plain() Tile {
 	t.Producers = 0
+	if !t.Hopper || slices.Contains(HopperTiles, t) {
+		return t
+	}
+	for _, h := range HopperTiles {
+		if h.Producers == 0 && h.BM == t.BM && h.BN == t.BN && h.BK == t.BK {
+			return h
+		}
+	}
 	return t
+}
+
+// Descriptions returns how many tile descriptions a block of the gather
+// kernel of a warp-specialised tile holds in arithmetic m (0 for other
+// tiles): two where they fit beside its stages at its blocks per SM or
+// where the block is alone on its SM anyway, else one
+// (fg::ws_descriptions in gather_ws.cuh). With two, a persistent block's
+// producers describe its next tile while its consumers finish this one,
+// so the engine runs such a gather in persistent blocks (conv.go).
+func (t Tile) Descriptions(m Math) int {
+	if !t.Hopper || t.Producers == 0 {
+		return 0
+	}
+	if one, _ := wsSmem(t, m); twoPerSM(one) && !twoPerSM(one+wsMeta(t)) {
+		return 1
+	}
+	return 2
+}
+
+// wsMeta is the bytes of one tile description of warp-specialised tile t
+// (fg::WsLayout::kMeta): the tile's output rows, its taps, the neighbour
+// indices of every tap, four ints and two mbarriers, 16-byte aligned.
+func wsMeta(t Tile) int {
+	return (4*t.BM + 4*MaxSpecializedTaps*(t.BM+1) + 32 + 15) / 16 * 16
+}
+
+// wsSmem returns the dynamic shared memory of warp-specialised tile t's
+// gather block with one tile description (stages, a full and an empty
+// mbarrier per stage, the description and 1 KiB of swizzle alignment),
+// and with its Descriptions.
+func wsSmem(t Tile, m Math) (one, all int) {
+	one = t.Stages*(t.BM+t.BN)*t.BK*m.ElemSize() + 16*t.Stages + wsMeta(t) + 1024
+	if twoPerSM(one) && !twoPerSM(one+wsMeta(t)) {
+		return one, one
+	}
+	return one, one + wsMeta(t)
 }
 
 // Supports reports whether the tile is instantiated for arithmetic m
@@ -343,19 +393,10 @@ func SmemBytes(f Family, m Math, t Tile) int {
 		// words, and 1 KiB to align the stages to the swizzle atom
 		// (fg::TileCfg with H = true).
 		if f == Gather && t.Producers > 0 {
-			// Stages, a full and an empty mbarrier per stage, and one or
-			// two tile descriptions (fg::WsLayout in gather_ws.cuh): the
-			// tile's output rows, its taps, the neighbour indices of
-			// every tap, four ints and two mbarriers, 16-byte aligned.
-			// Two where one already keeps the block alone on its SM, so
-			// that the producers describe a persistent block's next
-			// tile while its consumers finish this one.
-			meta := (4*t.BM + 4*MaxSpecializedTaps*(t.BM+1) + 32 + 15) / 16 * 16
-			one := t.Stages*(t.BM+t.BN)*t.BK*esz + 16*t.Stages + meta + 1024
-			if twoPerSM(one) {
-				return one
-			}
-			return one + meta
+			// Stages, mbarriers and Descriptions tile descriptions
+			// (fg::WsLayout in gather_ws.cuh).
+			_, all := wsSmem(t, m)
+			return all
 		}
 		if f == Gather {
 			return t.Stages*(t.BM+t.BN)*t.BK*esz + 4*t.BM + 4*2*t.Stages*(t.BM+1) + 1024
