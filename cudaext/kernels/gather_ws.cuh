@@ -26,13 +26,15 @@
 // it visits (at most kWsMaxTaps: 3×3×3 kernels and smaller) are loaded
 // into a shared tile description once, by the producers, before they fill
 // its stages, so they read a row's source index from shared memory
-// instead of waiting for a global load at every tap. A block alone on its
-// SM has two descriptions and may be persistent (the engine launches a
-// block per SM when there are more tiles): its producers describe the
-// next tile, taken from a counter, and fill its first stages while the
-// consumers still multiply and store the last one, so a tile's start
-// (index loads, pipeline fill) and its stores overlap the neighbouring
-// tiles' products (session 22: RES 128 and 256 gathers 2–4 % faster).
+// instead of waiting for a global load at every tap. A block with room
+// for two descriptions (alone on its SM, or two per SM where both fit:
+// ws_descriptions) may be persistent (the engine launches as many blocks
+// as are resident at once when there are more tiles): its producers
+// describe the next tile, taken from a counter, and fill its first stages
+// while the consumers still multiply and store the last one, so a tile's
+// start (index loads, pipeline fill) and its stores overlap the
+// neighbouring tiles' products (session 22: RES 128 and 256 gathers 2–4 %
+// faster; session 34: the two-per-SM 128×64 tile 1–2 %).
 //
 // A launch may instead be stream-K (the *_sk kernels): its blocks
 // form G groups, one block per column tile, and group g runs the

@@ -247,7 +247,7 @@ func (t Tile) Descriptions(m Math) int {
 	if !t.Hopper || t.Producers == 0 {
 		return 0
 	}
-	if one, _ := wsSmem(t, m); twoPerSM(one) && !twoPerSM(one+wsMeta(t)) {
+	if one, all := wsSmem(t, m); all == one {
 		return 1
 	}
 	return 2
