@@ -539,6 +539,36 @@ func TestPaddingHalvesColumns(t *testing.T) {
 	require.Contains(t, errb.String(), "-halves")
 }
 
+// TestPaddingGrayWindowsColumns checks the -graywindows columns of `bench
+// padding`: a window of at least the map's rows gives the Gray order's
+// padding, a small window at least 1×, and the modelled DRAM gigabytes
+// fall with a larger cache; bad windows, waves and caches are errors.
+func TestPaddingGrayWindowsColumns(t *testing.T) {
+	cells := func(cacheMB string) (gray, small, whole string, smallGB, wholeGB float64) {
+		header, rows := paddingTable(t, 1, 15, "-res", "48", "-rows", "64", "-bytes", "1024", "-graywindows", "64,1000000",
+			"-wavetiles", "2", "-cachemb", cacheMB)
+		require.Contains(t, header, "Gray in windows of 64, padding BM 64")
+		require.Contains(t, header, "GB from DRAM, windows of 1000000, BM 64")
+		r := rows[0]
+		_, err := fmt.Sscanf(r[12]+" "+r[14], "%f %f", &smallGB, &wholeGB)
+		require.NoError(t, err)
+		return r[4], r[11], r[13], smallGB, wholeGB
+	}
+	gray, small, whole, _, noCache := cells("0")
+	require.Equal(t, gray, whole, "a window of every row is the Gray order")
+	require.GreaterOrEqual(t, factorCell(t, small), 1.0)
+	_, _, _, _, cached := cells("40")
+	require.Positive(t, cached)
+	require.Less(t, cached, noCache)
+	var out, errb bytes.Buffer
+	for _, bad := range [][]string{{"padding", "-graywindows", "x"}, {"padding", "-graywindows", "64", "-wavetiles", "0"},
+		{"padding", "-graywindows", "64", "-cachemb", "-1"}} {
+		errb.Reset()
+		require.Equal(t, 1, runMain(bad, &out, &errb), "%v", bad)
+		require.Contains(t, errb.String(), "bench:")
+	}
+}
+
 // TestPaddingCommand runs `bench padding` on small shells: one row per
 // resolution, the map's voxel and pair counts, and per tile height the
 // Gray order's padding and the engines' (≥ 1, growing with the tile

@@ -48,6 +48,9 @@ func paddingMain(args []string, stdout, stderr io.Writer) error {
 	halves := fs.String("halves", "", "also report, for tiles of the engines' order, the balance of a design that splits each tile's taps between the two blocks of a cluster, each keeping half the taps' weights resident and both these taps `V,…` (13: the centre of 3×3×3): halfBalance, the share of the pair's tap iterations that do work; with -bytes C also the gigabytes its forward reads from L2 (rows only)")
 	wgrad := fs.String("wgrad", "", "also report, for these tap-group sizes `G,…`, the rows a multi-tap weight gradient over the Gray order would read, relative to the pairs kernels (multiTapTraffic)")
 	wgradRows := fs.Int("wgradrows", 32, "rows per K slab of the multi-tap weight gradient (-wgrad)")
+	grayWindows := fs.String("graywindows", "", "also report, for Gray orders sorted within each window of `W,…` consecutive input rows (a window of at least the rows: one order over all of them; grayInWindows), their padding and, with -bytes C, the gigabytes of input rows a forward gather reads from DRAM per layer in the cache model of dramRowReads (waves of -wavetiles tiles, an L2 of -cachemb MB)")
+	waveTiles := fs.Int("wavetiles", 264, "tiles a gather runs at once, for -graywindows (264: two blocks per SM on 132 SMs)")
+	cacheMB := fs.Int("cachemb", 40, "MB of L2 that keep input rows between waves, for -graywindows")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -117,6 +120,23 @@ func paddingMain(args []string, stdout, stderr io.Writer) error {
 			for _, curve := range []string{"z-order", "Hilbert"} {
 				cols = append(cols, fmt.Sprintf("GB read C %d, %s once BM %d (rows + weights)", *bytesC, curve, bm),
 					fmt.Sprintf("%s padding, most rows of a tile, BM %d", curve, bm))
+			}
+		}
+	}
+	var windowRows []int
+	if *grayWindows != "" {
+		if windowRows, err = parseInts(*grayWindows); err != nil {
+			return fmt.Errorf("-graywindows: %w", err)
+		}
+		if *waveTiles <= 0 || *cacheMB < 0 {
+			return fmt.Errorf("-wavetiles %d must be positive and -cachemb %d not negative", *waveTiles, *cacheMB)
+		}
+		for _, w := range windowRows {
+			for _, bm := range bms {
+				cols = append(cols, fmt.Sprintf("Gray in windows of %d, padding BM %d", w, bm))
+				if *bytesC > 0 {
+					cols = append(cols, fmt.Sprintf("GB from DRAM, windows of %d, BM %d", w, bm))
+				}
 			}
 		}
 	}
@@ -227,6 +247,20 @@ func paddingMain(args []string, stdout, stderr io.Writer) error {
 					halo, most := tileHaloStats(m, o, bm)
 					cr, cw := gatherBytes(halo, tiles, *bytesC, 2)
 					fmt.Fprintf(stdout, " %s | %.2f×, %d |", gb(cr, cw), float64(tiles.Work)/float64(max(st.Pairs, 1)), most)
+				}
+			}
+		}
+		if len(windowRows) > 0 {
+			ms := m.Masked()
+			rowBytes := 2 * *bytesC
+			for _, w := range windowRows {
+				order := grayInWindows(ms, w)
+				for _, bm := range bms {
+					fmt.Fprintf(stdout, " %.2f× |", float64(orderWork(ms, order, bm))/float64(max(st.Pairs, 1)))
+					if *bytesC > 0 {
+						reads := dramRowReads(m.Nbr, m.V(), order, bm, *waveTiles, *cacheMB<<20/rowBytes)
+						fmt.Fprintf(stdout, " %.3f |", float64(reads)*float64(rowBytes)/1e9)
+					}
 				}
 			}
 		}
