@@ -303,6 +303,15 @@ func mapOK(t testing.TB) func(*kmap.Map, error) *kmap.Map {
 	}
 }
 
+// shell8Map returns the submanifold 3×3×3 map of the RES 8 sphere shell,
+// released when the test ends.
+func shell8Map(t *testing.T) *kmap.Map {
+	coords, ext := synth.SphereShell(8, 1)
+	m := mapOK(t)(kmap.NewSubmanifold(coords, ext, [3]int{3, 3, 3}, [3]int{1, 1, 1}))
+	t.Cleanup(func() { gpu.ReleaseMap(m) })
+	return m
+}
+
 // testScenes returns the kernel maps of the sweep: a sphere shell
 // (submanifold, batch 2), a random scene with strided, inverse and
 // transposed maps, a 5×5×5 submanifold map (V = 125 > 64), a dilated map
@@ -1314,9 +1323,7 @@ func TestDeterministic(t *testing.T) {
 // TestEngineRoutes checks that sparse.Conv routes device matrices to the
 // engine and host matrices to the CPU, and that errors are clear.
 func TestEngineRoutes(t *testing.T) {
-	ok := mapOK(t)
-	coords, ext := synth.SphereShell(8, 1)
-	m := ok(kmap.NewSubmanifold(coords, ext, [3]int{3, 3, 3}, [3]int{1, 1, 1}))
+	m := shell8Map(t)
 	rng := rand.New(rand.NewPCG(3, 4))
 	ref := cpuReference(t, rng, m, 8, 16)
 	x := dev(t, m.NIn, 8, ref.x, sparse.Float32)
@@ -1905,8 +1912,7 @@ func TestFusedSplitReduce(t *testing.T) {
 	rng := rand.New(rand.NewPCG(31, 1))
 	sms := int64(gpu.d.info.SMs)
 	var scenes []scene
-	coords, ext := synth.SphereShell(8, 1)
-	scenes = append(scenes, scene{"shell8-subm3", ok(kmap.NewSubmanifold(coords, ext, [3]int{3, 3, 3}, [3]int{1, 1, 1}))})
+	scenes = append(scenes, scene{"shell8-subm3", shell8Map(t)})
 	rext := grid.Extent{Batch: 2, X: 12, Y: 10, Z: 9}
 	scenes = append(scenes, scene{"random-strided-k3s2", ok(kmap.NewStrided(synth.RandomScene(rng, rext, 0.4), rext, grid.Cube(3, 2, 1, 1), nil))})
 	tiny := grid.Extent{Batch: 1, X: 4, Y: 4, Z: 3}
@@ -2001,9 +2007,7 @@ func TestFusedSplitReduce(t *testing.T) {
 // in the kernel, with the same bits.
 func TestFusedSplitReduceBesideSide(t *testing.T) {
 	skipWithoutHopper(t)
-	ok := mapOK(t)
-	coords, ext := synth.SphereShell(8, 1)
-	m := ok(kmap.NewSubmanifold(coords, ext, [3]int{3, 3, 3}, [3]int{1, 1, 1}))
+	m := shell8Map(t)
 	var tile kernels.Tile
 	for _, tl := range kernels.HopperTiles {
 		if tl.Producers > 0 && tl.HasTransposed(kernels.F16) && tl.BlocksPerSM(kernels.Gather, kernels.F16) == 1 {

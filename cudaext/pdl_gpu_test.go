@@ -42,10 +42,9 @@ func TestProgrammaticLaunch(t *testing.T) {
 	}
 	ok := mapOK(t)
 	rng := rand.New(rand.NewPCG(47, 1))
-	coords, ext := synth.SphereShell(8, 1)
 	rext := grid.Extent{Batch: 2, X: 14, Y: 12, Z: 10}
 	scenes := []scene{
-		{"shell8-subm3", ok(kmap.NewSubmanifold(coords, ext, [3]int{3, 3, 3}, [3]int{1, 1, 1}))},
+		{"shell8-subm3", shell8Map(t)},
 		{"random-subm3", ok(kmap.NewSubmanifold(synth.RandomScene(rng, rext, 0.3), rext, [3]int{3, 3, 3}, [3]int{1, 1, 1}))},
 	}
 	setPDL := func(v bool) (launches int) {

@@ -28,10 +28,9 @@ import (
 func TestPerTapGathers(t *testing.T) {
 	ok := mapOK(t)
 	rng := rand.New(rand.NewPCG(53, 1))
-	coords, ext := synth.SphereShell(8, 1)
 	rext := grid.Extent{Batch: 2, X: 12, Y: 11, Z: 9}
 	scenes := []scene{
-		{"shell8-subm3", ok(kmap.NewSubmanifold(coords, ext, [3]int{3, 3, 3}, [3]int{1, 1, 1}))},
+		{"shell8-subm3", shell8Map(t)},
 		{"random-subm3", ok(kmap.NewSubmanifold(synth.RandomScene(rng, rext, 0.3), rext, [3]int{3, 3, 3}, [3]int{1, 1, 1}))},
 		{"random-subm5", ok(kmap.NewSubmanifold(synth.RandomScene(rng, rext, 0.2), rext, [3]int{5, 5, 5}, [3]int{1, 1, 1}))},
 	}
@@ -245,15 +244,6 @@ func TestPerTapBlockBoundBuildsNoPairs(t *testing.T) {
 	n, pairs := state()
 	require.Equal(t, n0, n, "the masked gather ran")
 	require.False(t, pairs, "no pair lists written for a gather that cannot run per tap")
-}
-
-// shell8Map returns the submanifold 3×3×3 map of the RES 8 sphere shell,
-// released when the test ends.
-func shell8Map(t *testing.T) *kmap.Map {
-	coords, ext := synth.SphereShell(8, 1)
-	m := mapOK(t)(kmap.NewSubmanifold(coords, ext, [3]int{3, 3, 3}, [3]int{1, 1, 1}))
-	t.Cleanup(func() { gpu.ReleaseMap(m) })
-	return m
 }
 
 // setPerTapRules sets the device's per-tap slot limit and fewest blocks
