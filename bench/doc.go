@@ -66,7 +66,11 @@
 // the mean board power and energy per step (between the first and last
 // updates of the GPU's energy counter, which moves about every 100 ms, so
 // short runs get none: raise -iters) and the SM clock sampled every 5 ms
-// (mean, lowest, share of samples held by the software power cap).
+// (mean, lowest, share of samples held by the software power cap). The
+// anchor's side of the same reading comes from bench/anchor_power.py,
+// which runs the unchanged anchor script under nvidia-smi sampling and adds
+// the same power field to its records (CFGS='256,256,2' python3
+// bench/anchor_power.py .anchor OUT.jsonl fp16, on the GPU machine).
 //
 // # Output
 //
