@@ -112,6 +112,10 @@ type Device struct {
 	bricks          brickRatios
 	noBrickGuess    bool
 	brickResearches int
+	// noBrickFusedScatter: the brick search's pool is filled by
+	// kmap_brick_scatter after the insert even with a guess
+	// (EnvNoBrickFusedScatter).
+	noBrickFusedScatter bool
 	// reduceVecMin: the split-K reductions sum four elements per thread
 	// from this many elements per slice on (reduceVecMinElems; the tests
 	// lower it).
@@ -225,6 +229,7 @@ func openDevice(ordinal int) (*Device, error) {
 		noRegroup:              os.Getenv(EnvNoRegroup) == "1",
 		noOnesweep:             os.Getenv(EnvNoOnesweep) == "1",
 		noBrickGuess:           os.Getenv(EnvNoBrickGuess) == "1",
+		noBrickFusedScatter:    os.Getenv(EnvNoBrickFusedScatter) == "1",
 	}
 	d.mem.free = map[int64][]devPtr{}
 	runtime.LockOSThread()

@@ -358,3 +358,9 @@ const EnvNoSideStream = "FLEXGEMM_NO_SIDE_STREAM"
 // recent builds' bricks per row (brickRatios.guess) and waiting only after
 // the neighbour search is queued.
 const EnvNoBrickGuess = "FLEXGEMM_NO_BRICK_GUESS"
+
+// EnvNoBrickFusedScatter names the environment variable that, set to "1"
+// when an engine opens, makes the brick search fill its pool by a separate
+// pass over the rows (kmap_brick_scatter, as before session 35) where the
+// brick insert would fill it (whenever the pool is sized by a guess).
+const EnvNoBrickFusedScatter = "FLEXGEMM_NO_BRICK_FUSED_SCATTER"

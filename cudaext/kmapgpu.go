@@ -312,13 +312,14 @@ var errBrickRows = errors.New("cudaext: rows outside the extent or duplicated")
 // table of one key per row), gathers the cells around the brick into
 // shared memory and writes its rows' 27 entries. Every entry is written
 // once: no −1 fill, no mirror writes. Waits for the device once, for the
-// inserts' status: after the scatter and the search are queued over a
-// pool sized by the recent builds' bricks per row (d.bricks), so the
-// device searches while the host reads the status, or, with no build
-// recorded (or EnvNoBrickGuess), before them, to size the pool by the
-// count. A count above the guess repeats the scatter and the search over
-// a pool of the count (the first search stops at the guess and reads
-// larger brick numbers as absent).
+// inserts' status: after the search is queued over a pool sized by the
+// recent builds' bricks per row (d.bricks), which the insert itself fills
+// (or a scatter pass after it, EnvNoBrickFusedScatter), so the device
+// searches while the host reads the status; or, with no build recorded
+// (or EnvNoBrickGuess), before a scatter pass and the search, to size the
+// pool by the count. A count above the guess repeats the scatter and the
+// search over a pool of the count (the first search stops at the guess
+// and reads larger brick numbers as absent).
 func (d *Device) buildSubNbrBricks(dm *devMap, coords devPtr, ext grid.Extent) error {
 	var err error
 	if dm.nbr, err = d.allocTable(dm.nOut, dm.V); err != nil {
@@ -367,10 +368,6 @@ func (d *Device) buildSubNbrBricks(dm *devMap, coords devPtr, ext grid.Extent) e
 		return err
 	}
 	defer d.freeTemp(sb.raw) // stream-ordered: reused only behind the search
-	g, b := d.elementwise(n)
-	if err := d.launch("kmap_brick_insert", g, b, 0, coords, n, extOf(ext), extOf(bext), bt.arg(), cells.ptr, first.ptr, sb.ptr()); err != nil {
-		return err
-	}
 	var pool rawBuf
 	freePool := func() {
 		if pool.ptr != 0 {
@@ -379,35 +376,58 @@ func (d *Device) buildSubNbrBricks(dm *devMap, coords devPtr, ext grid.Extent) e
 		}
 	}
 	defer freePool()
-	// search scatters the rows into a pool of nb bricks and searches the
-	// first nb bricks, or, with count (the status's brick count), the
-	// first min(nb, *count).
-	search := func(nb int64, count devPtr) error {
+	// newPool allocates a pool of nb bricks. No −1 fill: kmap_nbr_brick
+	// reads only the cells that the bricks' cell masks mark.
+	newPool := func(nb int64) error {
 		freePool()
 		var err error
 		if pool, err = d.allocTemp(max(nb, 1) * 64 * 4); err != nil {
 			pool = rawBuf{}
-			return err
 		}
-		// No −1 fill: kmap_nbr_brick reads only the cells that the bricks'
-		// cell masks mark.
-		if err := d.launch("kmap_brick_scatter", g, b, 0, coords, n, extOf(bext), bt.arg(), pool.ptr, nb); err != nil {
-			return err
-		}
-		blocks := min(ceilDiv(max(nb, 1), brickWarps), int64(d.info.SMs)*brickBlocksPerSM)
-		return d.launch("kmap_nbr_brick", dim3{X: int(blocks)}, dim3{X: 32 * brickWarps}, 0, coords, nb, count, extOf(bext), bt.arg(),
-			cells.ptr, first.ptr, pool.ptr, dm.nbr.ptr, dm.mask.ptr, dm.rank.ptr)
+		return err
 	}
 	guess := int64(0)
 	if !d.noBrickGuess {
 		guess = d.bricks.guess(n)
+	}
+	// With a guess the insert fills the pool itself (one round per block:
+	// kmap_brick_insert's wait for other blocks' brick numbers needs it),
+	// unless EnvNoBrickFusedScatter.
+	fused := guess > 0 && !d.noBrickFusedScatter
+	g, b := d.elementwise(n)
+	ig, poolCap := g, int64(0)
+	if fused {
+		if err := newPool(guess); err != nil {
+			return err
+		}
+		ig, poolCap = dim3{X: int(ceilDiv(n, int64(b.X)))}, guess
+	}
+	if err := d.launch("kmap_brick_insert", ig, b, 0, coords, n, extOf(ext), extOf(bext), bt.arg(), cells.ptr, first.ptr, sb.ptr(),
+		pool.ptr, poolCap); err != nil {
+		return err
+	}
+	// search searches the first nb bricks of the pool, or, with count (the
+	// status's brick count), the first min(nb, *count); scatter first
+	// fills a new pool of nb bricks.
+	search := func(nb int64, count devPtr, scatter bool) error {
+		if scatter {
+			if err := newPool(nb); err != nil {
+				return err
+			}
+			if err := d.launch("kmap_brick_scatter", g, b, 0, coords, n, extOf(bext), bt.arg(), pool.ptr, nb); err != nil {
+				return err
+			}
+		}
+		blocks := min(ceilDiv(max(nb, 1), brickWarps), int64(d.info.SMs)*brickBlocksPerSM)
+		return d.launch("kmap_nbr_brick", dim3{X: int(blocks)}, dim3{X: 32 * brickWarps}, 0, coords, nb, count, extOf(bext), bt.arg(),
+			cells.ptr, first.ptr, pool.ptr, dm.nbr.ptr, dm.mask.ptr, dm.rank.ptr)
 	}
 	var st deviceStatus
 	if guess > 0 {
 		if err := d.queueStatusCopy(sb); err != nil {
 			return err
 		}
-		if err := search(guess, sb.ptr()+stCount*4); err != nil {
+		if err := search(guess, sb.ptr()+stCount*4, !fused); err != nil {
 			return err
 		}
 		st, err = d.queuedStatus()
@@ -432,7 +452,7 @@ func (d *Device) buildSubNbrBricks(dm *devMap, coords devPtr, ext grid.Extent) e
 	if guess > 0 {
 		d.brickResearches++
 	}
-	return search(nb, 0)
+	return search(nb, 0, true)
 }
 
 // brickWarps is the number of warps (a brick each at a time) per block of

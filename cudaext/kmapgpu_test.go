@@ -787,15 +787,17 @@ func TestGPUBrickSearchErrors(t *testing.T) {
 // every way buildSubNbrBricks sizes it — by the count after a wait (no
 // build recorded, or EnvNoBrickGuess), by a guess that holds every brick
 // (close, or a brick per row), by a guess too small (the search repeated
-// over a pool of the count) — and compares each with kmap.NewSubmanifold,
-// below and above kmap.BalancedKeyMaxRows (the search then writes the
-// masks and ranks too).
+// over a pool of the count) — with a guessed pool filled by the insert
+// and by the separate scatter pass (EnvNoBrickFusedScatter), and compares
+// each with kmap.NewSubmanifold, below and above kmap.BalancedKeyMaxRows
+// (the search then writes the masks and ranks too).
 func TestGPUBrickPoolGuess(t *testing.T) {
 	e := gxEngine(t)
 	require.NoError(t, e.d.do(func() error { e.d.brickMinRows = 0; return nil }))
 	defer func() {
 		require.NoError(t, e.d.do(func() error {
 			e.d.brickMinRows, e.d.noBrickGuess, e.d.bricks = brickMinRows, false, brickRatios{}
+			e.d.noBrickFusedScatter = false
 			return nil
 		}))
 	}()
@@ -816,6 +818,14 @@ func TestGPUBrickPoolGuess(t *testing.T) {
 			{"close guess", func(d *Device) { d.bricks = brickRatios{ratio: [brickHistory]float64{ratio}} }, false},
 			{"a brick per row", func(d *Device) { d.bricks = brickRatios{ratio: [brickHistory]float64{1}} }, false},
 			{"guess too small", func(d *Device) { d.bricks = brickRatios{ratio: [brickHistory]float64{1e-9}} }, true},
+			{"close guess, scatter pass", func(d *Device) {
+				d.noBrickFusedScatter = true
+				d.bricks = brickRatios{ratio: [brickHistory]float64{ratio}}
+			}, false},
+			{"guess too small, scatter pass", func(d *Device) {
+				d.noBrickFusedScatter = true
+				d.bricks = brickRatios{ratio: [brickHistory]float64{1e-9}}
+			}, true},
 			{"no guess", func(d *Device) { d.noBrickGuess = true; d.bricks = brickRatios{ratio: [brickHistory]float64{1e-9}} }, false},
 		}
 		for _, c := range cases {
@@ -833,7 +843,7 @@ func TestGPUBrickPoolGuess(t *testing.T) {
 				require.NoError(t, e.d.do(func() error {
 					researched = e.d.brickResearches > before
 					ratio = max(ratio, e.d.bricks.ratio[(e.d.bricks.next+brickHistory-1)%brickHistory])
-					e.d.noBrickGuess = false
+					e.d.noBrickGuess, e.d.noBrickFusedScatter = false, false
 					return nil
 				}))
 				require.Equal(t, c.research, researched, "search repeated")

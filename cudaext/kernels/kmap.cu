@@ -33,7 +33,8 @@
 //                      on status[kCount]; value: the number with the top
 //                      bit set), with the claiming row as the brick's
 //                      first row; checks the rows (extent, duplicates
-//                      through per-brick cell masks)
+//                      through per-brick cell masks); given a pool, also
+//                      kmap_brick_scatter's stores (one round per block)
 //   kmap_brick_scatter pool[brick · 64 + cell] = row for the bricks the
 //                      pool holds (read only at the cells that the brick's
 //                      cell mask marks)
@@ -279,8 +280,16 @@ __device__ __forceinline__ bool brick_claim(const Table& t, u64 key, i64* slot, 
 // warp) insert it once, from their first lane, with the OR of their cell
 // bits: one probe and one atomicOr per brick and warp.
 // Every block runs the same number of rounds (the barriers inside).
+// With pool (cap bricks of 64 cells) it also does kmap_brick_scatter's
+// work, pool[number · 64 + cell] = row for the bricks numbered below cap,
+// which needs each row's brick number: the leader of rows whose brick
+// another warp claimed reads the slot until the claimer has numbered it.
+// That wait is safe only when every block runs one round (gridDim.x ·
+// blockDim.x ≥ n, as the host launches it then): a claimer numbers its
+// bricks right after its block's barrier, and no warp waits before that
+// barrier, so every awaited number comes.
 __device__ void brick_insert(const int* coords, i64 n, Ext ext, Ext bext, Table bt, u64* cells, int* first,
-                             int* status) {
+                             int* status, int* pool, i64 cap) {
   __shared__ int sCount, sBase;
   Acc acc;
   const int lane = threadIdx.x & 31;
@@ -289,8 +298,9 @@ __device__ void brick_insert(const int* coords, i64 n, Ext ext, Ext bext, Table 
     bool ok = false;
     u64 key = ~0ull;  // never a brick key (brick keys fit 32 bits)
     u64 bit = 0;
+    int4 c = make_int4(0, 0, 0, 0);
     if (r < n) {
-      const int4 c = reinterpret_cast<const int4*>(coords)[r];
+      c = reinterpret_cast<const int4*>(coords)[r];
       if (ext.contains(c.x, c.y, c.z, c.w)) {
         ok = true;
         key = brick_key(bext, c);
@@ -309,6 +319,7 @@ __device__ void brick_insert(const int* coords, i64 n, Ext ext, Ext bext, Table 
     bool lead = false;
     u64 bits = 0;
     int rows = 0;
+    int mine_leader = lane;  // the lane that inserts this row's brick
     for (u32 todo = __ballot_sync(~0u, ok); todo;) {
       const int leader = __ffs(todo) - 1;
       const u64 k = __shfl_sync(~0u, key, leader);
@@ -316,6 +327,7 @@ __device__ void brick_insert(const int* coords, i64 n, Ext ext, Ext bext, Table 
       const u64 b = ok && key == k ? bit : 0;
       const u64 group = (u64)__reduce_or_sync(~0u, (u32)(b >> 32)) << 32 | __reduce_or_sync(~0u, (u32)b);
       todo &= ~peers;
+      if (ok && key == k) mine_leader = leader;
       if (lane == leader) {
         lead = true;
         bits = group;
@@ -339,10 +351,20 @@ __device__ void brick_insert(const int* coords, i64 n, Ext ext, Ext bext, Table 
     __syncthreads();
     if (threadIdx.x == 0) sBase = sCount > 0 ? atomicAdd(status + kCount, sCount) : 0;
     __syncthreads();
+    int id = -1;
     if (won) {
-      const int id = sBase + mine;
+      id = sBase + mine;
       bt.slots[slot] = key << 32 | ((u32)id | kBrickNumbered);
       first[id] = (int)r;
+    }
+    if (pool) {
+      if (lead && !won && slot >= 0) {
+        u64 v;
+        while (!((u32)(v = *reinterpret_cast<volatile u64*>(bt.slots + slot)) & kBrickNumbered)) __nanosleep(64);
+        id = brick_number(v);
+      }
+      id = __shfl_sync(~0u, id, mine_leader);
+      if (ok && id >= 0 && id < cap) pool[(i64)id * 64 + brick_cell(c.y, c.z, c.w)] = (int)r;
     }
   }
   block_flush(status, acc);
@@ -622,9 +644,9 @@ __global__ void kmap_nbr_sub(const int* coords, long long n, fgx::Ext ext, fgk::
 }
 __global__ void __launch_bounds__(256) kmap_brick_insert(const int* coords, long long n, fgx::Ext ext, fgx::Ext bext,
                                                           fgx::Table bt, unsigned long long* cells, int* first,
-                                                          int* status) {
+                                                          int* status, int* pool, long long cap) {
   fg_await_prior_grid();
-  fgk::brick_insert(coords, n, ext, bext, bt, cells, first, status);
+  fgk::brick_insert(coords, n, ext, bext, bt, cells, first, status, pool, cap);
 }
 __global__ void kmap_brick_scatter(const int* coords, long long n, fgx::Ext bext, fgx::Table bt, int* pool,
                                    long long cap) {
