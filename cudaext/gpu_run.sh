@@ -6,12 +6,13 @@
 #   .git/info/exclude) and copies this script to .gpu/run.sh.
 # There (GPU machine, repository root, .gpu carried): bash .gpu/run.sh
 #   1. compute-sanitizer memcheck on the short sweep (+ routing, determinism)
+#      and on the kernel-map tests (MAPCHECK=0 skips them)
 #   2. compute-sanitizer racecheck on one scene, one arithmetic, one tile
 #   3. the full test: every algorithm × direction × arithmetic × tile on
 #      sphere-shell and random scenes against the CPU engine in float64,
 #      64-bit offsets, determinism, out-of-memory; summary table
 #   4. benchmarks (BENCH=0 skips them)
-# Logs go to $OUT (or /tmp/flexgemm-gpu): memcheck.log, racecheck.log,
+# Logs go to $OUT (or /tmp/flexgemm-gpu): memcheck.log, mapcheck.log, racecheck.log,
 # test.log, variants.txt (one line per tile-level variant), bench.log.
 set -o pipefail
 if [[ "${1:-}" == build ]]; then
@@ -32,6 +33,13 @@ echo "== compute-sanitizer memcheck, short sweep"
 FLEXGEMM_CUDA_SYNC=1 timeout ${MEMCHECK_TIMEOUT:-120} compute-sanitizer --tool memcheck --error-exitcode 7 \
   $T -test.short -test.run 'TestConvSweep|TestEngineRoutes|TestDeterministic' > "$OUT/memcheck.log" 2>&1
 echo "memcheck rc=$?"; grep -E "ERROR SUMMARY|^(FAIL|ok|PASS)" "$OUT/memcheck.log" | tail -3
+if [[ "${MAPCHECK:-1}" == 1 ]]; then
+  # Without FLEXGEMM_CUDA_SYNC: about a minute on the H200 (session 35).
+  echo "== compute-sanitizer memcheck, kernel-map tests"
+  timeout ${MAPCHECK_TIMEOUT:-120} compute-sanitizer --tool memcheck --error-exitcode 7 \
+    $T -test.run 'TestGPUSubmanifoldMap|TestGPUStridedMap|TestGPUBrickPoolGuess|TestGPUBrickSearchErrors' > "$OUT/mapcheck.log" 2>&1
+  echo "mapcheck rc=$?"; grep -E "ERROR SUMMARY|^(FAIL|ok|PASS)" "$OUT/mapcheck.log" | tail -3
+fi
 if [[ "${RACECHECK:-1}" == 1 ]]; then
   echo "== compute-sanitizer racecheck, one scene (f16, m128n64k32w2x2s4)"
   FLEXGEMM_TEST_MATHS=f16 FLEXGEMM_TEST_TILES=m128n64k32w2x2s4 FLEXGEMM_CUDA_SYNC=1 \
