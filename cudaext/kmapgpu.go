@@ -1411,6 +1411,14 @@ func (d *Device) tileUnions(mask, order devPtr, n, V, rows int) (t tileTables, e
 	return t, nil
 }
 
+// tapsSmem is the dynamic shared memory of the masks kernels that keep
+// one int32 per tap in it (masks_build's counts, masks_key_taps' and
+// masks_rank's taps): V·4 bytes rounded up to 16, because nvcc reads such
+// an array four entries at a time (compute-sanitizer memcheck found
+// 16-byte reads past V·4 bytes at V = 27, session 23, and V = 45, session
+// 35).
+func tapsSmem(V int) int { return (V*4 + 15) &^ 15 }
+
 // grayFromRanks returns the Gray tables of a table [n, V] (V ≤ 32, more
 // than kmap.BalancedKeyMaxRows rows) whose masks and uint32 Gray ranks in
 // table order were written with it (kmap_nbr_brick): the rows sorted
@@ -1508,7 +1516,7 @@ func (d *Device) grayOrder(table devPtr, n, V int, mask, order devPtr) error {
 		defer d.freeTemp(tapRows)
 	}
 	g, b := d.elementwise(N)
-	if err := d.launch("masks_build", g, b, (V*4+15)&^15, table, N, int32(V), int32(W), mask, tapRows.ptr); err != nil {
+	if err := d.launch("masks_build", g, b, tapsSmem(V), table, N, int32(V), int32(W), mask, tapRows.ptr); err != nil {
 		return err
 	}
 	// The key's taps (masks_key_taps), and for 32-bit keys the key bits of
@@ -1527,10 +1535,7 @@ func (d *Device) grayOrder(table devPtr, n, V int, mask, order devPtr) error {
 	if narrow {
 		byteKey = keyTaps.ptr + devPtr(V*4)
 	}
-	// Its V taps in shared memory, rounded up to 16 bytes: nvcc reads them
-	// four at a time (compute-sanitizer memcheck, session 23: 16-byte
-	// reads past V·4 bytes at V = 27).
-	if err := d.launch("masks_key_taps", dim3{X: 1}, dim3{X: 256}, (V*4+15)&^15, tapRows.ptr, int32(V), N, keyTaps.ptr, byteKey); err != nil {
+	if err := d.launch("masks_key_taps", dim3{X: 1}, dim3{X: 256}, tapsSmem(V), tapRows.ptr, int32(V), N, keyTaps.ptr, byteKey); err != nil {
 		return err
 	}
 	if narrow {
@@ -1549,10 +1554,7 @@ func (d *Device) grayOrder(table devPtr, n, V int, mask, order devPtr) error {
 		return err
 	}
 	defer d.freeTemp(rank)
-	// Its V taps in shared memory, rounded up to 16 bytes as for
-	// masks_key_taps (compute-sanitizer memcheck, session 35: 16-byte reads
-	// past V·4 bytes at V = 45).
-	if err := d.launch("masks_rank", g, b, (V*4+15)&^15, mask, N, int32(V), int32(W), keyTaps.ptr, byteKey, rank.ptr, devPtr(0)); err != nil {
+	if err := d.launch("masks_rank", g, b, tapsSmem(V), mask, N, int32(V), int32(W), keyTaps.ptr, byteKey, rank.ptr, devPtr(0)); err != nil {
 		return err
 	}
 	if W == 1 {
