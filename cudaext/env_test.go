@@ -69,60 +69,34 @@ func TestPairsWindowRowsFromEnv(t *testing.T) {
 	})
 }
 
-// TestSpecializedGathersFromEnv checks the parsing of EnvSpecializedGathers.
-func TestSpecializedGathersFromEnv(t *testing.T) {
-	checkEnvParse(t, EnvSpecializedGathers, specializedGathersFromEnv, []envCase[bool]{
-		{set: false, want: true},
-		{value: "", set: true, want: true},
-		{value: "1", set: true, want: true},
-		{value: "0", set: true, want: false},
-		{value: "yes", set: true, bad: true},
-		{value: "2", set: true, bad: true},
-	})
-}
-
-// TestPersistentGathersFromEnv checks the parsing of EnvPersistentGathers.
-func TestPersistentGathersFromEnv(t *testing.T) {
-	checkEnvParse(t, EnvPersistentGathers, persistentGathersFromEnv, []envCase[bool]{
-		{set: false, want: persistentGathersDefault},
-		{value: "", set: true, want: persistentGathersDefault},
-		{value: "1", set: true, want: true},
-		{value: "0", set: true, want: false},
-		{value: "yes", set: true, bad: true},
-	})
-}
-
-// TestNarrowPersistentFromEnv checks the parsing of EnvNarrowPersistent.
-func TestNarrowPersistentFromEnv(t *testing.T) {
-	checkEnvParse(t, EnvNarrowPersistent, narrowPersistentFromEnv, []envCase[bool]{
-		{set: false, want: narrowPersistentDefault},
-		{value: "", set: true, want: narrowPersistentDefault},
-		{value: "1", set: true, want: true},
-		{value: "0", set: true, want: false},
-		{value: "3", set: true, bad: true},
-	})
-}
-
-// TestFusedSplitReduceFromEnv checks the parsing of EnvFusedSplitReduce.
-func TestFusedSplitReduceFromEnv(t *testing.T) {
-	checkEnvParse(t, EnvFusedSplitReduce, fusedSplitReduceFromEnv, []envCase[bool]{
-		{set: false, want: fusedSplitReduceDefault},
-		{value: "", set: true, want: fusedSplitReduceDefault},
-		{value: "1", set: true, want: true},
-		{value: "0", set: true, want: false},
-		{value: "on", set: true, bad: true},
-	})
-}
-
-// TestProgrammaticLaunchFromEnv checks the parsing of EnvProgrammaticLaunch.
-func TestProgrammaticLaunchFromEnv(t *testing.T) {
-	checkEnvParse(t, EnvProgrammaticLaunch, programmaticLaunchFromEnv, []envCase[bool]{
-		{set: false, want: programmaticLaunchDefault},
-		{value: "", set: true, want: programmaticLaunchDefault},
-		{value: "1", set: true, want: true},
-		{value: "0", set: true, want: false},
-		{value: "true", set: true, bad: true},
-	})
+// TestSwitchesFromEnv checks the parsing of the on/off switches
+// (switchFromEnv): the default when unset or empty, "1" and "0", and an
+// error for any other value.
+func TestSwitchesFromEnv(t *testing.T) {
+	for _, c := range []struct {
+		key   string
+		parse func() (bool, error)
+		def   bool
+	}{
+		{EnvSpecializedGathers, specializedGathersFromEnv, true},
+		{EnvPersistentGathers, persistentGathersFromEnv, persistentGathersDefault},
+		{EnvNarrowPersistent, narrowPersistentFromEnv, narrowPersistentDefault},
+		{EnvFusedSplitReduce, fusedSplitReduceFromEnv, fusedSplitReduceDefault},
+		{EnvProgrammaticLaunch, programmaticLaunchFromEnv, programmaticLaunchDefault},
+	} {
+		t.Run(c.key, func(t *testing.T) {
+			cases := []envCase[bool]{
+				{set: false, want: c.def},
+				{value: "", set: true, want: c.def},
+				{value: "1", set: true, want: true},
+				{value: "0", set: true, want: false},
+			}
+			for _, bad := range []string{"yes", "2", "3", "on", "true"} {
+				cases = append(cases, envCase[bool]{value: bad, set: true, bad: true})
+			}
+			checkEnvParse(t, c.key, c.parse, cases)
+		})
+	}
 }
 
 // TestPerTapMaxBytesFromEnv checks the parsing of EnvPerTapMaxMB.
