@@ -32,10 +32,12 @@ import (
 // forward gather of C channels reads from L2 with either kind of tile
 // (gatherBytes); with -halves V,… the balance of a two-block design with
 // resident weights, those taps in both (halfBalance) and, with -bytes, its
-// row bytes; with
-// -wgrad G,… the
-// products and rows read of a multi-tap weight gradient over the Gray order
-// (multiTapTraffic, a design) relative to the pairs kernels.
+// row bytes; with -graywindows W,… the padding of Gray orders sorted
+// within windows of W input rows (grayInWindows) and, with -bytes, the
+// bytes of input rows a gather reads from DRAM in a cache model
+// (dramRowReads); with -wgrad G,… the products and rows read of a
+// multi-tap weight gradient over the Gray order (multiTapTraffic, a
+// design) relative to the pairs kernels.
 func paddingMain(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("bench padding", flag.ContinueOnError)
 	fs.SetOutput(stderr)
