@@ -102,8 +102,13 @@ type Device struct {
 	rowsFirstMin int64
 	// noRegroup: masked orders stay in the Gray order (EnvNoRegroup).
 	noRegroup bool
-	// noOnesweep: radix sorts run the classic passes (EnvNoOnesweep).
+	// noOnesweep: radix sorts run the classic passes (EnvNoOnesweep);
+	// noWaveSort: they never run the one-wave passes (EnvNoWaveSort).
 	noOnesweep bool
+	noWaveSort bool
+	// waveBlocks: the one-wave sort's resident blocks per SM, by kernel
+	// name (Device.waveTiles).
+	waveBlocks map[string]int
 	// bricks: the bricks per row of the last brick searches, which size
 	// the next one's pool (brickRatios.guess); noBrickGuess: the search
 	// waits for the count instead (EnvNoBrickGuess). brickResearches
@@ -228,6 +233,7 @@ func openDevice(ordinal int) (*Device, error) {
 		rowsFirstMin:           rowsFirstMinRows,
 		noRegroup:              os.Getenv(EnvNoRegroup) == "1",
 		noOnesweep:             os.Getenv(EnvNoOnesweep) == "1",
+		noWaveSort:             os.Getenv(EnvNoWaveSort) == "1",
 		noBrickGuess:           os.Getenv(EnvNoBrickGuess) == "1",
 		noBrickFusedScatter:    os.Getenv(EnvNoBrickFusedScatter) == "1",
 	}
@@ -496,6 +502,27 @@ func (d *Device) function(name string) (*kernelFunc, error) {
 // int64, uint64 (8 bytes), int32, uint32, float32 (4 bytes), or a
 // structArg (its bytes, for structs passed by value). Worker only.
 func (d *Device) launch(name string, grid, block dim3, smem int, args ...any) error {
+	return d.launchAs(false, name, grid, block, smem, args...)
+}
+
+// launchCooperative is launch for a kernel whose blocks wait for each
+// other (grid-wide barriers): a cooperative grid, every block resident at
+// once, or an error wrapping the driver's
+// CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE (isCoopTooBig) with nothing
+// queued. Never a programmatic launch.
+func (d *Device) launchCooperative(name string, grid, block dim3, smem int, args ...any) error {
+	return d.launchAs(true, name, grid, block, smem, args...)
+}
+
+// isCoopTooBig reports whether err is a cooperative launch refused for
+// more blocks than the GPU holds at once.
+func isCoopTooBig(err error) bool {
+	var de *DriverError
+	return errors.As(err, &de) && de.Code == cuErrCoopTooBig
+}
+
+// launchAs is launch, cooperative with coop.
+func (d *Device) launchAs(coop bool, name string, grid, block dim3, smem int, args ...any) error {
 	k, err := d.function(name)
 	if err != nil {
 		return err
@@ -538,15 +565,15 @@ func (d *Device) launch(name string, grid, block dim3, smem int, args ...any) er
 	// Programmatic launches where the kernel waits for the one ahead of
 	// it, except while profiling (events between the launches time each
 	// kernel alone).
-	pdl := d.pdl && k.waits && d.prof == nil
+	pdl := !coop && d.pdl && k.waits && d.prof == nil
 	if pdl {
 		d.pdlLaunches++
 	}
-	if err := launchKernel(k.fn, grid, block, smem, d.stream, params, pdl); err != nil {
+	if err := launchKernel(k.fn, grid, block, smem, d.stream, params, pdl, coop); err != nil {
 		if ev != nil {
 			d.prof.spare = append(d.prof.spare, *ev)
 		}
-		return fmt.Errorf("%w: %s grid %v block %v smem %d: %v", ErrLaunch, name, grid, block, smem, err)
+		return fmt.Errorf("%w: %s grid %v block %v smem %d: %w", ErrLaunch, name, grid, block, smem, err)
 	}
 	if err := d.profLaunchEnd(ev, name); err != nil {
 		return fmt.Errorf("%w: %s: profiling: %v", ErrLaunch, name, err)

@@ -24,15 +24,23 @@ static CUresult fg_launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
 	return cuLaunchKernel(f, gx, gy, gz, bx, by, bz, smem, s, params, NULL);
 }
 
-// fg_launch_pdl launches f with programmatic stream serialization: its
-// blocks may start before the kernel ahead of it in stream s has finished
-// (the kernel must wait for it first: pdl.cuh).
-static CUresult fg_launch_pdl(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
-		unsigned bx, unsigned by, unsigned bz, unsigned smem, CUstream s, void **params) {
+// fg_launch_ex launches f through cuLaunchKernelEx with one attribute:
+// with coop, as a cooperative grid (every block resident at once, or the
+// launch fails with CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE); otherwise
+// with programmatic stream serialization: its blocks may start before the
+// kernel ahead of it in stream s has finished (the kernel must wait for it
+// first: pdl.cuh).
+static CUresult fg_launch_ex(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
+		unsigned bx, unsigned by, unsigned bz, unsigned smem, CUstream s, void **params, int coop) {
 	CUlaunchAttribute attr;
 	memset(&attr, 0, sizeof attr);
-	attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
-	attr.value.programmaticStreamSerializationAllowed = 1;
+	if (coop) {
+		attr.id = CU_LAUNCH_ATTRIBUTE_COOPERATIVE;
+		attr.value.cooperative = 1;
+	} else {
+		attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+		attr.value.programmaticStreamSerializationAllowed = 1;
+	}
 	CUlaunchConfig cfg;
 	memset(&cfg, 0, sizeof cfg);
 	cfg.gridDimX = gx; cfg.gridDimY = gy; cfg.gridDimZ = gz;
@@ -112,6 +120,7 @@ const (
 	cuErrOutOfMemory = int(C.CUDA_ERROR_OUT_OF_MEMORY)
 	cuErrNoDevice    = int(C.CUDA_ERROR_NO_DEVICE)
 	cuErrNotFound    = int(C.CUDA_ERROR_NOT_FOUND)
+	cuErrCoopTooBig  = int(C.CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE)
 )
 
 type (
@@ -248,6 +257,15 @@ func funcSetMaxDynamicSmem(f C.CUfunction, bytes int) error {
 		"cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)")
 }
 
+// funcMaxActiveBlocks returns how many blocks of f, of threads threads and
+// smem bytes of dynamic shared memory, one SM holds at once.
+func funcMaxActiveBlocks(f C.CUfunction, threads, smem int) (int, error) {
+	var n C.int
+	err := cuOK(C.cuOccupancyMaxActiveBlocksPerMultiprocessor(&n, f, C.int(threads), C.size_t(smem)),
+		"cuOccupancyMaxActiveBlocksPerMultiprocessor")
+	return int(n), err
+}
+
 func funcMaxThreads(f C.CUfunction) int {
 	var v C.int
 	C.cuFuncGetAttribute(&v, C.CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, f)
@@ -265,11 +283,16 @@ func tensorMap3D(out *[16]uint64, addr devPtr, elem int, dims [3]int64, strides 
 
 // launchKernel queues kernel f on stream s; with pdl, through
 // cuLaunchKernelEx with programmatic stream serialization (f must open
-// with fg_await_prior_grid, kernels.KernelWaits).
-func launchKernel(f C.CUfunction, grid, block dim3, smem int, s C.CUstream, params unsafe.Pointer, pdl bool) error {
-	if pdl {
-		return cuOK(C.fg_launch_pdl(f, C.uint(grid.X), C.uint(grid.Y), C.uint(grid.Z), C.uint(block.X), C.uint(block.Y),
-			C.uint(block.Z), C.uint(smem), s, (*unsafe.Pointer)(params)), "cuLaunchKernelEx")
+// with fg_await_prior_grid, kernels.KernelWaits); with coop, as a
+// cooperative grid (pdl is then ignored).
+func launchKernel(f C.CUfunction, grid, block dim3, smem int, s C.CUstream, params unsafe.Pointer, pdl, coop bool) error {
+	if pdl || coop {
+		c := C.int(0)
+		if coop {
+			c = 1
+		}
+		return cuOK(C.fg_launch_ex(f, C.uint(grid.X), C.uint(grid.Y), C.uint(grid.Z), C.uint(block.X), C.uint(block.Y),
+			C.uint(block.Z), C.uint(smem), s, (*unsafe.Pointer)(params), c), "cuLaunchKernelEx")
 	}
 	return cuOK(C.fg_launch(f, C.uint(grid.X), C.uint(grid.Y), C.uint(grid.Z), C.uint(block.X), C.uint(block.Y),
 		C.uint(block.Z), C.uint(smem), s, (*unsafe.Pointer)(params)), "cuLaunchKernel")

@@ -212,10 +212,11 @@ const EnvNoRowsFirst = "FLEXGEMM_NO_ROWS_FIRST"
 const EnvNoRegroup = "FLEXGEMM_NO_REGROUP"
 
 // EnvNoOnesweep names the environment variable that, set to "1" when an
-// engine opens, sorts keys (above the run sort's 65,536, up to
-// onesweepMaxTiles tiles) by the classic radix passes — a histogram, a
-// scan and a scatter launch per digit — as before session 21, instead of
-// the onesweep sort (Device.onesweep).
+// engine opens, sorts keys above the run sort's 65,536 by the classic
+// radix passes — a histogram, a scan and a scatter launch per digit — as
+// before session 21, instead of the one-wave sort where its tiles fit
+// (Device.waveSort) or the onesweep sort up to onesweepMaxTiles tiles
+// (Device.onesweep).
 const EnvNoOnesweep = "FLEXGEMM_NO_ONESWEEP"
 
 // EnvSpecializedGathers names the environment variable that, read when an
@@ -364,3 +365,10 @@ const EnvNoBrickGuess = "FLEXGEMM_NO_BRICK_GUESS"
 // pass over the rows (kmap_brick_scatter, as before session 35) where the
 // brick insert would fill it (whenever the pool is sized by a guess).
 const EnvNoBrickFusedScatter = "FLEXGEMM_NO_BRICK_FUSED_SCATTER"
+
+// EnvNoWaveSort names the environment variable that, set to "1" when an
+// engine opens, sorts keys whose tiles would all be resident at once by
+// the onesweep sort (up to onesweepMaxTiles tiles) or the classic passes,
+// as before session 36, instead of one launch per pass with two grid-wide
+// barriers (Device.waveSort).
+const EnvNoWaveSort = "FLEXGEMM_NO_WAVE_SORT"

@@ -215,24 +215,33 @@ func TestGPURadixSort(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	// Up to runSortMax (65536) 32-bit keys sort in runs of 1024
 	// (sort_runs) merged in one launch (sort_merge), more (and 64-bit
-	// keys) in radix passes: the onesweep sort, or the classic passes
-	// (noOnesweep), all checked; half the cases up to 65536 keys take
-	// the radix passes too (runSortMax 0, EnvRunSortMaxKeys).
+	// keys) in radix passes: the one-wave sort where its tiles are all
+	// resident, up to onesweepMaxTiles (300,001 keys), the onesweep sort
+	// there with noWaveSort, or the classic passes (noOnesweep, and above
+	// onesweepMaxTiles), all checked; half the cases up to 65536 keys take the radix passes too
+	// (runSortMax 0, EnvRunSortMaxKeys).
 	sizes := []int{0, 1, 2, 64, 1023, 1025, 4097, 15_192, 64_160, 65_536, 65_537, 300_001, 1_000_003}
 	if testing.Short() {
 		sizes = sizes[:11]
 	}
 	defer func() {
-		require.NoError(t, e.d.do(func() error { e.d.noOnesweep, e.d.runSortMax = false, runSortLimit; return nil }))
+		require.NoError(t, e.d.do(func() error {
+			e.d.noOnesweep, e.d.noWaveSort, e.d.runSortMax = false, false, runSortLimit
+			return nil
+		}))
 	}()
 	for _, n := range sizes {
 		for _, nbits := range []int{0, 1, 5, 8, 9, 17, 27, 32, 41, 64} {
-			classic := (n+nbits)%3 == 0
+			mode := (n + nbits) % 3 // 0: classic, 1: onesweep, 2: one-wave where it fits
+			classic, noWave := mode == 0, mode == 1
 			runMax := int64(runSortLimit)
 			if (n+nbits)%2 == 1 {
 				runMax = 0
 			}
-			require.NoError(t, e.d.do(func() error { e.d.noOnesweep, e.d.runSortMax = classic, runMax; return nil }))
+			require.NoError(t, e.d.do(func() error {
+				e.d.noOnesweep, e.d.noWaveSort, e.d.runSortMax = classic, noWave, runMax
+				return nil
+			}))
 			// Values are the original positions (iota) or carried along.
 			iota := nbits%2 == 0
 			wide := nbits > 32
@@ -315,10 +324,36 @@ func TestGPURadixSort(t *testing.T) {
 			for i, p := range perm {
 				want[i] = keys[p]
 			}
-			require.Equal(t, want, gotK, "n=%d bits=%d classic=%v", n, nbits, classic)
-			require.Equal(t, perm, gotV, "n=%d bits=%d classic=%v: the sort must be stable", n, nbits, classic)
+			require.Equal(t, want, gotK, "n=%d bits=%d mode=%d", n, nbits, mode)
+			require.Equal(t, perm, gotV, "n=%d bits=%d mode=%d: the sort must be stable", n, nbits, mode)
 		}
 	}
+}
+
+// TestGPUWaveTiles checks the one-wave sort's rule: at least a block per
+// SM on the main stream (so the benchmark's Gray ranks up to RES 512 take
+// it on the H200), none while the side stream is in use.
+func TestGPUWaveTiles(t *testing.T) {
+	e := gxEngine(t)
+	require.NoError(t, e.d.do(func() error {
+		d := e.d
+		for _, suffix := range []string{"u32", "u64"} {
+			most, err := d.waveTiles(suffix)
+			if err != nil {
+				return err
+			}
+			require.GreaterOrEqual(t, most, int64(d.info.SMs), suffix)
+			require.Zero(t, most%int64(d.info.SMs), suffix)
+			d.side.in = true
+			most, err = d.waveTiles(suffix)
+			d.side.in = false
+			if err != nil {
+				return err
+			}
+			require.Zero(t, most, "%s on the side stream", suffix)
+		}
+		return nil
+	}))
 }
 
 func TestGPUUnique(t *testing.T) {

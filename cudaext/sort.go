@@ -172,6 +172,19 @@ func (d *Device) radixSort(keys, vals devPtr, n int64, wide bool, nbits int, iot
 		ksize, suffix = 8, "u64"
 	}
 	ntiles := (n + sortTile - 1) / sortTile
+	if !d.noOnesweep && !d.noWaveSort {
+		most, err := d.waveTiles(suffix)
+		if err != nil {
+			return err
+		}
+		if ntiles <= min(most, onesweepMaxTiles) {
+			// A refused cooperative launch (fewer SMs than the device
+			// reports, as under MPS) queued nothing: sort another way.
+			if err := d.waveSort(keys, vals, n, ksize, suffix, nbits, iota); !isCoopTooBig(err) {
+				return err
+			}
+		}
+	}
 	if !d.noOnesweep && ntiles <= onesweepMaxTiles {
 		return d.onesweep(keys, vals, n, ksize, suffix, nbits, iota)
 	}
@@ -263,29 +276,11 @@ func (d *Device) onesweep(keys, vals devPtr, n, ksize int64, suffix string, nbit
 	passes, width := sortPlan(nbits)
 	ntiles := (n + sortTile - 1) / sortTile
 	radix := int64(1) << width
-	// Two buffers (three for an odd number of passes above one, so that the
-	// last pass writes keys and vals: no copy back).
-	nbuf := 1
-	if passes%2 == 1 && passes > 1 {
-		nbuf = 2
+	ring, release, err := d.passBuffers(keys, vals, n, ksize, passes)
+	if err != nil {
+		return err
 	}
-	var bufK, bufV [2]devPtr
-	for i := range nbuf {
-		k, err := d.allocTemp(n * ksize)
-		if err != nil {
-			return err
-		}
-		defer d.freeTemp(k)
-		bufK[i] = k.ptr
-		if vals != 0 {
-			v, err := d.allocTemp(n * 4)
-			if err != nil {
-				return err
-			}
-			defer d.freeTemp(v)
-			bufV[i] = v.ptr
-		}
-	}
+	defer release()
 	// One block, zeroed at once: the digit counts of every pass, a tile
 	// counter per pass, the look-back words of every pass.
 	countWords := int64(passes) * onesweepMaxRadix
@@ -306,19 +301,9 @@ func (d *Device) onesweep(keys, vals devPtr, n, ksize int64, suffix string, nbit
 	if err := d.launch("sort_onesweep_hist_"+suffix, dim3{X: int(hb)}, dim3{X: sortThreads}, 0, keys, n, int32(passes), int32(width), int32(nbits), counts); err != nil {
 		return err
 	}
-	// Pass p writes ring[p % 2] (the last one keys and vals): keys → 0 →
-	// keys … for an even number of passes, keys → 0 → 1 → 0 … → keys for
-	// an odd one.
-	ring := [2][2]devPtr{{bufK[0], bufV[0]}, {keys, vals}}
-	if nbuf == 2 {
-		ring[1] = [2]devPtr{bufK[1], bufV[1]}
-	}
 	srcK, srcV := keys, vals
 	for p := range passes {
-		dstK, dstV := ring[p%2][0], ring[p%2][1]
-		if passes > 1 && p == passes-1 {
-			dstK, dstV = keys, vals
-		}
+		dstK, dstV := ring.dst(p, passes)
 		shift := int32(p * width)
 		w := int32(min(width, nbits-p*width))
 		if err := d.launch("sort_onesweep_"+suffix, dim3{X: int(ntiles)}, dim3{X: sortThreads}, 0, srcK, passValues(srcV, iota, p), dstK, dstV, n, shift, w,
@@ -328,6 +313,63 @@ func (d *Device) onesweep(keys, vals devPtr, n, ksize int64, suffix string, nbit
 		srcK, srcV = dstK, dstV
 	}
 	return d.copySorted(keys, vals, srcK, srcV, n, ksize) // one pass: back from the buffer
+}
+
+// passRing is where the passes of a single-launch-per-pass sort write:
+// pass p writes buf[p % 2], the last one keys and vals, so that no copy
+// back follows: keys → 0 → keys … for an even number of passes, keys → 0
+// → 1 → 0 … → keys for an odd one (one pass writes buffer 0 and is copied
+// back).
+type passRing struct {
+	buf        [2][2]devPtr // keys, values
+	keys, vals devPtr
+}
+
+// dst returns the keys and values pass p of passes writes.
+func (r passRing) dst(p, passes int) (devPtr, devPtr) {
+	if passes > 1 && p == passes-1 {
+		return r.keys, r.vals
+	}
+	return r.buf[p%2][0], r.buf[p%2][1]
+}
+
+// passBuffers allocates the ring of the passes over n keys of ksize bytes
+// (and their values, unless vals is 0): one buffer, two for an odd number
+// of passes above one. release frees them (stream-ordered).
+func (d *Device) passBuffers(keys, vals devPtr, n, ksize int64, passes int) (ring passRing, release func(), err error) {
+	ring.keys, ring.vals = keys, vals
+	var held []rawBuf
+	release = func() {
+		for _, b := range held {
+			d.freeTemp(b)
+		}
+	}
+	nbuf := 1
+	if passes%2 == 1 && passes > 1 {
+		nbuf = 2
+	}
+	for i := range nbuf {
+		k, err := d.allocTemp(n * ksize)
+		if err != nil {
+			release()
+			return passRing{}, nil, err
+		}
+		held = append(held, k)
+		ring.buf[i][0] = k.ptr
+		if vals != 0 {
+			v, err := d.allocTemp(n * 4)
+			if err != nil {
+				release()
+				return passRing{}, nil, err
+			}
+			held = append(held, v)
+			ring.buf[i][1] = v.ptr
+		}
+	}
+	if nbuf == 1 {
+		ring.buf[1] = [2]devPtr{keys, vals}
+	}
+	return ring, release, nil
 }
 
 // onesweepMaxRadix is the digit counts' row per pass (kernels/sort.cu
@@ -419,4 +461,80 @@ func extOf(e grid.Extent) *extArg {
 
 func (a *extArg) argBytes() []byte {
 	return unsafe.Slice((*byte)(unsafe.Pointer(a)), unsafe.Sizeof(*a))
+}
+
+// waveTiles returns the most tiles the one-wave sort (sort_wave_<suffix>)
+// may take now: every block resident on the GPU at once, as its grid-wide
+// barriers need (the cooperative launch refuses more), and none while the
+// side stream may hold SMs (its kernels would hold the later blocks back;
+// conv.go's fused split sums keep the same rule), so 0 on the side stream.
+func (d *Device) waveTiles(suffix string) (int64, error) {
+	if len(d.side.ends) > 0 || d.side.in {
+		return 0, nil
+	}
+	name := "sort_wave_" + suffix
+	per, ok := d.waveBlocks[name]
+	if !ok {
+		k, err := d.function(name)
+		if err != nil {
+			return 0, err
+		}
+		if per, err = funcMaxActiveBlocks(k.fn, sortThreads, 0); err != nil {
+			return 0, fmt.Errorf("%w: %s: %v", ErrLaunch, name, err)
+		}
+		if d.waveBlocks == nil {
+			d.waveBlocks = map[string]int{}
+		}
+		d.waveBlocks[name] = per
+	}
+	return int64(per) * int64(d.info.SMs), nil
+}
+
+// waveSort is radixSort's passes for tiles that are all resident at once
+// (waveTiles), up to onesweepMaxTiles: one cooperative launch per pass
+// (sort_wave), no histogram launch and no look-back, two grid-wide
+// barriers a pass. The same stable order as the other passes. Measured on
+// the H200 (session 36, call 3; docs/PERF_NOTES.md step 82), the Gray
+// ranks' three passes: 124 tiles (RES 256) 0.052 ms against the
+// onesweep's 0.063 with its histogram; 502 tiles (RES 512) 0.162 ms
+// against the classic passes' 0.120 (the barriers and the column scans
+// grow with the tiles), hence the bound. An error that isCoopTooBig means that the
+// first pass was refused and nothing of the sort was queued but a memset
+// of its scratch.
+func (d *Device) waveSort(keys, vals devPtr, n, ksize int64, suffix string, nbits int, iota bool) error {
+	passes, width := sortPlan(nbits)
+	ntiles := (n + sortTile - 1) / sortTile
+	radix := int64(1) << width
+	ring, release, err := d.passBuffers(keys, vals, n, ksize, passes)
+	if err != nil {
+		return err
+	}
+	defer release()
+	// One block: each tile's digit counts (then prefixes), the digits'
+	// totals, the barrier's arrival counter (the only word zeroed: the
+	// passes write the rest before reading it).
+	words := ntiles*radix + radix + 1
+	scratch, err := d.allocTemp(words * 4)
+	if err != nil {
+		return err
+	}
+	defer d.freeTemp(scratch)
+	counts := scratch.ptr
+	totals := counts + devPtr(ntiles*radix*4)
+	bar := totals + devPtr(radix*4)
+	if err := memsetD32(bar, 0, 1, d.stream); err != nil {
+		return err
+	}
+	srcK, srcV := keys, vals
+	for p := range passes {
+		dstK, dstV := ring.dst(p, passes)
+		shift := int32(p * width)
+		w := int32(min(width, nbits-p*width))
+		if err := d.launchCooperative("sort_wave_"+suffix, dim3{X: int(ntiles)}, dim3{X: sortThreads}, 0, srcK, passValues(srcV, iota, p), dstK, dstV, n, shift, w,
+			counts, totals, bar, uint32(2*int64(p)*ntiles)); err != nil {
+			return err
+		}
+		srcK, srcV = dstK, dstV
+	}
+	return d.copySorted(keys, vals, srcK, srcV, n, ksize) // one pass: back from the buffer
 }
