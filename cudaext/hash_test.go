@@ -218,8 +218,9 @@ func TestGPURadixSort(t *testing.T) {
 	// keys) in radix passes: the one-wave sort where its tiles are all
 	// resident, up to onesweepMaxTiles (300,001 keys), the onesweep sort
 	// there with noWaveSort, or the classic passes (noOnesweep, and above
-	// onesweepMaxTiles), all checked; half the cases up to 65536 keys take the radix passes too
-	// (runSortMax 0, EnvRunSortMaxKeys).
+	// onesweepMaxTiles: 1,000,003 keys), all checked; half the cases up to
+	// 65536 keys take the radix passes too (runSortMax 0,
+	// EnvRunSortMaxKeys).
 	sizes := []int{0, 1, 2, 64, 1023, 1025, 4097, 15_192, 64_160, 65_536, 65_537, 300_001, 1_000_003}
 	if testing.Short() {
 		sizes = sizes[:11]
@@ -331,8 +332,9 @@ func TestGPURadixSort(t *testing.T) {
 }
 
 // TestGPUWaveTiles checks the one-wave sort's rule: at least a block per
-// SM on the main stream (so the benchmark's Gray ranks up to RES 512 take
-// it on the H200), none while the side stream is in use.
+// SM on the main stream (so that radixSort's bound of onesweepMaxTiles,
+// not residency, decides on the H200: the RES 256 Gray ranks take it),
+// none while the side stream is in use.
 func TestGPUWaveTiles(t *testing.T) {
 	e := gxEngine(t)
 	require.NoError(t, e.d.do(func() error {

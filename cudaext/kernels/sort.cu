@@ -472,8 +472,8 @@ __device__ void onesweep_pass(const K* kin, const int* vin, K* kout, int* vout, 
 
 // The one-wave radix pass (sort_wave_*): for as many tiles as are
 // resident on the GPU at once (cudaext/sort.go waveTiles; the host uses it
-// up to 256 tiles), one launch per pass and no look-back. Each tile ranks its keys (rank_tile) and
-// publishes its digit counts; after a grid-wide barrier, warps spread over
+// up to 256 tiles), one launch per pass and no look-back. Each tile ranks
+// its keys (rank_tile) and publishes its digit counts; after a grid-wide barrier, warps spread over
 // the blocks scan one digit column each (the digit's counts in tile order)
 // into every tile's exclusive prefix and the digit's total; after a second
 // barrier every tile adds the exclusive scan of the totals (where each
