@@ -276,11 +276,6 @@ func (d *Device) onesweep(keys, vals devPtr, n, ksize int64, suffix string, nbit
 	passes, width := sortPlan(nbits)
 	ntiles := (n + sortTile - 1) / sortTile
 	radix := int64(1) << width
-	ring, release, err := d.passBuffers(keys, vals, n, ksize, passes)
-	if err != nil {
-		return err
-	}
-	defer release()
 	// One block, zeroed at once: the digit counts of every pass, a tile
 	// counter per pass, the look-back words of every pass.
 	countWords := int64(passes) * onesweepMaxRadix
@@ -301,13 +296,38 @@ func (d *Device) onesweep(keys, vals devPtr, n, ksize int64, suffix string, nbit
 	if err := d.launch("sort_onesweep_hist_"+suffix, dim3{X: int(hb)}, dim3{X: sortThreads}, 0, keys, n, int32(passes), int32(width), int32(nbits), counts); err != nil {
 		return err
 	}
+	return d.ringPasses(keys, vals, n, ksize, nbits, iota, func(p int, pk passKeys) error {
+		return d.launch("sort_onesweep_"+suffix, dim3{X: int(ntiles)}, dim3{X: sortThreads}, 0, pk.srcK, pk.srcV, pk.dstK, pk.dstV, n, pk.shift, pk.width,
+			counts+devPtr(int64(p)*onesweepMaxRadix*4), status+devPtr(int64(p)*ntiles*radix*4), tickets+devPtr(int64(p)*4))
+	})
+}
+
+// passKeys is what one radix pass reads and writes: the keys and values
+// at srcK and srcV (srcV 0 in the first pass of an iota sort: the kernels
+// then take the keys' positions) placed into dstK and dstV by the digit of
+// width bits at shift.
+type passKeys struct {
+	srcK, srcV, dstK, dstV devPtr
+	shift, width           int32
+}
+
+// ringPasses runs the passes of a sort of n keys of ksize bytes by their
+// low nbits bits that launches one kernel per pass (onesweep, waveSort):
+// pass(p, …) queues pass p. The passes write the ring of passBuffers, so
+// that the last one writes keys and vals (one pass is copied back).
+func (d *Device) ringPasses(keys, vals devPtr, n, ksize int64, nbits int, iota bool, pass func(p int, pk passKeys) error) error {
+	passes, width := sortPlan(nbits)
+	ring, release, err := d.passBuffers(keys, vals, n, ksize, passes)
+	if err != nil {
+		return err
+	}
+	defer release()
 	srcK, srcV := keys, vals
 	for p := range passes {
 		dstK, dstV := ring.dst(p, passes)
-		shift := int32(p * width)
-		w := int32(min(width, nbits-p*width))
-		if err := d.launch("sort_onesweep_"+suffix, dim3{X: int(ntiles)}, dim3{X: sortThreads}, 0, srcK, passValues(srcV, iota, p), dstK, dstV, n, shift, w,
-			counts+devPtr(int64(p)*onesweepMaxRadix*4), status+devPtr(int64(p)*ntiles*radix*4), tickets+devPtr(int64(p)*4)); err != nil {
+		pk := passKeys{srcK: srcK, srcV: passValues(srcV, iota, p), dstK: dstK, dstV: dstV,
+			shift: int32(p * width), width: int32(min(width, nbits-p*width))}
+		if err := pass(p, pk); err != nil {
 			return err
 		}
 		srcK, srcV = dstK, dstV
@@ -502,14 +522,9 @@ func (d *Device) waveTiles(suffix string) (int64, error) {
 // that the first pass was refused and nothing of the sort was queued but
 // a memset of its scratch.
 func (d *Device) waveSort(keys, vals devPtr, n, ksize int64, suffix string, nbits int, iota bool) error {
-	passes, width := sortPlan(nbits)
+	_, width := sortPlan(nbits)
 	ntiles := (n + sortTile - 1) / sortTile
 	radix := int64(1) << width
-	ring, release, err := d.passBuffers(keys, vals, n, ksize, passes)
-	if err != nil {
-		return err
-	}
-	defer release()
 	// One block: each tile's digit counts (then prefixes), the digits'
 	// totals, the barrier's arrival counter (the only word zeroed: the
 	// passes write the rest before reading it).
@@ -525,16 +540,8 @@ func (d *Device) waveSort(keys, vals devPtr, n, ksize int64, suffix string, nbit
 	if err := memsetD32(bar, 0, 1, d.stream); err != nil {
 		return err
 	}
-	srcK, srcV := keys, vals
-	for p := range passes {
-		dstK, dstV := ring.dst(p, passes)
-		shift := int32(p * width)
-		w := int32(min(width, nbits-p*width))
-		if err := d.launchCooperative("sort_wave_"+suffix, dim3{X: int(ntiles)}, dim3{X: sortThreads}, 0, srcK, passValues(srcV, iota, p), dstK, dstV, n, shift, w,
-			counts, totals, bar, uint32(2*int64(p)*ntiles)); err != nil {
-			return err
-		}
-		srcK, srcV = dstK, dstV
-	}
-	return d.copySorted(keys, vals, srcK, srcV, n, ksize) // one pass: back from the buffer
+	return d.ringPasses(keys, vals, n, ksize, nbits, iota, func(p int, pk passKeys) error {
+		return d.launchCooperative("sort_wave_"+suffix, dim3{X: int(ntiles)}, dim3{X: sortThreads}, 0, pk.srcK, pk.srcV, pk.dstK, pk.dstV, n, pk.shift, pk.width,
+			counts, totals, bar, uint32(2*int64(p)*ntiles))
+	})
 }
