@@ -59,6 +59,8 @@ type stepProfiler struct {
 	// its memory peak, the peak in GiB of each phase that has ended, in
 	// phase order (the backend's peak is reset at every mark).
 	peaks []float64
+	// noPeaks skips the peaks (chained profiles).
+	noPeaks bool
 }
 
 // phase marks the start of a phase of the running step profile; a no-op
@@ -77,7 +79,7 @@ func (be *backend) phase(name string) {
 // endPhasePeak records the memory peak of the phase that ends now and
 // resets the backend's peak for the next one (where it measures one).
 func (be *backend) endPhasePeak() {
-	if be.peakGB == nil {
+	if be.peakGB == nil || be.prof.noPeaks {
 		return
 	}
 	be.prof.peaks = append(be.prof.peaks, be.peakGB())
@@ -104,7 +106,11 @@ type PhaseRecord struct {
 
 // PhaseSummary is the per-step profile of a record (-phases).
 type PhaseSummary struct {
-	Steps    int     `json:"steps"`
+	Steps int `json:"steps"`
+	// Chained: the steps ran back to back in one profile (-phaseschain),
+	// so their gaps are those of timed steps, not of steps started on an
+	// idle device.
+	Chained  bool    `json:"chained,omitempty"`
 	StepMs   float64 `json:"step_ms"`   // device span of a profiled step
 	KernelMs float64 `json:"kernel_ms"` // summed kernel time of a step
 	GapMs    float64 `json:"gap_ms"`    // StepMs − KernelMs
@@ -141,8 +147,14 @@ func kernelKind(phase, name string) string {
 }
 
 // profileSteps runs n steps under the backend's profiler and returns the
-// per-step averages. The backend must have a profiler.
-func profileSteps(step func() error, be *backend, n int) (*PhaseSummary, error) {
+// per-step averages. The backend must have a profiler. Each step is its
+// own profile, which waits for the device when it ends, so every step
+// starts on an idle device and its first launches are exposed; with chain
+// the n steps run back to back in one profile, as timed steps do (the
+// host runs ahead of the device and only what waits for the device shows
+// as gaps), and the phases' memory peaks are not taken (their readings
+// are host round trips of their own).
+func profileSteps(step func() error, be *backend, n int, chain bool) (*PhaseSummary, error) {
 	p := be.prof
 	if p == nil {
 		return nil, fmt.Errorf("-phases: device %s has no profiler", be.name)
@@ -156,33 +168,9 @@ func profileSteps(step func() error, be *backend, n int) (*PhaseSummary, error) 
 	}
 	var order []string
 	byName := map[string]*acc{}
-	sum := &PhaseSummary{Steps: n, ByKind: map[string]float64{}}
-	for i := range n {
-		p.err = nil
-		p.peaks = p.peaks[:0]
-		if be.peakGB != nil {
-			be.resetPeak()
-		}
-		if err := p.start("step"); err != nil {
-			return nil, err
-		}
-		p.on = true
-		err := step()
-		p.on = false
-		be.endPhasePeak()
-		phases, serr := p.stop()
-		if err != nil {
-			return nil, fmt.Errorf("profiled step %d: %w", i, err)
-		}
-		if serr != nil {
-			return nil, serr
-		}
-		if p.err != nil {
-			return nil, p.err
-		}
-		if be.peakGB != nil && len(p.peaks) != len(phases) {
-			return nil, fmt.Errorf("profiled step %d: %d memory peaks for %d phases", i, len(p.peaks), len(phases))
-		}
+	sum := &PhaseSummary{Steps: n, Chained: chain, ByKind: map[string]float64{}}
+	peaks := be.peakGB != nil && !chain
+	add := func(phases []phaseTime) {
 		for j, ph := range phases {
 			a := byName[ph.name]
 			if a == nil {
@@ -190,7 +178,7 @@ func profileSteps(step func() error, be *backend, n int) (*PhaseSummary, error) 
 				byName[ph.name] = a
 				order = append(order, ph.name)
 			}
-			if be.peakGB != nil {
+			if peaks {
 				mb := round(p.peaks[j]*1024, 1)
 				if a.PeakMB == nil || mb > *a.PeakMB {
 					a.PeakMB = &mb
@@ -209,6 +197,58 @@ func profileSteps(step func() error, be *backend, n int) (*PhaseSummary, error) 
 			}
 			sum.StepMs += ph.spanMs
 			sum.KernelMs += ph.kernelMs
+		}
+	}
+	// run profiles steps (n of them, or one per call) from start to stop.
+	run := func(steps int, what string) error {
+		p.err = nil
+		p.peaks = p.peaks[:0]
+		p.noPeaks = !peaks
+		if peaks {
+			be.resetPeak()
+		}
+		if err := p.start("step"); err != nil {
+			return err
+		}
+		p.on = true
+		var err error
+		for i := range steps {
+			if i > 0 {
+				be.phase("step")
+			}
+			if err = step(); err != nil {
+				break
+			}
+		}
+		p.on = false
+		if peaks {
+			be.endPhasePeak()
+		}
+		phases, serr := p.stop()
+		if err != nil {
+			return fmt.Errorf("profiled %s: %w", what, err)
+		}
+		if serr != nil {
+			return serr
+		}
+		if p.err != nil {
+			return p.err
+		}
+		if peaks && len(p.peaks) != len(phases) {
+			return fmt.Errorf("profiled %s: %d memory peaks for %d phases", what, len(p.peaks), len(phases))
+		}
+		add(phases)
+		return nil
+	}
+	if chain {
+		if err := run(n, fmt.Sprintf("steps (%d, chained)", n)); err != nil {
+			return nil, err
+		}
+	} else {
+		for i := range n {
+			if err := run(1, fmt.Sprintf("step %d", i)); err != nil {
+				return nil, err
+			}
 		}
 	}
 	f := 1 / float64(n)

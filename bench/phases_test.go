@@ -55,7 +55,7 @@ func TestProfileStepsPhases(t *testing.T) {
 	require.NoError(t, err)
 	defer w.close()
 
-	s, err := profileSteps(w.steps["train"], be, 2)
+	s, err := profileSteps(w.steps["train"], be, 2, false)
 	require.NoError(t, err)
 	require.False(t, be.prof.on, "the profile ends with the steps")
 	require.Equal(t, []string{"step", "map", "derive", "fwd L0", "fwd L1", "ones", "wgrad L1", "dgrad L1", "wgrad L0", "release"}, s.phaseNames())
@@ -83,7 +83,7 @@ func TestProfileStepsPhases(t *testing.T) {
 
 	// Inference has no backward phases; timed steps (no profile) mark
 	// nothing.
-	s, err = profileSteps(w.steps["infer"], be, 1)
+	s, err = profileSteps(w.steps["infer"], be, 1, false)
 	require.NoError(t, err)
 	require.Equal(t, []string{"step", "map", "derive", "fwd L0", "fwd L1", "release"}, s.phaseNames())
 	require.NoError(t, w.steps["train"]())
@@ -120,7 +120,7 @@ func TestProfileStepsMemory(t *testing.T) {
 		use(float64(step) / 4) // the second step peaks higher
 		use(-1 - float64(step)/4)
 		return nil
-	}, be, 2)
+	}, be, 2, false)
 	require.NoError(t, err)
 	require.Equal(t, []string{"step", "a", "b"}, s.phaseNames())
 	want := []float64{1024, 1536, 1024 + 512}
@@ -129,24 +129,34 @@ func TestProfileStepsMemory(t *testing.T) {
 		require.InDelta(t, want[i], *p.PeakMB, 1e-9, p.Phase)
 	}
 	be.peakGB = nil
-	s, err = profileSteps(func() error { be.phase("a"); return nil }, be, 1)
+	s, err = profileSteps(func() error { be.phase("a"); return nil }, be, 1, false)
 	require.NoError(t, err)
 	require.Nil(t, s.Phases[0].PeakMB, "no peak without a measuring backend")
+	be.peakGB = func() float64 { return peak }
+	resets := 0
+	be.resetPeak = func() { resets++ }
+	s, err = profileSteps(func() error { be.phase("a"); return nil }, be, 2, true)
+	require.NoError(t, err)
+	require.Equal(t, []string{"step", "a"}, s.phaseNames())
+	require.Nil(t, s.Phases[0].PeakMB, "a chained profile takes no peaks")
+	require.Zero(t, resets)
 }
 
 func TestProfileStepsErrors(t *testing.T) {
 	be := cpuBackend()
-	_, err := profileSteps(func() error { return nil }, be, 1)
+	_, err := profileSteps(func() error { return nil }, be, 1, false)
 	require.ErrorContains(t, err, "has no profiler")
 
 	be.prof = fakeProfiler(func(string) string { return "k" })
 	boom := errors.New("boom")
-	_, err = profileSteps(func() error { return boom }, be, 1)
-	require.ErrorIs(t, err, boom)
-	require.False(t, be.prof.on)
+	for _, chain := range []bool{false, true} {
+		_, err = profileSteps(func() error { return boom }, be, 2, chain)
+		require.ErrorIs(t, err, boom)
+		require.False(t, be.prof.on)
+	}
 
 	be.prof.mark = func(string) error { return boom }
-	_, err = profileSteps(func() error { be.phase("x"); return nil }, be, 1)
+	_, err = profileSteps(func() error { be.phase("x"); return nil }, be, 1, false)
 	require.ErrorIs(t, err, boom, "a failed mark fails the profile")
 
 	_, err = parseRunFlags([]string{"-phases"}, &bytes.Buffer{})
@@ -156,4 +166,34 @@ func TestProfileStepsErrors(t *testing.T) {
 	o, err := parseRunFlags([]string{"-phases", "-device", "cuda"}, &bytes.Buffer{})
 	require.NoError(t, err)
 	require.Equal(t, 3, o.phases)
+	require.False(t, o.phasesChain)
+	_, err = parseRunFlags([]string{"-phaseschain", "-device", "cuda"}, &bytes.Buffer{})
+	require.ErrorContains(t, err, "-phaseschain needs -phases")
+	o, err = parseRunFlags([]string{"-phases", "-phaseschain", "-phasesteps", "10", "-device", "cuda"}, &bytes.Buffer{})
+	require.NoError(t, err)
+	require.Equal(t, 10, o.phases)
+	require.True(t, o.phasesChain)
+}
+
+// TestProfileStepsChained: chained steps run in one profile (one start,
+// a "step" mark between steps) and average to the same per-step phases as
+// steps profiled one by one.
+func TestProfileStepsChained(t *testing.T) {
+	be := cpuBackend()
+	be.prof = fakeProfiler(func(string) string { return "k" })
+	starts := 0
+	start := be.prof.start
+	be.prof.start = func(first string) error { starts++; return start(first) }
+	step := func() error { be.phase("map"); be.phase("fwd L0"); return nil }
+	one, err := profileSteps(step, be, 3, false)
+	require.NoError(t, err)
+	require.Equal(t, 3, starts)
+	starts = 0
+	chained, err := profileSteps(step, be, 3, true)
+	require.NoError(t, err)
+	require.Equal(t, 1, starts, "one profile for all the steps")
+	require.True(t, chained.Chained)
+	require.False(t, one.Chained)
+	chained.Chained = false
+	require.Equal(t, one, chained)
 }

@@ -95,26 +95,27 @@ func parseAlgos(s string) ([]sparse.Algorithm, error) {
 
 // runOptions are the parsed flags of the measuring command.
 type runOptions struct {
-	cfgs       []config
-	ops        []string
-	modes      []string
-	dtypes     []dtypeInfo
-	algos      []sparse.Algorithm
-	batch      int
-	coordsFile string
-	seed       uint64
-	conv       sparse.ConvOptions
-	measure    measureOpts
-	out        string
-	commit     string
-	impl       string
-	device     string  // deviceCPU or deviceCUDA
-	gpu        int     // GPU ordinal
-	kmap       string  // kmapAuto until openBackend resolves it
-	peakTFLOPS float64 // -peaktflops (0: by device)
-	phases     int     // profiled steps per record (-phases, -phasesteps); 0: none
-	power      bool    // measure energy and clocks of the timed steps (-power, -device cuda)
-	wgrad      string  // -wgrad: wgradAuto, wgradNarrow or wgradF32
+	cfgs        []config
+	ops         []string
+	modes       []string
+	dtypes      []dtypeInfo
+	algos       []sparse.Algorithm
+	batch       int
+	coordsFile  string
+	seed        uint64
+	conv        sparse.ConvOptions
+	measure     measureOpts
+	out         string
+	commit      string
+	impl        string
+	device      string  // deviceCPU or deviceCUDA
+	gpu         int     // GPU ordinal
+	kmap        string  // kmapAuto until openBackend resolves it
+	peakTFLOPS  float64 // -peaktflops (0: by device)
+	phases      int     // profiled steps per record (-phases, -phasesteps); 0: none
+	phasesChain bool    // profile them back to back (-phaseschain)
+	power       bool    // measure energy and clocks of the timed steps (-power, -device cuda)
+	wgrad       string  // -wgrad: wgradAuto, wgradNarrow or wgradF32
 }
 
 // Weight-gradient element types of a train step (-wgrad).
@@ -170,6 +171,7 @@ func parseRunFlags(args []string, stderr io.Writer) (*runOptions, error) {
 	impl := fs.String("impl", "flexgemm-go", "impl name to record")
 	phases := fs.Bool("phases", false, "after timing each record, profile -phasesteps more steps (-device cuda): per-phase device time, kernel time and gaps, in the record's phases field and a table")
 	phaseSteps := fs.Int("phasesteps", 3, "profiled steps per record with -phases")
+	phasesChain := fs.Bool("phaseschain", false, "with -phases, profile the -phasesteps steps back to back in one profile, as timed steps run (no wait for the device between them, no per-phase memory peaks), so the gaps are the timed steps' idle device")
 	power := fs.Bool("power", false, "record the GPU's energy per step, mean board power and SM clock (mean, lowest, share of samples held by the power cap) over the timed steps, read through NVML (-device cuda)")
 	wgrad := fs.String("wgrad", wgradAuto, "weight-gradient dtype of train steps: auto (fp16/bf16 gradients of fp16/bf16 inputs, as FlexGEMM's .grad; else fp32), narrow (the input's), fp32 (float32 always, the engine's default)")
 	if err := fs.Parse(args); err != nil {
@@ -215,6 +217,9 @@ func parseRunFlags(args []string, stderr io.Writer) (*runOptions, error) {
 			return nil, fmt.Errorf("-phases needs -device %s (the CPU engine has no profiler)", deviceCUDA)
 		}
 		o.phases = *phaseSteps
+		o.phasesChain = *phasesChain
+	} else if *phasesChain {
+		return nil, errors.New("-phaseschain needs -phases")
 	}
 	if *power {
 		if *device != deviceCUDA {
@@ -418,7 +423,7 @@ func runBench(o *runOptions, stdout, stderr io.Writer) ([]Record, error) {
 						}
 						if o.phases > 0 {
 							var ps *PhaseSummary
-							err := safely(func() (err error) { ps, err = profileSteps(w.steps[mode], be, o.phases); return err })
+							err := safely(func() (err error) { ps, err = profileSteps(w.steps[mode], be, o.phases, o.phasesChain); return err })
 							if err != nil {
 								// The timed record stands; the profile is extra.
 								fmt.Fprintf(stderr, "bench: profiling %s %s RES=%d C=%d L=%d: %v\n", op, mode, sc.res, cfg.C, cfg.L, err)
