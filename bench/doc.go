@@ -71,6 +71,15 @@
 // which runs the unchanged anchor script under nvidia-smi sampling and adds
 // the same power field to its records (CFGS='256,256,2' python3
 // bench/anchor_power.py .anchor OUT.jsonl fp16, on the GPU machine).
+// With -phases, -phasesteps more steps run after each timed record under
+// the engine's profiler (every launch between CUDA events, without
+// programmatic dependent launch), and the record's phases field holds per
+// phase (map, derive, fwd Lk, wgrad Lk, dgrad Lk, …) the device span, the
+// kernel time, the gap (span − kernels: idle, memsets, copies), the host
+// time and the slowest kernels. Each profiled step waits for the device
+// at its end, so its first launches meet an idle device; -phaseschain runs
+// the steps back to back in one profile instead, as timed steps run, so
+// the gaps are what a timed step leaves idle.
 //
 // # Output
 //
