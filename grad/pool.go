@@ -15,12 +15,9 @@ import (
 // The pooling backward ops are differentiable: with a bias-free average
 // pool and an argmax gather they form a set closed under differentiation.
 var (
-	_ gorgonia.Op   = maxPoolGradOp{}
-	_ gorgonia.SDOp = maxPoolGradOp{}
-	_ gorgonia.ADOp = maxPoolGradOp{}
-	_ gorgonia.Op   = argmaxGatherOp{}
-	_ gorgonia.SDOp = argmaxGatherOp{}
-	_ gorgonia.ADOp = argmaxGatherOp{}
+	_ gorgonia.Op   = argmaxLinear{}
+	_ gorgonia.SDOp = argmaxLinear{}
+	_ gorgonia.ADOp = argmaxLinear{}
 	_ gorgonia.Op   = avgPoolLinear{}
 	_ gorgonia.SDOp = avgPoolLinear{}
 	_ gorgonia.ADOp = avgPoolLinear{}
@@ -40,7 +37,7 @@ func MaxPoolGrad(x, dy *gorgonia.Node, m *kmap.Map) (*gorgonia.Node, error) {
 	if err := checkPoolArgs(name, m, []string{"x", "dy"}, x, dy); err != nil {
 		return nil, err
 	}
-	op := maxPoolGradOp{poolBase{m: m, dt: x.Dtype()}}
+	op := argmaxLinear{poolBase: poolBase{m: m, dt: x.Dtype()}, adjoint: true}
 	if _, err := op.InferShape(x.Shape(), dy.Shape()); err != nil {
 		return nil, err
 	}
@@ -190,105 +187,91 @@ func matrixType(n int) hm.Type {
 	return hm.NewFnType(ts...)
 }
 
-// maxPoolGradOp computes dx [NIn, C] from x [NIn, C] and dy [NOut, C].
-type maxPoolGradOp struct{ poolBase }
+// argmaxLinear is one of the two maps of a sparse max pool over m that
+// are linear in their second operand, for a fixed x [NIn, C]: the input
+// gradient dy [NOut, C] → dx [NIn, C] (adjoint true, made by MaxPoolGrad),
+// or the gather g [NIn, C] → [NOut, C] of g at the argmax rows of x
+// (adjoint false; it appears only in second-order gradient graphs). Each
+// is the other's gradient in that operand; neither has a gradient in x
+// (piecewise constant).
+type argmaxLinear struct {
+	poolBase
+	adjoint bool
+}
 
-func (op maxPoolGradOp) Arity() int    { return 2 }
-func (op maxPoolGradOp) Type() hm.Type { return matrixType(2) }
-func (op maxPoolGradOp) InferShape(ds ...gorgonia.DimSizer) (tensor.Shape, error) {
-	const name = "MaxPoolGrad"
-	s, err := opkit.Shapes("grad."+name, 2, ds)
+// argmaxDims names the second operand and the result of an argmaxLinear.
+type argmaxDims struct {
+	argRows, outRows int
+	argShape         string // the operand's shape in errors
+	arg, name        string // the operand's and the op's names
+}
+
+func (op argmaxLinear) dims() argmaxDims {
+	if op.adjoint {
+		return argmaxDims{op.m.NOut, op.m.NIn, "([m.NOut, C])", "dy", "MaxPoolGrad"}
+	}
+	return argmaxDims{op.m.NIn, op.m.NOut, "(the shape of x)", "g", "ArgmaxGather"}
+}
+
+// apply computes the op on x and v.
+func (op argmaxLinear) apply(x, v gorgonia.Value) (sparse.Matrix, error) {
+	if op.adjoint {
+		return op.maxPoolGrad(x, v)
+	}
+	return op.argmaxGather(x, v)
+}
+
+// transpose returns the other map of the pair.
+func (op argmaxLinear) transpose() argmaxLinear {
+	return argmaxLinear{poolBase: op.poolBase, adjoint: !op.adjoint}
+}
+
+func (op argmaxLinear) Arity() int    { return 2 }
+func (op argmaxLinear) Type() hm.Type { return matrixType(2) }
+func (op argmaxLinear) InferShape(ds ...gorgonia.DimSizer) (tensor.Shape, error) {
+	d := op.dims()
+	s, err := opkit.Shapes("grad."+d.name, 2, ds)
 	if err != nil {
 		return nil, err
 	}
-	c, err := rowsShape(name, "x", s[0], op.m.NIn, "m.NIn")
+	c, err := rowsShape(d.name, "x", s[0], op.m.NIn, "m.NIn")
 	if err != nil {
 		return nil, err
 	}
-	if len(s[1]) != 2 || s[1][0] != op.m.NOut || s[1][1] != c {
-		return nil, shapeErr(name, "dy", s[1], fmt.Sprintf("[%d, %d] ([m.NOut, C])", op.m.NOut, c))
+	if len(s[1]) != 2 || s[1][0] != d.argRows || s[1][1] != c {
+		return nil, shapeErr(d.name, d.arg, s[1], fmt.Sprintf("[%d, %d] %s", d.argRows, c, d.argShape))
 	}
-	return tensor.Shape{op.m.NIn, c}, nil
+	return tensor.Shape{d.outRows, c}, nil
 }
-func (op maxPoolGradOp) Do(vs ...gorgonia.Value) (gorgonia.Value, error) {
-	if err := opkit.CheckArity("grad.MaxPoolGrad", 2, len(vs)); err != nil {
+func (op argmaxLinear) Do(vs ...gorgonia.Value) (gorgonia.Value, error) {
+	if err := opkit.CheckArity("grad."+op.dims().name, 2, len(vs)); err != nil {
 		return nil, err
 	}
-	return denseOf(op.maxPoolGrad(vs[0], vs[1]))
+	return denseOf(op.apply(vs[0], vs[1]))
 }
-func (op maxPoolGradOp) WriteHash(h hash.Hash) { fmt.Fprint(h, op.String()) }
-func (op maxPoolGradOp) Hashcode() uint32      { return opkit.Hash(op) }
-func (op maxPoolGradOp) String() string        { return "MaxPoolGrad{" + op.sig() + "}" }
+func (op argmaxLinear) WriteHash(h hash.Hash) { fmt.Fprint(h, op.String()) }
+func (op argmaxLinear) Hashcode() uint32      { return opkit.Hash(op) }
+func (op argmaxLinear) String() string        { return op.dims().name + "{" + op.sig() + "}" }
 
-// DiffWRT: the result is linear in dy and piecewise constant in x.
-func (op maxPoolGradOp) DiffWRT(int) []bool { return []bool{false, true} }
-func (op maxPoolGradOp) SymDiff(in gorgonia.Nodes, _, g *gorgonia.Node) (gorgonia.Nodes, error) {
-	d, err := gorgonia.ApplyOp(argmaxGatherOp(op), in[0], g)
+// DiffWRT: linear in the second operand, piecewise constant in x.
+func (op argmaxLinear) DiffWRT(int) []bool { return []bool{false, true} }
+func (op argmaxLinear) SymDiff(in gorgonia.Nodes, _, g *gorgonia.Node) (gorgonia.Nodes, error) {
+	d, err := gorgonia.ApplyOp(op.transpose(), in[0], g)
 	if err != nil {
 		return nil, err
 	}
 	return gorgonia.Nodes{nil, d}, nil
 }
-func (op maxPoolGradOp) DoDiff(_ gorgonia.ExecutionContext, in gorgonia.Nodes, out *gorgonia.Node) error {
+func (op argmaxLinear) DoDiff(_ gorgonia.ExecutionContext, in gorgonia.Nodes, out *gorgonia.Node) error {
 	gv, err := out.Grad()
 	if err != nil {
 		return err
 	}
-	d, err := op.argmaxGather(in[0].Value(), gv)
+	d, err := op.transpose().apply(in[0].Value(), gv)
 	if err != nil {
 		return err
 	}
-	return opkit.AccumulateGrad(in[1], "dy", d)
-}
-
-// argmaxGatherOp computes out [NOut, C] from x [NIn, C] and g [NIn, C]:
-// g read at the argmax rows of a max pool of x.
-type argmaxGatherOp struct{ poolBase }
-
-func (op argmaxGatherOp) Arity() int    { return 2 }
-func (op argmaxGatherOp) Type() hm.Type { return matrixType(2) }
-func (op argmaxGatherOp) InferShape(ds ...gorgonia.DimSizer) (tensor.Shape, error) {
-	const name = "ArgmaxGather"
-	s, err := opkit.Shapes("grad."+name, 2, ds)
-	if err != nil {
-		return nil, err
-	}
-	c, err := rowsShape(name, "x", s[0], op.m.NIn, "m.NIn")
-	if err != nil {
-		return nil, err
-	}
-	if !s[1].Eq(s[0]) {
-		return nil, shapeErr(name, "g", s[1], fmt.Sprintf("[%d, %d] (the shape of x)", op.m.NIn, c))
-	}
-	return tensor.Shape{op.m.NOut, c}, nil
-}
-func (op argmaxGatherOp) Do(vs ...gorgonia.Value) (gorgonia.Value, error) {
-	if err := opkit.CheckArity("grad.ArgmaxGather", 2, len(vs)); err != nil {
-		return nil, err
-	}
-	return denseOf(op.argmaxGather(vs[0], vs[1]))
-}
-func (op argmaxGatherOp) WriteHash(h hash.Hash) { fmt.Fprint(h, op.String()) }
-func (op argmaxGatherOp) Hashcode() uint32      { return opkit.Hash(op) }
-func (op argmaxGatherOp) String() string        { return "ArgmaxGather{" + op.sig() + "}" }
-func (op argmaxGatherOp) DiffWRT(int) []bool    { return []bool{false, true} }
-func (op argmaxGatherOp) SymDiff(in gorgonia.Nodes, _, g *gorgonia.Node) (gorgonia.Nodes, error) {
-	d, err := gorgonia.ApplyOp(maxPoolGradOp(op), in[0], g)
-	if err != nil {
-		return nil, err
-	}
-	return gorgonia.Nodes{nil, d}, nil
-}
-func (op argmaxGatherOp) DoDiff(_ gorgonia.ExecutionContext, in gorgonia.Nodes, out *gorgonia.Node) error {
-	gv, err := out.Grad()
-	if err != nil {
-		return err
-	}
-	d, err := op.maxPoolGrad(in[0].Value(), gv)
-	if err != nil {
-		return err
-	}
-	return opkit.AccumulateGrad(in[1], "g", d)
+	return opkit.AccumulateGrad(in[1], op.dims().arg, d)
 }
 
 // avgPoolLinear is one of the two linear maps of a sparse average pool
