@@ -80,17 +80,7 @@ func NewSubmanifold(coords []int32, ext grid.Extent, kernel, dilation [3]int) (*
 // copied), and outputs that no input reaches get rows of −1. Any kernel
 // size works, even ones included. InCoords aliases coords.
 func NewStrided(coords []int32, ext grid.Extent, conv grid.Conv, outCoords []int32) (*Map, error) {
-	if err := conv.Validate(); err != nil {
-		return nil, err
-	}
-	out, err := conv.StridedExtent(ext)
-	if err != nil {
-		return nil, err
-	}
-	if err := checkExtent(out); err != nil {
-		return nil, fmt.Errorf("output grid: %w", err)
-	}
-	ix, err := newSortedIndex(coords, ext)
+	out, ix, err := resampledGrid(coords, ext, conv, grid.Conv.StridedExtent)
 	if err != nil {
 		return nil, err
 	}
@@ -114,6 +104,27 @@ func NewStrided(coords []int32, ext grid.Extent, conv grid.Conv, outCoords []int
 	return m, nil
 }
 
+// resampledGrid validates conv, returns the output grid that extentOf
+// gives it over ext (checked as every grid of a map is) and indexes the
+// input coords: the common start of the strided and transposed maps.
+func resampledGrid(coords []int32, ext grid.Extent, conv grid.Conv, extentOf func(grid.Conv, grid.Extent) (grid.Extent, error)) (grid.Extent, *sortedIndex, error) {
+	if err := conv.Validate(); err != nil {
+		return grid.Extent{}, nil, err
+	}
+	out, err := extentOf(conv, ext)
+	if err != nil {
+		return grid.Extent{}, nil, err
+	}
+	if err := checkExtent(out); err != nil {
+		return grid.Extent{}, nil, fmt.Errorf("output grid: %w", err)
+	}
+	ix, err := newSortedIndex(coords, ext)
+	if err != nil {
+		return grid.Extent{}, nil, err
+	}
+	return out, ix, nil
+}
+
 // NewTransposed builds the map of a sparse transposed convolution,
 // torch.nn.ConvTranspose3d on the active sites (no output padding), over
 // coords (flat [N, 4], unique, inside ext). The output grid is
@@ -124,17 +135,7 @@ func NewStrided(coords []int32, ext grid.Extent, conv grid.Conv, outCoords []int
 //
 // InCoords aliases coords.
 func NewTransposed(coords []int32, ext grid.Extent, conv grid.Conv) (*Map, error) {
-	if err := conv.Validate(); err != nil {
-		return nil, err
-	}
-	out, err := conv.TransposedExtent(ext)
-	if err != nil {
-		return nil, err
-	}
-	if err := checkExtent(out); err != nil {
-		return nil, fmt.Errorf("output grid: %w", err)
-	}
-	ix, err := newSortedIndex(coords, ext)
+	out, ix, err := resampledGrid(coords, ext, conv, grid.Conv.TransposedExtent)
 	if err != nil {
 		return nil, err
 	}
