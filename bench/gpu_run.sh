@@ -76,7 +76,8 @@ step() {
   date -u +%FT%TZ
   nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total,clocks.sm,clocks.max.sm,temperature.gpu --format=csv
   python3 -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__)' 2>&1
-  git rev-parse HEAD 2>/dev/null || true
+  echo "tree $(git rev-parse HEAD 2>/dev/null)"
+  echo "bench binary $("$BENCH" version 2>&1)"  # the commit its records carry
 } > "$OUT/env.txt" 2>&1
 cat "$OUT/env.txt"
 

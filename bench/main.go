@@ -25,6 +25,10 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 		err = paddingMain(args[1:], stdout, stderr)
 	case len(args) > 0 && args[0] == "pairsched":
 		err = pairschedMain(args[1:], stdout, stderr)
+	case len(args) > 0 && args[0] == "version":
+		// The commit the records of this binary carry (commitID), for
+		// scripts that run a binary built elsewhere.
+		_, err = fmt.Fprintln(stdout, commitID(""))
 	case len(args) > 0 && args[0] == "run":
 		err = benchMain(args[1:], stdout, stderr)
 	default:

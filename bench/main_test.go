@@ -430,6 +430,9 @@ func TestCommitID(t *testing.T) {
 	buildCommit = "abc123def456"
 	require.Equal(t, "given", commitID("given"))
 	require.Equal(t, "abc123def456", commitID(""))
+	var out, errb bytes.Buffer
+	require.Equal(t, 0, runMain([]string{"version"}, &out, &errb), errb.String())
+	require.Equal(t, "abc123def456\n", out.String(), "bench version prints the stamped commit")
 	buildCommit = ""
 	require.NotEmpty(t, commitID(""))
 }
