@@ -120,10 +120,29 @@ func shortOp(op string) string {
 	return op + " "
 }
 
+// chartOptions are the knobs of drawRatioChart.
+type chartOptions struct {
+	// target, when positive, draws a second dashed line at that ratio (a
+	// goal such as 1.5: every bar should clear it).
+	target float64
+}
+
+// axisCut is how far above its typical bar a panel's tallest bar may
+// reach before the axis is cut: beyond cutFactor times the panel's median
+// ratio (at least 1) the axis ends at cutAt times it, and the cut bars
+// carry their value at the top edge, so one 10× bar does not flatten the
+// 1.4–1.8× ones that decide a target.
+const (
+	cutFactor = 3.0
+	cutAt     = 2.2
+)
+
 // drawRatioChart renders rows as PNG: one panel per (mode, dtype), in each
-// one group of bars per (op, RES, C, L) and one bar per (impl, algo), with
-// a dashed reference line at 1.
-func drawRatioChart(w io.Writer, rows []ratioRow, base string) error {
+// one group of bars per (op, RES, C, L) and one bar per (impl, algo), each
+// labelled with its ratio, a dashed reference line at 1 and, with
+// o.target, a second one at the target. A panel whose tallest bar is far
+// above the rest has its axis cut (axisCut).
+func drawRatioChart(w io.Writer, rows []ratioRow, base string, o chartOptions) error {
 	if len(rows) == 0 {
 		return errors.New("no ratios to draw")
 	}
@@ -156,9 +175,10 @@ func drawRatioChart(w io.Writer, rows []ratioRow, base string) error {
 		maxGroups = max(maxGroups, len(groups[pk]))
 		maxSeries = max(maxSeries, len(series[pk]))
 	}
-	// Size the figure so that the bars of one group never reach the next.
+	// Size the figure so that the bars (and their labels) of one group
+	// never reach the next.
 	barW := vg.Points(9)
-	groupW := barW*vg.Length(maxSeries) + vg.Points(14)
+	groupW := max(barW*vg.Length(maxSeries)+vg.Points(14), vg.Points(46))
 	width := max(6*vg.Inch, groupW*vg.Length(maxGroups)+1.2*vg.Inch)
 	panelH := 2.6*vg.Inch + vg.Points(11)*vg.Length(maxSeries)
 	plots := make([][]*plot.Plot, len(panels))
@@ -167,17 +187,36 @@ func drawRatioChart(w io.Writer, rows []ratioRow, base string) error {
 		p.Title.Text = fmt.Sprintf("%s %s: speed relative to %s (%s ms / our ms; above 1 is faster)", pk.mode, pk.dtype, base, base)
 		p.Y.Label.Text = "speed ratio"
 		p.X.Label.Text = "RES, C, L"
-		top := 1.0
 		var labels []string
 		for _, g := range groups[pk] {
 			labels = append(labels, fmt.Sprintf("%s%d,%d,%d", shortOp(g.op), g.res, g.c, g.l))
 		}
+		var all []float64
+		for _, sk := range series[pk] {
+			for _, g := range groups[pk] {
+				if v, ok := value[pk][sk][g]; ok {
+					all = append(all, v)
+				}
+			}
+		}
+		top := max(1.0, o.target, slices.Max(all))
+		if typical := max(1.0, median(all)); top > cutFactor*typical {
+			top = max(cutAt*typical, o.target)
+			p.Y.Label.Text += fmt.Sprintf(" (cut at %.2g×)", top)
+		}
 		n := len(series[pk])
 		for j, sk := range series[pk] {
 			vals := make(plotter.Values, len(groups[pk]))
+			marks := plotter.XYLabels{XYs: make(plotter.XYs, len(groups[pk])), Labels: make([]string, len(groups[pk]))}
 			for gi, g := range groups[pk] {
-				vals[gi] = value[pk][sk][g]
-				top = max(top, vals[gi])
+				v, ok := value[pk][sk][g]
+				vals[gi] = min(v, top)
+				if ok {
+					marks.XYs[gi] = plotter.XY{X: float64(gi), Y: min(v, top)}
+					marks.Labels[gi] = fmt.Sprintf("%.2f×", v)
+				} else {
+					marks.XYs[gi] = plotter.XY{X: float64(gi)}
+				}
 			}
 			bars, err := plotter.NewBarChart(vals, barW)
 			if err != nil {
@@ -188,16 +227,33 @@ func drawRatioChart(w io.Writer, rows []ratioRow, base string) error {
 			bars.Offset = barW * vg.Length(float64(j)-float64(n-1)/2)
 			p.Add(bars)
 			p.Legend.Add(sk, bars)
+			text, err := plotter.NewLabels(marks)
+			if err != nil {
+				return err
+			}
+			for k := range text.TextStyle {
+				text.TextStyle[k].XAlign = -0.5 // centred on the bar
+				text.TextStyle[k].Font.Size = vg.Points(7)
+			}
+			text.Offset = vg.Point{X: bars.Offset, Y: vg.Points(2)}
+			p.Add(text)
 		}
 		one := plotter.NewFunction(func(float64) float64 { return 1 })
 		one.Color = color.Black
 		one.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}
 		p.Add(one)
+		if o.target > 0 {
+			goal := plotter.NewFunction(func(float64) float64 { return o.target })
+			goal.Color = color.RGBA{R: 0x30, G: 0x60, B: 0xc0, A: 0xff}
+			goal.Dashes = []vg.Length{vg.Points(2), vg.Points(2)}
+			p.Add(goal)
+			p.Legend.Add(fmt.Sprintf("target %.3g×", o.target), goal)
+		}
 		p.Legend.Top = true
 		p.Legend.Left = true
 		p.NominalX(labels...)
 		p.Y.Min = 0
-		p.Y.Max = top * (1.15 + 0.1*float64(n)) // room for the legend
+		p.Y.Max = top * (1.15 + 0.1*float64(n+1)) // room for the legend and the labels
 		plots[i] = []*plot.Plot{p}
 	}
 	img := vgimg.New(width, panelH*vg.Length(len(panels)))
@@ -211,13 +267,23 @@ func drawRatioChart(w io.Writer, rows []ratioRow, base string) error {
 	return err
 }
 
+// median returns the median of v (not empty); v is not changed.
+func median(v []float64) float64 {
+	s := slices.Sorted(slices.Values(v))
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
 func compareMain(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("bench compare", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	base := fs.String("base", "flexgemm", "impl of the baseline records")
 	png := fs.String("png", "", "write a bar chart of the ratios to this PNG file")
+	target := fs.Float64("target", 0, "with -png, also draw a dashed line at this ratio (a goal, e.g. 1.5; 0: none)")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: go run ./bench compare [-base impl] [-png file.png] results.jsonl …")
+		fmt.Fprintln(stderr, "usage: go run ./bench compare [-base impl] [-png file.png [-target ratio]] results.jsonl …")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -258,7 +324,7 @@ func compareMain(args []string, stdout, stderr io.Writer) error {
 	}
 	if *png != "" {
 		var buf bytes.Buffer
-		if err := drawRatioChart(&buf, rows, *base); err != nil {
+		if err := drawRatioChart(&buf, rows, *base, chartOptions{target: *target}); err != nil {
 			return err
 		}
 		if err := os.WriteFile(*png, buf.Bytes(), 0o644); err != nil {

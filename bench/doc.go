@@ -5,7 +5,7 @@
 //
 //	go run ./bench [flags]                     # measure; JSON lines on stdout
 //	go run ./bench -o bench/results/x.jsonl    # … and append them to a file
-//	go run ./bench compare [-png r.png] ours.jsonl flexgemm.jsonl
+//	go run ./bench compare [-png r.png [-target 1.5]] ours.jsonl flexgemm.jsonl
 //	go build -tags cudaext -o .gpu/bench ./bench && .gpu/bench -device cuda
 //	bash bench/gpu_run.sh build   # here; then on the GPU machine:
 //	bash bench/gpu_run.sh         # ours and FlexGEMM side by side, ratio table last
@@ -100,6 +100,10 @@
 // non-baseline implementation with the baseline's (default impl
 // "flexgemm") record of the same op, mode, dtype, RES, C and L, and prints
 // the speed ratio baseline ms / our ms (above 1: faster than the baseline)
-// as a markdown table; -png draws the ratios as a bar chart. Compare
+// as a markdown table; -png draws the ratios as a bar chart, each bar
+// labelled with its ratio, with a dashed line at 1 and, with -target, one
+// at a goal (bench/gpu_run.sh draws 1.5); a panel whose tallest bar stands
+// more than 3× above its median has its axis cut, the cut bars labelled
+// with their full ratio. Compare
 // numbers measured in one run on one machine only.
 package main

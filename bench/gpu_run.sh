@@ -158,7 +158,7 @@ count() { local n; n=$(grep -c '^{' "$1" 2>/dev/null); echo "${n:-0}"; }
 echo "== ours: $(count "$OUT/ours.jsonl") records, flexgemm: $(count "$OUT/flexgemm.jsonl") records; total ${SECONDS}s"
 grep -m1 "kernel maps:" "$OUT/ours.log" 2>/dev/null
 if [[ -x $BENCH && -s "$OUT/ours.jsonl" && -s "$OUT/flexgemm.jsonl" ]]; then
-  $BENCH compare -png "$OUT/ratios.png" "$OUT/ours.jsonl" "$OUT/flexgemm.jsonl" 2>&1 | tee "$OUT/compare.md"
+  $BENCH compare -png "$OUT/ratios.png" -target 1.5 "$OUT/ours.jsonl" "$OUT/flexgemm.jsonl" 2>&1 | tee "$OUT/compare.md"
 else
   echo "nothing to compare"
 fi

@@ -9,6 +9,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -215,12 +216,30 @@ func TestWriteRatioTable(t *testing.T) {
 func TestDrawRatioChart(t *testing.T) {
 	rows, _ := compareRecords(fakeRecords(), "flexgemm")
 	var buf bytes.Buffer
-	require.NoError(t, drawRatioChart(&buf, rows, "flexgemm"))
-	img, err := png.Decode(&buf)
-	require.NoError(t, err)
-	require.Greater(t, img.Bounds().Dx(), 100)
-	require.Greater(t, img.Bounds().Dy(), 100)
-	require.Error(t, drawRatioChart(&buf, nil, "flexgemm"))
+	for _, o := range []chartOptions{{}, {target: 1.5}} {
+		buf.Reset()
+		require.NoError(t, drawRatioChart(&buf, rows, "flexgemm", o))
+		img, err := png.Decode(&buf)
+		require.NoError(t, err)
+		require.Greater(t, img.Bounds().Dx(), 100)
+		require.Greater(t, img.Bounds().Dy(), 100)
+	}
+	require.Error(t, drawRatioChart(&buf, nil, "flexgemm", chartOptions{}))
+}
+
+func TestMedian(t *testing.T) {
+	for _, c := range []struct {
+		in   []float64
+		want float64
+	}{
+		{[]float64{3}, 3},
+		{[]float64{5, 1, 3}, 3},
+		{[]float64{4, 1, 3, 2}, 2.5},
+	} {
+		in := slices.Clone(c.in)
+		require.Equal(t, c.want, median(c.in))
+		require.Equal(t, in, c.in, "median leaves its input alone")
+	}
 }
 
 func TestCompareMain(t *testing.T) {
