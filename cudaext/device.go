@@ -121,6 +121,9 @@ type Device struct {
 	// kmap_brick_scatter after the insert even with a guess
 	// (EnvNoBrickFusedScatter).
 	noBrickFusedScatter bool
+	// noBrickBallotMask: the brick search forms the tap masks by a loop
+	// of shared-memory reads (EnvNoBrickBallotMask).
+	noBrickBallotMask bool
 	// reduceVecMin: the split-K reductions sum four elements per thread
 	// from this many elements per slice on (reduceVecMinElems; the tests
 	// lower it).
@@ -236,6 +239,7 @@ func openDevice(ordinal int) (*Device, error) {
 		noWaveSort:             os.Getenv(EnvNoWaveSort) == "1",
 		noBrickGuess:           os.Getenv(EnvNoBrickGuess) == "1",
 		noBrickFusedScatter:    os.Getenv(EnvNoBrickFusedScatter) == "1",
+		noBrickBallotMask:      os.Getenv(EnvNoBrickBallotMask) == "1",
 	}
 	d.mem.free = map[int64][]devPtr{}
 	runtime.LockOSThread()

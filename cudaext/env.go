@@ -366,6 +366,12 @@ const EnvNoBrickGuess = "FLEXGEMM_NO_BRICK_GUESS"
 // brick insert would fill it (whenever the pool is sized by a guess).
 const EnvNoBrickFusedScatter = "FLEXGEMM_NO_BRICK_FUSED_SCATTER"
 
+// EnvNoBrickBallotMask names the environment variable that, set to "1"
+// when an engine opens, makes the brick search form each row's tap mask
+// from 27 shared-memory reads (kmap_nbr_brick_loop, as before session 38)
+// instead of the ballot of the row's table entries as it writes them.
+const EnvNoBrickBallotMask = "FLEXGEMM_NO_BRICK_BALLOT_MASK"
+
 // EnvNoWaveSort names the environment variable that, set to "1" when an
 // engine opens, sorts keys whose tiles would all be resident at once by
 // the onesweep sort (up to onesweepMaxTiles tiles) or the classic passes,

@@ -419,7 +419,11 @@ func (d *Device) buildSubNbrBricks(dm *devMap, coords devPtr, ext grid.Extent) e
 			}
 		}
 		blocks := min(ceilDiv(max(nb, 1), brickWarps), int64(d.info.SMs)*brickBlocksPerSM)
-		return d.launch("kmap_nbr_brick", dim3{X: int(blocks)}, dim3{X: 32 * brickWarps}, 0, coords, nb, count, extOf(bext), bt.arg(),
+		kernel := "kmap_nbr_brick"
+		if d.noBrickBallotMask {
+			kernel = "kmap_nbr_brick_loop"
+		}
+		return d.launch(kernel, dim3{X: int(blocks)}, dim3{X: 32 * brickWarps}, 0, coords, nb, count, extOf(bext), bt.arg(),
 			cells.ptr, first.ptr, pool.ptr, dm.nbr.ptr, dm.mask.ptr, dm.rank.ptr)
 	}
 	var st deviceStatus

@@ -788,7 +788,9 @@ func TestGPUBrickSearchErrors(t *testing.T) {
 // build recorded, or EnvNoBrickGuess), by a guess that holds every brick
 // (close, or a brick per row), by a guess too small (the search repeated
 // over a pool of the count) — with a guessed pool filled by the insert
-// and by the separate scatter pass (EnvNoBrickFusedScatter), and compares
+// and by the separate scatter pass (EnvNoBrickFusedScatter), with the tap
+// masks from the table writes' ballots or from kmap_nbr_brick_loop's reads
+// (EnvNoBrickBallotMask), and compares
 // each with kmap.NewSubmanifold, below and above kmap.BalancedKeyMaxRows
 // (the search then writes the masks and ranks too).
 func TestGPUBrickPoolGuess(t *testing.T) {
@@ -797,7 +799,7 @@ func TestGPUBrickPoolGuess(t *testing.T) {
 	defer func() {
 		require.NoError(t, e.d.do(func() error {
 			e.d.brickMinRows, e.d.noBrickGuess, e.d.bricks = brickMinRows, false, brickRatios{}
-			e.d.noBrickFusedScatter = false
+			e.d.noBrickFusedScatter, e.d.noBrickBallotMask = false, false
 			return nil
 		}))
 	}()
@@ -826,6 +828,10 @@ func TestGPUBrickPoolGuess(t *testing.T) {
 				d.noBrickFusedScatter = true
 				d.bricks = brickRatios{ratio: [brickHistory]float64{1e-9}}
 			}, true},
+			{"close guess, masks by the loop", func(d *Device) {
+				d.noBrickBallotMask = true
+				d.bricks = brickRatios{ratio: [brickHistory]float64{ratio}}
+			}, false},
 			{"no guess", func(d *Device) { d.noBrickGuess = true; d.bricks = brickRatios{ratio: [brickHistory]float64{1e-9}} }, false},
 		}
 		for _, c := range cases {
@@ -843,7 +849,7 @@ func TestGPUBrickPoolGuess(t *testing.T) {
 				require.NoError(t, e.d.do(func() error {
 					researched = e.d.brickResearches > before
 					ratio = max(ratio, e.d.bricks.ratio[(e.d.bricks.next+brickHistory-1)%brickHistory])
-					e.d.noBrickGuess, e.d.noBrickFusedScatter = false, false
+					e.d.noBrickGuess, e.d.noBrickFusedScatter, e.d.noBrickBallotMask = false, false, false
 					return nil
 				}))
 				require.Equal(t, c.research, researched, "search repeated")

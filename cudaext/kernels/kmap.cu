@@ -402,10 +402,13 @@ __device__ void brick_scatter(const int* coords, i64 n, Ext bext, Table bt, int*
 // their cell masks (brick_insert's cells), and gathers the 6×6×6 cells
 // around the brick (the brick and a one-cell rim) into shared memory,
 // reading the pool only at occupied cells (so the pool needs no −1 fill).
-// Then a lane per row of the brick forms its tap mask and Gray rank
-// (masks.cu masks_build's, for the Gray order of the table; when mask and
-// rank are non-null), and the warp writes each row's 27 entries (lane v
-// tap v, 108 consecutive bytes). Against a thread per row, the bricks are
+// Then the warp writes each row's 27 entries (lane v tap v, 108
+// consecutive bytes) and, when mask and rank are non-null, takes the row's
+// tap mask as the ballot of its present entries; a lane per row then
+// stores the masks and Gray ranks (masks.cu masks_build's, for the Gray
+// order of the table). kmap_nbr_brick_loop (EnvNoBrickBallotMask) forms
+// each mask by a lane per row from 27 reads of the gathered cells instead,
+// as before session 38. Against a thread per row, the bricks are
 // looked up once per brick (27 independent probes for ≈ 14 rows of a
 // shell) instead of 3–4 dependent probes per row. Cells outside the extent
 // hold no row, and bricks outside it are not looked up, so they read −1.
@@ -439,6 +442,7 @@ __device__ __forceinline__ u32 rim_cell(int t) {
   return (u32)((hx * kRim + hy) * kRim + hz) | (u32)k << 8 | (u32)brick_cell(hx - 1, hy - 1, hz - 1) << 13;
 }
 
+template <bool kBallotMask>
 __device__ void nbr_brick(const int* coords, i64 nb, const int* count, Ext bext, Table bt, const u64* cells,
                           const int* first, const int* pool, int* nbr, u64* mask, u32* rank) {
   __shared__ int idsS[kBrickWarps][27];
@@ -512,6 +516,33 @@ __device__ void nbr_brick(const int* coords, i64 nb, const int* count, Ext bext,
     }
     __syncwarp();
     const int nrows = __popc(lo) + __popc(hi);
+    if (kBallotMask) {
+      // The table writes give the masks: lane v holds tap v of row k, so
+      // the ballot of its present entries is row k's mask (bit v tap v),
+      // which takes win[k]'s place once every lane has read it (the ballot
+      // orders the reads before the store); then a lane per row stores the
+      // masks and ranks.
+#pragma unroll 4
+      for (int k = 0; k < nrows; ++k) {
+        const int e = lane < 27 ? gather[win[k] + tap] : -1;
+        if (lane < 27) nbr[(i64)rows[k] * 27 + lane] = e;
+        if (mask) {
+          const u32 m = __ballot_sync(~0u, e >= 0);
+          if (lane == 0) win[k] = (int)m;
+        }
+      }
+      if (mask) {
+        __syncwarp();
+        for (int k = lane; k < nrows; k += 32) {
+          const u32 m = (u32)win[k];
+          const int row = rows[k];
+          mask[row] = m;
+          rank[row] = (u32)gray_to_binary(m);
+        }
+      }
+      __syncwarp();  // before the next brick overwrites the shared cells
+      continue;
+    }
     if (mask) {
       for (int k = lane; k < nrows; k += 32) {
         const int* w = gather + win[k];
@@ -658,7 +689,14 @@ __global__ void __launch_bounds__(fgk::kBrickWarps * 32, fgk::kBrickBlocksPerSM)
                    const unsigned long long* cells, const int* first, const int* pool, int* nbr,
                    unsigned long long* mask, unsigned* rank) {
   fg_await_prior_grid();
-  fgk::nbr_brick(coords, nb, count, bext, bt, cells, first, pool, nbr, mask, rank);
+  fgk::nbr_brick<true>(coords, nb, count, bext, bt, cells, first, pool, nbr, mask, rank);
+}
+__global__ void __launch_bounds__(fgk::kBrickWarps * 32, fgk::kBrickBlocksPerSM)
+    kmap_nbr_brick_loop(const int* coords, long long nb, const int* count, fgx::Ext bext, fgx::Table bt,
+                        const unsigned long long* cells, const int* first, const int* pool, int* nbr,
+                        unsigned long long* mask, unsigned* rank) {
+  fg_await_prior_grid();
+  fgk::nbr_brick<false>(coords, nb, count, bext, bt, cells, first, pool, nbr, mask, rank);
 }
 __global__ void kmap_nbr_coarse(const int* out, long long n_out, fgx::Ext in, fgk::Conv c, fgx::Table t, int* nbr) {
   fg_await_prior_grid();
