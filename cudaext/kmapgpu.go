@@ -130,6 +130,27 @@ func checkExtent(op, what string, ext grid.Extent) error {
 	return nil
 }
 
+// resampledExtent checks what StridedMap and TransposedMap check before
+// they build: the convolution, the input grid, and the output grid that
+// extentOf (grid.Conv.StridedExtent or TransposedExtent) derives, which it
+// returns; errors name op.
+func resampledExtent(op string, ext grid.Extent, conv grid.Conv, extentOf func(grid.Conv, grid.Extent) (grid.Extent, error)) (grid.Extent, error) {
+	if err := conv.Validate(); err != nil {
+		return grid.Extent{}, fmt.Errorf("cudaext: %s: %w", op, err)
+	}
+	if err := checkExtent(op, "", ext); err != nil {
+		return grid.Extent{}, err
+	}
+	out, err := extentOf(conv, ext)
+	if err != nil {
+		return grid.Extent{}, fmt.Errorf("cudaext: %s: %w", op, err)
+	}
+	if err := checkExtent(op, "output grid: ", out); err != nil {
+		return grid.Extent{}, err
+	}
+	return out, nil
+}
+
 // allocTable returns a block for an [n, V] int32 table (the zero page when
 // empty).
 func (d *Device) allocTable(n, V int) (rawBuf, error) {
@@ -731,17 +752,8 @@ func (e *Engine) SubmanifoldMap(coords sparse.Matrix, ext grid.Extent, kernel, d
 // inside the output grid). Device tables are cached as for SubmanifoldMap.
 func (e *Engine) StridedMap(coords sparse.Matrix, ext grid.Extent, conv grid.Conv, outCoords sparse.Matrix) (*kmap.Map, error) {
 	const op = "StridedMap"
-	if err := conv.Validate(); err != nil {
-		return nil, fmt.Errorf("cudaext: %s: %w", op, err)
-	}
-	if err := checkExtent(op, "", ext); err != nil {
-		return nil, err
-	}
-	out, err := conv.StridedExtent(ext)
+	out, err := resampledExtent(op, ext, conv, grid.Conv.StridedExtent)
 	if err != nil {
-		return nil, fmt.Errorf("cudaext: %s: %w", op, err)
-	}
-	if err := checkExtent(op, "output grid: ", out); err != nil {
 		return nil, err
 	}
 	var m *kmap.Map
@@ -804,17 +816,8 @@ func (e *Engine) StridedMap(coords sparse.Matrix, ext grid.Extent, conv grid.Con
 // SubmanifoldMap.
 func (e *Engine) TransposedMap(coords sparse.Matrix, ext grid.Extent, conv grid.Conv) (*kmap.Map, error) {
 	const op = "TransposedMap"
-	if err := conv.Validate(); err != nil {
-		return nil, fmt.Errorf("cudaext: %s: %w", op, err)
-	}
-	if err := checkExtent(op, "", ext); err != nil {
-		return nil, err
-	}
-	out, err := conv.TransposedExtent(ext)
+	out, err := resampledExtent(op, ext, conv, grid.Conv.TransposedExtent)
 	if err != nil {
-		return nil, fmt.Errorf("cudaext: %s: %w", op, err)
-	}
-	if err := checkExtent(op, "output grid: ", out); err != nil {
 		return nil, err
 	}
 	var m *kmap.Map
