@@ -200,7 +200,7 @@ func drawRatioChart(w io.Writer, rows []ratioRow, base string, o chartOptions) e
 			}
 		}
 		top := max(1.0, o.target, slices.Max(all))
-		if typical := max(1.0, median(all)); top > cutFactor*typical {
+		if typical := max(1.0, medianOf(all)); top > cutFactor*typical {
 			top = max(cutAt*typical, o.target)
 			p.Y.Label.Text += fmt.Sprintf(" (cut at %.2g×)", top)
 		}
@@ -265,15 +265,6 @@ func drawRatioChart(w io.Writer, rows []ratioRow, base string, o chartOptions) e
 	}
 	_, err := vgimg.PngCanvas{Canvas: img}.WriteTo(w)
 	return err
-}
-
-// median returns the median of v (not empty); v is not changed.
-func median(v []float64) float64 {
-	s := slices.Sorted(slices.Values(v))
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
 func compareMain(args []string, stdout, stderr io.Writer) error {
