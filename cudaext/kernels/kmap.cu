@@ -516,34 +516,9 @@ __device__ void nbr_brick(const int* coords, i64 nb, const int* count, Ext bext,
     }
     __syncwarp();
     const int nrows = __popc(lo) + __popc(hi);
-    if (kBallotMask) {
-      // The table writes give the masks: lane v holds tap v of row k, so
-      // the ballot of its present entries is row k's mask (bit v tap v),
-      // which takes win[k]'s place once every lane has read it (the ballot
-      // orders the reads before the store); then a lane per row stores the
-      // masks and ranks.
-#pragma unroll 4
-      for (int k = 0; k < nrows; ++k) {
-        const int e = lane < 27 ? gather[win[k] + tap] : -1;
-        if (lane < 27) nbr[(i64)rows[k] * 27 + lane] = e;
-        if (mask) {
-          const u32 m = __ballot_sync(~0u, e >= 0);
-          if (lane == 0) win[k] = (int)m;
-        }
-      }
-      if (mask) {
-        __syncwarp();
-        for (int k = lane; k < nrows; k += 32) {
-          const u32 m = (u32)win[k];
-          const int row = rows[k];
-          mask[row] = m;
-          rank[row] = (u32)gray_to_binary(m);
-        }
-      }
-      __syncwarp();  // before the next brick overwrites the shared cells
-      continue;
-    }
-    if (mask) {
+    if (!kBallotMask && mask) {
+      // kmap_nbr_brick_loop: a lane per row reads the row's 27 gathered
+      // cells for its mask.
       for (int k = lane; k < nrows; k += 32) {
         const int* w = gather + win[k];
         u32 m = 0;
@@ -557,9 +532,28 @@ __device__ void nbr_brick(const int* coords, i64 nb, const int* count, Ext bext,
         rank[row] = (u32)gray_to_binary(m);
       }
     }
-    if (lane < 27) {
+    // The table writes, lane v tap v of row k. With kBallotMask they give
+    // the masks too: the ballot of row k's present entries is its mask
+    // (bit v tap v), which takes win[k]'s place once every lane has read
+    // it (the ballot orders the reads before the store); then a lane per
+    // row stores the masks and ranks.
 #pragma unroll 4
-      for (int k = 0; k < nrows; ++k) nbr[(i64)rows[k] * 27 + lane] = gather[win[k] + tap];
+    for (int k = 0; k < nrows; ++k) {
+      const int e = lane < 27 ? gather[win[k] + tap] : -1;
+      if (lane < 27) nbr[(i64)rows[k] * 27 + lane] = e;
+      if (kBallotMask && mask) {
+        const u32 m = __ballot_sync(~0u, e >= 0);
+        if (lane == 0) win[k] = (int)m;
+      }
+    }
+    if (kBallotMask && mask) {
+      __syncwarp();
+      for (int k = lane; k < nrows; k += 32) {
+        const u32 m = (u32)win[k];
+        const int row = rows[k];
+        mask[row] = m;
+        rank[row] = (u32)gray_to_binary(m);
+      }
     }
     __syncwarp();  // before the next brick overwrites the shared cells
   }
