@@ -124,9 +124,6 @@ type Device struct {
 	// noBrickBallotMask: the brick search forms the tap masks by a loop
 	// of shared-memory reads (EnvNoBrickBallotMask).
 	noBrickBallotMask bool
-	// oldBrickInsert: the brick search inserts its bricks with
-	// kmap_brick_insert_rounds (EnvOldBrickInsert).
-	oldBrickInsert bool
 	// reduceVecMin: the split-K reductions sum four elements per thread
 	// from this many elements per slice on (reduceVecMinElems; the tests
 	// lower it).
@@ -243,7 +240,6 @@ func openDevice(ordinal int) (*Device, error) {
 		noBrickGuess:           os.Getenv(EnvNoBrickGuess) == "1",
 		noBrickFusedScatter:    os.Getenv(EnvNoBrickFusedScatter) == "1",
 		noBrickBallotMask:      os.Getenv(EnvNoBrickBallotMask) == "1",
-		oldBrickInsert:         os.Getenv(EnvOldBrickInsert) == "1",
 	}
 	d.mem.free = map[int64][]devPtr{}
 	runtime.LockOSThread()

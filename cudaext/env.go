@@ -372,13 +372,6 @@ const EnvNoBrickFusedScatter = "FLEXGEMM_NO_BRICK_FUSED_SCATTER"
 // instead of the ballot of the row's table entries as it writes them.
 const EnvNoBrickBallotMask = "FLEXGEMM_NO_BRICK_BALLOT_MASK"
 
-// EnvOldBrickInsert names the environment variable that, set to "1" when
-// an engine opens, makes the brick search insert its bricks with
-// kmap_brick_insert_rounds (as before session 39: a round of warp votes
-// per distinct brick of a warp, five block barriers per round) instead of
-// kmap_brick_insert (one __match_any_sync per warp, two barriers).
-const EnvOldBrickInsert = "FLEXGEMM_OLD_BRICK_INSERT"
-
 // EnvNoWaveSort names the environment variable that, set to "1" when an
 // engine opens, sorts keys whose tiles would all be resident at once by
 // the onesweep sort (up to onesweepMaxTiles tiles) or the classic passes,

@@ -423,11 +423,7 @@ func (d *Device) buildSubNbrBricks(dm *devMap, coords devPtr, ext grid.Extent) e
 		}
 		ig, poolCap = dim3{X: int(ceilDiv(n, int64(b.X)))}, guess
 	}
-	insert := "kmap_brick_insert"
-	if d.oldBrickInsert {
-		insert = "kmap_brick_insert_rounds"
-	}
-	if err := d.launch(insert, ig, b, 0, coords, n, extOf(ext), extOf(bext), bt.arg(), cells.ptr, first.ptr, sb.ptr(),
+	if err := d.launch("kmap_brick_insert", ig, b, 0, coords, n, extOf(ext), extOf(bext), bt.arg(), cells.ptr, first.ptr, sb.ptr(),
 		pool.ptr, poolCap); err != nil {
 		return err
 	}

@@ -790,8 +790,7 @@ func TestGPUBrickSearchErrors(t *testing.T) {
 // over a pool of the count) — with a guessed pool filled by the insert
 // and by the separate scatter pass (EnvNoBrickFusedScatter), with the tap
 // masks from the table writes' ballots or from kmap_nbr_brick_loop's reads
-// (EnvNoBrickBallotMask), with the bricks inserted by kmap_brick_insert
-// or by kmap_brick_insert_rounds (EnvOldBrickInsert), and compares
+// (EnvNoBrickBallotMask), and compares
 // each with kmap.NewSubmanifold, below and above kmap.BalancedKeyMaxRows
 // (the search then writes the masks and ranks too).
 func TestGPUBrickPoolGuess(t *testing.T) {
@@ -800,7 +799,7 @@ func TestGPUBrickPoolGuess(t *testing.T) {
 	defer func() {
 		require.NoError(t, e.d.do(func() error {
 			e.d.brickMinRows, e.d.noBrickGuess, e.d.bricks = brickMinRows, false, brickRatios{}
-			e.d.noBrickFusedScatter, e.d.noBrickBallotMask, e.d.oldBrickInsert = false, false, false
+			e.d.noBrickFusedScatter, e.d.noBrickBallotMask = false, false
 			return nil
 		}))
 	}()
@@ -833,11 +832,6 @@ func TestGPUBrickPoolGuess(t *testing.T) {
 				d.noBrickBallotMask = true
 				d.bricks = brickRatios{ratio: [brickHistory]float64{ratio}}
 			}, false},
-			{"count first, insert in rounds", func(d *Device) { d.oldBrickInsert = true; d.bricks = brickRatios{} }, false},
-			{"close guess, insert in rounds", func(d *Device) {
-				d.oldBrickInsert = true
-				d.bricks = brickRatios{ratio: [brickHistory]float64{ratio}}
-			}, false},
 			{"no guess", func(d *Device) { d.noBrickGuess = true; d.bricks = brickRatios{ratio: [brickHistory]float64{1e-9}} }, false},
 		}
 		for _, c := range cases {
@@ -856,7 +850,6 @@ func TestGPUBrickPoolGuess(t *testing.T) {
 					researched = e.d.brickResearches > before
 					ratio = max(ratio, e.d.bricks.ratio[(e.d.bricks.next+brickHistory-1)%brickHistory])
 					e.d.noBrickGuess, e.d.noBrickFusedScatter, e.d.noBrickBallotMask = false, false, false
-					e.d.oldBrickInsert = false
 					return nil
 				}))
 				require.Equal(t, c.research, researched, "search repeated")

@@ -288,27 +288,11 @@ __device__ __forceinline__ bool brick_claim(const Table& t, u64 key, i64* slot, 
 // blockDim.x ≥ n, as the host launches it then): a claimer numbers its
 // bricks right after its block's barrier, and no warp waits before that
 // barrier, so every awaited number comes.
-//
-// kLean (kmap_brick_insert; kmap_brick_insert_rounds, EnvOldBrickInsert,
-// keeps the form before session 39) finds a warp's bricks with one
-// __match_any_sync and ORs each brick's cell bits into its leader's
-// shared word by shared atomics (instead of one round of five warp votes
-// per distinct brick, about nine per warp on a shell), numbers the
-// block's claims over two barriers (per-warp counts, a scan in warp 0)
-// instead of three, reads its cell mask's atomicOr result only at the end
-// of the round, and merges the status words per warp (most warps have
-// nothing to report) instead of over two more block barriers.
-constexpr int kInsertWarps = 8;  // most warps per block of kmap_brick_insert (its launch bound)
-
-template <bool kLean>
 __device__ void brick_insert(const int* coords, i64 n, Ext ext, Ext bext, Table bt, u64* cells, int* first,
                              int* status, int* pool, i64 cap) {
   __shared__ int sCount, sBase;
-  __shared__ int sWarp[kInsertWarps];    // kLean: each warp's claims, then its first number
-  __shared__ u64 sBits[kInsertWarps][32];  // kLean: the OR of each leader lane's rows' cell bits
   Acc acc;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const u32 lt = (1u << lane) - 1;
+  const int lane = threadIdx.x & 31;
   for (i64 base = (i64)blockIdx.x * blockDim.x; base < n; base += gstride()) {
     const i64 r = base + threadIdx.x;
     bool ok = false;
@@ -325,93 +309,51 @@ __device__ void brick_insert(const int* coords, i64 n, Ext ext, Ext bext, Table 
         acc.flags |= kFlagRange;
       }
     }
+    // One round per distinct brick of the warp (warp-uniform) finds each
+    // brick's leader lane, its rows and the OR of their cell bits, with
+    // full-warp reductions only: the sm_90 code nvcc 11.8 made of
+    // __reduce_or_sync over __match_any_sync's partial masks kept one of
+    // the two 32-bit halves in the register of the other (the GPU map
+    // tests then saw duplicates that were not there). The leaders' claims
+    // follow, in parallel.
     bool lead = false;
     u64 bits = 0;
     int rows = 0;
     int mine_leader = lane;  // the lane that inserts this row's brick
-    if constexpr (kLean) {
-      // Rows without a brick share the key ~0 and lead nothing.
-      const u32 peers = __match_any_sync(~0u, key);
-      mine_leader = __ffs(peers) - 1;
-      sBits[warp][lane] = 0;
-      __syncwarp();
-      if (ok) {  // bit lies in one 32-bit half: one native shared atomic (a 64-bit one is a CAS loop)
-        u32* half = reinterpret_cast<u32*>(&sBits[warp][mine_leader]) + (bit >> 32 ? 1 : 0);
-        atomicOr(half, (u32)(bit >> 32) | (u32)bit);
-      }
-      __syncwarp();
-      if (ok && lane == mine_leader) {
+    for (u32 todo = __ballot_sync(~0u, ok); todo;) {
+      const int leader = __ffs(todo) - 1;
+      const u64 k = __shfl_sync(~0u, key, leader);
+      const u32 peers = __ballot_sync(~0u, ok && key == k);
+      const u64 b = ok && key == k ? bit : 0;
+      const u64 group = (u64)__reduce_or_sync(~0u, (u32)(b >> 32)) << 32 | __reduce_or_sync(~0u, (u32)b);
+      todo &= ~peers;
+      if (ok && key == k) mine_leader = leader;
+      if (lane == leader) {
         lead = true;
-        bits = sBits[warp][lane];
+        bits = group;
         rows = __popc(peers);
-      }
-    } else {
-      // One round per distinct brick of the warp (warp-uniform) finds each
-      // brick's leader lane, its rows and the OR of their cell bits, with
-      // full-warp reductions only: the sm_90 code nvcc 11.8 made of
-      // __reduce_or_sync over __match_any_sync's partial masks kept one of
-      // the two 32-bit halves in the register of the other (the GPU map
-      // tests then saw duplicates that were not there). The leaders' claims
-      // follow, in parallel.
-      for (u32 todo = __ballot_sync(~0u, ok); todo;) {
-        const int leader = __ffs(todo) - 1;
-        const u64 k = __shfl_sync(~0u, key, leader);
-        const u32 peers = __ballot_sync(~0u, ok && key == k);
-        const u64 b = ok && key == k ? bit : 0;
-        const u64 group = (u64)__reduce_or_sync(~0u, (u32)(b >> 32)) << 32 | __reduce_or_sync(~0u, (u32)b);
-        todo &= ~peers;
-        if (ok && key == k) mine_leader = leader;
-        if (lane == leader) {
-          lead = true;
-          bits = group;
-          rows = __popc(peers);
-        }
       }
     }
     bool won = false;
     i64 slot = -1;
-    u64 before = 0;  // the brick's cell bits before this warp's
     if (lead) {
       if (__popcll(bits) < rows) acc.flags |= kFlagDup;  // two rows of the warp in one cell
       int dist = 0;
       won = brick_claim(bt, key, &slot, &dist);
       acc.note(slot < 0 ? kInsertFull : kInserted, dist);
-      if (slot >= 0) before = atomicOr(reinterpret_cast<unsigned long long*>(cells + slot), bits);
-      if constexpr (!kLean) {
-        if (before & bits) acc.flags |= kFlagDup;
+      if (slot >= 0 && (atomicOr(reinterpret_cast<unsigned long long*>(cells + slot), bits) & bits)) {
+        acc.flags |= kFlagDup;
       }
     }
+    if (threadIdx.x == 0) sCount = 0;
+    __syncthreads();
+    const int mine = won ? atomicAdd(&sCount, 1) : 0;
+    __syncthreads();
+    if (threadIdx.x == 0) sBase = sCount > 0 ? atomicAdd(status + kCount, sCount) : 0;
+    __syncthreads();
     int id = -1;
-    if constexpr (kLean) {
-      const u32 winners = __ballot_sync(~0u, won);
-      if (lane == 0) sWarp[warp] = __popc(winners);
-      __syncthreads();
-      if (warp == 0) {
-        const int claims = lane < (int)(blockDim.x >> 5) ? sWarp[lane] : 0;
-        int upto = claims;  // inclusive prefix over the warps
-#pragma unroll
-        for (int o = 1; o < kInsertWarps; o <<= 1) {
-          const int t = __shfl_up_sync(~0u, upto, o);
-          if (lane >= o) upto += t;
-        }
-        const int total = __shfl_sync(~0u, upto, kInsertWarps - 1);
-        int first_id = 0;
-        if (lane == 0 && total > 0) first_id = atomicAdd(status + kCount, total);
-        first_id = __shfl_sync(~0u, first_id, 0);
-        if (lane < kInsertWarps) sWarp[lane] = first_id + upto - claims;
-      }
-      __syncthreads();
-      if (won) id = sWarp[warp] + __popc(winners & lt);
-    } else {
-      if (threadIdx.x == 0) sCount = 0;
-      __syncthreads();
-      const int mine = won ? atomicAdd(&sCount, 1) : 0;
-      __syncthreads();
-      if (threadIdx.x == 0) sBase = sCount > 0 ? atomicAdd(status + kCount, sCount) : 0;
-      __syncthreads();
-      if (won) id = sBase + mine;
-    }
     if (won) {
+      id = sBase + mine;
       bt.slots[slot] = key << 32 | ((u32)id | kBrickNumbered);
       first[id] = (int)r;
     }
@@ -424,21 +366,8 @@ __device__ void brick_insert(const int* coords, i64 n, Ext ext, Ext bext, Table 
       id = __shfl_sync(~0u, id, mine_leader);
       if (ok && id >= 0 && id < cap) pool[(i64)id * 64 + brick_cell(c.y, c.z, c.w)] = (int)r;
     }
-    if constexpr (kLean) {
-      if (before & bits) acc.flags |= kFlagDup;  // another warp's row in one of these cells
-    }
   }
-  if constexpr (kLean) {
-    // Per warp: flags are rare (bad input) and most claims probe nothing.
-    const int f = (int)__reduce_or_sync(~0u, (unsigned)acc.flags);
-    const int d = (int)__reduce_max_sync(~0u, (unsigned)acc.maxd);
-    if (lane == 0) {
-      if (f) atomicOr(status + kFlags, f);
-      if (d > 0) atomicMax(status + kMaxProbe, d);
-    }
-  } else {
-    block_flush(status, acc);
-  }
+  block_flush(status, acc);
 }
 
 // The rows of a warp that share a brick (__match_any_sync) look it up
@@ -738,17 +667,11 @@ __global__ void kmap_nbr_sub(const int* coords, long long n, fgx::Ext ext, fgk::
   fg_await_prior_grid();
   fgk::nbr_sub(coords, n, ext, c, t, nbr);
 }
-__global__ void __launch_bounds__(fgk::kInsertWarps * 32)
-    kmap_brick_insert(const int* coords, long long n, fgx::Ext ext, fgx::Ext bext, fgx::Table bt,
-                      unsigned long long* cells, int* first, int* status, int* pool, long long cap) {
+__global__ void __launch_bounds__(256) kmap_brick_insert(const int* coords, long long n, fgx::Ext ext, fgx::Ext bext,
+                                                          fgx::Table bt, unsigned long long* cells, int* first,
+                                                          int* status, int* pool, long long cap) {
   fg_await_prior_grid();
-  fgk::brick_insert<true>(coords, n, ext, bext, bt, cells, first, status, pool, cap);
-}
-__global__ void __launch_bounds__(fgk::kInsertWarps * 32)
-    kmap_brick_insert_rounds(const int* coords, long long n, fgx::Ext ext, fgx::Ext bext, fgx::Table bt,
-                             unsigned long long* cells, int* first, int* status, int* pool, long long cap) {
-  fg_await_prior_grid();
-  fgk::brick_insert<false>(coords, n, ext, bext, bt, cells, first, status, pool, cap);
+  fgk::brick_insert(coords, n, ext, bext, bt, cells, first, status, pool, cap);
 }
 __global__ void kmap_brick_scatter(const int* coords, long long n, fgx::Ext bext, fgx::Table bt, int* pool,
                                    long long cap) {
