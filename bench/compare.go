@@ -8,8 +8,10 @@ import (
 	"fmt"
 	"image/color"
 	"io"
+	"math"
 	"os"
 	"slices"
+	"strconv"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -254,6 +256,7 @@ func drawRatioChart(w io.Writer, rows []ratioRow, base string, o chartOptions) e
 		p.NominalX(labels...)
 		p.Y.Min = 0
 		p.Y.Max = top * (1.15 + 0.1*float64(n+1)) // room for the legend and the labels
+		p.Y.Tick.Marker = ratioTicks{}
 		plots[i] = []*plot.Plot{p}
 	}
 	img := vgimg.New(width, panelH*vg.Length(len(panels)))
@@ -265,6 +268,41 @@ func drawRatioChart(w io.Writer, rows []ratioRow, base string, o chartOptions) e
 	}
 	_, err := vgimg.PngCanvas{Canvas: img}.WriteTo(w)
 	return err
+}
+
+// ratioTicks marks a ratio axis at whole multiples of the smallest step
+// of 0.25, 0.5, 1, 2, 5, 10, … that leaves at most five steps between min
+// and max, each labelled as briefly as its value allows ("0", "0.5", "2"),
+// so that every panel of a chart reads alike (gonum's default ticks gave
+// one panel "0.00" and "2.50" beside the others' "0", "1", "2").
+type ratioTicks struct{}
+
+// Ticks implements plot.Ticker.
+func (ratioTicks) Ticks(lo, hi float64) []plot.Tick {
+	if !(hi > lo) || math.IsInf(hi-lo, 0) {
+		return nil
+	}
+	// The smallest of 0.25, 0.5 and 1, 2, 5 × 10^k not below a fifth of
+	// the range.
+	need := (hi - lo) / 5
+	step := 0.25
+	if need > 0.5 {
+		decade := math.Pow(10, math.Floor(math.Log10(need)))
+		step = 10 * decade
+		for _, m := range []float64{5, 2, 1} {
+			if m*decade >= need {
+				step = m * decade
+			}
+		}
+	} else if need > 0.25 {
+		step = 0.5
+	}
+	var ticks []plot.Tick
+	for i := math.Ceil(lo / step); i*step <= hi; i++ {
+		v := i * step
+		ticks = append(ticks, plot.Tick{Value: v, Label: strconv.FormatFloat(v, 'f', -1, 64)})
+	}
+	return ticks
 }
 
 func compareMain(args []string, stdout, stderr io.Writer) error {

@@ -321,6 +321,33 @@ func TestMedianOf(t *testing.T) {
 	require.Equal(t, []float64{4, 1, 3, 2}, in, "medianOf leaves its input alone")
 }
 
+func TestRatioTicks(t *testing.T) {
+	cases := []struct {
+		lo, hi float64
+		want   []string
+	}{
+		{0, 2.6, []string{"0", "1", "2"}},
+		{0, 2.4, []string{"0", "0.5", "1", "1.5", "2"}},
+		{0, 4.4, []string{"0", "1", "2", "3", "4"}},
+		{0, 1.1, []string{"0", "0.25", "0.5", "0.75", "1"}},
+		{0, 6.9, []string{"0", "2", "4", "6"}},
+		{0, 30, []string{"0", "10", "20", "30"}},
+		{0, 14, []string{"0", "5", "10"}},
+		{0, 260, []string{"0", "100", "200"}},
+		{0.3, 1.2, []string{"0.5", "0.75", "1"}},
+		{1, 1, nil},
+		{2, 1, nil},
+	}
+	for _, c := range cases {
+		var got []string
+		for _, tk := range (ratioTicks{}).Ticks(c.lo, c.hi) {
+			require.NotEmpty(t, tk.Label, "every tick is a major tick")
+			got = append(got, tk.Label)
+		}
+		require.Equal(t, c.want, got, "ticks of [%g, %g]", c.lo, c.hi)
+	}
+}
+
 // npyBytes writes a C-order .npy file of the given dtype and shape.
 func npyBytes(t *testing.T, descr string, shape []int, data any) []byte {
 	t.Helper()
