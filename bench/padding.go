@@ -37,7 +37,9 @@ import (
 // bytes of input rows a gather reads from DRAM in a cache model
 // (dramRowReads); with -wgrad G,… the products and rows read of a
 // multi-tap weight gradient over the Gray order (multiTapTraffic, a
-// design) relative to the pairs kernels.
+// design) relative to the pairs kernels; with -brickwindow W the locality
+// of the GPU brick search's windows of W bricks in claim order and in
+// z-order (brickWindowLocality).
 func paddingMain(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("bench padding", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -53,6 +55,7 @@ func paddingMain(args []string, stdout, stderr io.Writer) error {
 	grayWindows := fs.String("graywindows", "", "also report, for Gray orders sorted within each window of `W,…` consecutive input rows (a window of at least the rows: one order over all of them; grayInWindows), their padding and, with -bytes C, the gigabytes of input rows a forward gather reads from DRAM per layer in the cache model of dramRowReads (waves of -wavetiles tiles, an L2 of -cachemb MB)")
 	waveTiles := fs.Int("wavetiles", 264, "tiles a gather runs at once, for -graywindows (264: two blocks per SM on 132 SMs)")
 	cacheMB := fs.Int("cachemb", 40, "MB of L2 that keep input rows between waves, for -graywindows")
+	brickWindow := fs.Int("brickwindow", 0, "also report, for the GPU brick search's windows of `W` consecutive bricks (5280: 8 warps × 5 blocks × 132 SMs), the share of the bricks' neighbours outside their window and of the neighbour table's 32-byte sectors a window writes in part, with the bricks in claim order and in z-order (brickWindowLocality; 0: off)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -140,6 +143,14 @@ func paddingMain(args []string, stdout, stderr io.Writer) error {
 					cols = append(cols, fmt.Sprintf("GB from DRAM, windows of %d, BM %d", w, bm))
 				}
 			}
+		}
+	}
+	if *brickWindow < 0 {
+		return fmt.Errorf("-brickwindow %d must not be negative", *brickWindow)
+	}
+	if *brickWindow > 0 {
+		for _, order := range []string{"claim order", "z-order"} {
+			cols = append(cols, fmt.Sprintf("bricks in %s: neighbours outside / sectors in part, windows of %d", order, *brickWindow))
 		}
 	}
 	var flexible []int32
@@ -264,6 +275,13 @@ func paddingMain(args []string, stdout, stderr io.Writer) error {
 						fmt.Fprintf(stdout, " %.3f |", float64(reads)*float64(rowBytes)/1e9)
 					}
 				}
+			}
+		}
+		if *brickWindow > 0 {
+			coords, _ := synth.SphereShell(r, 1)
+			for _, curve := range []bool{false, true} {
+				outside, partial := brickWindowLocality(coords, *brickWindow, curve)
+				fmt.Fprintf(stdout, " %.1f %% / %.1f %% |", 100*outside, 100*partial)
 			}
 		}
 		if *halves != "" {
