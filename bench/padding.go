@@ -278,9 +278,8 @@ func paddingMain(args []string, stdout, stderr io.Writer) error {
 			}
 		}
 		if *brickWindow > 0 {
-			coords, _ := synth.SphereShell(r, 1)
 			for _, curve := range []bool{false, true} {
-				outside, partial := brickWindowLocality(coords, *brickWindow, curve)
+				outside, partial := brickWindowLocality(m.OutCoords, *brickWindow, curve)
 				fmt.Fprintf(stdout, " %.1f %% / %.1f %% |", 100*outside, 100*partial)
 			}
 		}
