@@ -106,6 +106,8 @@ type Device struct {
 	// noWaveSort: they never run the one-wave passes (EnvNoWaveSort).
 	noOnesweep bool
 	noWaveSort bool
+	// cubSortFrom: which radix sorts run on CUB's agents (EnvCubSort).
+	cubSortFrom cubSortMode
 	// waveBlocks: the one-wave sort's resident blocks per SM, by kernel
 	// name (Device.waveTiles).
 	waveBlocks map[string]int
@@ -217,7 +219,12 @@ func openDevice(ordinal int) (*Device, error) {
 	if err != nil {
 		return nil, err
 	}
+	cubSortFrom, err := cubSortModeFromEnv()
+	if err != nil {
+		return nil, err
+	}
 	d := &Device{
+		cubSortFrom:            cubSortFrom,
 		pdl:                    pdl,
 		perTapMaxBytes:         perTapMax,
 		funcs:                  map[string]*kernelFunc{},

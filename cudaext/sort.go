@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"math"
 	"math/bits"
+	"os"
 	"unsafe"
 
 	"github.com/flexgemm-go/flexgemm/sparse/grid"
@@ -185,8 +186,11 @@ func (d *Device) radixSort(keys, vals devPtr, n int64, wide bool, nbits int, iot
 			}
 		}
 	}
-	if !d.noOnesweep && ntiles <= onesweepMaxTiles {
+	if !d.noOnesweep && ntiles <= onesweepMaxTiles && d.cubSortFrom != cubSortAll {
 		return d.onesweep(keys, vals, n, ksize, suffix, nbits, iota)
+	}
+	if d.cubSortFrom != cubSortNever && n <= cubSortMaxKeys && !(d.noOnesweep && d.cubSortFrom == cubSortAbove) {
+		return d.cubSort(keys, vals, n, ksize, suffix, nbits, iota)
 	}
 	radix := int64(1) << width
 	k2, err := d.allocTemp(n * ksize)
@@ -390,6 +394,128 @@ func (d *Device) passBuffers(keys, vals devPtr, n, ksize int64, passes int) (rin
 		ring.buf[1] = [2]devPtr{keys, vals}
 	}
 	return ring, release, nil
+}
+
+// cubSortMode says which radix sorts Device.cubSort runs (EnvCubSort).
+type cubSortMode int
+
+const (
+	// cubSortAbove: those of more than onesweepMaxTiles tiles (the default).
+	cubSortAbove cubSortMode = iota
+	// cubSortAll: every radix sort (the run sort still takes up to runSortMax 32-bit keys).
+	cubSortAll
+	// cubSortNever: none (the classic passes take those above onesweepMaxTiles).
+	cubSortNever
+)
+
+// cubSortModeFromEnv reads EnvCubSort: unset or empty cubSortAbove, "all"
+// cubSortAll, "0" cubSortNever, an error naming the variable otherwise.
+func cubSortModeFromEnv() (cubSortMode, error) {
+	switch v := os.Getenv(EnvCubSort); v {
+	case "":
+		return cubSortAbove, nil
+	case "all":
+		return cubSortAll, nil
+	case "0":
+		return cubSortNever, nil
+	default:
+		return 0, fmt.Errorf("cudaext: %s=%q: want all or 0", EnvCubSort, v)
+	}
+}
+
+// cubPassTile returns the keys per tile of kernels/sort_cub.cu's passes
+// for keys of ksize bytes: 384 threads × 21 keys of 4 bytes, × 10 of 8
+// (CUB scales the keys per thread by the wider of key and value, the
+// values being int32). The kernels static_assert the same numbers.
+func cubPassTile(ksize int64) int64 {
+	if ksize == 8 {
+		return 384 * 10
+	}
+	return 384 * 21
+}
+
+// cubSortMaxKeys is the most keys Device.cubSort sorts: CUB's look-back
+// words hold a count of 30 bits, and its own dispatch cuts sorts into
+// portions of at most 2^28 keys; ours sorts one portion.
+const cubSortMaxKeys = 1<<28 - 1
+
+// cubHistBlocksPerSM is the histogram's blocks per SM (it strides over
+// the keys).
+const cubHistBlocksPerSM = 4
+
+// cubDigitBits returns the digit width of cubSort's passes for nbits
+// significant bits: 9 where that takes fewer passes than 8 (27-bit Gray
+// ranks: three passes, not four), else 8.
+func cubDigitBits(nbits int) int {
+	if (nbits+8)/9 < (nbits+7)/8 {
+		return 9
+	}
+	return 8
+}
+
+// cubSort is radixSort's passes by CUB's onesweep agents
+// (kernels/sort_cub.cu): one memset of the scratch, one launch that
+// counts the digits of every pass (and writes the positions of an iota
+// sort into vals), one that turns the counts into starts, then one launch
+// per pass whose tiles look back over the tiles before them. The same
+// stable order as the other passes. Measured on the H200 (docs/PERF_NOTES.md,
+// fortieth session): see EnvCubSort.
+func (d *Device) cubSort(keys, vals devPtr, n, ksize int64, suffix string, nbits int, iota bool) error {
+	width := cubDigitBits(nbits)
+	passes := (nbits + width - 1) / width
+	digits := int64(1) << width
+	tiles := (n + cubPassTile(ksize) - 1) / cubPassTile(ksize)
+	// One block, zeroed at once: the digit counts of every pass, a tile
+	// counter per pass, the look-back words of every pass.
+	binWords := int64(passes) * digits
+	lookWords := tiles * digits
+	words := binWords + int64(passes) + int64(passes)*lookWords
+	scratch, err := d.allocTemp(words * 4)
+	if err != nil {
+		return err
+	}
+	defer d.freeTemp(scratch)
+	if err := memsetD8(scratch.ptr, 0, words*4, d.stream); err != nil {
+		return err
+	}
+	bins := scratch.ptr
+	ctrs := bins + devPtr(binWords*4)
+	look := ctrs + devPtr(int64(passes)*4)
+	b := fmt.Sprintf("_b%d", width)
+	var iotaOut devPtr
+	if iota && vals != 0 {
+		iotaOut = vals
+	}
+	hb := min(ceilDiv(n, 2048), int64(d.info.SMs)*cubHistBlocksPerSM)
+	if err := d.launch("sort_cub_hist_"+suffix+b, dim3{X: int(hb)}, dim3{X: 128}, 0, keys, int32(n), int32(nbits), iotaOut); err != nil {
+		return err
+	}
+	if err := d.launch("sort_cub_exsum"+b, dim3{X: passes}, dim3{X: 256}, 0, bins); err != nil {
+		return err
+	}
+	// The ring's passes read vals from the first pass on (iota: the
+	// positions the histogram wrote).
+	ring, release, err := d.passBuffers(keys, vals, n, ksize, passes)
+	if err != nil {
+		return err
+	}
+	defer release()
+	srcK, srcV := keys, vals
+	for p := range passes {
+		dstK, dstV := ring.dst(p, passes)
+		shift, w := int32(p*width), int32(min(width, nbits-p*width))
+		pb, pc, pl := bins+devPtr(int64(p)*digits*4), ctrs+devPtr(int64(p)*4), look+devPtr(int64(p)*lookWords*4)
+		if vals == 0 {
+			err = d.launch("sort_cub_pass_keys_"+suffix+b, dim3{X: int(tiles)}, dim3{X: 384}, 0, pl, pc, pb, dstK, srcK, int32(n), shift, w)
+		} else {
+			err = d.launch("sort_cub_pass_"+suffix+b, dim3{X: int(tiles)}, dim3{X: 384}, 0, pl, pc, pb, dstK, srcK, dstV, srcV, int32(n), shift, w)
+		}
+		if err != nil {
+			return err
+		}
+		srcK, srcV = dstK, dstV
+	}
+	return d.copySorted(keys, vals, srcK, srcV, n, ksize)
 }
 
 // onesweepMaxRadix is the digit counts' row per pass (kernels/sort.cu

@@ -738,3 +738,6 @@ __global__ void sort_widen_u32(const unsigned* in, unsigned long long* out, long
 }
 
 }  // extern "C"
+
+// The onesweep sort of many tiles on CUB's agents (Device.cubSort).
+#include "sort_cub.cuh"
