@@ -173,6 +173,10 @@ func (d *Device) radixSort(keys, vals devPtr, n int64, wide bool, nbits int, iot
 		ksize, suffix = 8, "u64"
 	}
 	ntiles := (n + sortTile - 1) / sortTile
+	cub := d.cubSortFrom == cubSortAll || d.cubSortFrom == cubSortAbove && !d.noOnesweep && ntiles > onesweepMaxTiles
+	if cub && n <= cubSortMaxKeys {
+		return d.cubSort(keys, vals, n, ksize, suffix, nbits, iota)
+	}
 	if !d.noOnesweep && !d.noWaveSort {
 		most, err := d.waveTiles(suffix)
 		if err != nil {
@@ -186,11 +190,8 @@ func (d *Device) radixSort(keys, vals devPtr, n int64, wide bool, nbits int, iot
 			}
 		}
 	}
-	if !d.noOnesweep && ntiles <= onesweepMaxTiles && d.cubSortFrom != cubSortAll {
+	if !d.noOnesweep && ntiles <= onesweepMaxTiles {
 		return d.onesweep(keys, vals, n, ksize, suffix, nbits, iota)
-	}
-	if d.cubSortFrom != cubSortNever && n <= cubSortMaxKeys && !(d.noOnesweep && d.cubSortFrom == cubSortAbove) {
-		return d.cubSort(keys, vals, n, ksize, suffix, nbits, iota)
 	}
 	radix := int64(1) << width
 	k2, err := d.allocTemp(n * ksize)
@@ -487,7 +488,7 @@ func (d *Device) cubSort(keys, vals devPtr, n, ksize int64, suffix string, nbits
 		iotaOut = vals
 	}
 	hb := min(ceilDiv(n, 2048), int64(d.info.SMs)*cubHistBlocksPerSM)
-	if err := d.launch("sort_cub_hist_"+suffix+b, dim3{X: int(hb)}, dim3{X: 128}, 0, keys, int32(n), int32(nbits), iotaOut); err != nil {
+	if err := d.launch("sort_cub_hist_"+suffix+b, dim3{X: int(hb)}, dim3{X: 128}, 0, bins, keys, int32(n), int32(nbits), iotaOut); err != nil {
 		return err
 	}
 	if err := d.launch("sort_cub_exsum"+b, dim3{X: passes}, dim3{X: 256}, 0, bins); err != nil {
