@@ -221,7 +221,7 @@ const EnvNoOnesweep = "FLEXGEMM_NO_ONESWEEP"
 
 // EnvCubSort names the environment variable that, read when an engine
 // opens, chooses the radix sorts that run on CUB's onesweep agents
-// (Device.cubSort, kernels/sort_cub.cu): unset, those of more than
+// (Device.cubSort, kernels/sort_cub.cuh): unset, those of more than
 // onesweepMaxTiles tiles of 2,048 keys (the classic passes took them
 // before the fortieth session, and still do under EnvNoOnesweep); "all",
 // every radix sort above the run sort; "0", none.

@@ -665,6 +665,8 @@ func TestGPUSpatialParamsMirrorCpp(t *testing.T) {
 		"kernels/kmap.cu":     {"struct Conv {\n  int K[3], S[3], P[3], D[3];\n  int V, pad;", "constexpr int kChunk = 256;"},
 		"kernels/voxelize.cu": {"struct Opts {\n  double size[3], origin[3];\n  Ext ext;    // the grid (given), or the derived one in vox_keys\n  int given;  // 1 when ext was given by the caller\n  int drop;"},
 		"kernels/sort.cu":     {"constexpr int kThreads = 256;", "constexpr int kItems = 8;"},
+		"kernels/sort_cub.cuh": {"constexpr int kPassThreads = 384;", "constexpr int kHistThreads = 128;",
+			"static_assert(kTileItems == (sizeof(Key) == 8 ? 384 * 10 : 384 * 21), \"the host's tile size\");"},
 	} {
 		src, err := os.ReadFile(file)
 		require.NoError(t, err)
@@ -673,6 +675,8 @@ func TestGPUSpatialParamsMirrorCpp(t *testing.T) {
 		}
 	}
 	require.Equal(t, 2048, sortTile)
+	require.Equal(t, [3]int64{384, 384 * 21, 384 * 10}, [3]int64{cubPassThreads, cubPassTile(4), cubPassTile(8)})
+	require.Equal(t, 128, cubHistThreads)
 	require.Equal(t, 256, pairsChunk)
 	require.Equal(t, 2, groupBits)
 }

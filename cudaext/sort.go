@@ -424,15 +424,23 @@ func cubSortModeFromEnv() (cubSortMode, error) {
 	}
 }
 
-// cubPassTile returns the keys per tile of kernels/sort_cub.cu's passes
+// cubPassThreads and cubHistThreads are the block sizes of
+// kernels/sort_cub.cuh's passes and histogram (kPassThreads,
+// kHistThreads).
+const (
+	cubPassThreads = 384
+	cubHistThreads = 128
+)
+
+// cubPassTile returns the keys per tile of kernels/sort_cub.cuh's passes
 // for keys of ksize bytes: 384 threads × 21 keys of 4 bytes, × 10 of 8
 // (CUB scales the keys per thread by the wider of key and value, the
 // values being int32). The kernels static_assert the same numbers.
 func cubPassTile(ksize int64) int64 {
 	if ksize == 8 {
-		return 384 * 10
+		return cubPassThreads * 10
 	}
-	return 384 * 21
+	return cubPassThreads * 21
 }
 
 // cubSortMaxKeys is the most keys Device.cubSort sorts: CUB's look-back
@@ -455,12 +463,15 @@ func cubDigitBits(nbits int) int {
 }
 
 // cubSort is radixSort's passes by CUB's onesweep agents
-// (kernels/sort_cub.cu): one memset of the scratch, one launch that
+// (kernels/sort_cub.cuh): one memset of the scratch, one launch that
 // counts the digits of every pass (and writes the positions of an iota
 // sort into vals), one that turns the counts into starts, then one launch
 // per pass whose tiles look back over the tiles before them. The same
-// stable order as the other passes. Measured on the H200 (docs/PERF_NOTES.md,
-// fortieth session): see EnvCubSort.
+// stable order as the other passes. Measured on the H200 (session 40,
+// docs/PERF_NOTES.md step 89), a Gray order's three passes of 9 bits:
+// 4.1 M keys (RES 1024) 0.193 ms against the classic passes' 0.250,
+// 1.0 M keys (RES 512) 0.091 against 0.113–0.132; 252 K keys (RES 256)
+// 0.080–0.086 against the one-wave sort's 0.056–0.059, hence cubSortAbove.
 func (d *Device) cubSort(keys, vals devPtr, n, ksize int64, suffix string, nbits int, iota bool) error {
 	width := cubDigitBits(nbits)
 	passes := (nbits + width - 1) / width
@@ -487,8 +498,8 @@ func (d *Device) cubSort(keys, vals devPtr, n, ksize int64, suffix string, nbits
 	if iota && vals != 0 {
 		iotaOut = vals
 	}
-	hb := min(ceilDiv(n, 2048), int64(d.info.SMs)*cubHistBlocksPerSM)
-	if err := d.launch("sort_cub_hist_"+suffix+b, dim3{X: int(hb)}, dim3{X: 128}, 0, bins, keys, int32(n), int32(nbits), iotaOut); err != nil {
+	hb := min(ceilDiv(n, cubHistThreads*16), int64(d.info.SMs)*cubHistBlocksPerSM) // 16 keys a thread a round
+	if err := d.launch("sort_cub_hist_"+suffix+b, dim3{X: int(hb)}, dim3{X: cubHistThreads}, 0, bins, keys, int32(n), int32(nbits), iotaOut); err != nil {
 		return err
 	}
 	if err := d.launch("sort_cub_exsum"+b, dim3{X: passes}, dim3{X: 256}, 0, bins); err != nil {
@@ -507,9 +518,9 @@ func (d *Device) cubSort(keys, vals devPtr, n, ksize int64, suffix string, nbits
 		shift, w := int32(p*width), int32(min(width, nbits-p*width))
 		pb, pc, pl := bins+devPtr(int64(p)*digits*4), ctrs+devPtr(int64(p)*4), look+devPtr(int64(p)*lookWords*4)
 		if vals == 0 {
-			err = d.launch("sort_cub_pass_keys_"+suffix+b, dim3{X: int(tiles)}, dim3{X: 384}, 0, pl, pc, pb, dstK, srcK, int32(n), shift, w)
+			err = d.launch("sort_cub_pass_keys_"+suffix+b, dim3{X: int(tiles)}, dim3{X: cubPassThreads}, 0, pl, pc, pb, dstK, srcK, int32(n), shift, w)
 		} else {
-			err = d.launch("sort_cub_pass_"+suffix+b, dim3{X: int(tiles)}, dim3{X: 384}, 0, pl, pc, pb, dstK, srcK, dstV, srcV, int32(n), shift, w)
+			err = d.launch("sort_cub_pass_"+suffix+b, dim3{X: int(tiles)}, dim3{X: cubPassThreads}, 0, pl, pc, pb, dstK, srcK, dstV, srcV, int32(n), shift, w)
 		}
 		if err != nil {
 			return err

@@ -13,8 +13,9 @@
 // deterministic. Up to 256 tiles a pass is one launch: wave_pass (two
 // grid-wide barriers) where every tile fits the GPU at once, else
 // onesweep_pass (decoupled look-back) after one histogram of every pass's
-// digits. Integer atomics only count; no result depends on their
-// order.
+// digits; above 256 tiles the host runs CUB's onesweep agents instead
+// (sort_cub.cuh, included at the end). Integer atomics only count; no
+// result depends on their order.
 #include <cub/block/block_load.cuh>
 #include <cub/block/block_radix_sort.cuh>
 #include <cub/block/block_reduce.cuh>
