@@ -221,7 +221,7 @@ func TestGPURadixSort(t *testing.T) {
 	// onesweep agents (cubSort: above onesweepMaxTiles, 1,000,003 keys,
 	// and every size in a quarter of the cases, cubSortAll), all checked;
 	// half the cases up to 65536 keys take the radix passes too
-	// (runSortMax 0, EnvRunSortMaxKeys), and a third of the odd widths
+	// (runSortMax 0, EnvRunSortMaxKeys), and the widths 9, 27 and 41
 	// sort keys without values.
 	sizes := []int{0, 1, 2, 64, 1023, 1025, 4097, 15_192, 64_160, 65_536, 65_537, 300_001, 1_000_003}
 	if testing.Short() {
@@ -233,123 +233,135 @@ func TestGPURadixSort(t *testing.T) {
 			return nil
 		}))
 	}()
-	for _, n := range sizes {
-		for _, nbits := range []int{0, 1, 5, 8, 9, 17, 27, 32, 41, 64} {
-			// 0: classic, 1: onesweep, 2: one-wave where it fits, 3: CUB's agents.
-			mode := (n + nbits) % 4
-			classic, noWave := mode == 0, mode == 1
-			cub := cubSortAbove
-			if mode == 3 {
-				cub = cubSortAll
+	// check sorts n random keys of nbits bits by the path of mode
+	// (0: classic, 1: onesweep, 2: one-wave where it fits, 3: CUB's
+	// agents) and compares keys and values with a stable sort here.
+	check := func(n, nbits, mode int) {
+		classic, noWave := mode == 0, mode == 1
+		cub := cubSortAbove
+		if mode == 3 {
+			cub = cubSortAll
+		}
+		runMax := int64(runSortLimit)
+		if (n+nbits)%2 == 1 {
+			runMax = 0
+		}
+		require.NoError(t, e.d.do(func() error {
+			e.d.noOnesweep, e.d.noWaveSort, e.d.runSortMax, e.d.cubSortFrom = classic, noWave, runMax, cub
+			return nil
+		}))
+		// Values are the original positions (iota) or carried along.
+		iota := nbits%2 == 0
+		keysOnly := nbits == 9 || nbits == 27 || nbits == 41 // 32- and 64-bit keys without values
+		wide := nbits > 32
+		keys := make([]uint64, n)
+		for i := range keys {
+			k := rng.Uint64()
+			if nbits < 64 {
+				k &= 1<<nbits - 1
 			}
-			runMax := int64(runSortLimit)
-			if (n+nbits)%2 == 1 {
-				runMax = 0
+			if nbits == 27 && n%2 == 1 {
+				// Only the low digit varies: every tile of the later
+				// passes holds one digit (CUB's short-circuit copy).
+				k &= 1<<9 - 1
 			}
-			require.NoError(t, e.d.do(func() error {
-				e.d.noOnesweep, e.d.noWaveSort, e.d.runSortMax, e.d.cubSortFrom = classic, noWave, runMax, cub
-				return nil
-			}))
-			// Values are the original positions (iota) or carried along.
-			iota := nbits%2 == 0
-			keysOnly := nbits%2 == 1 && nbits%3 == 0
-			wide := nbits > 32
-			keys := make([]uint64, n)
-			for i := range keys {
-				k := rng.Uint64()
-				if nbits < 64 {
-					k &= 1<<nbits - 1
-				}
-				if nbits == 27 && n%2 == 1 {
-					// Only the low digit varies: every tile of the later
-					// passes holds one digit (CUB's short-circuit copy).
-					k &= 1<<9 - 1
-				}
-				if rng.IntN(4) == 0 && i > 0 {
-					k = keys[rng.IntN(i)] // duplicates test stability
-				}
-				keys[i] = k
+			if rng.IntN(4) == 0 && i > 0 {
+				k = keys[rng.IntN(i)] // duplicates test stability
 			}
-			perm := make([]int32, n)
+			keys[i] = k
+		}
+		perm := make([]int32, n)
+		for i := range perm {
+			perm[i] = int32(i)
+		}
+		sort.SliceStable(perm, func(a, b int) bool { return keys[perm[a]] < keys[perm[b]] })
+		var gotK []uint64
+		var gotV []int32
+		require.NoError(t, e.d.do(func() error {
+			d := e.d
+			kb, err := d.allocTemp(int64(max(n, 1)) * 8)
+			if err != nil {
+				return err
+			}
+			defer d.freeTemp(kb)
+			vb, err := d.allocTemp(int64(max(n, 1)) * 4)
+			if err != nil {
+				return err
+			}
+			defer d.freeTemp(vb)
+			if !iota && n > 0 {
+				idx := make([]int32, n)
+				for i := range idx {
+					idx[i] = int32(i)
+				}
+				if err := uploadTo(d, vb.ptr, idx); err != nil {
+					return err
+				}
+			}
+			if wide {
+				if err := uploadTo(d, kb.ptr, keys); err != nil {
+					return err
+				}
+			} else {
+				k32 := make([]uint32, n)
+				for i, k := range keys {
+					k32[i] = uint32(k)
+				}
+				if err := uploadTo(d, kb.ptr, k32); err != nil {
+					return err
+				}
+			}
+			vp := vb.ptr
+			if keysOnly {
+				vp = 0
+			}
+			if err := d.radixSort(kb.ptr, vp, int64(n), wide, nbits, iota); err != nil {
+				return err
+			}
+			if gotV, err = download[int32](d, vb.ptr, n); err != nil {
+				return err
+			}
+			if wide {
+				gotK, err = download[uint64](d, kb.ptr, n)
+				return err
+			}
+			k32, err := download[uint32](d, kb.ptr, n)
+			gotK = make([]uint64, n)
+			for i, k := range k32 {
+				gotK[i] = uint64(k)
+			}
+			return err
+		}))
+		if nbits == 0 {
+			// Nothing to sort by: the identity.
 			for i := range perm {
 				perm[i] = int32(i)
 			}
-			sort.SliceStable(perm, func(a, b int) bool { return keys[perm[a]] < keys[perm[b]] })
-			var gotK []uint64
-			var gotV []int32
-			require.NoError(t, e.d.do(func() error {
-				d := e.d
-				kb, err := d.allocTemp(int64(max(n, 1)) * 8)
-				if err != nil {
-					return err
-				}
-				defer d.freeTemp(kb)
-				vb, err := d.allocTemp(int64(max(n, 1)) * 4)
-				if err != nil {
-					return err
-				}
-				defer d.freeTemp(vb)
-				if !iota && n > 0 {
-					idx := make([]int32, n)
-					for i := range idx {
-						idx[i] = int32(i)
-					}
-					if err := uploadTo(d, vb.ptr, idx); err != nil {
-						return err
-					}
-				}
-				if wide {
-					if err := uploadTo(d, kb.ptr, keys); err != nil {
-						return err
-					}
-				} else {
-					k32 := make([]uint32, n)
-					for i, k := range keys {
-						k32[i] = uint32(k)
-					}
-					if err := uploadTo(d, kb.ptr, k32); err != nil {
-						return err
-					}
-				}
-				vp := vb.ptr
-				if keysOnly {
-					vp = 0
-				}
-				if err := d.radixSort(kb.ptr, vp, int64(n), wide, nbits, iota); err != nil {
-					return err
-				}
-				if gotV, err = download[int32](d, vb.ptr, n); err != nil {
-					return err
-				}
-				if wide {
-					gotK, err = download[uint64](d, kb.ptr, n)
-					return err
-				}
-				k32, err := download[uint32](d, kb.ptr, n)
-				gotK = make([]uint64, n)
-				for i, k := range k32 {
-					gotK[i] = uint64(k)
-				}
-				return err
-			}))
-			if nbits == 0 {
-				// Nothing to sort by: the identity.
-				for i := range perm {
-					perm[i] = int32(i)
-				}
+		}
+		want := make([]uint64, n)
+		for i, p := range perm {
+			want[i] = keys[p]
+		}
+		require.Equal(t, want, gotK, "n=%d bits=%d mode=%d", n, nbits, mode)
+		if keysOnly {
+			// The values were left alone.
+			for i := range perm {
+				perm[i] = int32(i)
 			}
-			want := make([]uint64, n)
-			for i, p := range perm {
-				want[i] = keys[p]
-			}
-			require.Equal(t, want, gotK, "n=%d bits=%d mode=%d", n, nbits, mode)
-			if keysOnly {
-				// The values were left alone.
-				for i := range perm {
-					perm[i] = int32(i)
-				}
-			}
-			require.Equal(t, perm, gotV, "n=%d bits=%d mode=%d keysOnly=%v: the sort must be stable", n, nbits, mode, keysOnly)
+		}
+		require.Equal(t, perm, gotV, "n=%d bits=%d mode=%d keysOnly=%v: the sort must be stable", n, nbits, mode, keysOnly)
+	}
+	for _, n := range sizes {
+		for _, nbits := range []int{0, 1, 5, 8, 9, 17, 27, 32, 41, 64} {
+			check(n, nbits, (n+nbits)%4)
+		}
+	}
+	// CUB's agents on every kind of sort they serve, above the run sort:
+	// 32-bit keys alone (27 bits), 64-bit keys alone (41), 64-bit keys
+	// with their positions (64).
+	for _, n := range sizes[len(sizes)-3:] {
+		for _, nbits := range []int{27, 41, 64} {
+			check(n, nbits, 3)
 		}
 	}
 }
