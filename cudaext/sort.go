@@ -301,7 +301,7 @@ func (d *Device) onesweep(keys, vals devPtr, n, ksize int64, suffix string, nbit
 	if err := d.launch("sort_onesweep_hist_"+suffix, dim3{X: int(hb)}, dim3{X: sortThreads}, 0, keys, n, int32(passes), int32(width), int32(nbits), counts); err != nil {
 		return err
 	}
-	return d.ringPasses(keys, vals, n, ksize, nbits, iota, func(p int, pk passKeys) error {
+	return d.ringPasses(keys, vals, n, ksize, passes, width, nbits, iota, func(p int, pk passKeys) error {
 		return d.launch("sort_onesweep_"+suffix, dim3{X: int(ntiles)}, dim3{X: sortThreads}, 0, pk.srcK, pk.srcV, pk.dstK, pk.dstV, n, pk.shift, pk.width,
 			counts+devPtr(int64(p)*onesweepMaxRadix*4), status+devPtr(int64(p)*ntiles*radix*4), tickets+devPtr(int64(p)*4))
 	})
@@ -317,11 +317,11 @@ type passKeys struct {
 }
 
 // ringPasses runs the passes of a sort of n keys of ksize bytes by their
-// low nbits bits that launches one kernel per pass (onesweep, waveSort):
-// pass(p, …) queues pass p. The passes write the ring of passBuffers, so
+// low nbits bits that launches one kernel per pass (onesweep, waveSort,
+// cubSort): passes digits of width bits (the last one what is left),
+// pass(p, …) queuing pass p. The passes write the ring of passBuffers, so
 // that the last one writes keys and vals (one pass is copied back).
-func (d *Device) ringPasses(keys, vals devPtr, n, ksize int64, nbits int, iota bool, pass func(p int, pk passKeys) error) error {
-	passes, width := sortPlan(nbits)
+func (d *Device) ringPasses(keys, vals devPtr, n, ksize int64, passes, width, nbits int, iota bool, pass func(p int, pk passKeys) error) error {
 	ring, release, err := d.passBuffers(keys, vals, n, ksize, passes)
 	if err != nil {
 		return err
@@ -505,29 +505,15 @@ func (d *Device) cubSort(keys, vals devPtr, n, ksize int64, suffix string, nbits
 	if err := d.launch("sort_cub_exsum"+b, dim3{X: passes}, dim3{X: 256}, 0, bins); err != nil {
 		return err
 	}
-	// The ring's passes read vals from the first pass on (iota: the
-	// positions the histogram wrote).
-	ring, release, err := d.passBuffers(keys, vals, n, ksize, passes)
-	if err != nil {
-		return err
-	}
-	defer release()
-	srcK, srcV := keys, vals
-	for p := range passes {
-		dstK, dstV := ring.dst(p, passes)
-		shift, w := int32(p*width), int32(min(width, nbits-p*width))
+	// The passes read vals from the first pass on (iota: the positions
+	// the histogram wrote), so ringPasses takes the sort as not iota.
+	return d.ringPasses(keys, vals, n, ksize, passes, width, nbits, false, func(p int, pk passKeys) error {
 		pb, pc, pl := bins+devPtr(int64(p)*digits*4), ctrs+devPtr(int64(p)*4), look+devPtr(int64(p)*lookWords*4)
 		if vals == 0 {
-			err = d.launch("sort_cub_pass_keys_"+suffix+b, dim3{X: int(tiles)}, dim3{X: cubPassThreads}, 0, pl, pc, pb, dstK, srcK, int32(n), shift, w)
-		} else {
-			err = d.launch("sort_cub_pass_"+suffix+b, dim3{X: int(tiles)}, dim3{X: cubPassThreads}, 0, pl, pc, pb, dstK, srcK, dstV, srcV, int32(n), shift, w)
+			return d.launch("sort_cub_pass_keys_"+suffix+b, dim3{X: int(tiles)}, dim3{X: cubPassThreads}, 0, pl, pc, pb, pk.dstK, pk.srcK, int32(n), pk.shift, pk.width)
 		}
-		if err != nil {
-			return err
-		}
-		srcK, srcV = dstK, dstV
-	}
-	return d.copySorted(keys, vals, srcK, srcV, n, ksize)
+		return d.launch("sort_cub_pass_"+suffix+b, dim3{X: int(tiles)}, dim3{X: cubPassThreads}, 0, pl, pc, pb, pk.dstK, pk.srcK, pk.dstV, pk.srcV, int32(n), pk.shift, pk.width)
+	})
 }
 
 // onesweepMaxRadix is the digit counts' row per pass (kernels/sort.cu
@@ -660,7 +646,7 @@ func (d *Device) waveTiles(suffix string) (int64, error) {
 // that the first pass was refused and nothing of the sort was queued but
 // a memset of its scratch.
 func (d *Device) waveSort(keys, vals devPtr, n, ksize int64, suffix string, nbits int, iota bool) error {
-	_, width := sortPlan(nbits)
+	passes, width := sortPlan(nbits)
 	ntiles := (n + sortTile - 1) / sortTile
 	radix := int64(1) << width
 	// One block: each tile's digit counts (then prefixes), the digits'
@@ -678,7 +664,7 @@ func (d *Device) waveSort(keys, vals devPtr, n, ksize int64, suffix string, nbit
 	if err := memsetD32(bar, 0, 1, d.stream); err != nil {
 		return err
 	}
-	return d.ringPasses(keys, vals, n, ksize, nbits, iota, func(p int, pk passKeys) error {
+	return d.ringPasses(keys, vals, n, ksize, passes, width, nbits, iota, func(p int, pk passKeys) error {
 		return d.launchCooperative("sort_wave_"+suffix, dim3{X: int(ntiles)}, dim3{X: sortThreads}, 0, pk.srcK, pk.srcV, pk.dstK, pk.dstV, n, pk.shift, pk.width,
 			counts, totals, bar, uint32(2*int64(p)*ntiles))
 	})
