@@ -562,9 +562,6 @@ func (e *Engine) runGather(j gatherJob) error {
 	if j.mirror {
 		p.Mirror = 1
 	}
-	if t.Producers > 0 && slices.Contains(d.halfSkip, j.math) {
-		p.HalfSkip = 1
-	}
 	fused := splits > 1 && skBlocks == 0 && d.fusesSplitReduce(t, j.math, tiles, splits)
 	var part rawBuf
 	if splits > 1 {

@@ -108,9 +108,6 @@ type Device struct {
 	noWaveSort bool
 	// cubSortFrom: which radix sorts run on CUB's agents (EnvCubSort).
 	cubSortFrom cubSortMode
-	// halfSkip: the arithmetics whose warp-specialised gathers skip the
-	// taps of a warpgroup's rows that have none (EnvHalfSkip).
-	halfSkip []kernels.Math
 	// waveBlocks: the one-wave sort's resident blocks per SM, by kernel
 	// name (Device.waveTiles).
 	waveBlocks map[string]int
@@ -226,13 +223,8 @@ func openDevice(ordinal int) (*Device, error) {
 	if err != nil {
 		return nil, err
 	}
-	halfSkip, err := halfSkipFromEnv()
-	if err != nil {
-		return nil, err
-	}
 	d := &Device{
 		cubSortFrom:            cubSortFrom,
-		halfSkip:               halfSkip,
 		pdl:                    pdl,
 		perTapMaxBytes:         perTapMax,
 		funcs:                  map[string]*kernelFunc{},

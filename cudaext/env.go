@@ -8,8 +8,6 @@ import (
 	"fmt"
 	"os"
 	"strconv"
-
-	"github.com/flexgemm-go/flexgemm/cudaext/kernels"
 )
 
 // EnvBrickMinRows names the environment variable that, read when the
@@ -228,37 +226,6 @@ const EnvNoOnesweep = "FLEXGEMM_NO_ONESWEEP"
 // before the fortieth session, and still do under EnvNoOnesweep); "all",
 // every radix sort above the run sort; "0", none.
 const EnvCubSort = "FLEXGEMM_CUB_SORT"
-
-// EnvHalfSkip names the environment variable that, read when an engine
-// opens, chooses the arithmetics whose warp-specialised gathers let a
-// warpgroup skip the taps none of its 64 rows has (GatherParams.half_skip
-// in kernels/gather_ws.cuh): unset, halfSkipDefault; "1", every
-// arithmetic; "0", none.
-const EnvHalfSkip = "FLEXGEMM_HALF_SKIP"
-
-// halfSkipDefault lists the arithmetics that skip when EnvHalfSkip is
-// unset: tf32 only. Measured (H200, session 41, call 3, docs/PERF_NOTES.md
-// step 92; chained phase profiles, two interleaved rounds, off → on): the
-// tf32 forward gathers of (256, 256, 2) −3.7 to −4.3 % (their products
-// −5.6 %), of (64, 1024, 2) within ±0.5 % (products −3.9 %); the fp16
-// ones −0.3 to −1.2 % at RES 64 to 256 and +4.9 % at RES 1024, where every
-// stage starts a tap and pays the votes for little to skip (padding 1.02×).
-var halfSkipDefault = []kernels.Math{kernels.TF32}
-
-// halfSkipFromEnv returns the arithmetics of EnvHalfSkip's setting, or an
-// error naming the variable.
-func halfSkipFromEnv() ([]kernels.Math, error) {
-	switch v := os.Getenv(EnvHalfSkip); v {
-	case "":
-		return halfSkipDefault, nil
-	case "1":
-		return kernels.Maths, nil
-	case "0":
-		return nil, nil
-	default:
-		return nil, fmt.Errorf("cudaext: %s=%q: want 0 or 1", EnvHalfSkip, v)
-	}
-}
 
 // EnvSpecializedGathers names the environment variable that, read when an
 // engine opens, turns the fixed heuristic's warp-specialised gather tiles

@@ -6,8 +6,6 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
-
-	"github.com/flexgemm-go/flexgemm/cudaext/kernels"
 )
 
 // TestBrickMinRowsFromEnv checks the parsing of EnvBrickMinRows.
@@ -187,15 +185,4 @@ func TestPairsOrderGroupsFor(t *testing.T) {
 		require.Equal(t, c.want, pairsOrderGroupsFor(c.splits, c.rowSlices, c.forced),
 			"%d splits, row slices %v, forced %d", c.splits, c.rowSlices, c.forced)
 	}
-}
-
-// TestHalfSkipFromEnv checks the parsing of EnvHalfSkip.
-func TestHalfSkipFromEnv(t *testing.T) {
-	checkEnvParse(t, EnvHalfSkip, halfSkipFromEnv, []envCase[[]kernels.Math]{
-		{set: false, want: halfSkipDefault},
-		{value: "", set: true, want: halfSkipDefault},
-		{value: "1", set: true, want: kernels.Maths},
-		{value: "0", set: true, want: nil},
-		{value: "tf32", set: true, bad: true},
-	})
 }

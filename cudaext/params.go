@@ -16,7 +16,6 @@ type gatherParams struct {
 	Mirror                       int64
 	SplitCtr                     uint64
 	SlotTbl                      int64
-	HalfSkip                     int64
 }
 
 // pairsParams mirrors fg::PairsParams (kernels/gemm.cuh).

@@ -240,14 +240,6 @@ __device__ __forceinline__ unsigned ld_acquire(const unsigned* f) {
 // Named barrier 2 over the consumer warps only (n threads).
 __device__ __forceinline__ void consumers_sync(int n) { asm volatile("bar.sync 2, %0;\n" ::"r"(n) : "memory"); }
 
-// Whether any of the 64 tile rows whose sources at one tap start at src
-// has one (src[i] ≥ 0): a vote of the calling warp, so every warp that
-// asks gets the same answer without a barrier (the half skip of
-// gather_gemm_ws).
-__device__ __forceinline__ bool rows64_live(const int* src, int lane) {
-  return __any_sync(~0u, src[lane] >= 0 || src[lane + 32] >= 0);
-}
-
 // split_reduce ends the block (tile blockIdx.x, split z = blockIdx.y) of a
 // split-K launch whose p.split_ctr is set: the split blocks of a tile sum
 // each other's partials, so no reduction kernel follows (a launch and
@@ -404,15 +396,6 @@ __device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMa
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const long long tiles = ((p.M + BM - 1) / BM) * ((p.N + BN - 1) / BN);
-  // The half skip (GatherParams::half_skip): a warpgroup whose 64 rows
-  // have no source at a tap commits an empty wgmma group for that tap's
-  // stages instead of multiplying zeros, and the producers leave those
-  // rows' copies out (the stage's other rows are copied, zeros included,
-  // as always). Every sum keeps its terms in the same order; only products
-  // of zero rows are left out. Unsplit launches over a table only, whose
-  // iterations start at a tile's first tap, so both kinds of warps count
-  // the tap positions from the description alone.
-  const bool halves = !SK && BM >= 128 && p.half_skip && p.tbl && p.splits == 1;
   if (tid == 0) {
     for (int s = 0; s < S; ++s) {
       // Every producer thread's cp.async arrival, plus producer 0's
@@ -501,13 +484,7 @@ __device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMa
       if (pt == 0) mbar_arrive(&m->full);  // release: the description, to the consumers
       const long long n0 = blk.n0;
       int vi = vi0, kc = (int)(blk.t0 - (long long)vi0 * nkc);
-      unsigned live = ~0u;  // bit g: warpgroup g multiplies this tap (the half skip)
       for (int it = 0; it < nIter; ++it) {
-        if (halves && kc == 0) {
-          live = 0;
-#pragma unroll
-          for (int g = 0; g < BM / 64; ++g) live |= (unsigned)rows64_live(m->idx + (vi - vi0) * BM + 64 * g, lane) << g;
-        }
         mbar_wait(empty + s, parity);
         const int pos = vi - vi0;
         const int v = m->taps[pos];
@@ -541,7 +518,6 @@ __device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMa
 #pragma unroll
           for (int j = 0; j < BM / RP; ++j) {
             const int sr = srs[j];
-            if (!((live >> ((r0 + j * RP) >> 6)) & 1)) continue;  // its warpgroup skips the tap
             const char* xr = row_addr(xq, (unsigned)max(sr, 0), rowBytes);
 #pragma unroll
             for (int h = 0; h < 2; ++h)
@@ -618,25 +594,12 @@ __device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMa
     float acc[C::MI][C::NI][4];
     zero_acc<C>(acc);
     int prev = -1;
-    // The half skip: this warpgroup's tap position and K chunk, and whether
-    // its rows have a source at that tap.
-    const int nkc = (int)((p.Kc + BK - 1) / BK);
-    int pos = 0, kc = 0;
-    bool live = true;
     for (int it = 0; it < nIter; ++it) {
-      if (halves && kc == 0) live = rows64_live(m->idx + pos * BM + (warp >> 2) * 64, lane);
       mbar_wait(full + s, parity);
       fence_proxy_async();
       // Warpgroup warp/4 multiplies tile rows 64·(warp/4) ….
-      if (live)
-        wgmma_stage<C, false, WT>(&acc[0][0][0], smem_addr(As + s * L::ASt + (warp >> 2) * 64 * BK),
-                                  smem_addr(Bs + s * L::BSt), 16, C::kMnLbo);
-      else
-        wgmma_commit();  // an empty group: the hand-back below counts groups
-      if (++kc == nkc) {
-        kc = 0;
-        ++pos;
-      }
+      wgmma_stage<C, false, WT>(&acc[0][0][0], smem_addr(As + s * L::ASt + (warp >> 2) * 64 * BK),
+                                smem_addr(Bs + s * L::BSt), 16, C::kMnLbo);
       // The previous stage's group has retired: hand that stage back.
       wgmma_wait<1>();
       if (prev >= 0 && lane == 0) mbar_arrive(empty + prev);

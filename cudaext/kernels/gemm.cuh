@@ -194,11 +194,8 @@ struct GatherParams {
                           // split_reduce) instead of a reduction kernel; null otherwise
   long long slot_tbl;     // 1: tbl is [M], one entry per row, read whatever the tap (the
                           // per-tap gathers' slots, cudaext pertap.go: tiles of one tap each)
-  long long half_skip;    // 1: in a warp-specialised tile of two or more warpgroups, a
-                          // warpgroup skips the products of a tap none of its 64 rows has
-                          // (gather_ws.cuh; unsplit launches over a table only)
 };
-static_assert(sizeof(GatherParams) == 21 * 8, "GatherParams layout");
+static_assert(sizeof(GatherParams) == 20 * 8, "GatherParams layout");
 
 // tbl_entry returns the address of row orow's table entry for tap v.
 __device__ __forceinline__ const int* tbl_entry(const GatherParams& p, int orow, int v) {
