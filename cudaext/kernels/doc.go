@@ -22,6 +22,10 @@
 //	resources.sh    writes resources.txt: registers and local memory of
 //	                every sm_90 kernel of the images, for review and
 //	                TestKernelResources
+//	hopper_sass.sh  compiles the sm_90a PTX images here with a CUDA 12
+//	                ptxas (-fetch downloads one) and prints each Hopper
+//	                kernel's registers, spills and consumer stage loop,
+//	                to compare builds before timing them on a GPU
 //	images/         the compiled images, embedded with go:embed
 //
 // # Rebuilding
