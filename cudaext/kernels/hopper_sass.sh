@@ -25,13 +25,13 @@ here=$(cd "$(dirname "$0")" && pwd)
 tools=${FLEXGEMM_CUDA12:-$HOME/.cache/flexgemm/cuda-12.4}
 deb=nvidia-cuda-toolkit_12.4.131~12.4.1-2_amd64.deb
 debsum=cd5fe85aee38d108b315f408a688641478f2402622a10c677478eb7a6c4e5319
-sass="" imgdir=$here/images
+sass="" imgdir=$here/images tmp="" work=""
+trap 'rm -rf "$tmp" "$work"' EXIT
 while (($#)); do
   case $1 in
   -fetch)
     mkdir -p "$tools"
     tmp=$(mktemp -d)
-    trap 'rm -rf "$tmp"' EXIT
     curl -fsSL -o "$tmp/$deb" "http://deb.debian.org/debian/pool/non-free/n/nvidia-cuda-toolkit/$deb"
     echo "$debsum  $tmp/$deb" | sha256sum -c --quiet
     dpkg-deb -x "$tmp/$deb" "$tmp/x"
@@ -49,7 +49,6 @@ if ! "$PTXAS" --version 2>/dev/null | grep -qE 'release (1[2-9]|[2-9][0-9])\.'; 
   exit 2
 fi
 work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
 printf '%-46s %4s %5s %5s %5s %4s %4s\n' kernel regs spill loop hgmma s2r ldc
 for gz in "$imgdir"/*_sm90a.ptx.gz; do
   n=$(basename "$gz" .ptx.gz)
