@@ -586,6 +586,11 @@ func (e *Engine) runGather(j gatherJob) error {
 	if skBlocks > 0 {
 		name = kernels.StreamKName(j.math, t, j.wt)
 	}
+	if d.halfSkip && t.HasHalfSkip(j.math) && skBlocks == 0 && splits == 1 && !j.wt && j.tbl != 0 {
+		// The half-skip twin (gather_ws.cuh HS): same arguments, same bits.
+		name = kernels.HalfSkipName(j.math, t)
+		d.halfSkipLaunches++
+	}
 	args := []any{&p}
 	grid := dim3{X: int(tiles), Y: splits}
 	if t.Producers > 0 {

@@ -108,6 +108,11 @@ type Device struct {
 	noWaveSort bool
 	// cubSortFrom: which radix sorts run on CUB's agents (EnvCubSort).
 	cubSortFrom cubSortMode
+	// halfSkip: masked gathers run their tiles' half-skip twins where
+	// they have them (EnvHalfSkip); halfSkipLaunches counts those launches
+	// (a test instrument).
+	halfSkip         bool
+	halfSkipLaunches int
 	// waveBlocks: the one-wave sort's resident blocks per SM, by kernel
 	// name (Device.waveTiles).
 	waveBlocks map[string]int
@@ -223,8 +228,13 @@ func openDevice(ordinal int) (*Device, error) {
 	if err != nil {
 		return nil, err
 	}
+	halfSkip, err := halfSkipFromEnv()
+	if err != nil {
+		return nil, err
+	}
 	d := &Device{
 		cubSortFrom:            cubSortFrom,
+		halfSkip:               halfSkip,
 		pdl:                    pdl,
 		perTapMaxBytes:         perTapMax,
 		funcs:                  map[string]*kernelFunc{},

@@ -227,6 +227,26 @@ const EnvNoOnesweep = "FLEXGEMM_NO_ONESWEEP"
 // every radix sort above the run sort; "0", none.
 const EnvCubSort = "FLEXGEMM_CUB_SORT"
 
+// EnvHalfSkip names the environment variable that, read when an engine
+// opens, runs the half-skip twins of the warp-specialised gathers where
+// they exist ("1"; kernels.HalfSkipName: tf32 tiles of two or more
+// warpgroups, unsplit launches over a table), or never ("0", and unset:
+// halfSkipDefault). An experiment switch: the twins' SASS was checked
+// here (hopper_sass.sh: a 110-instruction stage loop against the plain
+// kernel's 97, no constant reloads) but they have not been timed on a GPU
+// yet (PERF_NOTES step 92).
+const EnvHalfSkip = "FLEXGEMM_HALF_SKIP"
+
+// halfSkipDefault is EnvHalfSkip's setting when unset.
+const halfSkipDefault = false
+
+// halfSkipFromEnv returns EnvHalfSkip's setting: halfSkipDefault when
+// unset or empty, true for "1", false for "0", an error naming the
+// variable otherwise.
+func halfSkipFromEnv() (bool, error) {
+	return switchFromEnv(EnvHalfSkip, halfSkipDefault)
+}
+
 // EnvSpecializedGathers names the environment variable that, read when an
 // engine opens, turns the fixed heuristic's warp-specialised gather tiles
 // (kernels.Tile.Producers) on ("1") or off ("0"); unset, they are on.

@@ -186,3 +186,14 @@ func TestPairsOrderGroupsFor(t *testing.T) {
 			"%d splits, row slices %v, forced %d", c.splits, c.rowSlices, c.forced)
 	}
 }
+
+// TestHalfSkipFromEnv checks the parsing of EnvHalfSkip.
+func TestHalfSkipFromEnv(t *testing.T) {
+	checkEnvParse(t, EnvHalfSkip, halfSkipFromEnv, []envCase[bool]{
+		{set: false, want: halfSkipDefault},
+		{value: "", set: true, want: halfSkipDefault},
+		{value: "1", set: true, want: true},
+		{value: "0", set: true, want: false},
+		{value: "tf32", set: true, bad: true},
+	})
+}

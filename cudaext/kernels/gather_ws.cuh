@@ -240,6 +240,20 @@ __device__ __forceinline__ unsigned ld_acquire(const unsigned* f) {
 // Named barrier 2 over the consumer warps only (n threads).
 __device__ __forceinline__ void consumers_sync(int n) { asm volatile("bar.sync 2, %0;\n" ::"r"(n) : "memory"); }
 
+// The half skip's words (gather_gemm_ws with HS): one per stage, bit g set
+// when warpgroup g multiplies the stage. Static shared memory of the
+// kernels that call it only (the other kernels' layout is the Go table's).
+template <int S> __device__ __forceinline__ unsigned* half_skip_words() {
+  __shared__ unsigned words[S];
+  return words;
+}
+
+// Whether any of the 64 tile rows whose sources at one tap start at src
+// has one (src[i] ≥ 0): a vote of the calling warp.
+__device__ __forceinline__ bool rows64_live(const int* src, int lane) {
+  return __any_sync(~0u, src[lane] >= 0 || src[lane + 32] >= 0);
+}
+
 // split_reduce ends the block (tile blockIdx.x, split z = blockIdx.y) of a
 // split-K launch whose p.split_ctr is set: the split blocks of a tile sum
 // each other's partials, so no reduction kernel follows (a launch and
@@ -375,7 +389,15 @@ template <class C> struct WsMeta {
 // store this one. A tile's products are the same whichever block runs it.
 // SK: a stream-K launch (the *_sk kernels: separate, so that the other
 // kernels keep their registers).
-template <class C, int PW, bool WT, int MB, bool SK>
+// HS: the half skip (the *_hs kernels, kernels.HalfSkipName; separate for
+// the same reason, PERF_NOTES step 92): in an unsplit launch over a table,
+// the producers find, at each tap, the warpgroups none of whose 64 rows
+// has a source there, leave those rows' copies out and clear their bits in
+// the stage's word (half_skip_words), written before their arrivals on the
+// stage's full barrier; a consumer warpgroup whose bit is clear commits an
+// empty wgmma group instead of multiplying zeros. Every sum keeps its
+// terms in the same order, so the result has the same bits as without.
+template <class C, int PW, bool WT, int MB, bool SK, bool HS = false>
 __device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMaps& maps, unsigned* next,
                                                const StreamK& sk) {
   using T = typename C::T;
@@ -484,8 +506,19 @@ __device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMa
       if (pt == 0) mbar_arrive(&m->full);  // release: the description, to the consumers
       const long long n0 = blk.n0;
       int vi = vi0, kc = (int)(blk.t0 - (long long)vi0 * nkc);
+      unsigned live = ~0u;  // HS: bit g, warpgroup g multiplies this tap
       for (int it = 0; it < nIter; ++it) {
+        if constexpr (HS) {
+          if (kc == 0 && p.tbl && p.splits == 1) {
+            live = 0;
+#pragma unroll
+            for (int g = 0; g < BM / 64; ++g) live |= (unsigned)rows64_live(m->idx + (vi - vi0) * BM + 64 * g, lane) << g;
+          }
+        }
         mbar_wait(empty + s, parity);
+        if constexpr (HS) {
+          if (pt == 0) half_skip_words<S>()[s] = live;  // before any arrival on full[s]
+        }
         const int pos = vi - vi0;
         const int v = m->taps[pos];
         const int wv = p.mirror ? (int)p.V - 1 - v : v;  // the weight's tap
@@ -518,6 +551,9 @@ __device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMa
 #pragma unroll
           for (int j = 0; j < BM / RP; ++j) {
             const int sr = srs[j];
+            if constexpr (HS) {
+              if (!((live >> ((r0 + j * RP) >> 6)) & 1)) continue;  // its warpgroup skips the tap
+            }
             const char* xr = row_addr(xq, (unsigned)max(sr, 0), rowBytes);
 #pragma unroll
             for (int h = 0; h < 2; ++h)
@@ -598,8 +634,16 @@ __device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMa
       mbar_wait(full + s, parity);
       fence_proxy_async();
       // Warpgroup warp/4 multiplies tile rows 64·(warp/4) ….
-      wgmma_stage<C, false, WT>(&acc[0][0][0], smem_addr(As + s * L::ASt + (warp >> 2) * 64 * BK),
-                                smem_addr(Bs + s * L::BSt), 16, C::kMnLbo);
+      if constexpr (HS) {
+        if ((half_skip_words<S>()[s] >> (warp >> 2)) & 1)
+          wgmma_stage<C, false, WT>(&acc[0][0][0], smem_addr(As + s * L::ASt + (warp >> 2) * 64 * BK),
+                                    smem_addr(Bs + s * L::BSt), 16, C::kMnLbo);
+        else
+          wgmma_commit();  // an empty group: the hand-back below counts groups
+      } else {
+        wgmma_stage<C, false, WT>(&acc[0][0][0], smem_addr(As + s * L::ASt + (warp >> 2) * 64 * BK),
+                                  smem_addr(Bs + s * L::BSt), 16, C::kMnLbo);
+      }
       // The previous stage's group has retired: hand that stage back.
       wgmma_wait<1>();
       if (prev >= 0 && lane == 0) mbar_arrive(empty + prev);
@@ -695,6 +739,15 @@ __device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMa
     using Cfg = fg::TileCfg<MATH, BM, BN, BK, WM, 1, S, true>;                                                 \
     constexpr int kDescriptions = fg::ws_descriptions<Cfg, PW>(MINB);                                          \
     fg::gather_gemm_ws<Cfg, PW, true, kDescriptions, false>(p, maps, next, fg::StreamK{});                     \
+  }
+// The half-skip twin (kernels.HalfSkipName; the weight as stored).
+#define FG_GATHER_WS_HS_KERNEL(NAME, MATH, BM, BN, BK, WM, S, PW, MINB)                                        \
+  extern "C" __global__ void __launch_bounds__(32 * ((WM) + (PW)), MINB)                                       \
+      NAME(const fg::GatherParams p, const __grid_constant__ fg::WsMaps maps, unsigned* next) {                \
+    fg_await_prior_grid();                                                                                     \
+    using Cfg = fg::TileCfg<MATH, BM, BN, BK, WM, 1, S, true>;                                                 \
+    constexpr int kDescriptions = fg::ws_descriptions<Cfg, PW>(MINB);                                          \
+    fg::gather_gemm_ws<Cfg, PW, false, kDescriptions, false, true>(p, maps, next, fg::StreamK{});              \
   }
 // The stream-K twins (MINB = 1 only: every block resident; WT as above).
 #define FG_GATHER_WS_SK_KERNEL(NAME, MATH, BM, BN, BK, WM, S, PW, WT)                                          \

@@ -6,4 +6,5 @@
 FG_GATHER_H_KERNEL(spconv_gather_tf32_m128n256k32w8x1s4h, fg::Math::TF32, 128, 256, 32, 8, 1, 4, 202272)
 FG_GATHER_H_KERNEL(spconv_gather_tf32_m128n128k32w8x1s6h, fg::Math::TF32, 128, 128, 32, 8, 1, 6, 204336)
 FG_GATHER_WS_KERNEL(spconv_gather_tf32_m128n256k32w8x1s4hp4, fg::Math::TF32, 128, 256, 32, 8, 4, 4, 1, 226656)
+FG_GATHER_WS_HS_KERNEL(spconv_gather_tf32_m128n256k32w8x1s4hp4_hs, fg::Math::TF32, 128, 256, 32, 8, 4, 4, 1)
 FG_GATHER_WS_SK_KERNEL(spconv_gather_tf32_m128n256k32w8x1s4hp4_sk, fg::Math::TF32, 128, 256, 32, 8, 4, 4, false)

@@ -264,6 +264,16 @@ func TestTileTableMirrorsCpp(t *testing.T) {
 						require.NotContains(t, string(GenerateHopperInstances(m)), sk)
 					}
 				}
+				// The half-skip twin: tf32 tiles of two or more warpgroups only.
+				hs := "FG_GATHER_WS_HS_KERNEL(" + HalfSkipName(m, tile) + ","
+				require.Equal(t, tile.Supports(m) && m == TF32 && tile.BM >= 128, tile.HasHalfSkip(m), "%s %v", tile.Name(), m)
+				if tile.HasHalfSkip(m) {
+					require.Contains(t, string(GenerateHopperInstances(m)), hs)
+					_, ok := KernelModule(HalfSkipName(m, tile))
+					require.True(t, ok, "%s missing from the manifest", HalfSkipName(m, tile))
+				} else {
+					require.NotContains(t, string(GenerateHopperInstances(m)), hs)
+				}
 			}
 		} else {
 			require.True(t, strings.HasSuffix(tile.Name(), "h"), tile.Name())

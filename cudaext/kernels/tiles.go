@@ -438,6 +438,20 @@ func (t Tile) HasStreamK(m Math) bool {
 	return t.Producers > 0 && t.Supports(m) && t.BlocksPerSM(Gather, m) == 1
 }
 
+// HasHalfSkip reports whether the gather of tile t in arithmetic m has a
+// half-skip twin (HalfSkipName; gather_ws.cuh, PERF_NOTES step 92): a
+// warp-specialised tf32 tile of two or more warpgroups. Only tf32, whose
+// gathers the tensor pipe bounds; the 16-bit kernels stay as they are.
+func (t Tile) HasHalfSkip(m Math) bool {
+	return t.Producers > 0 && t.Supports(m) && m == TF32 && t.BM >= 128
+}
+
+// HalfSkipName returns the symbol of the half-skip twin of the gather
+// kernel of tile t (HasHalfSkip): KernelName(Gather, m, t) + "_hs".
+func HalfSkipName(m Math, t Tile) string {
+	return KernelName(Gather, m, t) + "_hs"
+}
+
 // StreamKName returns the symbol of the stream-K twin of the gather kernel
 // of tile t (HasStreamK), reading its weight transposed when wt:
 // KernelName(Gather, m, t) or TransposedName(m, t), + "_sk".
@@ -491,6 +505,10 @@ func GenerateHopperInstances(m Math) []byte {
 				t.BM, t.BN, t.BK, t.WM, t.Stages, t.Producers, blocks, SmemBytes(Gather, m, t))
 			if t.HasTransposed(m) {
 				fmt.Fprintf(&b, "FG_GATHER_WS_WT_KERNEL(%s, %s, %d, %d, %d, %d, %d, %d, %d)\n", KernelName(Gather, m, t), m.cppName(),
+					t.BM, t.BN, t.BK, t.WM, t.Stages, t.Producers, blocks)
+			}
+			if t.HasHalfSkip(m) {
+				fmt.Fprintf(&b, "FG_GATHER_WS_HS_KERNEL(%s, %s, %d, %d, %d, %d, %d, %d, %d)\n", HalfSkipName(m, t), m.cppName(),
 					t.BM, t.BN, t.BK, t.WM, t.Stages, t.Producers, blocks)
 			}
 			if t.HasStreamK(m) {
