@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"math"
 	"math/bits"
-	"os"
 	"unsafe"
 
 	"github.com/flexgemm-go/flexgemm/sparse/grid"
@@ -286,14 +285,11 @@ func (d *Device) onesweep(keys, vals devPtr, n, ksize int64, suffix string, nbit
 	countWords := int64(passes) * onesweepMaxRadix
 	statusWords := int64(passes) * ntiles * radix
 	words := countWords + int64(passes) + statusWords
-	scratch, err := d.allocTemp(words * 4)
+	scratch, err := d.allocZeroI32(words)
 	if err != nil {
 		return err
 	}
 	defer d.freeTemp(scratch)
-	if err := memsetD8(scratch.ptr, 0, words*4, d.stream); err != nil {
-		return err
-	}
 	counts := scratch.ptr
 	tickets := counts + devPtr(countWords*4)
 	status := tickets + devPtr(int64(passes)*4)
@@ -397,33 +393,6 @@ func (d *Device) passBuffers(keys, vals devPtr, n, ksize int64, passes int) (rin
 	return ring, release, nil
 }
 
-// cubSortMode says which radix sorts Device.cubSort runs (EnvCubSort).
-type cubSortMode int
-
-const (
-	// cubSortAbove: those of more than onesweepMaxTiles tiles (the default).
-	cubSortAbove cubSortMode = iota
-	// cubSortAll: every radix sort (the run sort still takes up to runSortMax 32-bit keys).
-	cubSortAll
-	// cubSortNever: none (the classic passes take those above onesweepMaxTiles).
-	cubSortNever
-)
-
-// cubSortModeFromEnv reads EnvCubSort: unset or empty cubSortAbove, "all"
-// cubSortAll, "0" cubSortNever, an error naming the variable otherwise.
-func cubSortModeFromEnv() (cubSortMode, error) {
-	switch v := os.Getenv(EnvCubSort); v {
-	case "":
-		return cubSortAbove, nil
-	case "all":
-		return cubSortAll, nil
-	case "0":
-		return cubSortNever, nil
-	default:
-		return 0, fmt.Errorf("cudaext: %s=%q: want all or 0", EnvCubSort, v)
-	}
-}
-
 // cubPassThreads and cubHistThreads are the block sizes of
 // kernels/sort_cub.cuh's passes and histogram (kPassThreads,
 // kHistThreads).
@@ -482,14 +451,11 @@ func (d *Device) cubSort(keys, vals devPtr, n, ksize int64, suffix string, nbits
 	binWords := int64(passes) * digits
 	lookWords := tiles * digits
 	words := binWords + int64(passes) + int64(passes)*lookWords
-	scratch, err := d.allocTemp(words * 4)
+	scratch, err := d.allocZeroI32(words)
 	if err != nil {
 		return err
 	}
 	defer d.freeTemp(scratch)
-	if err := memsetD8(scratch.ptr, 0, words*4, d.stream); err != nil {
-		return err
-	}
 	bins := scratch.ptr
 	ctrs := bins + devPtr(binWords*4)
 	look := ctrs + devPtr(int64(passes)*4)
