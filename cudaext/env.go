@@ -227,6 +227,33 @@ const EnvNoOnesweep = "FLEXGEMM_NO_ONESWEEP"
 // every radix sort above the run sort; "0", none.
 const EnvCubSort = "FLEXGEMM_CUB_SORT"
 
+// cubSortMode says which radix sorts Device.cubSort runs (EnvCubSort).
+type cubSortMode int
+
+const (
+	// cubSortAbove: those of more than onesweepMaxTiles tiles (the default).
+	cubSortAbove cubSortMode = iota
+	// cubSortAll: every radix sort (the run sort still takes up to runSortMax 32-bit keys).
+	cubSortAll
+	// cubSortNever: none (the classic passes take those above onesweepMaxTiles).
+	cubSortNever
+)
+
+// cubSortModeFromEnv reads EnvCubSort: unset or empty cubSortAbove, "all"
+// cubSortAll, "0" cubSortNever, an error naming the variable otherwise.
+func cubSortModeFromEnv() (cubSortMode, error) {
+	switch v := os.Getenv(EnvCubSort); v {
+	case "":
+		return cubSortAbove, nil
+	case "all":
+		return cubSortAll, nil
+	case "0":
+		return cubSortNever, nil
+	default:
+		return 0, fmt.Errorf("cudaext: %s=%q: want all or 0", EnvCubSort, v)
+	}
+}
+
 // EnvHalfSkip names the environment variable that, read when an engine
 // opens, runs the half-skip twins of the warp-specialised gathers where
 // they exist ("1"; kernels.HalfSkipName: tf32 tiles of two or more

@@ -197,3 +197,14 @@ func TestHalfSkipFromEnv(t *testing.T) {
 		{value: "tf32", set: true, bad: true},
 	})
 }
+
+// TestCubSortModeFromEnv checks the parsing of EnvCubSort.
+func TestCubSortModeFromEnv(t *testing.T) {
+	checkEnvParse(t, EnvCubSort, cubSortModeFromEnv, []envCase[cubSortMode]{
+		{set: false, want: cubSortAbove},
+		{value: "", set: true, want: cubSortAbove},
+		{value: "all", set: true, want: cubSortAll},
+		{value: "0", set: true, want: cubSortNever},
+		{value: "1", set: true, bad: true},
+	})
+}
