@@ -1131,7 +1131,11 @@ func (e *Engine) gatherInput(j *gatherJob, m *kmap.Map, reverse bool, alg sparse
 			return err
 		}
 		e.dropMasks(m, reverse && !mirror)
-		j.order, j.tileSeg, j.tileTp, j.tileSched = mt.order, mt.seg, mt.taps, mt.sched
+		sched, err := e.tileScheduleFor(m, reverse && !mirror, j.tile.BM, j.math)
+		if err != nil {
+			return err
+		}
+		j.order, j.tileSeg, j.tileTp, j.tileSched = mt.order, mt.seg, mt.taps, sched
 	}
 	return nil
 }

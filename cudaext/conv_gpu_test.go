@@ -1725,11 +1725,16 @@ func TestPersistentGathers(t *testing.T) {
 	orders := []order{{"index", 0, 1 << 40}, {"longest-first", 1 << 20, 1 << 40}, {"rows-first", 0, 0}}
 	setOrder := func(o order) {
 		require.NoError(t, gpu.d.do(func() error {
-			gpu.d.longestFirstTilesPerSM, gpu.d.rowsFirstMin = o.perSM, o.rowsMin
+			gpu.d.longestFirstTilesPerSM, gpu.d.longestFirstTilesPerSMTF32, gpu.d.rowsFirstMin = o.perSM, o.perSM, o.rowsMin
 			return nil
 		}))
 	}
-	defer setOrder(order{"", longestFirstTilesPerSM, rowsFirstMinRows})
+	defer func() {
+		require.NoError(t, gpu.d.do(func() error {
+			gpu.d.longestFirstTilesPerSM, gpu.d.longestFirstTilesPerSMTF32, gpu.d.rowsFirstMin = longestFirstTilesPerSM, longestFirstTilesPerSMTF32, rowsFirstMinRows
+			return nil
+		}))
+	}()
 	was := persistentGathers.Load()
 	defer persistentGathers.Store(was)
 

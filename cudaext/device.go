@@ -66,10 +66,12 @@ type Device struct {
 	zeroPage devPtr    // 256 zero bytes: a valid address for empty operands
 	prof     *profiler // running profile (profile.go), or nil
 	noBricks bool      // EnvNoBricks: submanifold maps keep the per-tap hash search
-	// longestFirstTilesPerSM: masked gathers of at most this many row
-	// tiles per SM launch them longest first (tileTables.sched;
-	// longestFirstTilesPerSM or EnvLongestFirstTilesPerSM).
-	longestFirstTilesPerSM int
+	// longestFirstTilesPerSM, longestFirstTilesPerSMTF32: masked gathers
+	// (tf32 ones: the second) of at most this many row tiles per SM launch
+	// them longest first (Device.longestFirst; longestFirstTilesPerSM or
+	// EnvLongestFirstTilesPerSM, longestFirstTilesPerSMTF32 or
+	// EnvLongestFirstTilesPerSMTF32).
+	longestFirstTilesPerSM, longestFirstTilesPerSMTF32 int
 	// streamKTilesPerSM: split-K gathers of warp-specialised tiles alone
 	// on their SM run stream-K from half a tile per SM up to this many
 	// (streamKTilesPerSM or EnvStreamKTilesPerSM); streamKBlocks > 0 (the
@@ -200,6 +202,10 @@ func openDevice(ordinal int) (*Device, error) {
 	if err != nil {
 		return nil, err
 	}
+	perSMTF32, err := longestFirstTilesPerSMTF32FromEnv()
+	if err != nil {
+		return nil, err
+	}
 	windowRows, err := pairsWindowRowsFromEnv()
 	if err != nil {
 		return nil, err
@@ -233,30 +239,31 @@ func openDevice(ordinal int) (*Device, error) {
 		return nil, err
 	}
 	d := &Device{
-		cubSortFrom:            cubSortFrom,
-		halfSkip:               halfSkip,
-		pdl:                    pdl,
-		perTapMaxBytes:         perTapMax,
-		funcs:                  map[string]*kernelFunc{},
-		syncEach:               os.Getenv(EnvSync) == "1",
-		noBricks:               os.Getenv(EnvNoBricks) == "1",
-		longestFirstTilesPerSM: perSM,
-		streamKTilesPerSM:      skPerSM,
-		runSortMax:             int64(runSortMax),
-		brickMinRows:           minRows,
-		pairsWindowMin:         pairsWindowMinBytes,
-		pairsWindowRows:        windowRows,
-		noRowSlices:            os.Getenv(EnvNoRowSlices) == "1",
-		noFusedBias:            os.Getenv(EnvNoFusedBias) == "1",
-		pairsOrderGroups:       orderGroups,
-		noRowsFirst:            os.Getenv(EnvNoRowsFirst) == "1",
-		rowsFirstMin:           rowsFirstMinRows,
-		noRegroup:              os.Getenv(EnvNoRegroup) == "1",
-		noOnesweep:             os.Getenv(EnvNoOnesweep) == "1",
-		noWaveSort:             os.Getenv(EnvNoWaveSort) == "1",
-		noBrickGuess:           os.Getenv(EnvNoBrickGuess) == "1",
-		noBrickFusedScatter:    os.Getenv(EnvNoBrickFusedScatter) == "1",
-		noBrickBallotMask:      os.Getenv(EnvNoBrickBallotMask) == "1",
+		cubSortFrom:                cubSortFrom,
+		halfSkip:                   halfSkip,
+		pdl:                        pdl,
+		perTapMaxBytes:             perTapMax,
+		funcs:                      map[string]*kernelFunc{},
+		syncEach:                   os.Getenv(EnvSync) == "1",
+		noBricks:                   os.Getenv(EnvNoBricks) == "1",
+		longestFirstTilesPerSM:     perSM,
+		longestFirstTilesPerSMTF32: perSMTF32,
+		streamKTilesPerSM:          skPerSM,
+		runSortMax:                 int64(runSortMax),
+		brickMinRows:               minRows,
+		pairsWindowMin:             pairsWindowMinBytes,
+		pairsWindowRows:            windowRows,
+		noRowSlices:                os.Getenv(EnvNoRowSlices) == "1",
+		noFusedBias:                os.Getenv(EnvNoFusedBias) == "1",
+		pairsOrderGroups:           orderGroups,
+		noRowsFirst:                os.Getenv(EnvNoRowsFirst) == "1",
+		rowsFirstMin:               rowsFirstMinRows,
+		noRegroup:                  os.Getenv(EnvNoRegroup) == "1",
+		noOnesweep:                 os.Getenv(EnvNoOnesweep) == "1",
+		noWaveSort:                 os.Getenv(EnvNoWaveSort) == "1",
+		noBrickGuess:               os.Getenv(EnvNoBrickGuess) == "1",
+		noBrickFusedScatter:        os.Getenv(EnvNoBrickFusedScatter) == "1",
+		noBrickBallotMask:          os.Getenv(EnvNoBrickBallotMask) == "1",
 	}
 	d.mem.free = map[int64][]devPtr{}
 	runtime.LockOSThread()

@@ -77,7 +77,8 @@
 //     the least evenly splitting taps first up to kmap.BalancedKeyMaxRows
 //     rows) and only the union of taps of each tile (kmap.Masked.Tiles),
 //     launching the tiles with the most taps first when there are from half
-//     a tile up to FLEXGEMM_LONGEST_FIRST_TILES_PER_SM (default 8) per SM,
+//     a tile up to FLEXGEMM_LONGEST_FIRST_TILES_PER_SM (default 8) per SM
+//     (tf32: FLEXGEMM_LONGEST_FIRST_TILES_PER_SM_TF32, default 16),
 //     and, for tables above 2^21 rows, in the order of their first rows
 //     (FLEXGEMM_NO_ROWS_FIRST=1 keeps the Gray order's tile order); the
 //     split-K variants split the reduction and sum float32 partials in

@@ -72,6 +72,28 @@ func longestFirstTilesPerSMFromEnv() (int, error) {
 // tile per SM (Device.longestFirst).
 const longestFirstTilesPerSM = 8
 
+// EnvLongestFirstTilesPerSMTF32 names the environment variable that, read
+// when the engine opens, sets EnvLongestFirstTilesPerSM's bound for tf32
+// gathers (a non-negative integer, 0: never; default
+// longestFirstTilesPerSMTF32).
+const EnvLongestFirstTilesPerSMTF32 = "FLEXGEMM_LONGEST_FIRST_TILES_PER_SM_TF32"
+
+// longestFirstTilesPerSMTF32FromEnv returns EnvLongestFirstTilesPerSMTF32's
+// value, or longestFirstTilesPerSMTF32 when it is unset; anything but a
+// non-negative integer is an error.
+func longestFirstTilesPerSMTF32FromEnv() (int, error) {
+	return nonNegativeFromEnv(EnvLongestFirstTilesPerSMTF32, longestFirstTilesPerSMTF32, "tiles per SM")
+}
+
+// longestFirstTilesPerSMTF32 is longestFirstTilesPerSM for tf32 gathers.
+// At RES 256 (1,972 row tiles of 128 rows, 15 per SM) launching the tiles
+// longest first cost the fp16 gathers up to 2 % (step 28; session 42: ±1 %)
+// but cut the tf32 ones, which multiply at half the rate and hold each SM
+// twice as long per tile: forward −2.5 % in inference and −2.7 % in
+// training, input gradient −4.6 % (H200, session 42, call 2, two
+// interleaved rounds; docs/PERF_NOTES.md, step 93).
+const longestFirstTilesPerSMTF32 = 16
+
 // EnvStreamKTilesPerSM names the environment variable that, read when the
 // engine opens, sets the most tiles per SM for which a split-K gather of a
 // warp-specialised tile alone on its SM runs stream-K (Device.streamK;

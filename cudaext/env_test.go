@@ -20,8 +20,8 @@ func TestBrickMinRowsFromEnv(t *testing.T) {
 	})
 }
 
-// TestTilesPerSMFromEnv checks the parsing of EnvLongestFirstTilesPerSM
-// and EnvStreamKTilesPerSM.
+// TestTilesPerSMFromEnv checks the parsing of EnvLongestFirstTilesPerSM,
+// EnvLongestFirstTilesPerSMTF32 and EnvStreamKTilesPerSM.
 func TestTilesPerSMFromEnv(t *testing.T) {
 	for _, c := range []struct {
 		key   string
@@ -29,6 +29,7 @@ func TestTilesPerSMFromEnv(t *testing.T) {
 		def   int
 	}{
 		{EnvLongestFirstTilesPerSM, longestFirstTilesPerSMFromEnv, longestFirstTilesPerSM},
+		{EnvLongestFirstTilesPerSMTF32, longestFirstTilesPerSMTF32FromEnv, longestFirstTilesPerSMTF32},
 		{EnvStreamKTilesPerSM, streamKTilesPerSMFromEnv, streamKTilesPerSM},
 	} {
 		t.Run(c.key, func(t *testing.T) {

@@ -1307,33 +1307,37 @@ func (d *Device) grayMasks(table devPtr, n, V int) (*grayTables, error) {
 	return &grayTables{mask: mask, order: order}, nil
 }
 
-// longestFirst reports whether masked gathers over nt row tiles launch
-// them longest first (tileTables.sched): from half a row tile per SM (with
-// fewer, a gather's blocks are mostly the column tiles and split slices of
-// a few row tiles, and the schedule cost (32, 1024, 4) 2 % in inference:
-// docs/PERF_NOTES.md, step 28) up to longestFirstTilesPerSM per SM.
-func (d *Device) longestFirst(nt int64) bool {
-	sms := int64(d.info.SMs)
-	return 2*nt >= sms && nt <= int64(d.longestFirstTilesPerSM)*sms
+// longestFirst reports whether masked gathers of arithmetic m over nt row
+// tiles launch them longest first (Device.tileSchedule): from half a row
+// tile per SM (with fewer, a gather's blocks are mostly the column tiles
+// and split slices of a few row tiles, and the schedule cost (32, 1024, 4)
+// 2 % in inference: docs/PERF_NOTES.md, step 28) up to
+// longestFirstTilesPerSM per SM, longestFirstTilesPerSMTF32 for tf32.
+func (d *Device) longestFirst(nt int64, m kernels.Math) bool {
+	sms, perSM := int64(d.info.SMs), d.longestFirstTilesPerSM
+	if m == kernels.TF32 {
+		perSM = d.longestFirstTilesPerSMTF32
+	}
+	return 2*nt >= sms && nt <= int64(perSM)*sms
 }
 
-// rowsFirst reports whether masked gathers over nt row tiles of a table of
-// n rows launch them in the order of their first rows (tileTables.sched):
-// where they do not launch them longest first, from more than a tile per
-// SM and Device.rowsFirstMin rows on (rowsFirstMinRows; the tests lower
-// it), unless EnvNoRowsFirst. The Gray order groups the rows by tap mask,
-// so the tiles resident at any time hold rows of a few masks from all
-// over the input, each reading rows that tiles of the other masks read at
-// other times; launched by their first rows (in table order: the masks'
-// rows keep it within the Gray order), they hold rows of many masks around
-// one place, which read the same input rows while they are in L2
-// (docs/PERF_NOTES.md, step 32). H200, session 14, call 3: the RES 1024
-// C 64 forward's L2 hit rate 61 → 79 % and DRAM 37 → 22 % busy,
-// (1024, 64, 2) fp16 inference −4.5 % and training −1.6 %; but
-// (512, 128, 2) +2.0 % and +1.6 %, and (256, 256, 2) ±0.5 %, hence the
+// rowsFirst reports whether masked gathers of arithmetic m over nt row
+// tiles of a table of n rows launch them in the order of their first rows
+// (Device.tileSchedule): where they do not launch them longest first, from
+// more than a tile per SM and Device.rowsFirstMin rows on
+// (rowsFirstMinRows; the tests lower it), unless EnvNoRowsFirst. The Gray
+// order groups the rows by tap mask, so the tiles resident at any time
+// hold rows of a few masks from all over the input, each reading rows that
+// tiles of the other masks read at other times; launched by their first
+// rows (in table order: the masks' rows keep it within the Gray order),
+// they hold rows of many masks around one place, which read the same input
+// rows while they are in L2 (docs/PERF_NOTES.md, step 32). H200, session
+// 14, call 3: the RES 1024 C 64 forward's L2 hit rate 61 → 79 % and DRAM
+// 37 → 22 % busy, (1024, 64, 2) fp16 inference −4.5 % and training −1.6 %;
+// but (512, 128, 2) +2.0 % and +1.6 %, and (256, 256, 2) ±0.5 %, hence the
 // threshold between them.
-func (d *Device) rowsFirst(nt, n int64) bool {
-	return !d.noRowsFirst && n >= d.rowsFirstMin && nt > int64(d.info.SMs) && !d.longestFirst(nt)
+func (d *Device) rowsFirst(nt, n int64, m kernels.Math) bool {
+	return !d.noRowsFirst && n >= d.rowsFirstMin && nt > int64(d.info.SMs) && !d.longestFirst(nt, m)
 }
 
 // rowsFirstMinRows is the fewest table rows for which rowsFirst applies:
@@ -1355,9 +1359,6 @@ func (d *Device) tileUnions(mask, order devPtr, n, V, rows int) (t tileTables, e
 		d.freeTemp(t.seg)
 		if t.taps.ptr != 0 {
 			d.freeTemp(t.taps)
-		}
-		if t.sched.ptr != 0 {
-			d.freeTemp(t.sched)
 		}
 		return tileTables{}, err
 	}
@@ -1392,30 +1393,55 @@ func (d *Device) tileUnions(mask, order devPtr, n, V, rows int) (t tileTables, e
 	if err := d.launch("masks_taps", g, b, 0, unions.ptr, nt, int32(W), t.seg.ptr, t.taps.ptr); err != nil {
 		return fail(err)
 	}
-	longest, byRows := d.longestFirst(nt), d.rowsFirst(nt, int64(n))
-	if !longest && !byRows {
-		return t, nil
+	return t, nil
+}
+
+// tileSchedule returns the launch order [nt] int32 of the nt row tiles of
+// t (tile unions of tiles of `rows` consecutive entries of order, n rows,
+// V taps) for masked gathers of arithmetic m: by descending tap count
+// (longestFirst) or by first row (rowsFirst), a stable sort either way
+// (ties in index order), computed on first use and kept in t; or 0, index
+// order. No host wait.
+func (d *Device) tileSchedule(t *tileTables, order devPtr, n, V, rows int, m kernels.Math) (devPtr, error) {
+	rows = max(rows, 1)
+	nt := int64((n + rows - 1) / rows)
+	longest := d.longestFirst(nt, m)
+	if !longest && !d.rowsFirst(nt, int64(n), m) {
+		return 0, nil
 	}
-	// The launch order (a stable sort; cnt is free to hold the keys):
-	// tiles by descending tap count (V − count), or by their first row,
-	// ties in index order.
-	if t.sched, err = d.allocTemp(nt * 4); err != nil {
-		return fail(err)
+	sched := &t.byRows
+	if longest {
+		sched = &t.longest
 	}
+	if sched.ptr != 0 {
+		return sched.ptr, nil
+	}
+	keys, err := d.allocTemp(nt * 4)
+	if err != nil {
+		return 0, err
+	}
+	defer d.freeTemp(keys)
+	g, b := d.elementwise(nt)
 	keyBits := bits.Len(uint(V))
 	if longest {
-		err = d.launch("masks_sched_keys", g, b, 0, t.seg.ptr, nt, int32(V), cnt.ptr)
+		err = d.launch("masks_sched_keys", g, b, 0, t.seg.ptr, nt, int32(V), keys.ptr)
 	} else {
 		keyBits = bits.Len(uint(n - 1))
-		err = d.launch("masks_sched_rows", g, b, 0, order, nt, int32(rows), cnt.ptr)
+		err = d.launch("masks_sched_rows", g, b, 0, order, nt, int32(rows), keys.ptr)
 	}
 	if err != nil {
-		return fail(err)
+		return 0, err
 	}
-	if err := d.radixSort(cnt.ptr, t.sched.ptr, nt, false, keyBits, true); err != nil {
-		return fail(err)
+	s, err := d.allocTemp(nt * 4)
+	if err != nil {
+		return 0, err
 	}
-	return t, nil
+	if err := d.radixSort(keys.ptr, s.ptr, nt, false, keyBits, true); err != nil {
+		d.freeTemp(s)
+		return 0, err
+	}
+	*sched = s
+	return s.ptr, nil
 }
 
 // tapsSmem is the dynamic shared memory of the masks kernels that keep

@@ -12,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/flexgemm-go/flexgemm/cudaext/kernels"
 	"github.com/flexgemm-go/flexgemm/sparse"
 	"github.com/flexgemm-go/flexgemm/sparse/grid"
 	"github.com/flexgemm-go/flexgemm/sparse/kmap"
@@ -171,7 +172,12 @@ func gxSameDerived(t *testing.T, e *Engine, gpu, cpu *kmap.Map) {
 		maxPairs = max(maxPairs, lens[v])
 	}
 	listed := p.Seg[taps] // pairs of the listed taps
-	type maskedHost struct{ order, seg, taps, sched []int32 }
+	// sched: the tiles' launch order in gathers of each arithmetic of
+	// scheduleMaths (nil for index order).
+	type maskedHost struct {
+		order, seg, taps []int32
+		sched            [2][]int32
+	}
 	var seg []int64
 	var in, out []int32
 	got := map[maskKey]maskedHost{}
@@ -258,12 +264,18 @@ func gxSameDerived(t *testing.T, e *Engine, gpu, cpu *kmap.Map) {
 				if h.taps, err = download[int32](e.d, mt.taps, int(h.seg[nt])); err != nil {
 					return err
 				}
-				if sched := e.d.longestFirst(int64(nt)) || e.d.rowsFirst(int64(nt), int64(rows)); nt > 0 && sched != (mt.sched != 0) {
-					return fmt.Errorf("reverse %v, rows %d: %d tiles with a schedule %v", reverse, th, nt, mt.sched != 0)
-				}
-				if mt.sched != 0 {
-					if h.sched, err = download[int32](e.d, mt.sched, nt); err != nil {
+				for i, mth := range scheduleMaths {
+					sp, err := e.tileScheduleFor(gpu, reverse, th, mth)
+					if err != nil {
 						return err
+					}
+					if sched := e.d.longestFirst(int64(nt), mth) || e.d.rowsFirst(int64(nt), int64(rows), mth); nt > 0 && sched != (sp != 0) {
+						return fmt.Errorf("reverse %v, rows %d, %v: %d tiles with a schedule %v", reverse, th, mth, nt, sp != 0)
+					}
+					if sp != 0 {
+						if h.sched[i], err = download[int32](e.d, sp, nt); err != nil {
+							return err
+						}
 					}
 				}
 				got[maskKey{reverse, th}] = h
@@ -315,18 +327,26 @@ func gxSameDerived(t *testing.T, e *Engine, gpu, cpu *kmap.Map) {
 			tl := ms.Tiles(th)
 			require.True(t, slices.Equal(tl.Seg, h.seg), "reverse %v rows %d: tile segments differ at %d", reverse, th, firstDiff(tl.Seg, h.seg))
 			require.True(t, slices.Equal(tl.Taps, h.taps), "reverse %v rows %d: tile taps differ at %d", reverse, th, firstDiff(tl.Taps, h.taps))
-			if h.sched != nil {
+			for i, mth := range scheduleMaths {
+				if h.sched[i] == nil {
+					continue
+				}
 				want := longestTilesFirst(tl.Seg)
-				if !e.d.longestFirst(int64(len(tl.Seg) - 1)) {
+				if !e.d.longestFirst(int64(len(tl.Seg)-1), mth) {
 					want = tilesByFirstRow(ms.Order, th)
 				}
-				require.True(t, slices.Equal(want, h.sched), "reverse %v rows %d: tile schedule differs at %d", reverse, th, firstDiff(want, h.sched))
+				require.True(t, slices.Equal(want, h.sched[i]), "reverse %v rows %d %v: tile schedule differs at %d", reverse, th, mth, firstDiff(want, h.sched[i]))
 			}
 		}
 	}
 }
 
-// tilesByFirstRow is tileUnions' launch order by rows (Device.rowsFirst)
+// scheduleMaths are the arithmetics whose tile launch orders gxSameDerived
+// checks: 16-bit and tf32 gathers have bounds of their own
+// (Device.longestFirst).
+var scheduleMaths = [...]kernels.Math{kernels.F16, kernels.TF32}
+
+// tilesByFirstRow is Device.tileSchedule's launch order by rows (Device.rowsFirst)
 // on the host: the tiles of rows consecutive entries of order by their
 // first entry, ties in index order.
 func tilesByFirstRow(order []int32, rows int) []int32 {
@@ -373,7 +393,7 @@ func TestGPUSubmanifoldMapLarge(t *testing.T) {
 	require.NoError(t, e.d.do(func() error { e.d.rowsFirstMin = 0; return nil }))
 	defer func() { require.NoError(t, e.d.do(func() error { e.d.rowsFirstMin = rowsFirstMinRows; return nil })) }()
 	n := int64(len(coords) / 4)
-	require.True(t, e.d.rowsFirst(ceilDiv(n, int64(tileHeights()[0])), n), "no rows-first schedule")
+	require.True(t, e.d.rowsFirst(ceilDiv(n, int64(tileHeights()[0])), n, kernels.F16), "no rows-first schedule")
 	cpu, err := kmap.NewSubmanifold(coords, ext, [3]int{3, 3, 3}, [3]int{1, 1, 1})
 	require.NoError(t, err)
 	for _, bricks := range []bool{true, false} {
@@ -1003,8 +1023,12 @@ func BenchmarkGPUSubmanifoldMap(b *testing.B) {
 						defer func() {
 							d.freeTemp(tt.seg)
 							d.freeTemp(tt.taps)
-							d.freeTemp(tt.sched)
+							d.freeTemp(tt.longest)
+							d.freeTemp(tt.byRows)
 						}()
+						if _, err := d.tileSchedule(&tt, gt.order.ptr, n, dm.V, rows, kernels.F16); err != nil {
+							return err
+						}
 						if err := g.mark(d); err != nil {
 							return err
 						}

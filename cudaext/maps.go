@@ -8,6 +8,7 @@ import (
 	"unsafe"
 	"weak"
 
+	"github.com/flexgemm-go/flexgemm/cudaext/kernels"
 	"github.com/flexgemm-go/flexgemm/sparse"
 	"github.com/flexgemm-go/flexgemm/sparse/kmap"
 )
@@ -51,18 +52,20 @@ type grayTables struct {
 
 // tileTables are the tap unions of the tiles of one height over a Gray
 // order: seg [tiles + 1] int32 and taps (allocated for the worst case,
-// tiles · V, so that no host wait sizes them), and sched [tiles] int32, the
-// gathers' launch order of the tiles (by descending tap count or by first
-// row), allocated only when Device.longestFirst or Device.rowsFirst says
-// so.
+// tiles · V, so that no host wait sizes them); and the gathers' launch
+// orders [tiles] int32 of the tiles, by descending tap count (longest) and
+// by first row (byRows), each computed by Device.tileSchedule for the
+// first gather whose arithmetic asks for it (Device.longestFirst,
+// Device.rowsFirst).
 type tileTables struct {
-	seg, taps, sched rawBuf
+	seg, taps       rawBuf
+	longest, byRows rawBuf
 }
 
 // maskedTables is what a masked GEMM reads: a Gray order and the tile tap
 // unions of its tile height (views of cached blocks).
 type maskedTables struct {
-	order, seg, taps, sched devPtr
+	order, seg, taps devPtr
 }
 
 type mapEntry struct {
@@ -124,7 +127,7 @@ func (e *Engine) dropMap(k mapKey) {
 		}
 	}
 	for _, t := range me.tiles {
-		bufs = append(bufs, t.seg, t.taps, t.sched)
+		bufs = append(bufs, t.seg, t.taps, t.longest, t.byRows)
 	}
 	for _, t := range me.perTap {
 		bufs = append(bufs, t.buf)
@@ -467,7 +470,29 @@ func (e *Engine) maskedTablesFor(m *kmap.Map, reverse bool, rows int) (maskedTab
 		}
 		me.tiles[k] = t
 	}
-	return maskedTables{order: g.order.ptr, seg: t.seg.ptr, taps: t.taps.ptr, sched: t.sched.ptr}, nil
+	return maskedTables{order: g.order.ptr, seg: t.seg.ptr, taps: t.taps.ptr}, nil
+}
+
+// tileScheduleFor returns the launch order of the row tiles of m's forward
+// or reverse masked tables for tiles of rows rows in gathers of arithmetic
+// mth (Device.tileSchedule), or 0 for index order; maskedTablesFor must
+// have cached those tables. Worker only.
+func (e *Engine) tileScheduleFor(m *kmap.Map, reverse bool, rows int, mth kernels.Math) (devPtr, error) {
+	me := e.entry(m)
+	rows = max(rows, 1)
+	k := maskKey{reverse, rows}
+	t, ok := me.tiles[k]
+	i, n := 0, m.NOut
+	if reverse {
+		i, n = 1, m.NIn
+	}
+	g := me.gray[i]
+	if !ok || g == nil {
+		return 0, fmt.Errorf("cudaext: internal error: no masked tables (reverse %v, %d rows) to schedule", reverse, rows)
+	}
+	s, err := e.d.tileSchedule(&t, g.order.ptr, n, m.V(), rows, mth)
+	me.tiles[k] = t
+	return s, err
 }
 
 // dropMasks frees the bitmasks of m's forward or reverse Gray tables (see
