@@ -280,10 +280,11 @@ func cubSortModeFromEnv() (cubSortMode, error) {
 // opens, runs the half-skip twins of the warp-specialised gathers where
 // they exist ("1"; kernels.HalfSkipName: tf32 tiles of two or more
 // warpgroups, unsplit launches over a table), or never ("0", and unset:
-// halfSkipDefault). An experiment switch: the twins' SASS was checked
-// here (hopper_sass.sh: a 110-instruction stage loop against the plain
-// kernel's 97, no constant reloads) but they have not been timed on a GPU
-// yet (PERF_NOTES step 92).
+// halfSkipDefault). An experiment switch, off because it loses: the twin
+// gives the same bits but its gathers ran 8–10 % slower than the plain
+// kernel's on the H200 (session 42: +7.8 % at RES 256, +10 % at RES 64),
+// although its stage loop that multiplies is the plain kernel's
+// (docs/PERF_NOTES.md, steps 92, 92b and 92c).
 const EnvHalfSkip = "FLEXGEMM_HALF_SKIP"
 
 // halfSkipDefault is EnvHalfSkip's setting when unset.

@@ -240,13 +240,10 @@ __device__ __forceinline__ unsigned ld_acquire(const unsigned* f) {
 // Named barrier 2 over the consumer warps only (n threads).
 __device__ __forceinline__ void consumers_sync(int n) { asm volatile("bar.sync 2, %0;\n" ::"r"(n) : "memory"); }
 
-// The half skip's words (gather_gemm_ws with HS): one per stage, bit g set
-// when warpgroup g multiplies the stage. Static shared memory of the
-// kernels that call it only (the other kernels' layout is the Go table's).
-template <int S> __device__ __forceinline__ unsigned* half_skip_words() {
-  __shared__ unsigned words[S];
-  return words;
-}
+// A compile-time bool as a type (the half skip's stage body, gather_gemm_ws).
+template <bool B> struct BoolConst {
+  static constexpr bool value = B;
+};
 
 // Whether any of the 64 tile rows whose sources at one tap start at src
 // has one (src[i] ≥ 0): a vote of the calling warp.
@@ -390,13 +387,17 @@ template <class C> struct WsMeta {
 // SK: a stream-K launch (the *_sk kernels: separate, so that the other
 // kernels keep their registers).
 // HS: the half skip (the *_hs kernels, kernels.HalfSkipName; separate for
-// the same reason, PERF_NOTES step 92): in an unsplit launch over a table,
-// the producers find, at each tap, the warpgroups none of whose 64 rows
-// has a source there, leave those rows' copies out and clear their bits in
-// the stage's word (half_skip_words), written before their arrivals on the
-// stage's full barrier; a consumer warpgroup whose bit is clear commits an
-// empty wgmma group instead of multiplying zeros. Every sum keeps its
-// terms in the same order, so the result has the same bits as without.
+// the same reason, PERF_NOTES steps 92 and 92b): in an unsplit launch over
+// a table, a warpgroup none of whose 64 rows has a source at a tap skips
+// that tap. The producers leave those rows' copies out; each consumer warp
+// finds its warpgroup's taps once per tile, from the description's
+// indices, as a mask in a register, and at a stage of a dead tap commits
+// an empty wgmma group instead of multiplying zeros — nothing read from
+// shared memory between a stage's wait and its multiply (step 92b's
+// per-stage word put a special-register read, a shared load and a branch
+// there, and cost 10–14 %). Both sides take the same vote over the same
+// indices. Every sum keeps its terms in the same order, so the result has
+// the same bits as without.
 template <class C, int PW, bool WT, int MB, bool SK, bool HS = false>
 __device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMaps& maps, unsigned* next,
                                                const StreamK& sk) {
@@ -516,9 +517,6 @@ __device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMa
           }
         }
         mbar_wait(empty + s, parity);
-        if constexpr (HS) {
-          if (pt == 0) half_skip_words<S>()[s] = live;  // before any arrival on full[s]
-        }
         const int pos = vi - vi0;
         const int v = m->taps[pos];
         const int wv = p.mirror ? (int)p.V - 1 - v : v;  // the weight's tap
@@ -630,27 +628,61 @@ __device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMa
     float acc[C::MI][C::NI][4];
     zero_acc<C>(acc);
     int prev = -1;
-    for (int it = 0; it < nIter; ++it) {
-      mbar_wait(full + s, parity);
-      fence_proxy_async();
-      // Warpgroup warp/4 multiplies tile rows 64·(warp/4) ….
-      if constexpr (HS) {
-        if ((half_skip_words<S>()[s] >> (warp >> 2)) & 1)
+    if constexpr (HS) {
+      // One stage: wait until it is full, multiply it (mul) or commit an
+      // empty wgmma group (the hand-back below counts groups), and hand
+      // the previous stage back once its group has retired.
+      auto stage = [&](auto mul) {
+        mbar_wait(full + s, parity);
+        fence_proxy_async();
+        if constexpr (decltype(mul)::value)
           wgmma_stage<C, false, WT>(&acc[0][0][0], smem_addr(As + s * L::ASt + (warp >> 2) * 64 * BK),
                                     smem_addr(Bs + s * L::BSt), 16, C::kMnLbo);
         else
-          wgmma_commit();  // an empty group: the hand-back below counts groups
-      } else {
+          wgmma_commit();
+        wgmma_wait<1>();
+        if (prev >= 0 && lane == 0) mbar_arrive(empty + prev);
+        prev = s;
+        if (++s == S) {
+          s = 0;
+          parity ^= 1;
+        }
+      };
+      // Bit i of live: this warpgroup multiplies the tile's i-th tap. An
+      // unsplit launch's iterations run the taps in order, per stages
+      // each; a tap's stages run in one of two loops, so that the loop
+      // that multiplies is the plain kernel's.
+      unsigned live = ~0u;
+      int per = nIter;
+      if (p.tbl && p.splits == 1) {
+        per = (int)((p.Kc + BK - 1) / BK);
+        const int nPos = per > 0 ? nIter / per : 0;
+        live = 0;
+        for (int i = 0; i < nPos; ++i) live |= (unsigned)rows64_live(m->idx + i * BM + (warp >> 2) * 64, lane) << i;
+      }
+      for (int it = 0; it < nIter; live >>= 1) {
+        const int end = min(nIter, it + per);
+        if (live & 1) {
+          for (; it < end; ++it) stage(BoolConst<true>{});
+        } else {
+          for (; it < end; ++it) stage(BoolConst<false>{});
+        }
+      }
+    } else {
+      for (int it = 0; it < nIter; ++it) {
+        mbar_wait(full + s, parity);
+        fence_proxy_async();
+        // Warpgroup warp/4 multiplies tile rows 64·(warp/4) ….
         wgmma_stage<C, false, WT>(&acc[0][0][0], smem_addr(As + s * L::ASt + (warp >> 2) * 64 * BK),
                                   smem_addr(Bs + s * L::BSt), 16, C::kMnLbo);
-      }
-      // The previous stage's group has retired: hand that stage back.
-      wgmma_wait<1>();
-      if (prev >= 0 && lane == 0) mbar_arrive(empty + prev);
-      prev = s;
-      if (++s == S) {
-        s = 0;
-        parity ^= 1;
+        // The previous stage's group has retired: hand that stage back.
+        wgmma_wait<1>();
+        if (prev >= 0 && lane == 0) mbar_arrive(empty + prev);
+        prev = s;
+        if (++s == S) {
+          s = 0;
+          parity ^= 1;
+        }
       }
     }
     wgmma_wait<0>();

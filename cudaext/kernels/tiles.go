@@ -439,9 +439,10 @@ func (t Tile) HasStreamK(m Math) bool {
 }
 
 // HasHalfSkip reports whether the gather of tile t in arithmetic m has a
-// half-skip twin (HalfSkipName; gather_ws.cuh, PERF_NOTES step 92): a
-// warp-specialised tf32 tile of two or more warpgroups. Only tf32, whose
+// half-skip twin (HalfSkipName; gather_ws.cuh, PERF_NOTES steps 92–92c):
+// a warp-specialised tf32 tile of two or more warpgroups. Only tf32, whose
 // gathers the tensor pipe bounds; the 16-bit kernels stay as they are.
+// The engine launches it only under cudaext's EnvHalfSkip (it is slower).
 func (t Tile) HasHalfSkip(m Math) bool {
 	return t.Producers > 0 && t.Supports(m) && m == TF32 && t.BM >= 128
 }
