@@ -76,7 +76,10 @@ step() {
   date -u +%FT%TZ
   nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total,clocks.sm,clocks.max.sm,temperature.gpu --format=csv
   python3 -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__)' 2>&1
-  echo "tree $(git rev-parse HEAD 2>/dev/null)"
+  # The checkout's HEAD here can lag the tree it runs on (a device copy of
+  # the working tree may carry an older .git, session 42): the records'
+  # commit is the bench binary's, below.
+  echo "checkout HEAD $(git rev-parse HEAD 2>/dev/null) (may lag the carried tree)"
   echo "bench binary $("$BENCH" version 2>&1)"  # the commit its records carry
 } > "$OUT/env.txt" 2>&1
 cat "$OUT/env.txt"
