@@ -104,6 +104,9 @@ type Device struct {
 	rowsFirstMin int64
 	// noRegroup: masked orders stay in the Gray order (EnvNoRegroup).
 	noRegroup bool
+	// regroupMaxRows: the most rows of a table whose masked order is
+	// regrouped (kmap.RegroupMaxRows or EnvRegroupMaxRows).
+	regroupMaxRows int
 	// noOnesweep: radix sorts run the classic passes (EnvNoOnesweep);
 	// noWaveSort: they never run the one-wave passes (EnvNoWaveSort).
 	noOnesweep bool
@@ -206,6 +209,10 @@ func openDevice(ordinal int) (*Device, error) {
 	if err != nil {
 		return nil, err
 	}
+	regroupMax, err := regroupMaxRowsFromEnv()
+	if err != nil {
+		return nil, err
+	}
 	windowRows, err := pairsWindowRowsFromEnv()
 	if err != nil {
 		return nil, err
@@ -259,6 +266,7 @@ func openDevice(ordinal int) (*Device, error) {
 		noRowsFirst:                os.Getenv(EnvNoRowsFirst) == "1",
 		rowsFirstMin:               rowsFirstMinRows,
 		noRegroup:                  os.Getenv(EnvNoRegroup) == "1",
+		regroupMaxRows:             regroupMax,
 		noOnesweep:                 os.Getenv(EnvNoOnesweep) == "1",
 		noWaveSort:                 os.Getenv(EnvNoWaveSort) == "1",
 		noBrickGuess:               os.Getenv(EnvNoBrickGuess) == "1",

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+
+	"github.com/flexgemm-go/flexgemm/sparse/kmap"
 )
 
 // EnvBrickMinRows names the environment variable that, read when the
@@ -232,6 +234,24 @@ const EnvNoRowsFirst = "FLEXGEMM_NO_ROWS_FIRST"
 // switch: the device's orders then differ from package kmap's, which the
 // GPU tests compare).
 const EnvNoRegroup = "FLEXGEMM_NO_REGROUP"
+
+// EnvRegroupMaxRows names the environment variable that, read when an
+// engine opens, sets the most rows of a table whose device masked order is
+// regrouped (a non-negative integer; unset: kmap.RegroupMaxRows, the
+// bound both engines share). An experiment switch for tables above that
+// bound, whose device orders then differ from package kmap's (results do
+// not: each output row's sum is the same in any row order): RES 256's
+// 252,392 rows, where regrouping takes the products of 128-row tiles from
+// 1.16× to 1.12× the useful ones on the CPU (docs/PERF_NOTES.md, designs
+// for the forty-third session), for the tensor-bound tf32 gathers.
+const EnvRegroupMaxRows = "FLEXGEMM_REGROUP_MAX_ROWS"
+
+// regroupMaxRowsFromEnv returns EnvRegroupMaxRows's value, or
+// kmap.RegroupMaxRows when it is unset; anything but a non-negative
+// integer is an error.
+func regroupMaxRowsFromEnv() (int, error) {
+	return nonNegativeFromEnv(EnvRegroupMaxRows, kmap.RegroupMaxRows, "rows")
+}
 
 // EnvNoOnesweep names the environment variable that, set to "1" when an
 // engine opens, sorts keys above the run sort's 65,536 by the classic

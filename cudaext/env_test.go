@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/flexgemm-go/flexgemm/sparse/kmap"
 )
 
 // TestBrickMinRowsFromEnv checks the parsing of EnvBrickMinRows.
@@ -43,6 +45,18 @@ func TestTilesPerSMFromEnv(t *testing.T) {
 			})
 		})
 	}
+}
+
+// TestRegroupMaxRowsFromEnv checks the parsing of EnvRegroupMaxRows.
+func TestRegroupMaxRowsFromEnv(t *testing.T) {
+	checkEnvParse(t, EnvRegroupMaxRows, regroupMaxRowsFromEnv, []envCase[int]{
+		{set: false, want: kmap.RegroupMaxRows},
+		{value: "", set: true, want: kmap.RegroupMaxRows},
+		{value: "262144", set: true, want: 262144},
+		{value: "0", set: true, want: 0},
+		{value: "-1", set: true, bad: true},
+		{value: "2^18", set: true, bad: true},
+	})
 }
 
 // TestRunSortMaxKeysFromEnv checks the parsing of EnvRunSortMaxKeys.

@@ -1491,12 +1491,20 @@ var _ = [1]struct{}{}[regroupWindowRows-kmap.RegroupWindowRows]
 
 // regroupOrder regroups the Gray order [n] of the masks [n, W] in place
 // where kmap.Regroups says so (and not with EnvNoRegroup): the masked
-// order of package kmap.
+// order of package kmap. EnvRegroupMaxRows moves kmap's upper bound on n
+// (d.regroupMaxRows; the orders of larger tables then differ from kmap's).
 func (d *Device) regroupOrder(mask, order devPtr, n, V int) error {
-	if d.noRegroup || !kmap.Regroups(n, (V+63)/64) {
+	if d.noRegroup || !d.regroups(n, V) {
 		return nil
 	}
 	return d.regroupWindows(mask, order, n, V)
+}
+
+// regroups is kmap.Regroups for a table of n rows and V taps with the
+// device's upper bound on n, d.regroupMaxRows, in place of
+// kmap.RegroupMaxRows.
+func (d *Device) regroups(n, V int) bool {
+	return kmap.Regroups(min(n, kmap.RegroupMaxRows), (V+63)/64) && n <= d.regroupMaxRows
 }
 
 // regroupWindows regroups the order [n] of the single-word masks [n]

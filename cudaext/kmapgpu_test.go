@@ -1145,7 +1145,8 @@ func BenchmarkGPUDeriveTables(b *testing.B) {
 // kernel's four ways of running the greedy); then checks EnvNoRegroup's
 // switch on a shell map, whose device order is kmap's Gray order with it
 // and kmap's regrouped order without (gxSameDerived checks the latter on
-// every map).
+// every map), and EnvRegroupMaxRows's bound on a shell above
+// kmap.RegroupMaxRows.
 func TestGPURegroup(t *testing.T) {
 	e := gxEngine(t)
 	rng := rand.New(rand.NewPCG(21, 22))
@@ -1190,16 +1191,19 @@ func TestGPURegroup(t *testing.T) {
 		}))
 		require.True(t, slices.Equal(want, got), "%+v: orders differ at %d", c, firstDiff(want, got))
 	}
-	coords, ext := synth.SphereShell(64, 1)
-	cpu, err := kmap.NewSubmanifold(coords, ext, [3]int{3, 3, 3}, [3]int{1, 1, 1})
-	require.NoError(t, err)
-	ms := cpu.Masked()
-	require.False(t, slices.Equal(ms.Gray, ms.Order), "the shell is regrouped")
-	for _, off := range []bool{false, true} {
-		require.NoError(t, e.d.do(func() error { e.d.noRegroup = off; return nil }))
+	// deviceOrder builds the submanifold map of a shell of res on the
+	// device with set applied to the device (undone by reset after) and
+	// returns its forward masked order, with kmap's masks of the same map.
+	deviceOrder := func(res int, set, reset func(d *Device)) ([]int32, *kmap.Masked) {
+		coords, ext := synth.SphereShell(res, 1)
+		cpu, err := kmap.NewSubmanifold(coords, ext, [3]int{3, 3, 3}, [3]int{1, 1, 1})
+		require.NoError(t, err)
+		require.NoError(t, e.d.do(func() error { set(e.d); return nil }))
+		defer func() { require.NoError(t, e.d.do(func() error { reset(e.d); return nil })) }()
 		gpu := gxBuild(t, e, func() (*kmap.Map, error) {
 			return e.SubmanifoldMap(gxCoords(t, e, coords), ext, [3]int{3, 3, 3}, [3]int{1, 1, 1})
 		})
+		defer e.ReleaseMap(gpu)
 		var got []int32
 		require.NoError(t, e.d.do(func() error {
 			g, err := e.grayTablesFor(gpu, false)
@@ -1209,12 +1213,38 @@ func TestGPURegroup(t *testing.T) {
 			got, err = download[int32](e.d, g.order.ptr, cpu.NOut)
 			return err
 		}))
-		require.NoError(t, e.d.do(func() error { e.d.noRegroup = false; return nil }))
+		return got, cpu.Masked()
+	}
+	for _, off := range []bool{false, true} {
+		got, ms := deviceOrder(64, func(d *Device) { d.noRegroup = off }, func(d *Device) { d.noRegroup = false })
+		require.False(t, slices.Equal(ms.Gray, ms.Order), "the shell is regrouped")
 		want := ms.Order
 		if off {
 			want = ms.Gray
 		}
 		require.True(t, slices.Equal(want, got), "noRegroup %v: orders differ at %d", off, firstDiff(want, got))
-		e.ReleaseMap(gpu)
+	}
+	// EnvRegroupMaxRows: a shell above kmap.RegroupMaxRows keeps its Gray
+	// order, and with the device's bound raised above its rows it is
+	// regrouped window by window as kmap regroups smaller tables.
+	for _, raise := range []bool{false, true} {
+		bound := kmap.RegroupMaxRows
+		if raise {
+			bound = 1 << 18
+		}
+		got, ms := deviceOrder(192, func(d *Device) { d.regroupMaxRows = bound }, func(d *Device) { d.regroupMaxRows = kmap.RegroupMaxRows })
+		n := len(ms.Gray)
+		require.True(t, n > kmap.RegroupMaxRows && n <= 1<<18, "%d rows", n)
+		require.True(t, slices.Equal(ms.Gray, ms.Order), "kmap keeps the Gray order above its bound")
+		want := ms.Gray
+		if raise {
+			want = make([]int32, n)
+			for lo := 0; lo < n; lo += kmap.RegroupWindowRows {
+				hi := min(n, lo+kmap.RegroupWindowRows)
+				kmap.RegroupWindow(ms.Mask, ms.Gray[lo:hi], kmap.RegroupTileRows, want[lo:hi])
+			}
+			require.False(t, slices.Equal(ms.Gray, want), "the regrouping changes the order")
+		}
+		require.True(t, slices.Equal(want, got), "regroup bound %d: orders differ at %d", bound, firstDiff(want, got))
 	}
 }
