@@ -1131,7 +1131,7 @@ func (e *Engine) gatherInput(j *gatherJob, m *kmap.Map, reverse bool, alg sparse
 			return err
 		}
 		e.dropMasks(m, reverse && !mirror)
-		sched, err := e.tileScheduleFor(m, reverse && !mirror, j.tile.BM, j.math)
+		sched, err := e.d.tileSchedule(mt.tiles, mt.order, int(j.M), int(V), j.tile.BM, j.math)
 		if err != nil {
 			return err
 		}

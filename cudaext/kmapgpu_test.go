@@ -265,7 +265,7 @@ func gxSameDerived(t *testing.T, e *Engine, gpu, cpu *kmap.Map) {
 					return err
 				}
 				for i, mth := range scheduleMaths {
-					sp, err := e.tileScheduleFor(gpu, reverse, th, mth)
+					sp, err := e.d.tileSchedule(mt.tiles, mt.order, rows, gpu.V(), th, mth)
 					if err != nil {
 						return err
 					}
@@ -1125,6 +1125,8 @@ func BenchmarkGPUDeriveTables(b *testing.B) {
 					for k, t := range me.tiles {
 						e.d.freeTemp(t.seg)
 						e.d.freeTemp(t.taps)
+						e.d.freeTemp(t.longest)
+						e.d.freeTemp(t.byRows)
 						delete(me.tiles, k)
 					}
 					return nil

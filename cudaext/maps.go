@@ -8,7 +8,6 @@ import (
 	"unsafe"
 	"weak"
 
-	"github.com/flexgemm-go/flexgemm/cudaext/kernels"
 	"github.com/flexgemm-go/flexgemm/sparse"
 	"github.com/flexgemm-go/flexgemm/sparse/kmap"
 )
@@ -63,9 +62,11 @@ type tileTables struct {
 }
 
 // maskedTables is what a masked GEMM reads: a Gray order and the tile tap
-// unions of its tile height (views of cached blocks).
+// unions of its tile height (views of cached blocks), and the cached tile
+// tables themselves, whose launch orders Device.tileSchedule computes.
 type maskedTables struct {
 	order, seg, taps devPtr
+	tiles            *tileTables
 }
 
 type mapEntry struct {
@@ -76,7 +77,7 @@ type mapEntry struct {
 	// Nbr's tap masks and their Gray ranks in table order from the brick
 	// search (devMap), until the forward Gray tables take them.
 	nbrMask, nbrRank rawBuf
-	tiles            map[maskKey]tileTables
+	tiles            map[maskKey]*tileTables
 	perTap           map[int64]*perTapTables // per-tap gathers' slot tables by tile height (pertap.go)
 	// Coordinates of a map built here ([NIn, 4], [NOut, 4] int32), owned
 	// or borrowed (keepCoords); one block when sameCoords (submanifold maps).
@@ -96,7 +97,7 @@ func (e *Engine) entry(m *kmap.Map) *mapEntry {
 	if me, ok := e.maps.entries[k]; ok {
 		return me
 	}
-	me := &mapEntry{tiles: map[maskKey]tileTables{}}
+	me := &mapEntry{tiles: map[maskKey]*tileTables{}}
 	e.maps.entries[k] = me
 	d := e.d
 	runtime.AddCleanup(m, func(k mapKey) {
@@ -465,34 +466,14 @@ func (e *Engine) maskedTablesFor(m *kmap.Map, reverse bool, rows int) (maskedTab
 			}
 			defer e.d.freeTemp(mask)
 		}
-		if t, err = e.d.tileUnions(mask.ptr, g.order.ptr, n, m.V(), rows); err != nil {
+		u, err := e.d.tileUnions(mask.ptr, g.order.ptr, n, m.V(), rows)
+		if err != nil {
 			return maskedTables{}, err
 		}
+		t = &u
 		me.tiles[k] = t
 	}
-	return maskedTables{order: g.order.ptr, seg: t.seg.ptr, taps: t.taps.ptr}, nil
-}
-
-// tileScheduleFor returns the launch order of the row tiles of m's forward
-// or reverse masked tables for tiles of rows rows in gathers of arithmetic
-// mth (Device.tileSchedule), or 0 for index order; maskedTablesFor must
-// have cached those tables. Worker only.
-func (e *Engine) tileScheduleFor(m *kmap.Map, reverse bool, rows int, mth kernels.Math) (devPtr, error) {
-	me := e.entry(m)
-	rows = max(rows, 1)
-	k := maskKey{reverse, rows}
-	t, ok := me.tiles[k]
-	i, n := 0, m.NOut
-	if reverse {
-		i, n = 1, m.NIn
-	}
-	g := me.gray[i]
-	if !ok || g == nil {
-		return 0, fmt.Errorf("cudaext: internal error: no masked tables (reverse %v, %d rows) to schedule", reverse, rows)
-	}
-	s, err := e.d.tileSchedule(&t, g.order.ptr, n, m.V(), rows, mth)
-	me.tiles[k] = t
-	return s, err
+	return maskedTables{order: g.order.ptr, seg: t.seg.ptr, taps: t.taps.ptr, tiles: t}, nil
 }
 
 // dropMasks frees the bitmasks of m's forward or reverse Gray tables (see
