@@ -1494,17 +1494,10 @@ var _ = [1]struct{}{}[regroupWindowRows-kmap.RegroupWindowRows]
 // order of package kmap. EnvRegroupMaxRows moves kmap's upper bound on n
 // (d.regroupMaxRows; the orders of larger tables then differ from kmap's).
 func (d *Device) regroupOrder(mask, order devPtr, n, V int) error {
-	if d.noRegroup || !d.regroups(n, V) {
+	if d.noRegroup || !kmap.RegroupsUpTo(n, (V+63)/64, d.regroupMaxRows) {
 		return nil
 	}
 	return d.regroupWindows(mask, order, n, V)
-}
-
-// regroups is kmap.Regroups for a table of n rows and V taps with the
-// device's upper bound on n, d.regroupMaxRows, in place of
-// kmap.RegroupMaxRows.
-func (d *Device) regroups(n, V int) bool {
-	return kmap.Regroups(min(n, kmap.RegroupMaxRows), (V+63)/64) && n <= d.regroupMaxRows
 }
 
 // regroupWindows regroups the order [n] of the single-word masks [n]

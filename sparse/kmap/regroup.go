@@ -43,7 +43,14 @@ const (
 // of RegroupMinRows to RegroupMaxRows rows. Other tables keep the Gray
 // order.
 func Regroups(rows, words int) bool {
-	return words == 1 && rows >= RegroupMinRows && rows <= RegroupMaxRows
+	return RegroupsUpTo(rows, words, RegroupMaxRows)
+}
+
+// RegroupsUpTo is Regroups with maxRows in place of RegroupMaxRows: the
+// GPU engine's experiment switch that regroups larger tables (cudaext's
+// EnvRegroupMaxRows) moves that bound.
+func RegroupsUpTo(rows, words, maxRows int) bool {
+	return words == 1 && rows >= RegroupMinRows && rows <= maxRows
 }
 
 // regroup returns the Gray order gray of the single-word masks mask
