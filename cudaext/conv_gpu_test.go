@@ -1766,7 +1766,7 @@ func TestPersistentGathers(t *testing.T) {
 						run := func(persistent bool) [2][]float32 {
 							persistentGathers.Store(persistent)
 							o := Options{ConvOptions: sparse.ConvOptions{Algorithm: alg}, Tile: tile.Name()}
-							return forwardAndInputGrad(t, sc.m, x, w, sparse.Matrix{}, dy, o, tile, mth, name)
+							return forwardAndInputGrad(t, sc.m, x, w, sparse.Matrix{}, dy, o, tile.HasTransposed(mth), name)
 						}
 						got, want := run(true), run(false)
 						for d := range got {
@@ -1783,17 +1783,17 @@ func TestPersistentGathers(t *testing.T) {
 }
 
 // forwardAndInputGrad runs the forward of map m (bias b, or none when
-// empty) and, where tile has a kernel reading the weight transposed in
-// arithmetic mth, the input gradient of dy, with options o; it returns
-// both on the host (the second nil without that kernel). name labels
-// failures.
-func forwardAndInputGrad(t *testing.T, m *kmap.Map, x, w, b, dy sparse.Matrix, o Options, tile kernels.Tile, mth kernels.Math, name string) [2][]float32 {
+// empty) and, when grad, the input gradient of dy, with options o; it
+// returns both on the host (the second nil without grad). name labels
+// failures. The tile tests pass grad where their tile has a kernel
+// reading the weight transposed (kernels.Tile.HasTransposed).
+func forwardAndInputGrad(t *testing.T, m *kmap.Map, x, w, b, dy sparse.Matrix, o Options, grad bool, name string) [2][]float32 {
 	t.Helper()
 	y, err := gpu.Forward(m, x, w, b, o)
 	require.NoError(t, err, name)
 	out := [2][]float32{host(t, y)}
 	gpu.Free(y)
-	if tile.HasTransposed(mth) {
+	if grad {
 		dx, err := gpu.InputGrad(m, dy, w, o)
 		require.NoError(t, err, name)
 		out[1] = host(t, dx)
@@ -1861,7 +1861,7 @@ func TestStreamKGathers(t *testing.T) {
 				for _, alg := range []sparse.Algorithm{sparse.MaskedImplicitSplitK, sparse.ImplicitSplitK} {
 					o := Options{ConvOptions: sparse.ConvOptions{Algorithm: alg}, Tile: tile.Name()}
 					run := func(name string) [2][]float32 {
-						return forwardAndInputGrad(t, sc.m, x, w, b, dy, o, tile, mth, name)
+						return forwardAndInputGrad(t, sc.m, x, w, b, dy, o, tile.HasTransposed(mth), name)
 					}
 					setBlocks(0, 0)
 					plain := run("tile per block")
@@ -1969,10 +1969,10 @@ func TestFusedSplitReduce(t *testing.T) {
 							o := Options{ConvOptions: sparse.ConvOptions{Algorithm: alg, SplitK: splits}, Tile: tile.Name()}
 							fusedSplitReduce.Store(false)
 							before := launches()
-							want := forwardAndInputGrad(t, sc.m, x, w, b, dy, o, tile, mth, name)
+							want := forwardAndInputGrad(t, sc.m, x, w, b, dy, o, tile.HasTransposed(mth), name)
 							require.Equal(t, before, launches(), "%s: switched off, the reduction kernel sums", name)
 							fusedSplitReduce.Store(true)
-							got := forwardAndInputGrad(t, sc.m, x, w, b, dy, o, tile, mth, name)
+							got := forwardAndInputGrad(t, sc.m, x, w, b, dy, o, tile.HasTransposed(mth), name)
 							// A direction sums in the kernel where all its blocks are resident.
 							wantFused := 0
 							if int64(splits)*fwdTiles <= resident {

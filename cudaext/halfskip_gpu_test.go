@@ -85,10 +85,10 @@ func TestHalfSkip(t *testing.T) {
 					o := Options{ConvOptions: sparse.ConvOptions{Algorithm: alg}, Tile: c.tile.Name()}
 					setSkip(false)
 					before := launches()
-					want := forwardAndInputGradAll(t, sc.m, x, w, b, dy, o, name)
+					want := forwardAndInputGrad(t, sc.m, x, w, b, dy, o, true, name)
 					require.Equal(t, before, launches(), "%s: switched off, no twin runs", name)
 					setSkip(true)
-					got := forwardAndInputGradAll(t, sc.m, x, w, b, dy, o, name)
+					got := forwardAndInputGrad(t, sc.m, x, w, b, dy, o, true, name)
 					require.Equal(t, before+2, launches(), "%s: the twin runs the forward and the input gradient", name)
 					for d, r := range [][]float64{ref.y, ref.dx} {
 						e := relL2(got[d], r)
@@ -102,19 +102,6 @@ func TestHalfSkip(t *testing.T) {
 		}
 		gpu.ReleaseMap(sc.m)
 	}
-}
-
-// forwardAndInputGradAll returns the forward (with bias) and input
-// gradient of m on the device with options o, on host.
-func forwardAndInputGradAll(t *testing.T, m *kmap.Map, x, w, b, dy sparse.Matrix, o Options, name string) [2][]float32 {
-	t.Helper()
-	y, err := gpu.Forward(m, x, w, b, o)
-	require.NoError(t, err, name)
-	dx, err := gpu.InputGrad(m, dy, w, o)
-	require.NoError(t, err, name)
-	out := [2][]float32{host(t, y), host(t, dx)}
-	gpu.Free(y, dx)
-	return out
 }
 
 // halvesLackingTaps counts the (tile, half, tap) triples of the masked
