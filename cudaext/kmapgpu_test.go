@@ -1168,11 +1168,7 @@ func TestGPURegroup(t *testing.T) {
 		if c.pool > 0 {
 			slices.SortStableFunc(order, func(a, b int32) int { return cmp.Compare(umask[a], umask[b]) })
 		}
-		want := make([]int32, c.rows)
-		for lo := 0; lo < c.rows; lo += kmap.RegroupWindowRows {
-			hi := min(c.rows, lo+kmap.RegroupWindowRows)
-			kmap.RegroupWindow(umask, order[lo:hi], kmap.RegroupTileRows, want[lo:hi])
-		}
+		want := regroupedOnHost(umask, order)
 		var got []int32
 		require.NoError(t, e.d.do(func() error {
 			m, err := uploadSlice(e.d, mask)
@@ -1240,13 +1236,21 @@ func TestGPURegroup(t *testing.T) {
 		require.True(t, slices.Equal(ms.Gray, ms.Order), "kmap keeps the Gray order above its bound")
 		want := ms.Gray
 		if raise {
-			want = make([]int32, n)
-			for lo := 0; lo < n; lo += kmap.RegroupWindowRows {
-				hi := min(n, lo+kmap.RegroupWindowRows)
-				kmap.RegroupWindow(ms.Mask, ms.Gray[lo:hi], kmap.RegroupTileRows, want[lo:hi])
-			}
+			want = regroupedOnHost(ms.Mask, ms.Gray)
 			require.False(t, slices.Equal(ms.Gray, want), "the regrouping changes the order")
 		}
 		require.True(t, slices.Equal(want, got), "regroup bound %d: orders differ at %d", bound, firstDiff(want, got))
 	}
+}
+
+// regroupedOnHost is order of the single-word masks mask regrouped window
+// by window as the engines regroup a Gray order (kmap.RegroupWindow over
+// windows of kmap.RegroupWindowRows, tiles of kmap.RegroupTileRows).
+func regroupedOnHost(mask []uint64, order []int32) []int32 {
+	out := make([]int32, len(order))
+	for lo := 0; lo < len(order); lo += kmap.RegroupWindowRows {
+		hi := min(len(order), lo+kmap.RegroupWindowRows)
+		kmap.RegroupWindow(mask, order[lo:hi], kmap.RegroupTileRows, out[lo:hi])
+	}
+	return out
 }
