@@ -238,12 +238,11 @@ const EnvNoRegroup = "FLEXGEMM_NO_REGROUP"
 // EnvRegroupMaxRows names the environment variable that, read when an
 // engine opens, sets the most rows of a table whose device masked order is
 // regrouped (a non-negative integer; unset: kmap.RegroupMaxRows, the
-// bound both engines share). An experiment switch for tables above that
-// bound, whose device orders then differ from package kmap's (results do
-// not: each output row's sum is the same in any row order): RES 256's
-// 252,392 rows, where regrouping takes the products of 128-row tiles from
-// 1.16× to 1.12× the useful ones on the CPU (docs/PERF_NOTES.md, designs
-// for the forty-third session), for the tensor-bound tf32 gathers.
+// bound both engines share). An experiment switch, with which session 43
+// found that RES 256's 252,392 rows gain from regrouping and RES 512's
+// million do not (kmap.RegroupMaxRows); where it differs from kmap's
+// bound the device's orders differ from package kmap's (results do not:
+// each output row's sum is the same in any row order).
 const EnvRegroupMaxRows = "FLEXGEMM_REGROUP_MAX_ROWS"
 
 // regroupMaxRowsFromEnv returns EnvRegroupMaxRows's value, or

@@ -1147,8 +1147,8 @@ func BenchmarkGPUDeriveTables(b *testing.B) {
 // kernel's four ways of running the greedy); then checks EnvNoRegroup's
 // switch on a shell map, whose device order is kmap's Gray order with it
 // and kmap's regrouped order without (gxSameDerived checks the latter on
-// every map), and EnvRegroupMaxRows's bound on a shell above
-// kmap.RegroupMaxRows.
+// every map), and EnvRegroupMaxRows's bound on both sides of a shell's
+// rows.
 func TestGPURegroup(t *testing.T) {
 	e := gxEngine(t)
 	rng := rand.New(rand.NewPCG(21, 22))
@@ -1222,24 +1222,19 @@ func TestGPURegroup(t *testing.T) {
 		}
 		require.True(t, slices.Equal(want, got), "noRegroup %v: orders differ at %d", off, firstDiff(want, got))
 	}
-	// EnvRegroupMaxRows: a shell above kmap.RegroupMaxRows keeps its Gray
-	// order, and with the device's bound raised above its rows it is
-	// regrouped window by window as kmap regroups smaller tables.
-	for _, raise := range []bool{false, true} {
-		bound := kmap.RegroupMaxRows
-		if raise {
-			bound = 1 << 18
+	// EnvRegroupMaxRows: the device's bound decides, whatever kmap's: a
+	// shell just above it keeps its Gray order, and at its rows it is
+	// regrouped as kmap regroups it.
+	shell, _ := synth.SphereShell(64, 1)
+	rows := len(shell) / 4 // (batch, x, y, z) per row
+	for _, bound := range []int{rows - 1, rows} {
+		got, ms := deviceOrder(64, func(d *Device) { d.regroupMaxRows = bound }, func(d *Device) { d.regroupMaxRows = kmap.RegroupMaxRows })
+		require.Len(t, ms.Gray, rows)
+		want := ms.Order
+		if bound < rows {
+			want = ms.Gray
 		}
-		got, ms := deviceOrder(192, func(d *Device) { d.regroupMaxRows = bound }, func(d *Device) { d.regroupMaxRows = kmap.RegroupMaxRows })
-		n := len(ms.Gray)
-		require.True(t, n > kmap.RegroupMaxRows && n <= 1<<18, "%d rows", n)
-		require.True(t, slices.Equal(ms.Gray, ms.Order), "kmap keeps the Gray order above its bound")
-		want := ms.Gray
-		if raise {
-			want = regroupedOnHost(ms.Mask, ms.Gray)
-			require.False(t, slices.Equal(ms.Gray, want), "the regrouping changes the order")
-		}
-		require.True(t, slices.Equal(want, got), "regroup bound %d: orders differ at %d", bound, firstDiff(want, got))
+		require.True(t, slices.Equal(want, got), "regroup bound %d (%d rows): orders differ at %d", bound, rows, firstDiff(want, got))
 	}
 }
 

@@ -32,10 +32,18 @@ const (
 	RegroupMinRows = 4 * RegroupWindowRows
 	// RegroupMaxRows is the most rows of a table whose masked order is
 	// regrouped. In the same runs RES 128's 64,160 rows gained 4.7 % and
-	// 2.4 %; RES 256's 252,392 neither gained nor lost (+0.3 %, −0.1 %),
-	// and above them (RES 512's million rows) the Gray order's padding is
-	// already small (1.05× at 256-row tiles).
-	RegroupMaxRows = 1 << 17
+	// 2.4 %, while RES 256's 252,392 neither gained nor lost (+0.3 %,
+	// −0.1 %); since then the gathers have become tensor-bound, and in
+	// session 43 (H200, calls 1 and 2, the regrouped order against the
+	// Gray order in one binary through cudaext's EnvRegroupMaxRows, two
+	// rounds each) regrouping RES 256's shell (128-row tile products
+	// 1.16× → 1.11× the useful ones) cut the (256, 256, 2) forward gathers
+	// 3.6 % (fp16), 3.5 % (tf32), 3 % (bf16) and the input gradients 4–5 %,
+	// for about 0.04 ms more map build; RES 512's 1,026,536 rows (padding
+	// 1.05× → 1.04× at 128-row tiles) gained 1 % in the gathers and lost
+	// it in the map build (steps ±0.3 %). Hence 2^18: the bound sits
+	// between them (docs/PERF_NOTES.md, step 94).
+	RegroupMaxRows = 1 << 18
 )
 
 // Regroups reports whether the masked order of a table of rows rows with

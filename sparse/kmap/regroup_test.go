@@ -194,9 +194,9 @@ func TestRegroupedOrder(t *testing.T) {
 	require.False(t, Regroups(RegroupMinRows-1, 1))
 	require.False(t, Regroups(RegroupMaxRows+1, 1))
 	require.False(t, Regroups(RegroupMaxRows, 2))
-	require.True(t, RegroupsUpTo(RegroupMaxRows+1, 1, 1<<18))
-	require.False(t, RegroupsUpTo(1<<18+1, 1, 1<<18))
-	require.False(t, RegroupsUpTo(RegroupMinRows-1, 1, 1<<18))
+	require.True(t, RegroupsUpTo(RegroupMaxRows+1, 1, 2*RegroupMaxRows))
+	require.False(t, RegroupsUpTo(2*RegroupMaxRows+1, 1, 2*RegroupMaxRows))
+	require.False(t, RegroupsUpTo(RegroupMinRows-1, 1, 2*RegroupMaxRows))
 	require.False(t, RegroupsUpTo(RegroupMaxRows, 1, RegroupMaxRows-1))
-	require.False(t, RegroupsUpTo(RegroupMaxRows, 2, 1<<18))
+	require.False(t, RegroupsUpTo(RegroupMaxRows, 2, 2*RegroupMaxRows))
 }
