@@ -107,6 +107,9 @@ type Device struct {
 	// regroupMaxRows: the most rows of a table whose masked order is
 	// regrouped (kmap.RegroupMaxRows or EnvRegroupMaxRows).
 	regroupMaxRows int
+	// regroupThreads: the block of the regrouping kernels
+	// (regroupThreads or EnvRegroupThreads).
+	regroupThreads int
 	// noOnesweep: radix sorts run the classic passes (EnvNoOnesweep);
 	// noWaveSort: they never run the one-wave passes (EnvNoWaveSort).
 	noOnesweep bool
@@ -213,6 +216,10 @@ func openDevice(ordinal int) (*Device, error) {
 	if err != nil {
 		return nil, err
 	}
+	regroupBlock, err := regroupThreadsFromEnv()
+	if err != nil {
+		return nil, err
+	}
 	windowRows, err := pairsWindowRowsFromEnv()
 	if err != nil {
 		return nil, err
@@ -267,6 +274,7 @@ func openDevice(ordinal int) (*Device, error) {
 		rowsFirstMin:               rowsFirstMinRows,
 		noRegroup:                  os.Getenv(EnvNoRegroup) == "1",
 		regroupMaxRows:             regroupMax,
+		regroupThreads:             regroupBlock,
 		noOnesweep:                 os.Getenv(EnvNoOnesweep) == "1",
 		noWaveSort:                 os.Getenv(EnvNoWaveSort) == "1",
 		noBrickGuess:               os.Getenv(EnvNoBrickGuess) == "1",

@@ -252,6 +252,37 @@ func regroupMaxRowsFromEnv() (int, error) {
 	return nonNegativeFromEnv(EnvRegroupMaxRows, kmap.RegroupMaxRows, "rows")
 }
 
+// EnvRegroupThreads names the environment variable that, read when an
+// engine opens, sets the block of the regrouping kernels: 256 (unset or
+// empty: masks_regroup32/64), 512 or 1024 (masks_regroup{32,64}_t512 and
+// _t1024, whose greedy holds four or two mask classes per thread and runs
+// block-wide from 129 classes on). An experiment switch for the greedy's
+// pass, which costs about a microsecond on the 256-thread block (0.1 ms
+// per map at RES 64; docs/PERF_NOTES.md, session 43); the orders are the
+// same whatever the block.
+const EnvRegroupThreads = "FLEXGEMM_REGROUP_THREADS"
+
+// regroupThreads is the default block of the regrouping kernels
+// masks_regroup32/64 (masks.cu's kRegroupThreads); the _t512 and _t1024
+// kernels run blocks of 512 and 1,024 threads.
+const regroupThreads = 256
+
+// regroupThreadsFromEnv returns EnvRegroupThreads's value, or
+// regroupThreads when it is unset or empty; anything but 256, 512 or 1024
+// is an error naming the variable.
+func regroupThreadsFromEnv() (int, error) {
+	v, ok := os.LookupEnv(EnvRegroupThreads)
+	if !ok || v == "" {
+		return regroupThreads, nil
+	}
+	switch v {
+	case "256", "512", "1024":
+		n, _ := strconv.Atoi(v)
+		return n, nil
+	}
+	return 0, fmt.Errorf("cudaext: %s=%q: want 256, 512 or 1024 threads", EnvRegroupThreads, v)
+}
+
 // EnvNoOnesweep names the environment variable that, set to "1" when an
 // engine opens, sorts keys above the run sort's 65,536 by the classic
 // radix passes — a histogram, a scan and a scatter launch per digit — as

@@ -47,6 +47,20 @@ func TestTilesPerSMFromEnv(t *testing.T) {
 	}
 }
 
+// TestRegroupThreadsFromEnv checks the parsing of EnvRegroupThreads.
+func TestRegroupThreadsFromEnv(t *testing.T) {
+	checkEnvParse(t, EnvRegroupThreads, regroupThreadsFromEnv, []envCase[int]{
+		{set: false, want: regroupThreads},
+		{value: "", set: true, want: regroupThreads},
+		{value: "256", set: true, want: 256},
+		{value: "512", set: true, want: 512},
+		{value: "1024", set: true, want: 1024},
+		{value: "128", set: true, bad: true},
+		{value: "2048", set: true, bad: true},
+		{value: "wide", set: true, bad: true},
+	})
+}
+
 // TestRegroupMaxRowsFromEnv checks the parsing of EnvRegroupMaxRows.
 func TestRegroupMaxRowsFromEnv(t *testing.T) {
 	checkEnvParse(t, EnvRegroupMaxRows, regroupMaxRowsFromEnv, []envCase[int]{

@@ -1477,13 +1477,9 @@ func (d *Device) grayFromRanks(mask, rank rawBuf, n, V int) (*grayTables, error)
 	return &grayTables{mask: mask, order: order}, nil
 }
 
-// regroupWindowRows and regroupThreads are the window and the block of
-// masks_regroup32/64 (masks.cu's kRegroupWindow, kRegroupThreads); the
-// window is package kmap's.
-const (
-	regroupWindowRows = 2048
-	regroupThreads    = 256
-)
+// regroupWindowRows is the window of masks_regroup32/64 (masks.cu's
+// kRegroupWindow; their default block is regroupThreads): package kmap's.
+const regroupWindowRows = 2048
 
 // The windows of both engines agree (a compile-time check: a constant
 // index other than 0 is out of the one-element array's range).
@@ -1502,7 +1498,7 @@ func (d *Device) regroupOrder(mask, order devPtr, n, V int) error {
 
 // regroupWindows regroups the order [n] of the single-word masks [n]
 // (V ≤ 64) in place, window by window (kmap.RegroupWindow with
-// kmap.RegroupTileRows), a block per window.
+// kmap.RegroupTileRows), a block of d.regroupThreads threads per window.
 func (d *Device) regroupWindows(mask, order devPtr, n, V int) error {
 	if n == 0 {
 		return nil
@@ -1511,8 +1507,11 @@ func (d *Device) regroupWindows(mask, order devPtr, n, V int) error {
 	if V <= 32 {
 		name = "masks_regroup32"
 	}
+	if d.regroupThreads != regroupThreads {
+		name += fmt.Sprintf("_t%d", d.regroupThreads)
+	}
 	windows := ceilDiv(int64(n), regroupWindowRows)
-	return d.launch(name, dim3{X: int(windows)}, dim3{X: regroupThreads}, 0, mask, order, int64(n), int32(kmap.RegroupTileRows))
+	return d.launch(name, dim3{X: int(windows)}, dim3{X: d.regroupThreads}, 0, mask, order, int64(n), int32(kmap.RegroupTileRows))
 }
 
 // tableMasks returns the bitmasks [n, W] of the rows of table [n, V] in a

@@ -1138,13 +1138,16 @@ func BenchmarkGPUDeriveTables(b *testing.B) {
 	}
 }
 
-// TestGPURegroup runs masks_regroup32/64 on random single-word masks
-// (three taps: many ties; 27; 40 and all 64 bits) over orders of one row,
-// a partial window, one window, several windows with a partial last one,
-// against kmap.RegroupWindow: in random order (mask classes of one row or
-// a few), and drawn from pools of 20, 100, 150 and 700 masks in mask order
-// (long classes; windows of at most 64, 128, 256 and more classes, the
-// kernel's four ways of running the greedy); then checks EnvNoRegroup's
+// TestGPURegroup runs masks_regroup32/64 and their 512- and 1,024-thread
+// twins (EnvRegroupThreads) on random single-word masks (three taps: many
+// ties; 27; 40 and all 64 bits) over orders of one row, a partial window,
+// one window, several windows with a partial last one, against
+// kmap.RegroupWindow: in random order (mask classes of one row or a few),
+// and drawn from pools of 20, 100, 150 and 700 masks in mask order (long
+// classes; windows of at most 64, 128, 256 and more classes, the kernels'
+// ways of running the greedy: on one warp with two, four or eight classes
+// a lane, or on the block); checks the twins' order of a shell map against
+// kmap's (over 256 classes a window: the block path); then EnvNoRegroup's
 // switch on a shell map, whose device order is kmap's Gray order with it
 // and kmap's regrouped order without (gxSameDerived checks the latter on
 // every map), and EnvRegroupMaxRows's bound on both sides of a shell's
@@ -1169,25 +1172,29 @@ func TestGPURegroup(t *testing.T) {
 			slices.SortStableFunc(order, func(a, b int32) int { return cmp.Compare(umask[a], umask[b]) })
 		}
 		want := regroupedOnHost(umask, order)
-		var got []int32
-		require.NoError(t, e.d.do(func() error {
-			m, err := uploadSlice(e.d, mask)
-			if err != nil {
+		for _, threads := range regroupBlocks {
+			var got []int32
+			require.NoError(t, e.d.do(func() error {
+				e.d.regroupThreads = threads
+				defer func() { e.d.regroupThreads = regroupThreads }()
+				m, err := uploadSlice(e.d, mask)
+				if err != nil {
+					return err
+				}
+				defer e.d.freeTemp(m)
+				o, err := uploadSlice(e.d, order)
+				if err != nil {
+					return err
+				}
+				defer e.d.freeTemp(o)
+				if err := e.d.regroupWindows(m.ptr, o.ptr, c.rows, c.V); err != nil {
+					return err
+				}
+				got, err = download[int32](e.d, o.ptr, c.rows)
 				return err
-			}
-			defer e.d.freeTemp(m)
-			o, err := uploadSlice(e.d, order)
-			if err != nil {
-				return err
-			}
-			defer e.d.freeTemp(o)
-			if err := e.d.regroupWindows(m.ptr, o.ptr, c.rows, c.V); err != nil {
-				return err
-			}
-			got, err = download[int32](e.d, o.ptr, c.rows)
-			return err
-		}))
-		require.True(t, slices.Equal(want, got), "%+v: orders differ at %d", c, firstDiff(want, got))
+			}))
+			require.True(t, slices.Equal(want, got), "%+v, %d threads: orders differ at %d", c, threads, firstDiff(want, got))
+		}
 	}
 	// deviceOrder builds the submanifold map of a shell of res on the
 	// device with set applied to the device (undone by reset after) and
@@ -1213,6 +1220,10 @@ func TestGPURegroup(t *testing.T) {
 		}))
 		return got, cpu.Masked()
 	}
+	for _, threads := range regroupBlocks[1:] {
+		got, ms := deviceOrder(64, func(d *Device) { d.regroupThreads = threads }, func(d *Device) { d.regroupThreads = regroupThreads })
+		require.True(t, slices.Equal(ms.Order, got), "%d threads: orders differ at %d", threads, firstDiff(ms.Order, got))
+	}
 	for _, off := range []bool{false, true} {
 		got, ms := deviceOrder(64, func(d *Device) { d.noRegroup = off }, func(d *Device) { d.noRegroup = false })
 		require.False(t, slices.Equal(ms.Gray, ms.Order), "the shell is regrouped")
@@ -1237,6 +1248,10 @@ func TestGPURegroup(t *testing.T) {
 		require.True(t, slices.Equal(want, got), "regroup bound %d (%d rows): orders differ at %d", bound, rows, firstDiff(want, got))
 	}
 }
+
+// regroupBlocks are the blocks of the regrouping kernels (EnvRegroupThreads),
+// the default first.
+var regroupBlocks = []int{regroupThreads, 512, 1024}
 
 // regroupedOnHost is order of the single-word masks mask regrouped window
 // by window as the engines regroup a Gray order (kmap.RegroupWindow over

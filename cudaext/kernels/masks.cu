@@ -34,6 +34,9 @@
 //   masks_regroup64  (kmap.RegroupWindow), a 256-thread block per window
 //                    of kRegroupWindow rows, W == 1: 32-bit masks
 //                    (V ≤ 32) or 64-bit
+//   masks_regroup{32,64}_t{512,1024}  the same with 512- or 1,024-thread
+//                    blocks (an experiment: fewer classes per thread in
+//                    the greedy's block-wide passes)
 #include "gray.cuh"
 #include "hashtable.cuh"
 #include "pdl.cuh"
@@ -252,8 +255,6 @@ __device__ void sched_rows(const int* order, i64 nt, int rows, u32* keys) {
 
 constexpr int kRegroupWindow = 2048;   // the most rows of one window (kmap.RegroupWindowRows)
 constexpr int kRegroupThreads = 256;   // a block per window: two warps on each SM sub-partition
-constexpr int kRegroupPer = kRegroupWindow / kRegroupThreads;  // window positions per thread
-constexpr int kRegroupWarps = kRegroupThreads / 32;
 
 __device__ __forceinline__ int popcount(u32 x) { return __popc(x); }
 __device__ __forceinline__ int popcount(u64 x) { return __popcll(x); }
@@ -279,15 +280,22 @@ __device__ __forceinline__ int warp_inclusive_sum(int x, int lane) {
 // rows and masks, the tile of each segment's first position (a segment:
 // rows of one class placed together; 0xffff elsewhere), the first position
 // of each mask class (a run of equal masks; kRegroupWindow + 1 entries)
-// and the per-warp results of the block-wide steps, double-buffered.
-template <class M> struct RegroupShared {
+// and the per-warp results of the block-wide steps of a block of Warps
+// warps, double-buffered.
+template <class M, int Warps> struct RegroupShared {
   M mask[kRegroupWindow];
   int row[kRegroupWindow];
   unsigned short seg[kRegroupWindow];
   unsigned short start[kRegroupWindow + 1];
-  u32 z[2][kRegroupWarps], k[2][kRegroupWarps];
+  u32 z[2][Warps], k[2][Warps];
   int tiles;
 };
+
+// RegroupWide says whether a block of Warps warps combines the per-warp
+// words of its block-wide steps lane-parallel (lane w reads warp w's word,
+// then one warp reduction) rather than each thread reading all of them in
+// turn (the 256-thread kernels' way, kept as it was).
+template <int Warps> constexpr bool RegroupWide = Warps > 8;
 
 // regroup_take places the next n rows of a class (positions front …) in
 // tile: it marks the segment's first position with the tile (the rows
@@ -329,8 +337,8 @@ __device__ __forceinline__ int regroup_key_rows(u32 key) {
 // placing them changes no other class). Every loop is uniform over the
 // threads that run it (filled, room, tile and the union are the same in
 // each). Returns the number of tiles.
-template <class M, int P, bool kBlock>
-__device__ int regroup_passes(RegroupShared<M>& s, int n, int nclasses, int tile_rows) {
+template <class M, int P, bool kBlock, int Warps>
+__device__ int regroup_passes(RegroupShared<M, Warps>& s, int n, int nclasses, int tile_rows) {
   constexpr unsigned kAll = 0xffffffffu;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int c0 = (kBlock ? (int)threadIdx.x : lane) * P;
@@ -357,8 +365,12 @@ __device__ int regroup_passes(RegroupShared<M>& s, int n, int nclasses, int tile
     if (kBlock) {
       if (lane == 0) s.k[buf][warp] = f;
       __syncthreads();
+      if constexpr (RegroupWide<Warps>) {
+        f = __reduce_min_sync(kAll, lane < Warps ? s.k[buf][lane] : ~0u);
+      } else {
 #pragma unroll
-      for (int w = 0; w < kRegroupWarps; ++w) f = min(f, s.k[buf][w]);
+        for (int w = 0; w < Warps; ++w) f = min(f, s.k[buf][w]);
+      }
       buf ^= 1;
     }
     const int fc = regroup_key_class(f), fk = min(regroup_key_rows(f), tile_rows);
@@ -385,13 +397,20 @@ __device__ int regroup_passes(RegroupShared<M>& s, int n, int nclasses, int tile
       if (kBlock) {
         if (lane == 0) s.z[buf][warp] = (u32)total, s.k[buf][warp] = best;
         __syncthreads();
-        total = 0;
+        if constexpr (RegroupWide<Warps>) {
+          const u32 zw = lane < Warps ? s.z[buf][lane] : 0u;
+          total = (int)__reduce_add_sync(kAll, zw);
+          before = (int)__reduce_add_sync(kAll, lane < warp ? zw : 0u);
+          best = __reduce_min_sync(kAll, lane < Warps ? s.k[buf][lane] : ~0u);
+        } else {
+          total = 0;
 #pragma unroll
-        for (int w = 0; w < kRegroupWarps; ++w) {
-          const int zw = (int)s.z[buf][w];
-          total += zw;
-          before += w < warp ? zw : 0;
-          best = min(best, s.k[buf][w]);
+          for (int w = 0; w < Warps; ++w) {
+            const int zw = (int)s.z[buf][w];
+            total += zw;
+            before += w < warp ? zw : 0;
+            best = min(best, s.k[buf][w]);
+          }
         }
         buf ^= 1;
       }
@@ -432,19 +451,20 @@ __device__ int regroup_passes(RegroupShared<M>& s, int n, int nclasses, int tile
 // regroup_on_warp0 runs regroup_passes with P classes per lane on warp 0
 // alone (the other warps skip it) and leaves the number of tiles in
 // s.tiles.
-template <class M, int P>
-__device__ __forceinline__ void regroup_on_warp0(RegroupShared<M>& s, int n, int nclasses, int tile_rows, int warp,
-                                                 int lane) {
+template <class M, int P, int Warps>
+__device__ __forceinline__ void regroup_on_warp0(RegroupShared<M, Warps>& s, int n, int nclasses, int tile_rows,
+                                                 int warp, int lane) {
   if (warp == 0) {
-    const int t = regroup_passes<M, P, false>(s, n, nclasses, tile_rows);
+    const int t = regroup_passes<M, P, false, Warps>(s, n, nclasses, tile_rows);
     if (lane == 0) s.tiles = t;
   }
 }
 
-// regroup is masks_regroup{32,64} for the window of block blockIdx.x (masks
-// of type M). Thread t loads positions t, t + kRegroupThreads, … of the
-// window, then holds positions kRegroupPer·t … to mark where mask classes
-// start (a block-wide scan). The greedy runs over the classes
+// regroup is masks_regroup{32,64}[_t{512,1024}] for the window of block
+// blockIdx.x (masks of type M, blocks of Threads threads). Thread t loads
+// positions t, t + Threads, … of the window, then holds positions P·t …
+// (P = kRegroupWindow / Threads) to mark where mask classes start (a
+// block-wide scan). The greedy runs over the classes
 // (regroup_passes): on warp 0 alone where they fit it with two, four or
 // eight per lane (no barriers: on the benchmark's shells a 2,048-row
 // window holds about 50–160 classes at RES 256–128), else on the block
@@ -456,11 +476,14 @@ __device__ __forceinline__ void regroup_on_warp0(RegroupShared<M>& s, int n, int
 // windows, 36–50 µs per map; on a warp alone with 32 positions per lane,
 // about 1.1 µs per pass. The per-warp words are two arrays: packed into
 // one 64-bit word, nvcc 11.8's sm_90 code stored the count's half unset
-// (session 19, call 5).
-template <class M>
+// (session 19, call 5). With 512 or 1,024 threads (an experiment, session
+// 43) the block path holds four or two classes per thread and takes every
+// window of more than 128 classes.
+template <class M, int Threads>
 __device__ void regroup(const u64* mask, int* order, i64 rows, int tile_rows) {
-  constexpr int P = kRegroupPer;
-  __shared__ RegroupShared<M> s;
+  constexpr int P = kRegroupWindow / Threads, Warps = Threads / 32;
+  static_assert(P * Threads == kRegroupWindow && Warps <= 32, "regroup's block");
+  __shared__ RegroupShared<M, Warps> s;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const i64 w0 = (i64)blockIdx.x * kRegroupWindow;
   const int n = (int)min((i64)kRegroupWindow, rows - w0);
@@ -471,15 +494,15 @@ __device__ void regroup(const u64* mask, int* order, i64 rows, int tile_rows) {
     M v[P];
 #pragma unroll
     for (int k = 0; k < P; ++k) {
-      const int j = threadIdx.x + kRegroupThreads * k;
+      const int j = threadIdx.x + Threads * k;
       r[k] = j < n ? out[j] : 0;
     }
 #pragma unroll
-    for (int k = 0; k < P; ++k) v[k] = threadIdx.x + kRegroupThreads * k < n ? (M)mask[r[k]] : (M)0;
+    for (int k = 0; k < P; ++k) v[k] = threadIdx.x + Threads * k < n ? (M)mask[r[k]] : (M)0;
 #pragma unroll
     for (int k = 0; k < P; ++k) {
-      s.row[threadIdx.x + kRegroupThreads * k] = r[k];
-      s.mask[threadIdx.x + kRegroupThreads * k] = v[k];
+      s.row[threadIdx.x + Threads * k] = r[k];
+      s.mask[threadIdx.x + Threads * k] = v[k];
     }
   }
   __syncthreads();
@@ -501,10 +524,16 @@ __device__ void regroup(const u64* mask, int* order, i64 rows, int tile_rows) {
     __syncthreads();
     int before = 0;
     nclasses = 0;
+    if constexpr (RegroupWide<Warps>) {
+      const u32 zw = lane < Warps ? s.z[0][lane] : 0u;
+      before = (int)__reduce_add_sync(0xffffffffu, lane < warp ? zw : 0u);
+      nclasses = (int)__reduce_add_sync(0xffffffffu, zw);
+    } else {
 #pragma unroll
-    for (int w = 0; w < kRegroupWarps; ++w) {
-      before += w < warp ? (int)s.z[0][w] : 0;
-      nclasses += (int)s.z[0][w];
+      for (int w = 0; w < Warps; ++w) {
+        before += w < warp ? (int)s.z[0][w] : 0;
+        nclasses += (int)s.z[0][w];
+      }
     }
     int at = before + inc - c;
     for (u32 b = starts; b; b &= b - 1) s.start[at++] = (unsigned short)(p0 + __ffs(b) - 1);
@@ -543,8 +572,12 @@ __device__ void regroup(const u64* mask, int* order, i64 rows, int tile_rows) {
     u32 carry = __shfl_up_sync(0xffffffffu, inc, 1);
     if (lane == 0) carry = 0;
     __syncthreads();
+    if constexpr (RegroupWide<Warps>) {
+      carry = max(carry, __reduce_max_sync(0xffffffffu, lane < warp ? s.z[buf][lane] : 0u));
+    } else {
 #pragma unroll
-    for (int w = 0; w < kRegroupWarps; ++w) carry = w < warp ? max(carry, s.z[buf][w]) : carry;
+      for (int w = 0; w < Warps; ++w) carry = w < warp ? max(carry, s.z[buf][w]) : carry;
+    }
     buf ^= 1;
 #pragma unroll
     for (int i = 0; i < P; ++i) mine[i] = p0 + i < n ? (unsigned short)(max(at[i], carry) & 0xffffu) : (unsigned short)0xffffu;
@@ -557,8 +590,12 @@ __device__ void regroup(const u64* mask, int* order, i64 rows, int tile_rows) {
     if (lane == 31) s.z[buf][warp] = (u32)inc;
     __syncthreads();
     int before = 0;
+    if constexpr (RegroupWide<Warps>) {
+      before = (int)__reduce_add_sync(0xffffffffu, lane < warp ? s.z[buf][lane] : 0u);
+    } else {
 #pragma unroll
-    for (int w = 0; w < kRegroupWarps; ++w) before += w < warp ? (int)s.z[buf][w] : 0;
+      for (int w = 0; w < Warps; ++w) before += w < warp ? (int)s.z[buf][w] : 0;
+    }
     buf ^= 1;
     int at = t * tile_rows + before + inc - c;
 #pragma unroll
@@ -609,12 +646,32 @@ __global__ void masks_sched_rows(const int* order, long long nt, int rows, unsig
 __global__ void __launch_bounds__(fgm::kRegroupThreads) masks_regroup32(const unsigned long long* mask, int* order, long long rows,
                                                      int tile_rows) {
   fg_await_prior_grid();
-  fgm::regroup<unsigned>(mask, order, rows, tile_rows);
+  fgm::regroup<unsigned, fgm::kRegroupThreads>(mask, order, rows, tile_rows);
 }
 __global__ void __launch_bounds__(fgm::kRegroupThreads) masks_regroup64(const unsigned long long* mask, int* order, long long rows,
                                                      int tile_rows) {
   fg_await_prior_grid();
-  fgm::regroup<unsigned long long>(mask, order, rows, tile_rows);
+  fgm::regroup<unsigned long long, fgm::kRegroupThreads>(mask, order, rows, tile_rows);
+}
+__global__ void __launch_bounds__(512) masks_regroup32_t512(const unsigned long long* mask, int* order, long long rows,
+                                                            int tile_rows) {
+  fg_await_prior_grid();
+  fgm::regroup<unsigned, 512>(mask, order, rows, tile_rows);
+}
+__global__ void __launch_bounds__(512) masks_regroup64_t512(const unsigned long long* mask, int* order, long long rows,
+                                                            int tile_rows) {
+  fg_await_prior_grid();
+  fgm::regroup<unsigned long long, 512>(mask, order, rows, tile_rows);
+}
+__global__ void __launch_bounds__(1024) masks_regroup32_t1024(const unsigned long long* mask, int* order, long long rows,
+                                                              int tile_rows) {
+  fg_await_prior_grid();
+  fgm::regroup<unsigned, 1024>(mask, order, rows, tile_rows);
+}
+__global__ void __launch_bounds__(1024) masks_regroup64_t1024(const unsigned long long* mask, int* order, long long rows,
+                                                              int tile_rows) {
+  fg_await_prior_grid();
+  fgm::regroup<unsigned long long, 1024>(mask, order, rows, tile_rows);
 }
 
 }  // extern "C"
