@@ -643,35 +643,20 @@ __global__ void masks_sched_rows(const int* order, long long nt, int rows, unsig
   fg_await_prior_grid();
   fgm::sched_rows(order, nt, rows, keys);
 }
-__global__ void __launch_bounds__(fgm::kRegroupThreads) masks_regroup32(const unsigned long long* mask, int* order, long long rows,
-                                                     int tile_rows) {
-  fg_await_prior_grid();
-  fgm::regroup<unsigned, fgm::kRegroupThreads>(mask, order, rows, tile_rows);
-}
-__global__ void __launch_bounds__(fgm::kRegroupThreads) masks_regroup64(const unsigned long long* mask, int* order, long long rows,
-                                                     int tile_rows) {
-  fg_await_prior_grid();
-  fgm::regroup<unsigned long long, fgm::kRegroupThreads>(mask, order, rows, tile_rows);
-}
-__global__ void __launch_bounds__(512) masks_regroup32_t512(const unsigned long long* mask, int* order, long long rows,
-                                                            int tile_rows) {
-  fg_await_prior_grid();
-  fgm::regroup<unsigned, 512>(mask, order, rows, tile_rows);
-}
-__global__ void __launch_bounds__(512) masks_regroup64_t512(const unsigned long long* mask, int* order, long long rows,
-                                                            int tile_rows) {
-  fg_await_prior_grid();
-  fgm::regroup<unsigned long long, 512>(mask, order, rows, tile_rows);
-}
-__global__ void __launch_bounds__(1024) masks_regroup32_t1024(const unsigned long long* mask, int* order, long long rows,
-                                                              int tile_rows) {
-  fg_await_prior_grid();
-  fgm::regroup<unsigned, 1024>(mask, order, rows, tile_rows);
-}
-__global__ void __launch_bounds__(1024) masks_regroup64_t1024(const unsigned long long* mask, int* order, long long rows,
-                                                              int tile_rows) {
-  fg_await_prior_grid();
-  fgm::regroup<unsigned long long, 1024>(mask, order, rows, tile_rows);
-}
+// masks_regroup{32,64} and their _t512 / _t1024 twins: regroup over masks
+// of type M with blocks of T threads.
+#define FG_MASKS_REGROUP(name, M, T)                                                                     \
+  __global__ void __launch_bounds__(T) name(const unsigned long long* mask, int* order, long long rows, \
+                                            int tile_rows) {                                           \
+    fg_await_prior_grid();                                                                               \
+    fgm::regroup<M, T>(mask, order, rows, tile_rows);                                                    \
+  }
+FG_MASKS_REGROUP(masks_regroup32, unsigned, fgm::kRegroupThreads)
+FG_MASKS_REGROUP(masks_regroup64, unsigned long long, fgm::kRegroupThreads)
+FG_MASKS_REGROUP(masks_regroup32_t512, unsigned, 512)
+FG_MASKS_REGROUP(masks_regroup64_t512, unsigned long long, 512)
+FG_MASKS_REGROUP(masks_regroup32_t1024, unsigned, 1024)
+FG_MASKS_REGROUP(masks_regroup64_t1024, unsigned long long, 1024)
+#undef FG_MASKS_REGROUP
 
 }  // extern "C"
