@@ -1135,7 +1135,7 @@ func (e *Engine) gatherInput(j *gatherJob, m *kmap.Map, reverse bool, alg sparse
 		if err != nil {
 			return err
 		}
-		j.order, j.tileSeg, j.tileTp, j.tileSched = mt.order, mt.seg, mt.taps, sched
+		j.order, j.tileSeg, j.tileTp, j.tileSched = mt.order, mt.tiles.seg.ptr, mt.tiles.taps.ptr, sched
 	}
 	return nil
 }

@@ -258,10 +258,10 @@ func gxSameDerived(t *testing.T, e *Engine, gpu, cpu *kmap.Map) {
 				if h.order, err = download[int32](e.d, mt.order, rows); err != nil {
 					return err
 				}
-				if h.seg, err = download[int32](e.d, mt.seg, nt+1); err != nil {
+				if h.seg, err = download[int32](e.d, mt.tiles.seg.ptr, nt+1); err != nil {
 					return err
 				}
-				if h.taps, err = download[int32](e.d, mt.taps, int(h.seg[nt])); err != nil {
+				if h.taps, err = download[int32](e.d, mt.tiles.taps.ptr, int(h.seg[nt])); err != nil {
 					return err
 				}
 				for i, mth := range scheduleMaths {

@@ -61,12 +61,12 @@ type tileTables struct {
 	longest, byRows rawBuf
 }
 
-// maskedTables is what a masked GEMM reads: a Gray order and the tile tap
-// unions of its tile height (views of cached blocks), and the cached tile
-// tables themselves, whose launch orders Device.tileSchedule computes.
+// maskedTables is what a masked GEMM reads: a Gray order (a view of a
+// cached block) and the cached tile tables of its tile height (tap unions,
+// and the launch orders that Device.tileSchedule computes).
 type maskedTables struct {
-	order, seg, taps devPtr
-	tiles            *tileTables
+	order devPtr
+	tiles *tileTables
 }
 
 type mapEntry struct {
@@ -473,7 +473,7 @@ func (e *Engine) maskedTablesFor(m *kmap.Map, reverse bool, rows int) (maskedTab
 		t = &u
 		me.tiles[k] = t
 	}
-	return maskedTables{order: g.order.ptr, seg: t.seg.ptr, taps: t.taps.ptr, tiles: t}, nil
+	return maskedTables{order: g.order.ptr, tiles: t}, nil
 }
 
 // dropMasks frees the bitmasks of m's forward or reverse Gray tables (see
