@@ -66,13 +66,18 @@ func longestFirstTilesPerSMFromEnv() (int, error) {
 // launch order as SMs free up, so with few tiles per SM the last long
 // tiles decide the end: longest first (a stable sort by descending tap
 // count) cut the fp16 step at RES 64 (119 row tiles of 128 rows, each
-// four blocks wide at C 1024) by 4 % in training and 7 % in inference,
-// but cost up to 2.6 % at RES 256 (1,972 row tiles) and 1024, where the
-// tail is short and tiles of unlike masks run side by side (H200, session
-// 12, call 2; docs/PERF_NOTES.md step 28). It also cost (32, 1024, 4), 30
-// row tiles, 2 % in inference (call 6), hence the lower bound of half a
-// tile per SM (Device.longestFirst).
-const longestFirstTilesPerSM = 8
+// four blocks wide at C 1024) by 4 % in training and 7 % in inference
+// (H200, session 12, call 2; docs/PERF_NOTES.md step 28). It cost up to
+// 2.6 % at RES 256 and 1024 then, when RES 256's tiles were in Gray order;
+// since its masked order is regrouped (step 94) its tiles differ more in
+// length and longest first shortens the 16-bit gathers there 2–3 %, and
+// the fp16 and bf16 (256, 256, 2) inference steps 2.3 % and 7.4 % (the
+// bench's medians; their fastest repeats 1.9 % and 2.2 %; 15 tiles per
+// SM; session 44, call 1: four rounds of plain steps, bound 16 against
+// 8, order alternated; step 95). It also cost (32, 1024, 4), 30
+// row tiles, 2 % in inference (session 12, call 6), hence the lower bound
+// of half a tile per SM (Device.longestFirst).
+const longestFirstTilesPerSM = 16
 
 // EnvLongestFirstTilesPerSMTF32 names the environment variable that, read
 // when the engine opens, sets EnvLongestFirstTilesPerSM's bound for tf32
@@ -87,10 +92,11 @@ func longestFirstTilesPerSMTF32FromEnv() (int, error) {
 	return nonNegativeFromEnv(EnvLongestFirstTilesPerSMTF32, longestFirstTilesPerSMTF32, "tiles per SM")
 }
 
-// longestFirstTilesPerSMTF32 is longestFirstTilesPerSM for tf32 gathers.
-// At RES 256 (1,972 row tiles of 128 rows, 15 per SM) launching the tiles
-// longest first cost the fp16 gathers up to 2 % (step 28; session 42: ±1 %)
-// but cut the tf32 ones, which multiply at half the rate and hold each SM
+// longestFirstTilesPerSMTF32 is longestFirstTilesPerSM for tf32 gathers,
+// the same bound since step 95 (the switch stays separate). At RES 256
+// (1,972 row tiles of 128 rows, 15 per SM) launching the tiles longest
+// first cost the Gray-ordered fp16 gathers up to 2 % (step 28; session 42:
+// ±1 %) but cut the tf32 ones, which multiply at half the rate and hold each SM
 // twice as long per tile: forward −2.5 % in inference and −2.7 % in
 // training, input gradient −4.6 % (H200, session 42, call 2, two
 // interleaved rounds; docs/PERF_NOTES.md, step 93).
@@ -253,19 +259,26 @@ func regroupMaxRowsFromEnv() (int, error) {
 }
 
 // EnvRegroupThreads names the environment variable that, read when an
-// engine opens, sets the block of the regrouping kernels: 256 (unset or
-// empty: masks_regroup32/64), 512 or 1024 (masks_regroup{32,64}_t512 and
-// _t1024, whose greedy holds four or two mask classes per thread and runs
-// block-wide from 129 classes on). An experiment switch for the greedy's
-// pass, which costs about a microsecond on the 256-thread block (0.1 ms
-// per map at RES 64; docs/PERF_NOTES.md, session 43); the orders are the
-// same whatever the block.
+// engine opens, sets the block of the regrouping kernels: 256
+// (masks_regroup32/64), 512 (unset or empty: masks_regroup{32,64}_t512) or
+// 1024 (_t1024). The 512- and 1,024-thread kernels hold four or two mask
+// classes per thread and run the greedy's pass block-wide from 129 classes
+// on; the orders are the same whatever the block.
 const EnvRegroupThreads = "FLEXGEMM_REGROUP_THREADS"
 
-// regroupThreads is the default block of the regrouping kernels
-// masks_regroup32/64 (masks.cu's kRegroupThreads); the _t512 and _t1024
-// kernels run blocks of 512 and 1,024 threads.
-const regroupThreads = 256
+// regroupKernelThreads is the block of masks_regroup32/64 (masks.cu's
+// kRegroupThreads); the kernels of other blocks carry it in their names
+// (_t512, _t1024).
+const regroupKernelThreads = 256
+
+// regroupThreads is the default block of the regrouping kernels. The
+// greedy's pass costs about a microsecond on 256 threads (0.107 ms per
+// map at RES 64, 86 passes in each of 8 windows); on 512 threads the
+// kernel took 0.086 ms at RES 64 (−20 %), 0.060 against 0.063 ms at RES
+// 128 and 0.033 against 0.038 ms at RES 256; 1,024 threads 0.091 / 0.064
+// / 0.033 (H200, session 44, call 1, two interleaved rounds of chained
+// phases; docs/PERF_NOTES.md, step 95).
+const regroupThreads = 512
 
 // regroupThreadsFromEnv returns EnvRegroupThreads's value, or
 // regroupThreads when it is unset or empty; anything but 256, 512 or 1024

@@ -1478,7 +1478,7 @@ func (d *Device) grayFromRanks(mask, rank rawBuf, n, V int) (*grayTables, error)
 }
 
 // regroupWindowRows is the window of masks_regroup32/64 (masks.cu's
-// kRegroupWindow; their default block is regroupThreads): package kmap's.
+// kRegroupWindow, whatever their block): package kmap's.
 const regroupWindowRows = 2048
 
 // The windows of both engines agree (a compile-time check: a constant
@@ -1507,7 +1507,7 @@ func (d *Device) regroupWindows(mask, order devPtr, n, V int) error {
 	if V <= 32 {
 		name = "masks_regroup32"
 	}
-	if d.regroupThreads != regroupThreads {
+	if d.regroupThreads != regroupKernelThreads {
 		name += fmt.Sprintf("_t%d", d.regroupThreads)
 	}
 	windows := ceilDiv(int64(n), regroupWindowRows)

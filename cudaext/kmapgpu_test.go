@@ -1220,7 +1220,7 @@ func TestGPURegroup(t *testing.T) {
 		}))
 		return got, cpu.Masked()
 	}
-	for _, threads := range regroupBlocks[1:] {
+	for _, threads := range regroupBlocks {
 		got, ms := deviceOrder(64, func(d *Device) { d.regroupThreads = threads }, func(d *Device) { d.regroupThreads = regroupThreads })
 		require.True(t, slices.Equal(ms.Order, got), "%d threads: orders differ at %d", threads, firstDiff(ms.Order, got))
 	}
@@ -1249,9 +1249,9 @@ func TestGPURegroup(t *testing.T) {
 	}
 }
 
-// regroupBlocks are the blocks of the regrouping kernels (EnvRegroupThreads),
-// the default first.
-var regroupBlocks = []int{regroupThreads, 512, 1024}
+// regroupBlocks are the blocks of the regrouping kernels (EnvRegroupThreads;
+// regroupThreads is one of them).
+var regroupBlocks = []int{regroupKernelThreads, 512, 1024}
 
 // regroupedOnHost is order of the single-word masks mask regrouped window
 // by window as the engines regroup a Gray order (kmap.RegroupWindow over
