@@ -75,9 +75,12 @@
 //     the identity table; Implicit gathers inside the kernel; the masked
 //     algorithms visit rows in Gray-code order (kmap.Masked: its key reads
 //     the least evenly splitting taps first up to kmap.BalancedKeyMaxRows
-//     rows) and only the union of taps of each tile (kmap.Masked.Tiles),
+//     rows; up to kmap.RegroupMaxRows rows the order is regrouped window by
+//     window into tiles of fewer taps, kmap.RegroupWindow, by a block of
+//     512 threads per window, FLEXGEMM_REGROUP_THREADS=256 or 1024 for the
+//     other blocks) and only the union of taps of each tile (kmap.Masked.Tiles),
 //     launching the tiles with the most taps first when there are from half
-//     a tile up to FLEXGEMM_LONGEST_FIRST_TILES_PER_SM (default 8) per SM
+//     a tile up to FLEXGEMM_LONGEST_FIRST_TILES_PER_SM (default 16) per SM
 //     (tf32: FLEXGEMM_LONGEST_FIRST_TILES_PER_SM_TF32, default 16),
 //     and, for tables above 2^21 rows, in the order of their first rows
 //     (FLEXGEMM_NO_ROWS_FIRST=1 keeps the Gray order's tile order); the
