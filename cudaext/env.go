@@ -280,20 +280,25 @@ const regroupKernelThreads = 256
 // phases; docs/PERF_NOTES.md, step 95).
 const regroupThreads = 512
 
+// regroupBlocks are the blocks the regrouping kernels are built for
+// (masks.cu's FG_MASKS_REGROUP entries): masks_regroup32/64 and their
+// _t512 and _t1024 twins. regroupThreads is one of them.
+var regroupBlocks = []int{regroupKernelThreads, 512, 1024}
+
 // regroupThreadsFromEnv returns EnvRegroupThreads's value, or
-// regroupThreads when it is unset or empty; anything but 256, 512 or 1024
-// is an error naming the variable.
+// regroupThreads when it is unset or empty; anything but one of
+// regroupBlocks, written in decimal, is an error naming the variable.
 func regroupThreadsFromEnv() (int, error) {
-	v, ok := os.LookupEnv(EnvRegroupThreads)
-	if !ok || v == "" {
+	v := os.Getenv(EnvRegroupThreads)
+	if v == "" {
 		return regroupThreads, nil
 	}
-	switch v {
-	case "256", "512", "1024":
-		n, _ := strconv.Atoi(v)
-		return n, nil
+	for _, b := range regroupBlocks {
+		if v == strconv.Itoa(b) {
+			return b, nil
+		}
 	}
-	return 0, fmt.Errorf("cudaext: %s=%q: want 256, 512 or 1024 threads", EnvRegroupThreads, v)
+	return 0, fmt.Errorf("cudaext: %s=%q: want one of %v threads", EnvRegroupThreads, v, regroupBlocks)
 }
 
 // EnvNoOnesweep names the environment variable that, set to "1" when an

@@ -1249,10 +1249,6 @@ func TestGPURegroup(t *testing.T) {
 	}
 }
 
-// regroupBlocks are the blocks of the regrouping kernels (EnvRegroupThreads;
-// regroupThreads is one of them).
-var regroupBlocks = []int{regroupKernelThreads, 512, 1024}
-
 // regroupedOnHost is order of the single-word masks mask regrouped window
 // by window as the engines regroup a Gray order (kmap.RegroupWindow over
 // windows of kmap.RegroupWindowRows, tiles of kmap.RegroupTileRows).
