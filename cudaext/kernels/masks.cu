@@ -297,6 +297,11 @@ template <class M, int Warps> struct RegroupShared {
 // turn (the 256-thread kernels' way, kept as it was).
 template <int Warps> constexpr bool RegroupWide = Warps > 8;
 
+// regroup_bar is the block-wide step's barrier of regroup_passes: the
+// first aw warps of the block (named barrier 1; barrier 0 is
+// __syncthreads, which every warp meets after the passes).
+__device__ __forceinline__ void regroup_bar(int aw) { asm volatile("bar.sync 1, %0;\n" ::"r"(aw * 32) : "memory"); }
+
 // regroup_take places the next n rows of a class (positions front …) in
 // tile: it marks the segment's first position with the tile (the rows
 // after it up to the next mark are the segment's) and advances the class
@@ -336,9 +341,15 @@ __device__ __forceinline__ int regroup_key_rows(u32 key) {
 // come from the same reduction (the zero-adders are not candidates, and
 // placing them changes no other class). Every loop is uniform over the
 // threads that run it (filled, room, tile and the union are the same in
-// each). Returns the number of tiles.
+// each). With kBlock only the first aw warps of the block call it, those
+// holding classes (aw·32·P ≥ nclasses): the others would only add empty
+// work to every pass (at RES 64 a window's ~500 classes fill 4 of a
+// 512-thread block's 16 warps), so the steps meet at a named barrier of
+// aw warps. The prefix of zero-adders before a thread is reduced only
+// when they overflow the tile (at most once a tile). Returns the number of
+// tiles.
 template <class M, int P, bool kBlock, int Warps>
-__device__ int regroup_passes(RegroupShared<M, Warps>& s, int n, int nclasses, int tile_rows) {
+__device__ int regroup_passes(RegroupShared<M, Warps>& s, int n, int nclasses, int tile_rows, int aw = 1) {
   constexpr unsigned kAll = 0xffffffffu;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int c0 = (kBlock ? (int)threadIdx.x : lane) * P;
@@ -364,12 +375,13 @@ __device__ int regroup_passes(RegroupShared<M, Warps>& s, int n, int nclasses, i
     f = __reduce_min_sync(kAll, f);
     if (kBlock) {
       if (lane == 0) s.k[buf][warp] = f;
-      __syncthreads();
+      regroup_bar(aw);
       if constexpr (RegroupWide<Warps>) {
-        f = __reduce_min_sync(kAll, lane < Warps ? s.k[buf][lane] : ~0u);
+        f = __reduce_min_sync(kAll, lane < aw ? s.k[buf][lane] : ~0u);
       } else {
 #pragma unroll
-        for (int w = 0; w < Warps; ++w) f = min(f, s.k[buf][w]);
+        for (int w = 0; w < Warps; ++w)
+          if (w < aw) f = min(f, s.k[buf][w]);
       }
       buf ^= 1;
     }
@@ -393,24 +405,24 @@ __device__ int regroup_passes(RegroupShared<M, Warps>& s, int n, int nclasses, i
         key = min(key, zero ? ~0u : regroup_key(m[i], rem[i], c0 + i, uni));
       }
       int total = (int)__reduce_add_sync(kAll, (u32)z), before = 0;
-      u32 best = __reduce_min_sync(kAll, key);
+      u32 best = __reduce_min_sync(kAll, key), zw = 0;
       if (kBlock) {
         if (lane == 0) s.z[buf][warp] = (u32)total, s.k[buf][warp] = best;
-        __syncthreads();
+        regroup_bar(aw);
         if constexpr (RegroupWide<Warps>) {
-          const u32 zw = lane < Warps ? s.z[buf][lane] : 0u;
+          zw = lane < aw ? s.z[buf][lane] : 0u;
           total = (int)__reduce_add_sync(kAll, zw);
-          before = (int)__reduce_add_sync(kAll, lane < warp ? zw : 0u);
-          best = __reduce_min_sync(kAll, lane < Warps ? s.k[buf][lane] : ~0u);
+          best = __reduce_min_sync(kAll, lane < aw ? s.k[buf][lane] : ~0u);
         } else {
           total = 0;
 #pragma unroll
-          for (int w = 0; w < Warps; ++w) {
-            const int zw = (int)s.z[buf][w];
-            total += zw;
-            before += w < warp ? zw : 0;
-            best = min(best, s.k[buf][w]);
-          }
+          for (int w = 0; w < Warps; ++w)
+            if (w < aw) {
+              const int zv = (int)s.z[buf][w];
+              total += zv;
+              before += w < warp ? zv : 0;
+              best = min(best, s.k[buf][w]);
+            }
         }
         buf ^= 1;
       }
@@ -421,7 +433,8 @@ __device__ int regroup_passes(RegroupShared<M, Warps>& s, int n, int nclasses, i
       } else {
         // Only the first room rows: those of the threads before, then
         // this thread's classes in order (every lane takes part in the
-        // scan: total is the same in each).
+        // scan and the reduction: total is the same in each).
+        if constexpr (kBlock && RegroupWide<Warps>) before = (int)__reduce_add_sync(kAll, lane < warp ? zw : 0u);
         int left = room - (before + warp_inclusive_sum(z, lane) - z);
 #pragma unroll
         for (int i = 0; i < P; ++i)
@@ -478,7 +491,10 @@ __device__ __forceinline__ void regroup_on_warp0(RegroupShared<M, Warps>& s, int
 // one 64-bit word, nvcc 11.8's sm_90 code stored the count's half unset
 // (session 19, call 5). With 512 or 1,024 threads (an experiment, session
 // 43) the block path holds four or two classes per thread and takes every
-// window of more than 128 classes.
+// window of more than 128 classes; it runs on the warps that hold classes
+// only (regroup_passes). Nsight Compute, session 44: a pass of the
+// 512-thread kernel at RES 64 took about 1,290 cycles with all 16 warps in
+// it, each issuing some 180 instructions a pass.
 template <class M, int Threads>
 __device__ void regroup(const u64* mask, int* order, i64 rows, int tile_rows) {
   constexpr int P = kRegroupWindow / Threads, Warps = Threads / 32;
@@ -546,8 +562,8 @@ __device__ void regroup(const u64* mask, int* order, i64 rows, int tile_rows) {
     regroup_on_warp0<M, 4>(s, n, nclasses, tile_rows, warp, lane);
   } else if (nclasses <= P * 32) {
     regroup_on_warp0<M, P>(s, n, nclasses, tile_rows, warp, lane);
-  } else {
-    const int t = regroup_passes<M, P, true>(s, n, nclasses, tile_rows);
+  } else if (const int aw = (nclasses + 32 * P - 1) / (32 * P); warp < aw) {
+    const int t = regroup_passes<M, P, true>(s, n, nclasses, tile_rows, aw);
     if (threadIdx.x == 0) s.tiles = t;
   }
   __syncthreads();
