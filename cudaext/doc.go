@@ -78,7 +78,8 @@
 //     rows; up to kmap.RegroupMaxRows rows the order is regrouped window by
 //     window into tiles of fewer taps, kmap.RegroupWindow, by a block of
 //     512 threads per window, FLEXGEMM_REGROUP_THREADS=256 or 1024 for the
-//     other blocks) and only the union of taps of each tile (kmap.Masked.Tiles),
+//     other blocks, whose greedy passes run on the warps that hold the
+//     window's mask classes) and only the union of taps of each tile (kmap.Masked.Tiles),
 //     launching the tiles with the most taps first when there are from half
 //     a tile up to FLEXGEMM_LONGEST_FIRST_TILES_PER_SM (default 16) per SM
 //     (tf32: FLEXGEMM_LONGEST_FIRST_TILES_PER_SM_TF32, default 16),
