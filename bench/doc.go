@@ -33,6 +33,15 @@
 //	       layers 1…L−1: the input features need no gradient);
 //	infer: forward only.
 //
+// subm_conv also has two parts of the inference step as modes of their
+// own, for -power to split an inference step's energy (no anchor rows):
+//
+//	map:         the step's kernel-map build and derived tables alone
+//	             (built, derived and released every step; tflops 0);
+//	infer_nomap: the step's L convolutions over one map built and
+//	             derived before the timing and kept until the workload's
+//	             last mode (so list it last).
+//
 // Each (workload, config, dtype, algorithm, mode) runs 2 warm-up steps and
 // 3 repeats of K steps; the median repeat is reported as ms per step.
 // -op adds the strided (kernel 2, stride 2) convolution stack and

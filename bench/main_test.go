@@ -45,12 +45,15 @@ func TestParseRunFlags(t *testing.T) {
 	require.Equal(t, kmapAuto, o.kmap)
 	require.Equal(t, 0, o.measure.iters, "automatic on the CPU")
 	require.Equal(t, wgradAuto, o.wgrad)
+	o, err = parseRunFlags([]string{"-modes", "infer,map,infer_nomap"}, &stderr)
+	require.NoError(t, err)
+	require.Equal(t, []string{modeInfer, modeMap, modeInferNoMap}, o.modes)
 	for _, bad := range [][]string{
 		{"-dtypes", "fp16"}, {"-algo", "fastest"}, {"-op", "pool"}, {"-modes", "eval"},
 		{"-batch", "0"}, {"-repeats", "0"}, {"-splitk", "-1"}, {"extra"},
 		{"-device", "tpu"}, {"-kmap", "disk"}, {"-kmap", "gpu"}, {"-device", "cuda", "-dtypes", "fp64"},
 		{"-device", "cuda", "-op", "grid_sample"}, {"-device", "cuda", "-gpu", "-1"}, {"-peaktflops", "-1"},
-		{"-wgrad", "fp8"},
+		{"-wgrad", "fp8"}, {"-op", "grid_sample", "-modes", "map"}, {"-op", "subm_conv,sparse_conv_k2s2", "-modes", "infer_nomap"},
 	} {
 		_, err := parseRunFlags(bad, &stderr)
 		require.Error(t, err, "%v", bad)
@@ -268,7 +271,13 @@ func TestWorkloadCounts(t *testing.T) {
 	require.Equal(t, 3, w.l)
 	require.Equal(t, 2.0*2544*4*4*3, w.flops["infer"])
 	require.Equal(t, 3*w.flops["infer"], w.flops["train"])
-	require.Len(t, w.steps, 2)
+	require.Equal(t, w.flops["infer"], w.flops[modeInferNoMap], "the same convolutions, the map built before")
+	require.Zero(t, w.flops[modeMap])
+	require.Len(t, w.steps, len(allModes))
+	for _, mode := range []string{modeMap, modeInferNoMap, modeInferNoMap, modeMap} {
+		require.NoError(t, w.steps[mode](), mode) // infer_nomap builds its map once, then reuses it
+	}
+	w.close()
 
 	w, err = newWorkload(sc, params{op: opDown, C: 4, L: 2, dtype: dt, seed: 1})
 	require.NoError(t, err)

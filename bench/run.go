@@ -148,7 +148,7 @@ func parseRunFlags(args []string, stderr io.Writer) (*runOptions, error) {
 	fs.SetOutput(stderr)
 	cfgs := fs.String("cfgs", defaultConfigs, "configs `RES,C,L;…` (the anchor's CFGS syntax)")
 	ops := fs.String("op", opSubm, "workloads, comma-separated: "+strings.Join(allOps, ", "))
-	modes := fs.String("modes", "train,infer", "modes, comma-separated: train, infer")
+	modes := fs.String("modes", "train,infer", "modes, comma-separated: train, infer; for subm_conv also map (the kernel-map build of an inference step alone) and infer_nomap (an inference step's convolutions over a map built once, before the timing): with -power they split an inference step's energy")
 	device := fs.String("device", deviceCPU, "where to run: cpu (pure-Go engine) or cuda (CUDA engine; needs a bench built with -tags cudaext)")
 	gpu := fs.Int("gpu", 0, "GPU ordinal for -device cuda")
 	kmapKind := fs.String("kmap", kmapAuto, "kernel-map builder inside each step: auto (the device's), cpu (host), gpu (on the device, -device cuda)")
@@ -238,8 +238,15 @@ func parseRunFlags(args []string, stderr io.Writer) (*runOptions, error) {
 		o.ops = append(o.ops, op)
 	}
 	for _, m := range parseList(*modes) {
-		if m != "train" && m != "infer" {
-			return nil, fmt.Errorf("unknown mode %q (want train or infer)", m)
+		if !contains(allModes, m) {
+			return nil, fmt.Errorf("unknown mode %q (want one of %v)", m, allModes)
+		}
+		if contains(submOnlyModes, m) {
+			for _, op := range o.ops {
+				if op != opSubm {
+					return nil, fmt.Errorf("mode %q is defined for op %s only, not %s", m, opSubm, op)
+				}
+			}
 		}
 		o.modes = append(o.modes, m)
 	}
@@ -418,7 +425,7 @@ func runBench(o *runOptions, stdout, stderr io.Writer) ([]Record, error) {
 							continue
 						}
 						rec := makeRecord(o, op, mode, dt.name, algoName, *sc, cfg, w, t)
-						if mode == "train" && op != opSample {
+						if mode == modeTrain && op != opSample {
 							rec.WGradDType = wgradDTypeName(o.wgrad, dt)
 						}
 						if o.phases > 0 {

@@ -20,6 +20,22 @@ const (
 
 var allOps = []string{opSubm, opDown, opSample}
 
+// The modes (Record.Mode): FlexGEMM's training and inference steps, and two
+// parts of the inference step that subm_conv also times on their own, so
+// that -power can say where an inference step's energy goes (the anchor
+// has no such rows).
+const (
+	modeTrain      = "train"       // forward + backward, kernel map built inside the step
+	modeInfer      = "infer"       // forward only, kernel map built inside the step
+	modeMap        = "map"         // the inference step's kernel-map build and derived tables alone
+	modeInferNoMap = "infer_nomap" // the inference step's L convolutions over one map built before the timing
+)
+
+var allModes = []string{modeTrain, modeInfer, modeMap, modeInferNoMap}
+
+// submOnlyModes are the modes only subm_conv defines.
+var submOnlyModes = []string{modeMap, modeInferNoMap}
+
 // scene is a voxel set to run on.
 type scene struct {
 	coords []int32
@@ -345,12 +361,59 @@ func submWorkload(sc scene, p params) (_ *workload, err error) {
 			return convStack(h, maps, x, ws, bs, ones, p.conv, train)
 		})
 	}
+	// mapOnly is an inference step's map phase and nothing else: build,
+	// derive, release.
+	mapOnly := func() error {
+		use := useFor(p, false, p.L > 1)
+		p.be.phase("map")
+		m, err := p.maps.submanifold()
+		if err != nil {
+			return err
+		}
+		defer p.maps.release(m)
+		p.be.phase("derive")
+		if err := p.maps.prepare(m, use); err != nil {
+			return err
+		}
+		p.be.phase("release")
+		return nil
+	}
+	// noMap runs an inference step's convolutions over one map, built and
+	// prepared on the first call and kept until the workload closes.
+	var kept *kmap.Map
+	noMap := func() error {
+		if kept == nil {
+			m, err := p.maps.submanifold()
+			if err != nil {
+				return err
+			}
+			if err := p.maps.prepare(m, useFor(p, false, p.L > 1)); err != nil {
+				p.maps.release(m)
+				return err
+			}
+			kept = m
+		}
+		maps := make([]*kmap.Map, p.L)
+		for l := range maps {
+			maps[l] = kept
+		}
+		h := &holder{be: p.be}
+		defer h.release()
+		err := convStack(h, maps, x, ws, bs, ones, p.conv, false)
+		p.be.phase("release")
+		return err
+	}
 	useful := 2 * float64(pairs) * float64(p.C) * float64(p.C) * float64(p.L)
 	return &workload{
 		n: n, pairs: pairs, l: p.L,
-		flops: map[string]float64{"train": 3 * useful, "infer": useful},
-		steps: map[string]func() error{"train": step(true), "infer": step(false)},
-		close: inputs.release,
+		flops: map[string]float64{modeTrain: 3 * useful, modeInfer: useful, modeMap: 0, modeInferNoMap: useful},
+		steps: map[string]func() error{modeTrain: step(true), modeInfer: step(false), modeMap: mapOnly, modeInferNoMap: noMap},
+		close: func() {
+			if kept != nil {
+				p.maps.release(kept)
+			}
+			inputs.release()
+		},
 	}, nil
 }
 
@@ -424,8 +487,8 @@ func downWorkload(sc scene, p params) (_ *workload, err error) {
 	useful := 2 * float64(pairs) * float64(p.C) * float64(p.C)
 	return &workload{
 		n: nIn, pairs: pairs, l: p.L,
-		flops: map[string]float64{"train": 3 * useful, "infer": useful},
-		steps: map[string]func() error{"train": step(true), "infer": step(false)},
+		flops: map[string]float64{modeTrain: 3 * useful, modeInfer: useful},
+		steps: map[string]func() error{modeTrain: step(true), modeInfer: step(false)},
 		close: inputs.release,
 	}, nil
 }
@@ -506,8 +569,8 @@ func sampleWorkload(sc scene, p params) (*workload, error) {
 	useful := 2 * float64(pairs) * float64(p.C)
 	return &workload{
 		n: n, pairs: pairs, l: 1,
-		flops: map[string]float64{"train": 2 * useful, "infer": useful},
-		steps: map[string]func() error{"train": step(true), "infer": step(false)},
+		flops: map[string]float64{modeTrain: 2 * useful, modeInfer: useful},
+		steps: map[string]func() error{modeTrain: step(true), modeInfer: step(false)},
 		close: inputs.release,
 	}, nil
 }
