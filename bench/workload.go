@@ -341,11 +341,12 @@ func submWorkload(sc scene, p params) (_ *workload, err error) {
 		return nil, err
 	}
 	ones := func(h *holder) (sparse.Matrix, error) { return h.filled(p.dtype, n, p.C, 1) }
-	step := func(train bool) func() error {
-		// One map serves every layer, so it needs the input-gradient
-		// tables when a layer above 0 exists.
+	// buildFor returns a step's map build: one map serves every layer, so
+	// it needs the input-gradient tables when a layer above 0 exists. On
+	// a failed prepare the maps come back with the error, to be released.
+	buildFor := func(train bool) func() ([]*kmap.Map, error) {
 		use := useFor(p, train, p.L > 1)
-		build := func() ([]*kmap.Map, error) {
+		return func() ([]*kmap.Map, error) {
 			m, err := p.maps.submanifold()
 			if err != nil {
 				return nil, err
@@ -357,49 +358,32 @@ func submWorkload(sc scene, p params) (_ *workload, err error) {
 			p.be.phase("derive")
 			return maps, p.maps.prepare(m, use)
 		}
-		return stepFunc(p, build, func(h *holder, maps []*kmap.Map) error {
+	}
+	step := func(train bool) func() error {
+		return stepFunc(p, buildFor(train), func(h *holder, maps []*kmap.Map) error {
 			return convStack(h, maps, x, ws, bs, ones, p.conv, train)
 		})
 	}
 	// mapOnly is an inference step's map phase and nothing else: build,
 	// derive, release.
-	mapOnly := func() error {
-		use := useFor(p, false, p.L > 1)
-		p.be.phase("map")
-		m, err := p.maps.submanifold()
-		if err != nil {
-			return err
-		}
-		defer p.maps.release(m)
-		p.be.phase("derive")
-		if err := p.maps.prepare(m, use); err != nil {
-			return err
-		}
-		p.be.phase("release")
-		return nil
-	}
+	mapOnly := stepFunc(p, buildFor(false), func(*holder, []*kmap.Map) error { return nil })
 	// noMap runs an inference step's convolutions over one map, built and
 	// prepared on the first call and kept until the workload closes.
-	var kept *kmap.Map
+	var kept []*kmap.Map
 	noMap := func() error {
 		if kept == nil {
-			m, err := p.maps.submanifold()
+			maps, err := buildFor(false)()
 			if err != nil {
+				if maps != nil {
+					p.maps.release(maps[0])
+				}
 				return err
 			}
-			if err := p.maps.prepare(m, useFor(p, false, p.L > 1)); err != nil {
-				p.maps.release(m)
-				return err
-			}
-			kept = m
-		}
-		maps := make([]*kmap.Map, p.L)
-		for l := range maps {
-			maps[l] = kept
+			kept = maps
 		}
 		h := &holder{be: p.be}
 		defer h.release()
-		err := convStack(h, maps, x, ws, bs, ones, p.conv, false)
+		err := convStack(h, kept, x, ws, bs, ones, p.conv, false)
 		p.be.phase("release")
 		return err
 	}
@@ -410,7 +394,7 @@ func submWorkload(sc scene, p params) (_ *workload, err error) {
 		steps: map[string]func() error{modeTrain: step(true), modeInfer: step(false), modeMap: mapOnly, modeInferNoMap: noMap},
 		close: func() {
 			if kept != nil {
-				p.maps.release(kept)
+				p.maps.release(kept[0])
 			}
 			inputs.release()
 		},
