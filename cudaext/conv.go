@@ -512,9 +512,11 @@ type gatherJob struct {
 	userSplits             int
 	out                    *Buffer
 	tmp                    rawBuf // im2col matrix of Explicit, freed by the caller
-	// perTap: the masked split-K gather runs per tap over these tables
-	// (gatherInput sets it, runGather hands the job to runPerTap), or nil.
-	perTap *perTapTables
+	// perTap: the masked split-K gather runs per tap over these tables in
+	// perTapGroups groups of tiles (gatherInput sets them, runGather hands
+	// the job to runPerTap), or nil.
+	perTap       *perTapTables
+	perTapGroups int64
 }
 
 // runGather launches the gather GEMM (and the split-K reduction). Worker
@@ -1117,12 +1119,12 @@ func (e *Engine) gatherInput(j *gatherJob, m *kmap.Map, reverse bool, alg sparse
 	j.in, j.tbl, j.Kc, j.V, j.mirror = in, tbl, c, V, mirror
 	// A small submanifold map's masked split-K gathers may run per tap
 	// instead (pertap.go): no masks, Gray order or tile unions then.
-	pt, ok, err := e.perTap(m, alg, j.math, j.tile, c, j.N)
+	pt, groups, err := e.perTap(m, alg, j.math, j.tile, c, j.N, !reverse)
 	if err != nil {
 		return err
 	}
-	if ok {
-		j.perTap = pt
+	if groups > 0 {
+		j.perTap, j.perTapGroups = pt, groups
 		return nil
 	}
 	if isMasked(alg) {

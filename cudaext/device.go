@@ -175,6 +175,16 @@ type Device struct {
 	// perTapMinBlocks: the fewest blocks of a per-tap gather
 	// (perTapMinBlocksPerSM per SM; the tests lower it).
 	perTapMinBlocks int64
+	// perTapGroupOuts and perTapGroupMinChannels: a forward gather of at
+	// least perTapGroupMinChannels input channels may run per tap in
+	// groups of tiles whose slot buffer takes up to perTapGroupOuts
+	// results (pertap.go; EnvPerTapGroupOuts, EnvPerTapGroupMinChannels;
+	// 0 outs: no groups); perTapGroupLaunches counts the gathers that ran
+	// in more than one group and perTapLastGroups holds the groups of the
+	// last per-tap gather (test instruments).
+	perTapGroupOuts, perTapGroupMinChannels int64
+	perTapGroupLaunches                     int
+	perTapLastGroups                        int64
 	// statusHost (page-locked, stWords int32) and statusEv receive a status
 	// array without draining the stream (hashCoordsThen); made on first
 	// use.
@@ -244,6 +254,14 @@ func openDevice(ordinal int) (*Device, error) {
 	if err != nil {
 		return nil, err
 	}
+	groupOuts, err := perTapGroupOutsFromEnv()
+	if err != nil {
+		return nil, err
+	}
+	groupMinCh, err := perTapGroupMinChannelsFromEnv()
+	if err != nil {
+		return nil, err
+	}
 	cubSortFrom, err := cubSortModeFromEnv()
 	if err != nil {
 		return nil, err
@@ -257,6 +275,8 @@ func openDevice(ordinal int) (*Device, error) {
 		halfSkip:                   halfSkip,
 		pdl:                        pdl,
 		perTapMaxBytes:             perTapMax,
+		perTapGroupOuts:            groupOuts,
+		perTapGroupMinChannels:     groupMinCh,
 		funcs:                      map[string]*kernelFunc{},
 		syncEach:                   os.Getenv(EnvSync) == "1",
 		noBricks:                   os.Getenv(EnvNoBricks) == "1",

@@ -477,6 +477,52 @@ func perTapMaxBytesFromEnv() (int64, error) {
 	return int64(mb) << 20, err
 }
 
+// EnvPerTapGroupOuts names the environment variable that, read when an
+// engine opens, sets the slot buffer of a forward gather that runs per tap
+// in groups of tiles (pertap.go) in units of the gather's result: a group's
+// products take at most this many times the result's bytes (or
+// EnvPerTapMaxMB's limit if that is more); 0: forwards run per tap only
+// when all their slots fit that limit at once, as before groups.
+const EnvPerTapGroupOuts = "FLEXGEMM_PERTAP_GROUP_OUTS"
+
+// perTapGroupOutsDefault is EnvPerTapGroupOuts's setting when unset: a
+// group's slot buffer of up to four results. At tf32 (64, 1024, 2) (slots
+// 0.79 GB, result 62 MB) that is four groups of about 0.2 GB, which keeps
+// the inference step's peak (0.39 GB) well under FlexGEMM's (0.83 GB) and
+// the training step's forward under its own peak at the weight gradients
+// (docs/PERF_NOTES.md step 97 has the measurements).
+const perTapGroupOutsDefault = 4
+
+// perTapGroupOutsFromEnv returns EnvPerTapGroupOuts's setting:
+// perTapGroupOutsDefault when unset or empty, an error naming the variable
+// for anything but a non-negative integer.
+func perTapGroupOutsFromEnv() (int64, error) {
+	n, err := nonNegativeFromEnv(EnvPerTapGroupOuts, perTapGroupOutsDefault, "results")
+	return int64(n), err
+}
+
+// EnvPerTapGroupMinChannels names the environment variable that, read when
+// an engine opens, sets the fewest input channels of a forward gather that
+// runs per tap in groups (pertap.go; a non-negative integer, default
+// perTapGroupMinChannelsDefault).
+const EnvPerTapGroupMinChannels = "FLEXGEMM_PERTAP_GROUP_MIN_CHANNELS"
+
+// perTapGroupMinChannelsDefault is EnvPerTapGroupMinChannels's setting
+// when unset: a slot's product row of N float32 values costs 8·N bytes of
+// memory traffic (written, read back) against the 2·K·N useful products it
+// saves from the masked tile's padding, so only wide inputs pay for it
+// (K = 1024: 256 products a byte; the H200's tf32 rate over its memory
+// rate is about 100).
+const perTapGroupMinChannelsDefault = 1024
+
+// perTapGroupMinChannelsFromEnv returns EnvPerTapGroupMinChannels's
+// setting: perTapGroupMinChannelsDefault when unset or empty, an error
+// naming the variable for anything but a non-negative integer.
+func perTapGroupMinChannelsFromEnv() (int64, error) {
+	n, err := nonNegativeFromEnv(EnvPerTapGroupMinChannels, perTapGroupMinChannelsDefault, "channels")
+	return int64(n), err
+}
+
 // switchFromEnv returns the on/off setting of environment variable key:
 // def when unset or empty, true for "1", false for "0", an error naming
 // the variable otherwise.

@@ -140,6 +140,26 @@ func TestPerTapMaxBytesFromEnv(t *testing.T) {
 	})
 }
 
+// TestPerTapGroupRulesFromEnv checks the parsing of EnvPerTapGroupOuts and
+// EnvPerTapGroupMinChannels.
+func TestPerTapGroupRulesFromEnv(t *testing.T) {
+	checkEnvParse(t, EnvPerTapGroupOuts, perTapGroupOutsFromEnv, []envCase[int64]{
+		{set: false, want: perTapGroupOutsDefault},
+		{value: "", set: true, want: perTapGroupOutsDefault},
+		{value: "0", set: true, want: 0},
+		{value: "8", set: true, want: 8},
+		{value: "-1", set: true, bad: true},
+		{value: "two", set: true, bad: true},
+	})
+	checkEnvParse(t, EnvPerTapGroupMinChannels, perTapGroupMinChannelsFromEnv, []envCase[int64]{
+		{set: false, want: perTapGroupMinChannelsDefault},
+		{value: "", set: true, want: perTapGroupMinChannelsDefault},
+		{value: "512", set: true, want: 512},
+		{value: "-3", set: true, bad: true},
+		{value: "1k", set: true, bad: true},
+	})
+}
+
 // envCase is one setting of an environment variable: its value (set:
 // whether it is set at all) and what the parser returns, or bad: an error
 // naming the variable.

@@ -35,7 +35,21 @@ import (
 // mirrored weight taps (gatherInput), so one set of tables serves both.
 // The slot buffer is bounded (perTapMaxBytes, FLEXGEMM_PERTAP_MAX_MB), and
 // a launch needs perTapMinBlocks blocks; otherwise the masked gather runs
-// (perTapMaxMBDefault has the measurements). The tables are cached with
+// (perTapMaxMBDefault has the measurements).
+//
+// A forward gather of wide inputs (perTapGroupMinChannels) whose slots do
+// not fit that limit runs in groups of consecutive tiles instead: one GEMM
+// launch and one reduction per group, each group's products in a buffer of
+// at most perTapGroupOuts results, the reductions carrying each row's
+// float32 running sum from group to group (in the result itself when it is
+// float32, else in a float32 scratch of the result's shape) and the last
+// one adding the bias and rounding. A row's slots ascend with its taps, so
+// the sums are made in tap order whatever the grouping: the same bits as
+// one group. At most perTapMaxGroups groups: maps whose rows hold more than
+// about sixteen taps each have little masked padding to save, and every
+// group after the first reads and writes the running sums once more. Input
+// gradients keep the single buffer: in a training step they run at the
+// memory peak, where the weight gradients computed so far are alive. The tables are cached with
 // the map but dropped by every weight gradient on it (dropPerTap), so that
 // they are not part of a training step's memory peak.
 
@@ -49,6 +63,13 @@ const perTapMinBlocksPerSM = 2
 // gather: below them the GEMM is short and the masked gather's one launch
 // wins.
 const perTapMinChannels = 256
+
+// perTapGroupMaxRows is the most rows (voxels) of a map whose forward
+// gathers may run per tap in groups: DeriveTables counts the pair lists of
+// such maps ahead (mayRunPerTap) without knowing the channels, and larger
+// shells have little padding in their masked tiles (1.11× the useful
+// products at RES 256 against 1.41× at RES 64).
+const perTapGroupMaxRows = 1 << 17
 
 // perTapMap reports whether m's kind and shape allow per-tap gathers: a
 // submanifold map with rows and an odd kernel volume of at least 3 (its
@@ -65,34 +86,62 @@ func (d *Device) perTapMayFit(m *kmap.Map, cols, esz int64) bool {
 	return int64(m.NOut)*int64(m.V())*cols*esz <= 4*d.perTapMaxBytes
 }
 
+// perTapGroupsMayRun is the cheap filter of grouped per-tap forwards on
+// m: groups are on and m has at most perTapGroupMaxRows rows.
+func (d *Device) perTapGroupsMayRun(m *kmap.Map) bool {
+	return d.perTapGroupOuts > 0 && m.NOut <= perTapGroupMaxRows
+}
+
 // mayRunPerTap reports whether some gather on m could run per tap (perTap
-// with the fewest channels it takes, in 16-bit): DeriveTables then counts
-// the pair lists ahead.
+// with the fewest channels it takes, in 16-bit, or in groups): DeriveTables
+// then counts the pair lists ahead.
 func (e *Engine) mayRunPerTap(m *kmap.Map) bool {
-	return perTapMap(m) && e.d.perTapMayFit(m, perTapMinChannels, 2)
+	return perTapMap(m) && (e.d.perTapMayFit(m, perTapMinChannels, 2) || e.d.perTapGroupsMayRun(m))
 }
 
 // perTapTables are the slot tables of a submanifold map for tiles of bm
 // rows (spconv_pertap_tables): views of one block.
 type perTapTables struct {
-	rows  int64  // slots: the taps' segments, each padded to a multiple of bm
-	tiles int64  // rows / bm
-	buf   rawBuf // the block holding the four tables below
-	tbl   devPtr // [rows] int32: the input row of each slot, −1 for padding
-	slot  devPtr // [n, V] int32: the slot of (row, tap), −1 where the row lacks the tap
-	seg   devPtr // [tiles + 1] int32: tile t's taps are tile_taps[t] alone
-	taps  devPtr // [tiles] int32: the tap of each tile
+	rows  int64 // slots: the taps' segments, each padded to a multiple of bm
+	tiles int64 // rows / bm
+	// firstTile[k]: tap k's first tile (V + 1 entries, the last = tiles;
+	// host memory): the taps a group of tiles covers.
+	firstTile []int64
+	buf       rawBuf // the block holding the four tables below
+	tbl       devPtr // [rows] int32: the input row of each slot, −1 for padding
+	slot      devPtr // [n, V] int32: the slot of (row, tap), −1 where the row lacks the tap
+	seg       devPtr // [tiles + 1] int32: tile t's taps are tile_taps[t] alone
+	taps      devPtr // [tiles] int32: the tap of each tile
+}
+
+// perTapGroupBytes is the slot buffer that a grouped per-tap forward of
+// arithmetic mth on m with kc input and n output channels may take per
+// group, or 0 where it may not run in groups.
+func (d *Device) perTapGroupBytes(m *kmap.Map, mth kernels.Math, kc, n int64) int64 {
+	if !d.perTapGroupsMayRun(m) || kc < d.perTapGroupMinChannels {
+		return 0
+	}
+	return max(d.perTapMaxBytes, d.perTapGroupOuts*int64(m.NOut)*n*int64(mth.ElemSize()))
 }
 
 // perTap reports whether a gather of algorithm alg on m with arithmetic mth,
-// tile t, kc input and n output channels runs per tap, and returns the map's
-// slot tables if so. Worker only.
-func (e *Engine) perTap(m *kmap.Map, alg sparse.Algorithm, mth kernels.Math, t kernels.Tile, kc, n int64) (*perTapTables, bool, error) {
+// tile t, kc input and n output channels runs per tap (forward: a forward
+// gather, which may run in groups), and returns the map's slot tables and
+// the number of groups if so. Worker only.
+func (e *Engine) perTap(m *kmap.Map, alg sparse.Algorithm, mth kernels.Math, t kernels.Tile, kc, n int64, forward bool) (*perTapTables, int64, error) {
 	d := e.d
 	if alg != sparse.MaskedImplicitSplitK || !perTapMap(m) || (mth != kernels.F16 && mth != kernels.TF32) ||
-		kc < perTapMinChannels || n < perTapMinChannels || d.perTapMaxBytes <= 0 ||
-		!d.perTapMayFit(m, n, int64(mth.ElemSize())) {
-		return nil, false, nil
+		kc < perTapMinChannels || n < perTapMinChannels {
+		return nil, 0, nil
+	}
+	esz := int64(mth.ElemSize())
+	var groupBytes int64
+	if forward {
+		groupBytes = d.perTapGroupBytes(m, mth, kc, n)
+	}
+	single := d.perTapMaxBytes > 0 && d.perTapMayFit(m, n, esz)
+	if !single && groupBytes == 0 {
+		return nil, 0, nil
 	}
 	// A filter on the blocks before the pair lists are counted here too: a
 	// tap has at most NOut pairs, so at most ceil(NOut / BM) row tiles.
@@ -101,22 +150,27 @@ func (e *Engine) perTap(m *kmap.Map, alg sparse.Algorithm, mth kernels.Math, t k
 	// gather would read (session 33: 2 % of that step; the counts
 	// DeriveTables takes ahead for mayRunPerTap maps remain).
 	bm := int64(t.BM)
-	if int64(m.V())*ceilDiv(int64(m.NOut), bm)*ceilDiv(n, int64(t.BN)) < d.perTapMinBlocks {
-		return nil, false, nil
+	colTiles := ceilDiv(n, int64(t.BN))
+	if int64(m.V())*ceilDiv(int64(m.NOut), bm)*colTiles < d.perTapMinBlocks {
+		return nil, 0, nil
 	}
 	pl, err := e.pairTables(m)
 	if err != nil {
-		return nil, false, err
+		return nil, 0, err
 	}
 	// The slots: each tap's segment padded to whole tiles.
 	_, tiles := pl.st.itersOf(bm)
 	rows := tiles * bm
+	groups := perTapGroupsOf(tiles, bm*n*esz, d.perTapMaxBytes, groupBytes)
 	// Slots are int32 in the tables (and in spconv_pertap_tables).
-	if rows > math.MaxInt32 || rows*n*int64(mth.ElemSize()) > d.perTapMaxBytes || tiles*ceilDiv(n, int64(t.BN)) < d.perTapMinBlocks {
-		return nil, false, nil
+	if rows > math.MaxInt32 || groups == 0 || ceilDiv(tiles, groups)*colTiles < d.perTapMinBlocks {
+		return nil, 0, nil
 	}
 	pt, err := e.perTapTablesFor(m, pl, bm)
-	return pt, err == nil, err
+	if err != nil {
+		return nil, 0, err
+	}
+	return pt, groups, nil
 }
 
 // perTapTablesFor returns m's slot tables for tiles of bm rows from its pair
@@ -130,7 +184,13 @@ func (e *Engine) perTapTablesFor(m *kmap.Map, pl pairLists, bm int64) (*perTapTa
 	V, n := int64(m.V()), int64(m.NOut)
 	// Tap segments padded to whole tiles; the launch covers the longest.
 	longest, tiles := pl.st.itersOf(bm)
-	pt := &perTapTables{rows: tiles * bm, tiles: tiles}
+	pt := &perTapTables{rows: tiles * bm, tiles: tiles, firstTile: make([]int64, V+1)}
+	for k, pairs := range pl.st.iters {
+		pt.firstTile[k+1] = pt.firstTile[k] + ceilDiv(pairs, bm)
+	}
+	if int64(len(pl.st.iters)) != V || pt.firstTile[V] != tiles {
+		return nil, fmt.Errorf("cudaext: per-tap tables: %d tap segments of %d tiles for %d taps of %d tiles", len(pl.st.iters), pt.firstTile[len(pl.st.iters)], V, tiles)
+	}
 	// One block, one fill: the slot and slot-of-(row, tap) tables start at
 	// −1 (padding, absent taps); the kernel writes every tile's entries.
 	// Each table starts on a 256-byte boundary, as a block of its own would.
@@ -187,32 +247,75 @@ func (e *Engine) dropPerTap(m *kmap.Map) {
 	}
 }
 
-// runPerTap runs gather job j (gatherInput set j.perTap) per tap: the
-// slots' products into a temporary [pt.rows, j.N] buffer of the result's
-// dtype, then their sums with j.bias into j.out's j.M rows. Worker only.
+// runPerTap runs gather job j (gatherInput set j.perTap and j.perTapGroups)
+// per tap: in each group of consecutive tiles, the slots' products into a
+// temporary buffer of the result's dtype, then their sums into the rows'
+// running sums, and with j.bias into j.out's j.M rows after the last group.
+// Worker only.
 func (e *Engine) runPerTap(j gatherJob) error {
 	d := e.d
-	pt, rows, out, bias := j.perTap, j.M, j.out, j.bias
-	prod, err := d.allocTemp(pt.rows * j.N * int64(j.math.ElemSize()))
+	pt, rows, out, bias, groups := j.perTap, j.M, j.out, j.bias, max(j.perTapGroups, 1)
+	sfx, ok := floatSuffix(out.dtype)
+	if !ok {
+		return fmt.Errorf("%w: cudaext: per-tap sums into %v", sparse.ErrDType, out.dtype)
+	}
+	bm := pt.rows / pt.tiles
+	per := ceilDiv(pt.tiles, groups) // tiles per group
+	prod, err := d.allocTemp(per * bm * j.N * int64(j.math.ElemSize()))
 	if err != nil {
 		return err
 	}
 	defer d.freeTemp(prod)
-	j.perTap, j.M, j.tbl, j.slotTbl, j.tileSeg, j.tileTp = nil, pt.rows, pt.tbl, true, pt.seg, pt.taps
-	j.splitAlg, j.bias = false, 0
-	j.out = &Buffer{ptr: prod.ptr, dtype: out.dtype}
-	d.perTapLaunches++
-	if err := e.runGather(j); err != nil {
-		return err
-	}
-	sfx, ok := floatSuffix(out.dtype)
-	if !ok {
-		return fmt.Errorf("%w: cudaext: per-tap sums into %v", sparse.ErrDType, out.dtype)
+	// The running sums between groups: the result itself when it is
+	// float32, else a float32 scratch.
+	acc := out.ptr
+	if groups > 1 && out.dtype != sparse.Float32 {
+		buf, err := d.allocTemp(rows * j.N * 4)
+		if err != nil {
+			return err
+		}
+		defer d.freeTemp(buf)
+		acc = buf.ptr
 	}
 	var vec int64
 	if j.N%4 == 0 {
 		vec = 1
 	}
 	g, b := d.elementwise(ceilDiv(rows*j.N, 1+3*vec))
-	return d.launch("spconv_pertap_reduce_"+sfx, g, b, 0, prod.ptr, pt.slot, bias, out.ptr, rows, j.N, j.V, vec)
+	gj := j
+	gj.perTap, gj.perTapGroups, gj.slotTbl, gj.tileSeg = nil, 0, true, pt.seg
+	gj.splitAlg, gj.bias = false, 0
+	gj.out = &Buffer{ptr: prod.ptr, dtype: out.dtype}
+	d.perTapLaunches++
+	d.perTapLastGroups = ceilDiv(pt.tiles, per)
+	if groups > 1 {
+		d.perTapGroupLaunches++
+	}
+	for t0 := int64(0); t0 < pt.tiles; t0 += per {
+		t1 := min(t0+per, pt.tiles)
+		// The group's tiles: its slots' input rows and taps; the tile
+		// segments are the identity (one tap a tile), so the whole table
+		// serves every group.
+		gj.M, gj.tbl, gj.tileTp = (t1-t0)*bm, pt.tbl+devPtr(4*t0*bm), pt.taps+devPtr(4*t0)
+		if err := e.runGather(gj); err != nil {
+			return err
+		}
+		k0, k1 := pt.tapOf(t0), pt.tapOf(t1-1)+1
+		var first, last int64
+		if t0 == 0 {
+			first = 1
+		}
+		gb := devPtr(0)
+		if t1 == pt.tiles {
+			last, gb = 1, bias
+		}
+		if err := d.launch("spconv_pertap_reduce_"+sfx, g, b, 0, prod.ptr, pt.slot, t0*bm, t1*bm, k0, k1, gb, acc, out.ptr,
+			rows, j.N, j.V, vec, first, last); err != nil {
+			return err
+		}
+	}
+	return nil
 }
+
+// tapOf returns the tap of tile t (< tiles).
+func (pt *perTapTables) tapOf(t int64) int64 { return tapOfTile(pt.firstTile, t) }

@@ -139,6 +139,141 @@ func TestPerTapGathers(t *testing.T) {
 	}
 }
 
+// TestPerTapGroupedGathers checks the per-tap forwards that run in groups
+// of tiles (pertap.go): with the single buffer's limit at 0 and group
+// limits of one to eight results, on a shell and on a random scene whose
+// taps span several tiles (so that groups split taps), f16 (running sums
+// in a float32 scratch) and tf32 (in the result), with a bias, rows of a
+// multiple of four columns and not, every Hopper tile and one plain tile:
+// the same bits as one group over all slots, within the arithmetic's
+// bound of the float64 reference; two, three and four groups all seen;
+// input gradients never in groups (they keep the masked gather at that
+// limit); no groups above perTapMaxGroups, below the fewest channels, for
+// bfloat16, or with the group limit at 0.
+func TestPerTapGroupedGathers(t *testing.T) {
+	ok := mapOK(t)
+	rng := rand.New(rand.NewPCG(67, 1))
+	rext := grid.Extent{Batch: 2, X: 16, Y: 16, Z: 16}
+	scenes := []scene{
+		{"shell8-subm3", shell8Map(t)},
+		{"random-subm3", ok(kmap.NewSubmanifold(synth.RandomScene(rng, rext, 0.3), rext, [3]int{3, 3, 3}, [3]int{1, 1, 1}))},
+	}
+	tiles := kernels.Tiles
+	if gpu.d.hopperTiles(kernels.F16) {
+		tiles = kernels.AllTiles()
+	}
+	const unlimited = int64(1) << 40
+	setPerTapRules(t, 0, 0)
+	setPerTapGroupRules(t, 0, perTapMinChannels)
+	type counts struct{ launches, grouped int }
+	// rules sets the single limit and the group limit (in results) and
+	// returns the launch counters.
+	rules := func(single, outs int64) (c counts) {
+		require.NoError(t, gpu.d.do(func() error {
+			gpu.d.perTapMaxBytes, gpu.d.perTapGroupOuts = single, outs
+			c = counts{gpu.d.perTapLaunches, gpu.d.perTapGroupLaunches}
+			return nil
+		}))
+		return c
+	}
+	lastGroups := func() (g int64) {
+		require.NoError(t, gpu.d.do(func() error { g = gpu.d.perTapLastGroups; return nil }))
+		return g
+	}
+	seen := map[int64]bool{}
+	for _, sc := range scenes {
+		m := sc.m
+		for _, ch := range [][2]int{{256, 256}, {264, 258}} {
+			ci, co := ch[0], ch[1]
+			ref := cpuReference(t, rng, m, ci, co)
+			for _, mth := range []kernels.Math{kernels.F16, kernels.TF32, kernels.BF16} {
+				gpu.SetTF32(mth == kernels.TF32)
+				x, w, b, dy := ref.operands(t, m, dtypeOf(mth))
+				for _, tile := range tiles {
+					if !tile.Supports(mth) || !envSelected("FLEXGEMM_TEST_TILES", tile.Name()) ||
+						tile.Name() != tiles[0].Name() && !tile.Hopper {
+						continue
+					}
+					name := fmt.Sprintf("%s/ci%d-co%d/%v/%s", sc.name, ci, co, mth, tile.Name())
+					o := Options{ConvOptions: sparse.ConvOptions{Algorithm: sparse.MaskedImplicitSplitK}, Tile: tile.Name()}
+					forward := func() []float32 {
+						y, err := gpu.Forward(m, x, w, b, o)
+						require.NoError(t, err, name)
+						defer gpu.Free(y)
+						return host(t, y)
+					}
+					before := rules(unlimited, 0)
+					one := forward()
+					after := rules(0, 0)
+					if mth == kernels.BF16 {
+						require.Equal(t, before, after, "%s: bfloat16 keeps the masked gather", name)
+						rules(0, 8)
+						forward()
+						require.Equal(t, before, rules(0, 0), "%s: bfloat16 keeps the masked gather in groups too", name)
+						continue
+					}
+					require.Equal(t, before.launches+1, after.launches, "%s: one buffer", name)
+					require.EqualValues(t, 1, lastGroups(), name)
+					require.LessOrEqual(t, relL2(one, ref.y), bound(mth), "%s: one group against float64", name)
+					// The slot tiles of this tile height, for the groups
+					// each limit should give.
+					var slotTiles int64
+					require.NoError(t, gpu.d.do(func() error {
+						slotTiles = gpu.maps.entries[keyOf(m)].perTap[int64(tile.BM)].tiles
+						return nil
+					}))
+					esz, rowBytes := int64(mth.ElemSize()), int64(co)*int64(mth.ElemSize())
+					for outs := int64(1); outs <= 8; outs++ {
+						want := perTapGroupsOf(slotTiles, int64(tile.BM)*rowBytes, 0, outs*int64(m.NOut)*int64(co)*esz)
+						before := rules(0, outs)
+						got := forward()
+						after := rules(0, 0)
+						if want == 0 {
+							require.Equal(t, before, after, "%s: %d results a group: more groups than %d, masked", name, outs, perTapMaxGroups)
+							require.LessOrEqual(t, relL2(got, ref.y), bound(mth), "%s: masked against float64", name)
+							continue
+						}
+						g := lastGroups()
+						// runPerTap balances the groups' tiles, which may
+						// leave fewer groups than perTap counted.
+						require.Equal(t, ceilDiv(slotTiles, ceilDiv(slotTiles, want)), g, "%s: %d results a group", name, outs)
+						require.Equal(t, before.launches+1, after.launches, name)
+						if g > 1 {
+							require.Equal(t, before.grouped+1, after.grouped, "%s: counted as grouped", name)
+						}
+						seen[g] = true
+						requireSameBits(t, one, got, fmt.Sprintf("%s: %d groups against one", name, g))
+					}
+					// Input gradients never in groups.
+					before = rules(0, 1)
+					dx, err := gpu.InputGrad(m, dy, w, o)
+					require.NoError(t, err, name)
+					require.LessOrEqual(t, relL2(host(t, dx), ref.dx), bound(mth), name)
+					gpu.Free(dx)
+					require.Equal(t, before, rules(0, 0), "%s: the input gradient keeps the masked gather", name)
+				}
+				// Too few channels for groups.
+				setPerTapGroupRules(t, 1, int64(ci)+1)
+				before := rules(0, 1)
+				forward := func() {
+					y, err := gpu.Forward(m, x, w, b, Options{ConvOptions: sparse.ConvOptions{Algorithm: sparse.MaskedImplicitSplitK}})
+					require.NoError(t, err)
+					gpu.Free(y)
+				}
+				forward()
+				require.Equal(t, before, rules(0, 0), "%s %v: %d channels under the fewest for groups", sc.name, mth, ci)
+				setPerTapGroupRules(t, 0, perTapMinChannels)
+				gpu.Free(x, w, b, dy)
+			}
+			gpu.SetTF32(false)
+		}
+		gpu.ReleaseMap(m)
+	}
+	for g := int64(2); g <= perTapMaxGroups; g++ {
+		require.True(t, seen[g], "no gather ran in %d groups (seen: %v)", g, seen)
+	}
+}
+
 // TestPerTapTablesDroppedByWeightGrad checks dropPerTap: the slot tables
 // that a per-tap forward caches with its map are freed at once (the
 // allocator's bytes in use fall by their block) and by a weight gradient
@@ -257,5 +392,23 @@ func setPerTapRules(t *testing.T, maxBytes, minBlocks int64) {
 	}))
 	t.Cleanup(func() {
 		_ = gpu.d.do(func() error { gpu.d.perTapMaxBytes, gpu.d.perTapMinBlocks = oldMax, oldMin; return nil })
+	})
+}
+
+// setPerTapGroupRules sets the device's group limit (in results) and the
+// fewest input channels of grouped per-tap forwards for the test, and
+// restores them when it ends.
+func setPerTapGroupRules(t *testing.T, outs, minChannels int64) {
+	var oldOuts, oldMin int64
+	require.NoError(t, gpu.d.do(func() error {
+		oldOuts, oldMin = gpu.d.perTapGroupOuts, gpu.d.perTapGroupMinChannels
+		gpu.d.perTapGroupOuts, gpu.d.perTapGroupMinChannels = outs, minChannels
+		return nil
+	}))
+	t.Cleanup(func() {
+		_ = gpu.d.do(func() error {
+			gpu.d.perTapGroupOuts, gpu.d.perTapGroupMinChannels = oldOuts, oldMin
+			return nil
+		})
 	})
 }

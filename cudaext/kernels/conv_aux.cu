@@ -316,43 +316,61 @@ template <class T> __device__ __forceinline__ float4 load4(const T* p) {
   }
 }
 
-// pertap_reduce writes out[r, c] = bias[c] + Σ_k part[slot[r, k], c] over
-// the taps k with slot[r, k] ≥ 0, in tap order, summed in float32 and
-// rounded once; with vec (cols a multiple of 4) four columns per thread.
-// (Reading sixteen taps' slots before their products, for more loads in
-// flight, was slower at RES 16: 18 µs against 13, session 32.)
+// pertap_reduce sums the products of the slots in [s0, s1) (one group of
+// a per-tap gather's tiles; part holds them from slot s0 on) over the taps
+// k0 ≤ k < k1 that the group's tiles cover, in tap order, into float32
+// running sums: a row's sum starts at 0 in the first group (first) and at
+// acc[r, c] in the others, and after the last group (last) gets bias[c]
+// and is rounded once into out[r, c]; before that it goes back to acc. A
+// row's slots ascend with its taps, so groups in slot order sum every row
+// in tap order and the result does not depend on the grouping; one group
+// over all slots and taps (first and last) is the sum the per-tap gathers
+// always made. acc may be out itself when T is float (the same element is
+// read and then written by one thread). With vec (cols a multiple of 4)
+// four columns per thread. (Reading sixteen taps' slots before their
+// products, for more loads in flight, was slower at RES 16: 18 µs against
+// 13, session 32.)
 template <class T>
-__device__ void pertap_reduce(const T* part, const int* slot, const T* bias, T* out, long long rows, long long cols,
-                              long long V, long long vec) {
+__device__ void pertap_reduce(const T* part, const int* slot, long long s0, long long s1, long long k0, long long k1,
+                              const T* bias, float* acc, T* out, long long rows, long long cols, long long V,
+                              long long vec, long long first, long long last) {
   const long long n = rows * cols;
   const AddBias<T> add{bias, cols};
   if (vec) {
     for (long long i = gtid() * 4; i < n; i += gstride() * 4) {
       const long long r = i / cols, c = i % cols;
-      float4 s = make_float4(0.f, 0.f, 0.f, 0.f);
-      for (long long k = 0; k < V; ++k) {
-        const int sl = slot[r * V + k];
-        if (sl < 0) continue;
-        const float4 v = load4(part + (long long)sl * cols + c);
+      float4 s = first ? make_float4(0.f, 0.f, 0.f, 0.f) : *reinterpret_cast<const float4*>(acc + i);
+      for (long long k = k0; k < k1; ++k) {
+        const long long sl = slot[r * V + k];
+        if (sl < s0 || sl >= s1) continue;
+        const float4 v = load4(part + (sl - s0) * cols + c);
         s.x += v.x;
         s.y += v.y;
         s.z += v.z;
         s.w += v.w;
       }
-      add(s, i);
-      store4(out + i, s);
+      if (last) {
+        add(s, i);
+        store4(out + i, s);
+      } else {
+        *reinterpret_cast<float4*>(acc + i) = s;
+      }
     }
     return;
   }
   for (long long i = gtid(); i < n; i += gstride()) {
     const long long r = i / cols, c = i % cols;
-    float s = 0.f;
-    for (long long k = 0; k < V; ++k) {
-      const int sl = slot[r * V + k];
-      if (sl >= 0) s += to_f32(part[(long long)sl * cols + c]);
+    float s = first ? 0.f : acc[i];
+    for (long long k = k0; k < k1; ++k) {
+      const long long sl = slot[r * V + k];
+      if (sl >= s0 && sl < s1) s += to_f32(part[(sl - s0) * cols + c]);
     }
-    add(s, i);
-    out[i] = from_f32<T>(s);
+    if (last) {
+      add(s, i);
+      out[i] = from_f32<T>(s);
+    } else {
+      acc[i] = s;
+    }
   }
 }
 
@@ -432,10 +450,12 @@ __global__ void spconv_pertap_tables(const int* pin, const int* pout, const long
     fg_await_prior_grid();                                                                                        \
     fg_aux::bias_grad2(part, out, chunks, cols);                                                                  \
   }                                                                                                               \
-  __global__ void spconv_pertap_reduce_##SFX(const T* part, const int* slot, const T* bias, T* out, long long rows, \
-                                             long long cols, long long V, long long vec) {                        \
+  __global__ void spconv_pertap_reduce_##SFX(const T* part, const int* slot, long long s0, long long s1,           \
+                                             long long k0, long long k1, const T* bias, float* acc, T* out,       \
+                                             long long rows, long long cols, long long V, long long vec,          \
+                                             long long first, long long last) {                                   \
     fg_await_prior_grid();                                                                                        \
-    fg_aux::pertap_reduce(part, slot, bias, out, rows, cols, V, vec);                                             \
+    fg_aux::pertap_reduce(part, slot, s0, s1, k0, k1, bias, acc, out, rows, cols, V, vec, first, last);           \
   }
 FG_AUX_FLOAT_KERNELS(f32, float)
 FG_AUX_FLOAT_KERNELS(f16, __half)
