@@ -478,19 +478,20 @@ func perTapMaxBytesFromEnv() (int64, error) {
 }
 
 // EnvPerTapGroupOuts names the environment variable that, read when an
-// engine opens, sets the slot buffer of a forward gather that runs per tap
-// in groups of tiles (pertap.go) in units of the gather's result: a group's
-// products take at most this many times the result's bytes (or
+// engine opens, sets the slot buffer of a tf32 forward gather that runs per
+// tap in groups of tiles (pertap.go) in units of the gather's result: a
+// group's products take at most this many times the result's bytes (or
 // EnvPerTapMaxMB's limit if that is more); 0: forwards run per tap only
 // when all their slots fit that limit at once, as before groups.
 const EnvPerTapGroupOuts = "FLEXGEMM_PERTAP_GROUP_OUTS"
 
 // perTapGroupOutsDefault is EnvPerTapGroupOuts's setting when unset: a
 // group's slot buffer of up to four results. At tf32 (64, 1024, 2) (slots
-// 0.79 GB, result 62 MB) that is four groups of about 0.2 GB, which keeps
-// the inference step's peak (0.39 GB) well under FlexGEMM's (0.83 GB) and
-// the training step's forward under its own peak at the weight gradients
-// (docs/PERF_NOTES.md step 97 has the measurements).
+// 0.79 GB, result 62 MB) that is four groups of about 0.2 GB. Measured
+// (H200, session 46, step 97, against 0): inference 4.47 → 3.82 ms and
+// its peak 0.39 → 0.58 GB (FlexGEMM's: 0.83 GB), training 11.7 → 11.2 ms
+// with its peak unchanged (0.72 GB, at the weight gradients); the slot
+// buffer in one piece had put the inference peak at 1.13 GB.
 const perTapGroupOutsDefault = 4
 
 // perTapGroupOutsFromEnv returns EnvPerTapGroupOuts's setting:

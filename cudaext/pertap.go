@@ -37,18 +37,22 @@ import (
 // a launch needs perTapMinBlocks blocks; otherwise the masked gather runs
 // (perTapMaxMBDefault has the measurements).
 //
-// A forward gather of wide inputs (perTapGroupMinChannels) whose slots do
-// not fit that limit runs in groups of consecutive tiles instead: one GEMM
-// launch and one reduction per group, each group's products in a buffer of
-// at most perTapGroupOuts results, the reductions carrying each row's
-// float32 running sum from group to group (in the result itself when it is
-// float32, else in a float32 scratch of the result's shape) and the last
-// one adding the bias and rounding. A row's slots ascend with its taps, so
-// the sums are made in tap order whatever the grouping: the same bits as
-// one group. At most perTapMaxGroups groups: maps whose rows hold more than
+// A tf32 forward gather of wide inputs (perTapGroupMinChannels) whose
+// slots do not fit that limit runs in groups of consecutive tiles instead:
+// one GEMM launch and one reduction per group, each group's products in a
+// buffer of at most perTapGroupOuts results, the reductions carrying each
+// row's float32 running sum from group to group in the result itself and
+// the last one adding the bias. A row's slots ascend with its taps, so the
+// sums are made in tap order whatever the grouping: the same bits as one
+// group. At most perTapMaxGroups groups: maps whose rows hold more than
 // about sixteen taps each have little masked padding to save, and every
-// group after the first reads and writes the running sums once more. Input
-// gradients keep the single buffer: in a training step they run at the
+// group after the first reads and writes the running sums once more. Only
+// tf32: its masked gathers are bound by the tensor pipe, so the padding
+// they multiply costs its full time (H200, step 97: tf32 (64, 1024, 2)
+// gathers 1.94 → 1.46 ms for four groups, plus 0.32 ms of reductions);
+// the float16 gathers of the same map lost only 7 % to the padding and
+// the reductions made the inference step 21 % slower. Input gradients
+// keep the single buffer: in a training step they run at the
 // memory peak, where the weight gradients computed so far are alive. The tables are cached with
 // the map but dropped by every weight gradient on it (dropPerTap), so that
 // they are not part of a training step's memory peak.
@@ -93,10 +97,10 @@ func (d *Device) perTapGroupsMayRun(m *kmap.Map) bool {
 }
 
 // mayRunPerTap reports whether some gather on m could run per tap (perTap
-// with the fewest channels it takes, in 16-bit, or in groups): DeriveTables
-// then counts the pair lists ahead.
+// with the fewest channels it takes, in 16-bit, or in groups, which tf32
+// alone runs): DeriveTables then counts the pair lists ahead.
 func (e *Engine) mayRunPerTap(m *kmap.Map) bool {
-	return perTapMap(m) && (e.d.perTapMayFit(m, perTapMinChannels, 2) || e.d.perTapGroupsMayRun(m))
+	return perTapMap(m) && (e.d.perTapMayFit(m, perTapMinChannels, 2) || e.TF32() && e.d.perTapGroupsMayRun(m))
 }
 
 // perTapTables are the slot tables of a submanifold map for tiles of bm
@@ -116,9 +120,10 @@ type perTapTables struct {
 
 // perTapGroupBytes is the slot buffer that a grouped per-tap forward of
 // arithmetic mth on m with kc input and n output channels may take per
-// group, or 0 where it may not run in groups.
+// group, or 0 where it may not run in groups (not tf32, too few input
+// channels, too many rows, groups off).
 func (d *Device) perTapGroupBytes(m *kmap.Map, mth kernels.Math, kc, n int64) int64 {
-	if !d.perTapGroupsMayRun(m) || kc < d.perTapGroupMinChannels {
+	if mth != kernels.TF32 || !d.perTapGroupsMayRun(m) || kc < d.perTapGroupMinChannels {
 		return 0
 	}
 	return max(d.perTapMaxBytes, d.perTapGroupOuts*int64(m.NOut)*n*int64(mth.ElemSize()))
@@ -266,16 +271,10 @@ func (e *Engine) runPerTap(j gatherJob) error {
 		return err
 	}
 	defer d.freeTemp(prod)
-	// The running sums between groups: the result itself when it is
-	// float32, else a float32 scratch.
-	acc := out.ptr
+	// The running sums between groups live in the result: groups are
+	// tf32's alone (perTapGroupBytes).
 	if groups > 1 && out.dtype != sparse.Float32 {
-		buf, err := d.allocTemp(rows * j.N * 4)
-		if err != nil {
-			return err
-		}
-		defer d.freeTemp(buf)
-		acc = buf.ptr
+		return fmt.Errorf("%w: cudaext: per-tap gather in %d groups into %v (float32 only)", sparse.ErrDType, groups, out.dtype)
 	}
 	var vec int64
 	if j.N%4 == 0 {
@@ -309,7 +308,7 @@ func (e *Engine) runPerTap(j gatherJob) error {
 		if t1 == pt.tiles {
 			last, gb = 1, bias
 		}
-		if err := d.launch("spconv_pertap_reduce_"+sfx, g, b, 0, prod.ptr, pt.slot, t0*bm, t1*bm, k0, k1, gb, acc, out.ptr,
+		if err := d.launch("spconv_pertap_reduce_"+sfx, g, b, 0, prod.ptr, pt.slot, t0*bm, t1*bm, k0, k1, gb, out.ptr, out.ptr,
 			rows, j.N, j.V, vec, first, last); err != nil {
 			return err
 		}
