@@ -130,9 +130,9 @@
 //     tap's own row tiles, writing each pair's product, then a per-row sum
 //     in tap order; tf32 forwards of at least
 //     FLEXGEMM_PERTAP_GROUP_MIN_CHANNELS (default 1024) input channels
-//     whose slots exceed that run per tap in up to four groups of tiles,
+//     whose slots exceed that run per tap in up to three groups of tiles,
 //     each group's products in at most FLEXGEMM_PERTAP_GROUP_OUTS (default
-//     4, 0: no groups) results, the float32 running sums carried from group
+//     6, 0: no groups) results, the float32 running sums carried from group
 //     to group in tap order (the same bits as one group).
 //
 // Results are deterministic: fixed partitions, no float atomics (stream-K's

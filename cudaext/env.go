@@ -486,13 +486,16 @@ func perTapMaxBytesFromEnv() (int64, error) {
 const EnvPerTapGroupOuts = "FLEXGEMM_PERTAP_GROUP_OUTS"
 
 // perTapGroupOutsDefault is EnvPerTapGroupOuts's setting when unset: a
-// group's slot buffer of up to four results. At tf32 (64, 1024, 2) (slots
-// 0.79 GB, result 62 MB) that is four groups of about 0.2 GB. Measured
-// (H200, session 46, step 97, against 0): inference 4.47 → 3.82 ms and
-// its peak 0.39 → 0.58 GB (FlexGEMM's: 0.83 GB), training 11.7 → 11.2 ms
-// with its peak unchanged (0.72 GB, at the weight gradients); the slot
-// buffer in one piece had put the inference peak at 1.13 GB.
-const perTapGroupOutsDefault = 4
+// group's slot buffer of up to six results. At tf32 (64, 1024, 2) (slots
+// 0.79 GB, result 62 MB) that is three groups of about 0.26 GB: the
+// inference step's peak 0.39 → 0.65 GB (FlexGEMM's: 0.83 GB), and the
+// training step's forward (about 0.37 GB alive) stays under its peak at the
+// weight gradients (0.72 GB). Measured (H200, session 46, step 97): four
+// results (four groups) against 0, inference 4.47 → 3.82 ms, peak 0.58 GB,
+// training 11.7 → 11.2 ms, peak unchanged; eight (two groups) inference
+// 3.47 ms but both peaks 0.763 GB, 1.5 % under FlexGEMM's training peak;
+// the slot buffer in one piece had put the inference peak at 1.13 GB.
+const perTapGroupOutsDefault = 6
 
 // perTapGroupOutsFromEnv returns EnvPerTapGroupOuts's setting:
 // perTapGroupOutsDefault when unset or empty, an error naming the variable

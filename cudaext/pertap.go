@@ -38,14 +38,14 @@ import (
 // (perTapMaxMBDefault has the measurements).
 //
 // A tf32 forward gather of wide inputs (perTapGroupMinChannels) whose
-// slots do not fit that limit runs in groups of consecutive tiles instead:
-// one GEMM launch and one reduction per group, each group's products in a
-// buffer of at most perTapGroupOuts results, the reductions carrying each
-// row's float32 running sum from group to group in the result itself and
-// the last one adding the bias. A row's slots ascend with its taps, so the
+// slots do not fit that limit runs in up to three groups of consecutive
+// tiles instead: one GEMM launch and one reduction per group, each group's
+// products in a buffer of at most perTapGroupOuts results, the reductions
+// carrying each row's float32 running sum from group to group in the
+// result itself and the last one adding the bias. A row's slots ascend with its taps, so the
 // sums are made in tap order whatever the grouping: the same bits as one
 // group. At most perTapMaxGroups groups: maps whose rows hold more than
-// about sixteen taps each have little masked padding to save, and every
+// about eighteen taps each have little masked padding to save, and every
 // group after the first reads and writes the running sums once more. Only
 // tf32: its masked gathers are bound by the tensor pipe, so the padding
 // they multiply costs its full time (H200, step 97: tf32 (64, 1024, 2)

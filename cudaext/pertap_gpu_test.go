@@ -145,7 +145,7 @@ func TestPerTapGathers(t *testing.T) {
 // taps span several tiles (so that groups split taps), tf32 with a bias,
 // rows of a multiple of four columns and not, every Hopper tile and one
 // plain tile: the same bits as one group over all slots, within tf32's
-// bound of the float64 reference; two, three and four groups all seen;
+// bound of the float64 reference; two and three groups both seen;
 // input gradients never in groups (they keep the masked gather at that
 // limit); no groups above perTapMaxGroups, below the fewest channels, for
 // float16 or bfloat16.

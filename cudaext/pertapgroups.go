@@ -6,10 +6,10 @@ import "sort"
 // device so that the CPU tests check it.
 
 // perTapMaxGroups is the most groups of a grouped per-tap gather
-// (pertap.go): with groups of perTapGroupOuts results each, maps whose rows hold
-// up to perTapGroupOuts·perTapMaxGroups taps on average (16 by default, of
-// 27; a sphere shell's rows at RES 64 hold 12.6).
-const perTapMaxGroups = 4
+// (pertap.go): with groups of perTapGroupOuts results each, maps whose rows
+// hold up to perTapGroupOuts·perTapMaxGroups taps on average (18 by
+// default, of 27; a sphere shell's rows at RES 64 hold 12.6).
+const perTapMaxGroups = 3
 
 // perTapGroupsOf returns the groups of a per-tap gather of tiles tiles of
 // tileBytes bytes of products each: 1 when all fit single (the limit of

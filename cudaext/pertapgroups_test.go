@@ -23,12 +23,14 @@ func TestPerTapGroupsOf(t *testing.T) {
 		{"two groups", 40, tile, 32 * tile, 20 * tile, 2},
 		{"three groups, last one short", 41, tile, 32 * tile, 20 * tile, 3},
 		{"group limit not a whole tile", 40, tile, 0, 20*tile + tile/2, 2},
-		{"four groups, the most", 80, tile, 0, 20 * tile, 4},
-		{"five groups: masked", 81, tile, 0, 20 * tile, 0},
+		{"three groups, the most", 60, tile, 0, 20 * tile, 3},
+		{"four groups: masked", 61, tile, 0, 20 * tile, 0},
 		{"group smaller than a tile", 4, tile, 0, tile - 1, 0},
 		// tf32 (64, 1024, 2): 1,510 tiles of 128 slots × 1,024 float32
-		// columns against four results of 15,192 rows.
-		{"tf32 (64, 1024, 2)", 1510, 128 * 1024 * 4, 32 << 20, 4 * 15192 * 1024 * 4, 4},
+		// columns against results of 15,192 rows.
+		{"tf32 (64, 1024, 2), four results: masked", 1510, 128 * 1024 * 4, 32 << 20, 4 * 15192 * 1024 * 4, 0},
+		{"tf32 (64, 1024, 2), six results", 1510, 128 * 1024 * 4, 32 << 20, 6 * 15192 * 1024 * 4, 3},
+		{"tf32 (64, 1024, 2), eight results", 1510, 128 * 1024 * 4, 32 << 20, 8 * 15192 * 1024 * 4, 2},
 	} {
 		require.Equal(t, c.want, perTapGroupsOf(c.tiles, c.tileBytes, c.single, c.group), c.name)
 	}
