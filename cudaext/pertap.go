@@ -42,20 +42,22 @@ import (
 // tiles instead: one GEMM launch and one reduction per group, each group's
 // products in a buffer of at most perTapGroupOuts results, the reductions
 // carrying each row's float32 running sum from group to group in the
-// result itself and the last one adding the bias. A row's slots ascend with its taps, so the
-// sums are made in tap order whatever the grouping: the same bits as one
-// group. At most perTapMaxGroups groups: maps whose rows hold more than
-// about eighteen taps each have little masked padding to save, and every
-// group after the first reads and writes the running sums once more. Only
-// tf32: its masked gathers are bound by the tensor pipe, so the padding
-// they multiply costs its full time (H200, step 97: tf32 (64, 1024, 2)
-// gathers 1.94 → 1.46 ms for four groups, plus 0.32 ms of reductions);
-// the float16 gathers of the same map lost only 7 % to the padding and
-// the reductions made the inference step 21 % slower. Input gradients
-// keep the single buffer: in a training step they run at the
-// memory peak, where the weight gradients computed so far are alive. The tables are cached with
-// the map but dropped by every weight gradient on it (dropPerTap), so that
-// they are not part of a training step's memory peak.
+// result itself and the last one adding the bias. A row's slots ascend
+// with its taps, so the sums are made in tap order whatever the grouping:
+// the same bits as one group. At most perTapMaxGroups groups: maps whose
+// rows hold more than about eighteen taps each have little masked padding
+// to save, and every group after the first reads and writes the running
+// sums once more. Only tf32: its masked gathers are bound by the tensor
+// pipe, so the padding they multiply costs its full time (H200, step 97:
+// tf32 (64, 1024, 2) gathers 1.94 → 1.46 ms in four groups, plus 0.32 ms
+// of reductions); the float16 gathers of the same map lost only 7 % to the
+// padding, and the reductions made the inference step 21 % slower. Input
+// gradients keep the single buffer: in a training step they run at the
+// memory peak, where the weight gradients computed so far are alive.
+//
+// The tables are cached with the map but dropped by every weight gradient
+// on it (dropPerTap), so that they are not part of a training step's
+// memory peak.
 
 // perTapMinBlocksPerSM: a per-tap gather needs at least this many blocks
 // (row tiles × column tiles) per SM (Device.perTapMinBlocks). Measured
@@ -264,6 +266,11 @@ func (e *Engine) runPerTap(j gatherJob) error {
 	if !ok {
 		return fmt.Errorf("%w: cudaext: per-tap sums into %v", sparse.ErrDType, out.dtype)
 	}
+	// The running sums between groups live in the result: groups are
+	// tf32's alone (perTapGroupBytes).
+	if groups > 1 && out.dtype != sparse.Float32 {
+		return fmt.Errorf("%w: cudaext: per-tap gather in %d groups into %v (float32 only)", sparse.ErrDType, groups, out.dtype)
+	}
 	bm := pt.rows / pt.tiles
 	per := ceilDiv(pt.tiles, groups) // tiles per group
 	prod, err := d.allocTemp(per * bm * j.N * int64(j.math.ElemSize()))
@@ -271,11 +278,6 @@ func (e *Engine) runPerTap(j gatherJob) error {
 		return err
 	}
 	defer d.freeTemp(prod)
-	// The running sums between groups live in the result: groups are
-	// tf32's alone (perTapGroupBytes).
-	if groups > 1 && out.dtype != sparse.Float32 {
-		return fmt.Errorf("%w: cudaext: per-tap gather in %d groups into %v (float32 only)", sparse.ErrDType, groups, out.dtype)
-	}
 	var vec int64
 	if j.N%4 == 0 {
 		vec = 1
@@ -287,7 +289,7 @@ func (e *Engine) runPerTap(j gatherJob) error {
 	gj.out = &Buffer{ptr: prod.ptr, dtype: out.dtype}
 	d.perTapLaunches++
 	d.perTapLastGroups = ceilDiv(pt.tiles, per)
-	if groups > 1 {
+	if d.perTapLastGroups > 1 {
 		d.perTapGroupLaunches++
 	}
 	for t0 := int64(0); t0 < pt.tiles; t0 += per {
