@@ -14,7 +14,7 @@
 //	                              # offline autotuning of a shell grid (GPU build)
 //	go run ./bench padding [-res 8,…,1024] [-rows 64,128,256] [-regroup W [-windows]] [-halo]
 //	                       [-bytes C] [-wgrad G,…] [-halves V,…]
-//	                       [-graywindows W,… [-wavetiles T] [-cachemb M]]
+//	                       [-graywindows W,… [-wavetiles T] [-cachemb M]] [-sparsetaps F,…]
 //	                              # masked-GEMM padding of the benchmark shells, and the
 //	                              # rows and bytes a gather reads per tile order (CPU)
 //	go run ./bench pairsched [-res 256] [-splits 18 | -balanced C] [-tiles 2] [-groups 1,2,…]

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 
 	"github.com/flexgemm-go/flexgemm/sparse/kmap"
@@ -56,6 +57,7 @@ func paddingMain(args []string, stdout, stderr io.Writer) error {
 	waveTiles := fs.Int("wavetiles", 264, "tiles a gather runs at once, for -graywindows (264: two blocks per SM on 132 SMs)")
 	cacheMB := fs.Int("cachemb", 40, "MB of L2 that keep input rows between waves, for -graywindows")
 	brickWindow := fs.Int("brickwindow", 0, "also report, for the GPU brick search's windows of `W` consecutive bricks (5280: 8 warps × 5 blocks × 132 SMs), the share of the bricks' neighbours outside their window and of the neighbour table's 32-byte sectors a window writes in part, with the bricks in claim order and in z-order (brickWindowLocality; 0: off)")
+	sparseTaps := fs.String("sparsetaps", "", "also report, for tiles of the engines' order and each fraction `F,…`, a hybrid gather that moves the taps fewer than F of a tile's rows hold out of the masked tile into per-tap slots (sparseTapSplit): the share of the padding it removes, the share of the pairs it moves, and the products of both parts relative to the pairs")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -166,6 +168,21 @@ func paddingMain(args []string, stdout, stderr io.Writer) error {
 			cols = append(cols, fmt.Sprintf("halves' balance BM %d", bm))
 			if *bytesC > 0 {
 				cols = append(cols, fmt.Sprintf("GB read C %d, resident halves BM %d (rows)", *bytesC, bm))
+			}
+		}
+	}
+	var fracs []float64
+	if *sparseTaps != "" {
+		for _, f := range strings.Split(*sparseTaps, ",") {
+			v, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
+			if err != nil || v <= 0 {
+				return fmt.Errorf("-sparsetaps: %q is not a positive fraction", f)
+			}
+			fracs = append(fracs, v)
+		}
+		for _, f := range fracs {
+			for _, bm := range bms {
+				cols = append(cols, fmt.Sprintf("taps under %g of a tile's rows, BM %d: padding removed / pairs moved / products", f, bm))
 			}
 		}
 	}
@@ -292,6 +309,18 @@ func paddingMain(args []string, stdout, stderr io.Writer) error {
 					rows, _ := gatherBytes(st.Pairs, tiles, *bytesC, 2)
 					fmt.Fprintf(stdout, " %.2f |", float64(rows)/1e9)
 				}
+			}
+		}
+		for _, f := range fracs {
+			ms := m.Masked()
+			for _, bm := range bms {
+				work, padding, moved := sparseTapSplit(ms, ms.Order, bm, f)
+				if st.Pairs == 0 || work == st.Pairs {
+					fmt.Fprintf(stdout, " – / – / %.3f× |", float64(work)/float64(max(st.Pairs, 1)))
+					continue
+				}
+				fmt.Fprintf(stdout, " %.1f %% / %.1f %% / %.3f× |", 100*float64(padding)/float64(work-st.Pairs),
+					100*float64(moved)/float64(st.Pairs), float64(work-padding)/float64(st.Pairs))
 			}
 		}
 		if len(groups) > 0 {
