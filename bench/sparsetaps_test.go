@@ -42,4 +42,12 @@ func TestSparseTapSplit(t *testing.T) {
 	work, padding, moved = sparseTapSplit(sm, sm.Order, 128, 1.01)
 	require.Equal(t, pairs, moved)
 	require.Equal(t, work-pairs, padding)
+	// The same split as kmap's (Masked.Hybrid), which a hybrid gather's
+	// tables would follow.
+	for _, f := range []float64{0.25, 0.5} {
+		work, padding, moved := sparseTapSplit(sm, sm.Order, 128, f)
+		h := sm.Hybrid(128, f)
+		require.Equal(t, int64(len(h.Sparse)), moved, "share %g", f)
+		require.Equal(t, work-h.Dense.Work-moved, padding, "share %g", f)
+	}
 }
