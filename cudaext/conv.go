@@ -517,6 +517,14 @@ type gatherJob struct {
 	// the job to runPerTap), or nil.
 	perTap       *perTapTables
 	perTapGroups int64
+	// perTapAccumulate: the per-tap sums add to the float32 result
+	// instead of starting at 0 (the sparse half of a hybrid gather).
+	perTapAccumulate bool
+	// hybrid: the masked gather multiplies the dense taps of the tile
+	// tables given and these sparse pairs run per tap after it
+	// (hybrid.go; gatherInput sets it, runGather hands the job to
+	// runHybrid), or nil.
+	hybrid *perTapTables
 }
 
 // runGather launches the gather GEMM (and the split-K reduction). Worker
@@ -528,6 +536,9 @@ func (e *Engine) runGather(j gatherJob) error {
 	}
 	if j.perTap != nil {
 		return e.runPerTap(j)
+	}
+	if j.hybrid != nil {
+		return e.runHybrid(j)
 	}
 	t := j.tile
 	if !t.Supports(j.math) {
@@ -1128,6 +1139,17 @@ func (e *Engine) gatherInput(j *gatherJob, m *kmap.Map, reverse bool, alg sparse
 		return nil
 	}
 	if isMasked(alg) {
+		// A hybrid gather (hybrid.go, an experiment) reads its own tables.
+		if ht, ok, err := e.hybrid(m, reverse, alg, j); err != nil {
+			return err
+		} else if ok {
+			sched, err := e.d.tileSchedule(&ht.dense, ht.order.ptr, int(j.M), int(V), j.tile.BM, j.math)
+			if err != nil {
+				return err
+			}
+			j.order, j.tileSeg, j.tileTp, j.tileSched, j.hybrid = ht.order.ptr, ht.dense.seg.ptr, ht.dense.taps.ptr, sched, ht.sparse
+			return nil
+		}
 		mt, err := e.maskedTablesFor(m, reverse && !mirror, j.tile.BM)
 		if err != nil {
 			return err

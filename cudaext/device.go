@@ -185,6 +185,12 @@ type Device struct {
 	perTapGroupOuts, perTapGroupMinChannels int64
 	perTapGroupLaunches                     int
 	perTapLastGroups                        int64
+	// hybridShare: tf32 forward gathers of loaded submanifold maps run
+	// hybrid, the taps fewer than this share of a tile's rows hold per
+	// tap (hybrid.go; EnvHybridShare, 0: off); hybridLaunches counts them
+	// (a test instrument).
+	hybridShare    float64
+	hybridLaunches int
 	// statusHost (page-locked, stWords int32) and statusEv receive a status
 	// array without draining the stream (hashCoordsThen); made on first
 	// use.
@@ -262,6 +268,10 @@ func openDevice(ordinal int) (*Device, error) {
 	if err != nil {
 		return nil, err
 	}
+	hybridShare, err := hybridShareFromEnv()
+	if err != nil {
+		return nil, err
+	}
 	cubSortFrom, err := cubSortModeFromEnv()
 	if err != nil {
 		return nil, err
@@ -277,6 +287,7 @@ func openDevice(ordinal int) (*Device, error) {
 		perTapMaxBytes:             perTapMax,
 		perTapGroupOuts:            groupOuts,
 		perTapGroupMinChannels:     groupMinCh,
+		hybridShare:                hybridShare,
 		funcs:                      map[string]*kernelFunc{},
 		syncEach:                   os.Getenv(EnvSync) == "1",
 		noBricks:                   os.Getenv(EnvNoBricks) == "1",

@@ -527,6 +527,30 @@ func perTapGroupMinChannelsFromEnv() (int64, error) {
 	return int64(n), err
 }
 
+// EnvHybridShare names the environment variable that, read when an engine
+// opens, turns on the hybrid tf32 forward gathers of submanifold maps
+// whose host tables are loaded (hybrid.go; an experiment, off by default):
+// the taps that fewer than this share of a masked tile's rows hold leave
+// the tile and run per tap. A number in (0, 1]; unset or empty: off.
+const EnvHybridShare = "FLEXGEMM_HYBRID_SHARE"
+
+// hybridShareFromEnv returns EnvHybridShare's setting: 0 (off) when unset
+// or empty, the share for a number in (0, 1], an error naming the variable
+// otherwise. (Above 1 a tile's centre tap, which every row of a
+// submanifold map holds, would leave it too, and a tile could be left
+// without taps.)
+func hybridShareFromEnv() (float64, error) {
+	v, ok := os.LookupEnv(EnvHybridShare)
+	if !ok || v == "" {
+		return 0, nil
+	}
+	f, err := strconv.ParseFloat(v, 64)
+	if err != nil || !(f > 0 && f <= 1) {
+		return 0, fmt.Errorf("cudaext: %s=%q: want a share of a tile's rows in (0, 1]", EnvHybridShare, v)
+	}
+	return f, nil
+}
+
 // switchFromEnv returns the on/off setting of environment variable key:
 // def when unset or empty, true for "1", false for "0", an error naming
 // the variable otherwise.

@@ -160,6 +160,21 @@ func TestPerTapGroupRulesFromEnv(t *testing.T) {
 	})
 }
 
+// TestHybridShareFromEnv checks the parsing of EnvHybridShare.
+func TestHybridShareFromEnv(t *testing.T) {
+	checkEnvParse(t, EnvHybridShare, hybridShareFromEnv, []envCase[float64]{
+		{set: false, want: 0},
+		{value: "", set: true, want: 0},
+		{value: "0.5", set: true, want: 0.5},
+		{value: "1", set: true, want: 1},
+		{value: "0", set: true, bad: true},
+		{value: "1.5", set: true, bad: true},
+		{value: "-0.2", set: true, bad: true},
+		{value: "NaN", set: true, bad: true},
+		{value: "half", set: true, bad: true},
+	})
+}
+
 // envCase is one setting of an environment variable: its value (set:
 // whether it is set at all) and what the parser returns, or bad: an error
 // naming the variable.

@@ -79,6 +79,7 @@ type mapEntry struct {
 	nbrMask, nbrRank rawBuf
 	tiles            map[maskKey]*tileTables
 	perTap           map[int64]*perTapTables // per-tap gathers' slot tables by tile height (pertap.go)
+	hybrid           map[int64]*hybridTables // hybrid gathers' tables by tile height (hybrid.go)
 	// Coordinates of a map built here ([NIn, 4], [NOut, 4] int32), owned
 	// or borrowed (keepCoords); one block when sameCoords (submanifold maps).
 	inC, outC       coordBlock
@@ -132,6 +133,12 @@ func (e *Engine) dropMap(k mapKey) {
 	}
 	for _, t := range me.perTap {
 		bufs = append(bufs, t.buf)
+	}
+	for _, h := range me.hybrid {
+		bufs = append(bufs, h.order, h.dense.seg, h.dense.taps, h.dense.longest, h.dense.byRows)
+		if h.sparse != nil {
+			bufs = append(bufs, h.sparse.buf)
+		}
 	}
 	for _, r := range bufs {
 		d.freeTemp(r)

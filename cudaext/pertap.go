@@ -258,7 +258,8 @@ func (e *Engine) dropPerTap(m *kmap.Map) {
 // per tap: in each group of consecutive tiles, the slots' products into a
 // temporary buffer of the result's dtype, then their sums into the rows'
 // running sums, and with j.bias into j.out's j.M rows after the last group.
-// Worker only.
+// The sums start at 0, or with j.perTapAccumulate at j.out's float32
+// values (runHybrid). Worker only.
 func (e *Engine) runPerTap(j gatherJob) error {
 	d := e.d
 	pt, rows, out, bias, groups := j.perTap, j.M, j.out, j.bias, max(j.perTapGroups, 1)
@@ -268,7 +269,7 @@ func (e *Engine) runPerTap(j gatherJob) error {
 	}
 	// The running sums between groups live in the result: groups are
 	// tf32's alone (perTapGroupBytes).
-	if groups > 1 && out.dtype != sparse.Float32 {
+	if (groups > 1 || j.perTapAccumulate) && out.dtype != sparse.Float32 {
 		return fmt.Errorf("%w: cudaext: per-tap gather in %d groups into %v (float32 only)", sparse.ErrDType, groups, out.dtype)
 	}
 	bm := pt.rows / pt.tiles
@@ -284,7 +285,8 @@ func (e *Engine) runPerTap(j gatherJob) error {
 	}
 	g, b := d.elementwise(ceilDiv(rows*j.N, 1+3*vec))
 	gj := j
-	gj.perTap, gj.perTapGroups, gj.slotTbl, gj.tileSeg = nil, 0, true, pt.seg
+	gj.perTap, gj.perTapGroups, gj.perTapAccumulate, gj.hybrid = nil, 0, false, nil
+	gj.slotTbl, gj.tileSeg, gj.order, gj.tileSched = true, pt.seg, 0, 0
 	gj.splitAlg, gj.bias = false, 0
 	gj.out = &Buffer{ptr: prod.ptr, dtype: out.dtype}
 	d.perTapLaunches++
@@ -303,7 +305,7 @@ func (e *Engine) runPerTap(j gatherJob) error {
 		}
 		k0, k1 := pt.tapOf(t0), pt.tapOf(t1-1)+1
 		var first, last int64
-		if t0 == 0 {
+		if t0 == 0 && !j.perTapAccumulate {
 			first = 1
 		}
 		gb := devPtr(0)

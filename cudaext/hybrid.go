@@ -1,0 +1,169 @@
+//go:build cudaext
+
+package cudaext
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/flexgemm-go/flexgemm/cudaext/kernels"
+	"github.com/flexgemm-go/flexgemm/sparse"
+	"github.com/flexgemm-go/flexgemm/sparse/kmap"
+)
+
+// Hybrid gathers (an experiment, off unless FLEXGEMM_HYBRID_SHARE is set).
+//
+// In a masked tile, the taps that few of its rows hold cause most of the
+// padding and carry few pairs: at RES 256 the taps under half a tile's rows
+// cause 65 % of the padding and carry 2.4 % of the pairs (`bench padding
+// -sparsetaps`, docs/PERF_NOTES.md, designs for the forty-seventh
+// session). A hybrid tf32 forward gather moves them out: the masked GEMM
+// multiplies each tile's dense taps only, writing its float32 sums without
+// the bias, then the sparse pairs run per tap (pertap.go's GEMM over slot
+// tables) and spconv_pertap_reduce adds their products, in tap order, and
+// the bias to the result. The sums are deterministic, in another order
+// than the masked gather's (the dense taps, then the sparse ones).
+//
+// The tables are kmap.Masked.Hybrid's, computed on the host over the
+// host's masked order and uploaded, so only maps whose host tables are
+// loaded run hybrid: enough to time the gathers (BenchmarkConvTiles builds
+// its maps on the host) before tables built on the device, which a step
+// whose map is built on the GPU needs, are written.
+
+// hybridTables are the device tables of a hybrid gather for tiles of one
+// height: the host's masked order, the dense taps of each tile (tile
+// tables, whose launch orders tileSchedule adds), and the slot tables of
+// the sparse pairs (nil when there are none).
+type hybridTables struct {
+	share  float64 // the Device's hybridShare they were made for
+	order  rawBuf
+	dense  tileTables
+	sparse *perTapTables
+}
+
+// hybrid reports whether the forward gather job j of masked algorithm alg
+// on m runs hybrid, and returns its tables if so. Worker only.
+func (e *Engine) hybrid(m *kmap.Map, reverse bool, alg sparse.Algorithm, j *gatherJob) (*hybridTables, bool, error) {
+	if e.d.hybridShare <= 0 || reverse || !isMasked(alg) || j.math != kernels.TF32 || m.Kind != kmap.Submanifold ||
+		m.V()%2 != 1 || !m.Loaded() || m.NOut == 0 {
+		return nil, false, nil
+	}
+	me := e.entry(m)
+	bm := int64(j.tile.BM)
+	if h, ok := me.hybrid[bm]; ok {
+		if h.share == e.d.hybridShare {
+			return h, true, nil
+		}
+		// Made for another share (the tests change it): made again.
+		e.freeHybrid(h)
+		delete(me.hybrid, bm)
+	}
+	h, err := e.hybridTablesFor(m, int(bm))
+	if err != nil {
+		return nil, false, err
+	}
+	if me.hybrid == nil {
+		me.hybrid = map[int64]*hybridTables{}
+	}
+	me.hybrid[bm] = h
+	return h, true, nil
+}
+
+// hybridTablesFor computes m's hybrid split for tiles of bm rows on the
+// host and uploads its tables. Worker only.
+func (e *Engine) hybridTablesFor(m *kmap.Map, bm int) (*hybridTables, error) {
+	d := e.d
+	ms := m.Masked()
+	hs := ms.Hybrid(bm, d.hybridShare)
+	V, n := m.V(), m.NOut
+	h := &hybridTables{share: d.hybridShare}
+	var err error
+	fail := func(err error) (*hybridTables, error) {
+		e.freeHybrid(h)
+		return nil, err
+	}
+	if h.order, err = uploadSlice(d, ms.Order); err != nil {
+		return fail(err)
+	}
+	if h.dense.seg, err = uploadSlice(d, hs.Dense.Seg); err != nil {
+		return fail(err)
+	}
+	if h.dense.taps, err = uploadSlice(d, hs.Dense.Taps); err != nil {
+		return fail(err)
+	}
+	if len(hs.Sparse) == 0 {
+		return h, nil
+	}
+	// The sparse pairs' slots: tap k's pairs in its segment, padded to
+	// whole tiles of bm slots, as spconv_pertap_tables lays them out.
+	first := make([]int64, V+1)
+	for k := range V {
+		first[k+1] = first[k] + (hs.TapSeg[k+1]-hs.TapSeg[k]+int64(bm)-1)/int64(bm)
+	}
+	tiles := first[V]
+	rows := tiles * int64(bm)
+	// One block as perTapTablesFor's: tbl [rows], slot [n, V], seg
+	// [tiles + 1], taps [tiles], each on a 256-byte boundary.
+	words := func(x int64) int64 { return (x + 63) &^ 63 }
+	offSlot := words(rows)
+	offSeg := offSlot + words(int64(n)*int64(V))
+	offTaps := offSeg + words(tiles+1)
+	host := slices.Repeat([]int32{-1}, int(offTaps+tiles))
+	for k := range V {
+		for i, r := range hs.Sparse[hs.TapSeg[k]:hs.TapSeg[k+1]] {
+			s := first[k]*int64(bm) + int64(i)
+			in := m.Nbr[int(r)*V+k]
+			if in < 0 {
+				return fail(fmt.Errorf("cudaext: hybrid tables: row %d has no tap %d", r, k))
+			}
+			host[s] = in
+			host[offSlot+int64(r)*int64(V)+int64(k)] = int32(s)
+		}
+		for t := first[k]; t < first[k+1]; t++ {
+			host[offTaps+t] = int32(k)
+		}
+	}
+	for t := int64(0); t <= tiles; t++ {
+		host[offSeg+t] = int32(t)
+	}
+	pt := &perTapTables{rows: rows, tiles: tiles, firstTile: first}
+	if pt.buf, err = uploadSlice(d, host); err != nil {
+		return fail(err)
+	}
+	pt.tbl = pt.buf.ptr
+	pt.slot = pt.tbl + devPtr(4*offSlot)
+	pt.seg = pt.tbl + devPtr(4*offSeg)
+	pt.taps = pt.tbl + devPtr(4*offTaps)
+	h.sparse = pt
+	return h, nil
+}
+
+// freeHybrid frees the blocks of h. Worker only.
+func (e *Engine) freeHybrid(h *hybridTables) {
+	bufs := []rawBuf{h.order, h.dense.seg, h.dense.taps, h.dense.longest, h.dense.byRows}
+	if h.sparse != nil {
+		bufs = append(bufs, h.sparse.buf)
+	}
+	for _, b := range bufs {
+		if b.ptr != 0 {
+			e.d.freeTemp(b)
+		}
+	}
+}
+
+// runHybrid runs gather job j (gatherInput set j.hybrid): the masked GEMM
+// over the dense taps into j.out without the bias, then the sparse pairs
+// per tap, added with the bias by spconv_pertap_reduce. Worker only.
+func (e *Engine) runHybrid(j gatherJob) error {
+	if j.out.dtype != sparse.Float32 {
+		return fmt.Errorf("%w: cudaext: hybrid gather into %v (float32 only)", sparse.ErrDType, j.out.dtype)
+	}
+	pt, bias := j.hybrid, j.bias
+	j.hybrid, j.bias = nil, 0
+	e.d.hybridLaunches++
+	if err := e.runGather(j); err != nil {
+		return err
+	}
+	j.perTap, j.perTapGroups, j.perTapAccumulate, j.bias = pt, 1, true, bias
+	return e.runPerTap(j)
+}
