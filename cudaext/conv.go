@@ -1139,8 +1139,9 @@ func (e *Engine) gatherInput(j *gatherJob, m *kmap.Map, reverse bool, alg sparse
 		return nil
 	}
 	if isMasked(alg) {
-		// A hybrid gather (hybrid.go, an experiment) reads its own tables.
-		if ht, ok, err := e.hybrid(m, reverse, alg, j); err != nil {
+		// A hybrid gather (hybrid.go, an experiment) reads its own tables;
+		// a submanifold input gradient reads the forward's, mirrored.
+		if ht, ok, err := e.hybrid(m, reverse && !mirror, alg, j); err != nil {
 			return err
 		} else if ok {
 			sched, err := e.d.tileSchedule(&ht.dense, ht.order.ptr, int(j.M), int(V), j.tile.BM, j.math)

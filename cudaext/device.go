@@ -185,10 +185,10 @@ type Device struct {
 	perTapGroupOuts, perTapGroupMinChannels int64
 	perTapGroupLaunches                     int
 	perTapLastGroups                        int64
-	// hybridShare: tf32 forward gathers of loaded submanifold maps run
-	// hybrid, the taps fewer than this share of a tile's rows hold per
-	// tap (hybrid.go; EnvHybridShare, 0: off); hybridLaunches counts them
-	// (a test instrument).
+	// hybridShare: tf32 gathers of loaded submanifold maps run hybrid,
+	// the taps fewer than this share of a tile's rows hold per tap
+	// (hybrid.go; EnvHybridShare, 0: off); hybridLaunches counts them (a
+	// test instrument).
 	hybridShare    float64
 	hybridLaunches int
 	// statusHost (page-locked, stWords int32) and statusEv receive a status

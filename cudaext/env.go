@@ -528,10 +528,11 @@ func perTapGroupMinChannelsFromEnv() (int64, error) {
 }
 
 // EnvHybridShare names the environment variable that, read when an engine
-// opens, turns on the hybrid tf32 forward gathers of submanifold maps
-// whose host tables are loaded (hybrid.go; an experiment, off by default):
-// the taps that fewer than this share of a masked tile's rows hold leave
-// the tile and run per tap. A number in (0, 1]; unset or empty: off.
+// opens, turns on the hybrid tf32 gathers (forwards and input gradients)
+// of submanifold maps whose host tables are loaded (hybrid.go; an
+// experiment, off by default): the taps that fewer than this share of a
+// masked tile's rows hold leave the tile and run per tap. A number in
+// (0, 1]; unset or empty: off.
 const EnvHybridShare = "FLEXGEMM_HYBRID_SHARE"
 
 // hybridShareFromEnv returns EnvHybridShare's setting: 0 (off) when unset

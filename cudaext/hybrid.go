@@ -17,7 +17,9 @@ import (
 // padding and carry few pairs: at RES 256 the taps under half a tile's rows
 // cause 65 % of the padding and carry 2.4 % of the pairs (`bench padding
 // -sparsetaps`, docs/PERF_NOTES.md, designs for the forty-seventh
-// session). A hybrid tf32 forward gather moves them out: the masked GEMM
+// session). A hybrid tf32 gather (forward, or the input gradient of a
+// submanifold map, which reads the same tables with mirrored weight taps)
+// moves them out: the masked GEMM
 // multiplies each tile's dense taps only, writing its float32 sums without
 // the bias, then the sparse pairs run per tap (pertap.go's GEMM over slot
 // tables) and spconv_pertap_reduce adds their products, in tap order, and
@@ -41,8 +43,10 @@ type hybridTables struct {
 	sparse *perTapTables
 }
 
-// hybrid reports whether the forward gather job j of masked algorithm alg
-// on m runs hybrid, and returns its tables if so. Worker only.
+// hybrid reports whether the gather job j of masked algorithm alg on m runs
+// hybrid, and returns its tables if so: forwards and the input gradients
+// of submanifold maps, which gather through Nbr with mirrored weight taps
+// (reverse: through the reverse table, never hybrid). Worker only.
 func (e *Engine) hybrid(m *kmap.Map, reverse bool, alg sparse.Algorithm, j *gatherJob) (*hybridTables, bool, error) {
 	if e.d.hybridShare <= 0 || reverse || !isMasked(alg) || j.math != kernels.TF32 || m.Kind != kmap.Submanifold ||
 		m.V()%2 != 1 || !m.Loaded() || m.NOut == 0 {

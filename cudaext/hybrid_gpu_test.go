@@ -20,10 +20,10 @@ import (
 // shares of a quarter, a half and all of a tile's rows, the masked and
 // masked split-K algorithms, on a shell and a random scene (host maps),
 // every Hopper tile and one plain tile, rows of a multiple of four columns
-// and not: within tf32's bound of the float64 reference and of the masked
-// gather, the same bits on a second run, one hybrid launch a forward,
-// sparse pairs moved at a share of 1; input gradients and float16 never
-// hybrid; the tables made again when the share changes.
+// and not: forwards within tf32's bound of the float64 reference and of
+// the masked gather, input gradients of the reference, the same bits on a
+// second run, one hybrid launch a gather, sparse pairs moved at a share of
+// 1; float16 never hybrid; the tables made again when the share changes.
 func TestHybridGathers(t *testing.T) {
 	ok := mapOK(t)
 	rng := rand.New(rand.NewPCG(73, 1))
@@ -88,13 +88,19 @@ func TestHybridGathers(t *testing.T) {
 							require.True(t, sparsePairs, "%s: a share of 1 moves the taps some row of a tile lacks", name)
 							moved = true
 						}
-						// Input gradients are not hybrid.
+						// The input gradient: hybrid too, through the same
+						// tables with mirrored weight taps.
+						dgrad := func() []float32 {
+							dx, err := gpu.InputGrad(m, dy, w, o)
+							require.NoError(t, err, name)
+							defer gpu.Free(dx)
+							return host(t, dx)
+						}
 						before = share(s)
-						dx, err := gpu.InputGrad(m, dy, w, o)
-						require.NoError(t, err, name)
-						require.LessOrEqual(t, relL2(host(t, dx), ref.dx), bound(kernels.TF32), name)
-						gpu.Free(dx)
-						require.Equal(t, before, share(s), "%s: the input gradient is not hybrid", name)
+						dx := dgrad()
+						require.Equal(t, before+1, share(s), "%s: the input gradient is hybrid", name)
+						require.LessOrEqual(t, relL2(dx, ref.dx), bound(kernels.TF32), "%s: input gradient against float64", name)
+						requireSameBits(t, dx, dgrad(), name+": input gradient, second run")
 					}
 				}
 			}
