@@ -1149,6 +1149,7 @@ func (e *Engine) gatherInput(j *gatherJob, m *kmap.Map, reverse bool, alg sparse
 				return err
 			}
 			j.order, j.tileSeg, j.tileTp, j.tileSched, j.hybrid = ht.order.ptr, ht.dense.seg.ptr, ht.dense.taps.ptr, sched, ht.sparse
+			e.d.hybridLaunches++
 			return nil
 		}
 		mt, err := e.maskedTablesFor(m, reverse && !mirror, j.tile.BM)

@@ -187,8 +187,9 @@ type Device struct {
 	perTapLastGroups                        int64
 	// hybridShare: tf32 gathers of loaded submanifold maps run hybrid,
 	// the taps fewer than this share of a tile's rows hold per tap
-	// (hybrid.go; EnvHybridShare, 0: off); hybridLaunches counts them (a
-	// test instrument).
+	// (hybrid.go; EnvHybridShare, 0: off); hybridLaunches counts the
+	// gathers that read hybrid tables, with sparse pairs or none (a test
+	// instrument).
 	hybridShare    float64
 	hybridLaunches int
 	// statusHost (page-locked, stWords int32) and statusEv receive a status

@@ -164,7 +164,6 @@ func (e *Engine) runHybrid(j gatherJob) error {
 	}
 	pt, bias := j.hybrid, j.bias
 	j.hybrid, j.bias = nil, 0
-	e.d.hybridLaunches++
 	if err := e.runGather(j); err != nil {
 		return err
 	}
