@@ -314,7 +314,7 @@ func paddingMain(args []string, stdout, stderr io.Writer) error {
 		for _, f := range fracs {
 			ms := m.Masked()
 			for _, bm := range bms {
-				work, padding, moved := sparseTapSplit(ms, ms.Order, bm, f)
+				work, padding, moved := sparseTapSplit(ms, bm, f)
 				if st.Pairs == 0 || work == st.Pairs {
 					fmt.Fprintf(stdout, " – / – / %.3f× |", float64(work)/float64(max(st.Pairs, 1)))
 					continue

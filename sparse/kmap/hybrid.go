@@ -33,11 +33,12 @@ func (ms *Masked) Hybrid(rows int, minShare float64) *HybridTiles {
 	h := &HybridTiles{Rows: rows, MinShare: minShare, Dense: &Tiles{Rows: rows, Seg: make([]int32, nt+1)},
 		TapSeg: make([]int64, V+1)}
 	count := make([]int, V)
-	sparse := make([]bool, V)
-	// sparseIn reports whether tap k of the tile of c rows is sparse.
-	sparseIn := func(k, c int) bool { return count[k] > 0 && float64(count[k]) < minShare*float64(c) }
-	// tile counts the taps of tile t's rows and returns them.
-	tile := func(t int) []int32 {
+	// sparse holds each tile's sparse taps (W words a tile) for the
+	// second pass.
+	sparse := make([]uint64, nt*W)
+	// First pass: each tile's tap counts, its dense taps, and the sparse
+	// pairs of each tap.
+	for t := range nt {
 		clear(count)
 		rs := ms.Order[t*rows : min(n, t*rows+rows)]
 		for _, r := range rs {
@@ -48,17 +49,13 @@ func (ms *Masked) Hybrid(rows int, minShare float64) *HybridTiles {
 				}
 			}
 		}
-		return rs
-	}
-	// First pass: the dense taps, and the sparse pairs of each tap.
-	for t := range nt {
-		rs := tile(t)
 		dense := int32(0)
-		for k := range V {
+		for k, c := range count {
 			switch {
-			case count[k] == 0:
-			case sparseIn(k, len(rs)):
-				h.TapSeg[k+1] += int64(count[k])
+			case c == 0:
+			case float64(c) < minShare*float64(len(rs)):
+				sparse[t*W+k/64] |= 1 << (k % 64)
+				h.TapSeg[k+1] += int64(c)
 			default:
 				h.Dense.Taps = append(h.Dense.Taps, int32(k))
 				dense++
@@ -74,18 +71,13 @@ func (ms *Masked) Hybrid(rows int, minShare float64) *HybridTiles {
 	h.Sparse = make([]int32, h.TapSeg[V])
 	next := append([]int64(nil), h.TapSeg[:V]...)
 	for t := range nt {
-		rs := tile(t)
-		for k := range V {
-			sparse[k] = sparseIn(k, len(rs))
-		}
-		for _, r := range rs {
+		sw := sparse[t*W : t*W+W]
+		for _, r := range ms.Order[t*rows : min(n, t*rows+rows)] {
 			for w, x := range ms.Mask[int(r)*W : int(r)*W+W] {
-				for x != 0 {
-					if k := w*64 + bits.TrailingZeros64(x); sparse[k] {
-						h.Sparse[next[k]] = r
-						next[k]++
-					}
-					x &= x - 1
+				for x &= sw[w]; x != 0; x &= x - 1 {
+					k := w*64 + bits.TrailingZeros64(x)
+					h.Sparse[next[k]] = r
+					next[k]++
 				}
 			}
 		}
