@@ -99,20 +99,16 @@ func (e *Engine) hybridTablesFor(m *kmap.Map, bm int) (*hybridTables, error) {
 		return h, nil
 	}
 	// The sparse pairs' slots: tap k's pairs in its segment, padded to
-	// whole tiles of bm slots, as spconv_pertap_tables lays them out.
-	first := make([]int64, V+1)
+	// whole tiles of bm slots, in one block laid out as perTapTablesFor's.
+	pairs := make([]int64, V)
 	for k := range V {
-		first[k+1] = first[k] + (hs.TapSeg[k+1]-hs.TapSeg[k]+int64(bm)-1)/int64(bm)
+		pairs[k] = hs.TapSeg[k+1] - hs.TapSeg[k]
 	}
+	first := tapFirstTiles(pairs, int64(bm))
 	tiles := first[V]
-	rows := tiles * int64(bm)
-	// One block as perTapTablesFor's: tbl [rows], slot [n, V], seg
-	// [tiles + 1], taps [tiles], each on a 256-byte boundary.
-	words := func(x int64) int64 { return (x + 63) &^ 63 }
-	offSlot := words(rows)
-	offSeg := offSlot + words(int64(n)*int64(V))
-	offTaps := offSeg + words(tiles+1)
-	host := slices.Repeat([]int32{-1}, int(offTaps+tiles))
+	pt := &perTapTables{rows: tiles * int64(bm), tiles: tiles, firstTile: first}
+	l := perTapLayoutOf(pt.rows, int64(n)*int64(V), tiles)
+	host := slices.Repeat([]int32{-1}, int(l.words))
 	for k := range V {
 		for i, r := range hs.Sparse[hs.TapSeg[k]:hs.TapSeg[k+1]] {
 			s := first[k]*int64(bm) + int64(i)
@@ -121,37 +117,31 @@ func (e *Engine) hybridTablesFor(m *kmap.Map, bm int) (*hybridTables, error) {
 				return fail(fmt.Errorf("cudaext: hybrid tables: row %d has no tap %d", r, k))
 			}
 			host[s] = in
-			host[offSlot+int64(r)*int64(V)+int64(k)] = int32(s)
+			host[l.slot+int64(r)*int64(V)+int64(k)] = int32(s)
 		}
 		for t := first[k]; t < first[k+1]; t++ {
-			host[offTaps+t] = int32(k)
+			host[l.taps+t] = int32(k)
 		}
 	}
 	for t := int64(0); t <= tiles; t++ {
-		host[offSeg+t] = int32(t)
+		host[l.seg+t] = int32(t)
 	}
-	pt := &perTapTables{rows: rows, tiles: tiles, firstTile: first}
 	if pt.buf, err = uploadSlice(d, host); err != nil {
 		return fail(err)
 	}
-	pt.tbl = pt.buf.ptr
-	pt.slot = pt.tbl + devPtr(4*offSlot)
-	pt.seg = pt.tbl + devPtr(4*offSeg)
-	pt.taps = pt.tbl + devPtr(4*offTaps)
+	pt.views(l)
 	h.sparse = pt
 	return h, nil
 }
 
 // freeHybrid frees the blocks of h. Worker only.
 func (e *Engine) freeHybrid(h *hybridTables) {
-	bufs := []rawBuf{h.order, h.dense.seg, h.dense.taps, h.dense.longest, h.dense.byRows}
+	bufs := append([]rawBuf{h.order}, h.dense.bufs()...)
 	if h.sparse != nil {
 		bufs = append(bufs, h.sparse.buf)
 	}
 	for _, b := range bufs {
-		if b.ptr != 0 {
-			e.d.freeTemp(b)
-		}
+		e.d.freeTemp(b)
 	}
 }
 
@@ -159,9 +149,6 @@ func (e *Engine) freeHybrid(h *hybridTables) {
 // over the dense taps into j.out without the bias, then the sparse pairs
 // per tap, added with the bias by spconv_pertap_reduce. Worker only.
 func (e *Engine) runHybrid(j gatherJob) error {
-	if j.out.dtype != sparse.Float32 {
-		return fmt.Errorf("%w: cudaext: hybrid gather into %v (float32 only)", sparse.ErrDType, j.out.dtype)
-	}
 	pt, bias := j.hybrid, j.bias
 	j.hybrid, j.bias = nil, 0
 	if err := e.runGather(j); err != nil {

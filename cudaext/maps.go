@@ -61,6 +61,9 @@ type tileTables struct {
 	longest, byRows rawBuf
 }
 
+// bufs returns t's blocks, those not made too (zero rawBufs).
+func (t *tileTables) bufs() []rawBuf { return []rawBuf{t.seg, t.taps, t.longest, t.byRows} }
+
 // maskedTables is what a masked GEMM reads: a Gray order (a view of a
 // cached block) and the cached tile tables of its tile height (tap unions,
 // and the launch orders that Device.tileSchedule computes).
@@ -129,16 +132,13 @@ func (e *Engine) dropMap(k mapKey) {
 		}
 	}
 	for _, t := range me.tiles {
-		bufs = append(bufs, t.seg, t.taps, t.longest, t.byRows)
+		bufs = append(bufs, t.bufs()...)
 	}
 	for _, t := range me.perTap {
 		bufs = append(bufs, t.buf)
 	}
 	for _, h := range me.hybrid {
-		bufs = append(bufs, h.order, h.dense.seg, h.dense.taps, h.dense.longest, h.dense.byRows)
-		if h.sparse != nil {
-			bufs = append(bufs, h.sparse.buf)
-		}
+		e.freeHybrid(h)
 	}
 	for _, r := range bufs {
 		d.freeTemp(r)

@@ -191,31 +191,23 @@ func (e *Engine) perTapTablesFor(m *kmap.Map, pl pairLists, bm int64) (*perTapTa
 	V, n := int64(m.V()), int64(m.NOut)
 	// Tap segments padded to whole tiles; the launch covers the longest.
 	longest, tiles := pl.st.itersOf(bm)
-	pt := &perTapTables{rows: tiles * bm, tiles: tiles, firstTile: make([]int64, V+1)}
-	for k, pairs := range pl.st.iters {
-		pt.firstTile[k+1] = pt.firstTile[k] + ceilDiv(pairs, bm)
-	}
+	pt := &perTapTables{rows: tiles * bm, tiles: tiles, firstTile: tapFirstTiles(pl.st.iters, bm)}
 	if int64(len(pl.st.iters)) != V || pt.firstTile[V] != tiles {
 		return nil, fmt.Errorf("cudaext: per-tap tables: %d tap segments of %d tiles for %d taps of %d tiles", len(pl.st.iters), pt.firstTile[len(pl.st.iters)], V, tiles)
 	}
 	// One block, one fill: the slot and slot-of-(row, tap) tables start at
 	// −1 (padding, absent taps); the kernel writes every tile's entries.
-	// Each table starts on a 256-byte boundary, as a block of its own would.
-	words := func(n int64) int64 { return (n + 63) &^ 63 }
-	filled := words(pt.rows) + n*V
+	l := perTapLayoutOf(pt.rows, n*V, pt.tiles)
 	var err error
-	if pt.buf, err = d.allocTemp(4 * (words(filled) + words(pt.tiles+1) + pt.tiles)); err != nil {
+	if pt.buf, err = d.allocTemp(4 * l.words); err != nil {
 		return nil, err
 	}
-	pt.tbl = pt.buf.ptr
-	pt.slot = pt.tbl + devPtr(4*words(pt.rows))
-	pt.seg = pt.tbl + devPtr(4*words(filled))
-	pt.taps = pt.seg + devPtr(4*words(pt.tiles+1))
+	pt.views(l)
 	fail := func(err error) (*perTapTables, error) {
 		d.freeTemp(pt.buf)
 		return nil, err
 	}
-	if err := d.fillI32(pt.tbl, -1, filled); err != nil {
+	if err := d.fillI32(pt.tbl, -1, l.slot+n*V); err != nil {
 		return fail(err)
 	}
 	var half int64
@@ -318,6 +310,14 @@ func (e *Engine) runPerTap(j gatherJob) error {
 		}
 	}
 	return nil
+}
+
+// views points pt's tables into its block pt.buf, laid out as l.
+func (pt *perTapTables) views(l perTapLayout) {
+	pt.tbl = pt.buf.ptr
+	pt.slot = pt.tbl + devPtr(4*l.slot)
+	pt.seg = pt.tbl + devPtr(4*l.seg)
+	pt.taps = pt.tbl + devPtr(4*l.taps)
 }
 
 // tapOf returns the tap of tile t (< tiles).

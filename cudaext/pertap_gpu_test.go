@@ -386,30 +386,31 @@ func TestPerTapBlockBoundBuildsNoPairs(t *testing.T) {
 // setPerTapRules sets the device's per-tap slot limit and fewest blocks
 // for the test, and restores them when it ends.
 func setPerTapRules(t *testing.T, maxBytes, minBlocks int64) {
-	var oldMax, oldMin int64
-	require.NoError(t, gpu.d.do(func() error {
-		oldMax, oldMin = gpu.d.perTapMaxBytes, gpu.d.perTapMinBlocks
-		gpu.d.perTapMaxBytes, gpu.d.perTapMinBlocks = maxBytes, minBlocks
-		return nil
-	}))
-	t.Cleanup(func() {
-		_ = gpu.d.do(func() error { gpu.d.perTapMaxBytes, gpu.d.perTapMinBlocks = oldMax, oldMin; return nil })
-	})
+	setDeviceInts(t, []*int64{&gpu.d.perTapMaxBytes, &gpu.d.perTapMinBlocks}, maxBytes, minBlocks)
 }
 
 // setPerTapGroupRules sets the device's group limit (in results) and the
 // fewest input channels of grouped per-tap forwards for the test, and
 // restores them when it ends.
 func setPerTapGroupRules(t *testing.T, outs, minChannels int64) {
-	var oldOuts, oldMin int64
+	setDeviceInts(t, []*int64{&gpu.d.perTapGroupOuts, &gpu.d.perTapGroupMinChannels}, outs, minChannels)
+}
+
+// setDeviceInts sets the device fields at fields to values on the worker
+// for the test, and restores them when it ends.
+func setDeviceInts(t *testing.T, fields []*int64, values ...int64) {
+	old := make([]int64, len(fields))
 	require.NoError(t, gpu.d.do(func() error {
-		oldOuts, oldMin = gpu.d.perTapGroupOuts, gpu.d.perTapGroupMinChannels
-		gpu.d.perTapGroupOuts, gpu.d.perTapGroupMinChannels = outs, minChannels
+		for i, f := range fields {
+			old[i], *f = *f, values[i]
+		}
 		return nil
 	}))
 	t.Cleanup(func() {
 		_ = gpu.d.do(func() error {
-			gpu.d.perTapGroupOuts, gpu.d.perTapGroupMinChannels = oldOuts, oldMin
+			for i, f := range fields {
+				*f = old[i]
+			}
 			return nil
 		})
 	})

@@ -37,3 +37,32 @@ func perTapGroupsOf(tiles, tileBytes, single, groupBytes int64) int64 {
 func tapOfTile(firstTile []int64, t int64) int64 {
 	return int64(sort.Search(len(firstTile), func(k int) bool { return firstTile[k] > t }) - 1)
 }
+
+// tapFirstTiles returns the first tile of each tap's segment of per-tap
+// slots, each segment padded to whole tiles of bm slots: V + 1 entries for
+// the pair counts of V taps, the last the tile count.
+func tapFirstTiles(pairs []int64, bm int64) []int64 {
+	first := make([]int64, len(pairs)+1)
+	for k, n := range pairs {
+		first[k+1] = first[k] + (n+bm-1)/bm
+	}
+	return first
+}
+
+// perTapLayout places the slot tables of a per-tap gather in one block of
+// int32 words, each table on a 256-byte boundary as a block of its own
+// would be: tbl [rows] at 0, slot [n·V] at slot, seg [tiles + 1] at seg,
+// taps [tiles] at taps; words in all. tbl and slot are contiguous up to
+// slot + n·V, the words that start at −1.
+type perTapLayout struct{ slot, seg, taps, words int64 }
+
+// perTapLayoutOf lays out the tables of rows slots, nV (row, tap) entries
+// and tiles tiles.
+func perTapLayoutOf(rows, nV, tiles int64) perTapLayout {
+	align := func(x int64) int64 { return (x + 63) &^ 63 }
+	l := perTapLayout{slot: align(rows)}
+	l.seg = l.slot + align(nV)
+	l.taps = l.seg + align(tiles+1)
+	l.words = l.taps + tiles
+	return l
+}

@@ -46,3 +46,29 @@ func TestTapOfTile(t *testing.T) {
 	}
 	require.Equal(t, int64(0), tapOfTile([]int64{0, 1}, 0), "one tap of one tile")
 }
+
+// TestTapFirstTiles checks the tap segments' first tiles, empty taps
+// included.
+func TestTapFirstTiles(t *testing.T) {
+	require.Equal(t, []int64{0, 3, 3, 5, 6}, tapFirstTiles([]int64{300, 0, 129, 1}, 128))
+	require.Equal(t, []int64{0}, tapFirstTiles(nil, 128))
+}
+
+// TestPerTapLayout checks the slot tables' block: each table on a
+// 256-byte (64-word) boundary after the one before it, the block just
+// long enough for the last.
+func TestPerTapLayout(t *testing.T) {
+	for _, c := range []struct{ rows, nV, tiles int64 }{{128, 27, 1}, {193280, 15192 * 27, 1510}, {64, 64, 63}} {
+		l := perTapLayoutOf(c.rows, c.nV, c.tiles)
+		for _, off := range []int64{l.slot, l.seg, l.taps} {
+			require.Zero(t, off%64, "%+v: %+v", c, l)
+		}
+		require.GreaterOrEqual(t, l.slot, c.rows)
+		require.Less(t, l.slot-c.rows, int64(64))
+		require.GreaterOrEqual(t, l.seg-l.slot, c.nV)
+		require.Less(t, l.seg-l.slot-c.nV, int64(64))
+		require.GreaterOrEqual(t, l.taps-l.seg, c.tiles+1)
+		require.Less(t, l.taps-l.seg-c.tiles-1, int64(64))
+		require.Equal(t, l.taps+c.tiles, l.words)
+	}
+}
