@@ -48,8 +48,7 @@ type hybridTables struct {
 // of submanifold maps, which gather through Nbr with mirrored weight taps
 // (reverse: through the reverse table, never hybrid). Worker only.
 func (e *Engine) hybrid(m *kmap.Map, reverse bool, alg sparse.Algorithm, j *gatherJob) (*hybridTables, bool, error) {
-	if e.d.hybridShare <= 0 || reverse || !isMasked(alg) || j.math != kernels.TF32 || m.Kind != kmap.Submanifold ||
-		m.V()%2 != 1 || !m.Loaded() || m.NOut == 0 {
+	if e.d.hybridShare <= 0 || reverse || !isMasked(alg) || j.math != kernels.TF32 || !perTapMap(m) || !m.Loaded() {
 		return nil, false, nil
 	}
 	me := e.entry(m)
