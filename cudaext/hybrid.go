@@ -20,11 +20,12 @@ import (
 // session). A hybrid tf32 gather (forward, or the input gradient of a
 // submanifold map, which reads the same tables with mirrored weight taps)
 // moves them out: the masked GEMM
-// multiplies each tile's dense taps only, writing its float32 sums without
-// the bias, then the sparse pairs run per tap (pertap.go's GEMM over slot
-// tables) and spconv_pertap_reduce adds their products, in tap order, and
-// the bias to the result. The sums are deterministic, in another order
-// than the masked gather's (the dense taps, then the sparse ones).
+// multiplies each tile's dense taps only, writing its float32 sums and the
+// bias, then the sparse pairs run per tap (pertap.go's GEMM over slot
+// tables) and spconv_pertap_reduce adds their products, in tap order, to
+// the rows that hold them (a row list: the other rows are not read). The
+// sums are deterministic, in another order than the masked gather's (the
+// dense taps and the bias, then the sparse taps).
 //
 // The tables are kmap.Masked.Hybrid's, computed on the host over the
 // host's masked order and uploaded, so only maps whose host tables are
@@ -125,10 +126,23 @@ func (e *Engine) hybridTablesFor(m *kmap.Map, bm int) (*hybridTables, error) {
 	for t := int64(0); t <= tiles; t++ {
 		host[l.seg+t] = int32(t)
 	}
+	// The rows that hold sparse pairs, ascending, after the tables: the
+	// reduction adds their sums alone.
+	held := make([]bool, n)
+	for _, r := range hs.Sparse {
+		held[r] = true
+	}
+	for r, ok := range held {
+		if ok {
+			host = append(host, int32(r))
+		}
+	}
+	pt.listed = int64(len(host)) - l.words
 	if pt.buf, err = uploadSlice(d, host); err != nil {
 		return fail(err)
 	}
 	pt.views(l)
+	pt.rowList = pt.tbl + devPtr(4*l.words)
 	h.sparse = pt
 	return h, nil
 }
@@ -145,14 +159,15 @@ func (e *Engine) freeHybrid(h *hybridTables) {
 }
 
 // runHybrid runs gather job j (gatherInput set j.hybrid): the masked GEMM
-// over the dense taps into j.out without the bias, then the sparse pairs
-// per tap, added with the bias by spconv_pertap_reduce. Worker only.
+// over the dense taps into j.out with the bias, then the sparse pairs per
+// tap, added by spconv_pertap_reduce to the rows that hold them (the
+// tables' row list). Worker only.
 func (e *Engine) runHybrid(j gatherJob) error {
-	pt, bias := j.hybrid, j.bias
-	j.hybrid, j.bias = nil, 0
+	pt := j.hybrid
+	j.hybrid = nil
 	if err := e.runGather(j); err != nil {
 		return err
 	}
-	j.perTap, j.perTapGroups, j.perTapAccumulate, j.bias = pt, 1, true, bias
+	j.perTap, j.perTapGroups, j.perTapAccumulate, j.bias = pt, 1, true, 0
 	return e.runPerTap(j)
 }

@@ -118,6 +118,11 @@ type perTapTables struct {
 	slot      devPtr // [n, V] int32: the slot of (row, tap), −1 where the row lacks the tap
 	seg       devPtr // [tiles + 1] int32: tile t's taps are tile_taps[t] alone
 	taps      devPtr // [tiles] int32: the tap of each tile
+	// rowList [listed] int32 (in buf after the tables above), or 0: the
+	// rows that hold slots, when only they are summed (a hybrid gather's
+	// sparse pairs: the masked GEMM wrote every row's dense sum and bias).
+	rowList devPtr
+	listed  int64
 }
 
 // perTapGroupBytes is the slot buffer that a grouped per-tap forward of
@@ -249,7 +254,8 @@ func (e *Engine) dropPerTap(m *kmap.Map) {
 // runPerTap runs gather job j (gatherInput set j.perTap and j.perTapGroups)
 // per tap: in each group of consecutive tiles, the slots' products into a
 // temporary buffer of the result's dtype, then their sums into the rows'
-// running sums, and with j.bias into j.out's j.M rows after the last group.
+// running sums, and with j.bias into j.out's j.M rows (pt.rowList's rows
+// alone where it has a list) after the last group.
 // The sums start at 0, or with j.perTapAccumulate at j.out's float32
 // values (runHybrid). Worker only.
 func (e *Engine) runPerTap(j gatherJob) error {
@@ -274,6 +280,9 @@ func (e *Engine) runPerTap(j gatherJob) error {
 	var vec int64
 	if j.N%4 == 0 {
 		vec = 1
+	}
+	if pt.rowList != 0 {
+		rows = pt.listed
 	}
 	g, b := d.elementwise(ceilDiv(rows*j.N, 1+3*vec))
 	gj := j
@@ -305,7 +314,7 @@ func (e *Engine) runPerTap(j gatherJob) error {
 			last, gb = 1, bias
 		}
 		if err := d.launch("spconv_pertap_reduce_"+sfx, g, b, 0, prod.ptr, pt.slot, t0*bm, t1*bm, k0, k1, gb, out.ptr, out.ptr,
-			rows, j.N, j.V, vec, first, last); err != nil {
+			pt.rowList, rows, j.N, j.V, vec, first, last); err != nil {
 			return err
 		}
 	}

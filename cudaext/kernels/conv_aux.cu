@@ -327,19 +327,21 @@ template <class T> __device__ __forceinline__ float4 load4(const T* p) {
 // over all slots and taps (first and last) is the sum the per-tap gathers
 // always made. acc may be out itself when T is float (the same element is
 // read and then written by one thread). With vec (cols a multiple of 4)
-// four columns per thread. (Reading sixteen taps' slots before their
-// products, for more loads in flight, was slower at RES 16: 18 µs against
-// 13, session 32.)
+// four columns per thread. With a row list (rowlist non-null: the rows
+// of a hybrid gather that hold sparse pairs) only the listed rows
+// rowlist[0..rows) are summed, the others are left as they are. (Reading
+// sixteen taps' slots before their products, for more loads in flight,
+// was slower at RES 16: 18 µs against 13, session 32.)
 template <class T>
 __device__ void pertap_reduce(const T* part, const int* slot, long long s0, long long s1, long long k0, long long k1,
-                              const T* bias, float* acc, T* out, long long rows, long long cols, long long V,
-                              long long vec, long long first, long long last) {
+                              const T* bias, float* acc, T* out, const int* rowlist, long long rows, long long cols,
+                              long long V, long long vec, long long first, long long last) {
   const long long n = rows * cols;
   const AddBias<T> add{bias, cols};
   if (vec) {
     for (long long i = gtid() * 4; i < n; i += gstride() * 4) {
-      const long long r = i / cols, c = i % cols;
-      float4 s = first ? make_float4(0.f, 0.f, 0.f, 0.f) : *reinterpret_cast<const float4*>(acc + i);
+      const long long l = i / cols, c = i - l * cols, r = rowlist ? rowlist[l] : l, e = r * cols + c;
+      float4 s = first ? make_float4(0.f, 0.f, 0.f, 0.f) : *reinterpret_cast<const float4*>(acc + e);
       for (long long k = k0; k < k1; ++k) {
         const long long sl = slot[r * V + k];
         if (sl < s0 || sl >= s1) continue;
@@ -350,26 +352,26 @@ __device__ void pertap_reduce(const T* part, const int* slot, long long s0, long
         s.w += v.w;
       }
       if (last) {
-        add(s, i);
-        store4(out + i, s);
+        add(s, e);
+        store4(out + e, s);
       } else {
-        *reinterpret_cast<float4*>(acc + i) = s;
+        *reinterpret_cast<float4*>(acc + e) = s;
       }
     }
     return;
   }
   for (long long i = gtid(); i < n; i += gstride()) {
-    const long long r = i / cols, c = i % cols;
-    float s = first ? 0.f : acc[i];
+    const long long l = i / cols, c = i - l * cols, r = rowlist ? rowlist[l] : l, e = r * cols + c;
+    float s = first ? 0.f : acc[e];
     for (long long k = k0; k < k1; ++k) {
       const long long sl = slot[r * V + k];
       if (sl >= s0 && sl < s1) s += to_f32(part[(sl - s0) * cols + c]);
     }
     if (last) {
-      add(s, i);
-      out[i] = from_f32<T>(s);
+      add(s, e);
+      out[e] = from_f32<T>(s);
     } else {
-      acc[i] = s;
+      acc[e] = s;
     }
   }
 }
@@ -452,10 +454,10 @@ __global__ void spconv_pertap_tables(const int* pin, const int* pout, const long
   }                                                                                                               \
   __global__ void spconv_pertap_reduce_##SFX(const T* part, const int* slot, long long s0, long long s1,           \
                                              long long k0, long long k1, const T* bias, float* acc, T* out,       \
-                                             long long rows, long long cols, long long V, long long vec,          \
-                                             long long first, long long last) {                                   \
+                                             const int* rowlist, long long rows, long long cols, long long V,     \
+                                             long long vec, long long first, long long last) {                    \
     fg_await_prior_grid();                                                                                        \
-    fg_aux::pertap_reduce(part, slot, s0, s1, k0, k1, bias, acc, out, rows, cols, V, vec, first, last);           \
+    fg_aux::pertap_reduce(part, slot, s0, s1, k0, k1, bias, acc, out, rowlist, rows, cols, V, vec, first, last);  \
   }
 FG_AUX_FLOAT_KERNELS(f32, float)
 FG_AUX_FLOAT_KERNELS(f16, __half)
