@@ -521,10 +521,11 @@ type gatherJob struct {
 	// instead of starting at 0 (the sparse half of a hybrid gather).
 	perTapAccumulate bool
 	// hybrid: the masked gather multiplies the dense taps of the tile
-	// tables given and these sparse pairs run per tap after it
-	// (hybrid.go; gatherInput sets it, runGather hands the job to
-	// runHybrid), or nil.
-	hybrid *perTapTables
+	// tables given and the sparse pairs of these tables (of map
+	// hybridMap) run per tap after it (hybrid.go; gatherInput sets them,
+	// runGather hands the job to runHybrid), or nil.
+	hybrid    *hybridTables
+	hybridMap *kmap.Map
 }
 
 // runGather launches the gather GEMM (and the split-K reduction). Worker
@@ -1144,11 +1145,16 @@ func (e *Engine) gatherInput(j *gatherJob, m *kmap.Map, reverse bool, alg sparse
 		if ht, ok, err := e.hybrid(m, reverse && !mirror, alg, j); err != nil {
 			return err
 		} else if ok {
-			sched, err := e.d.tileSchedule(&ht.dense, ht.order.ptr, int(j.M), int(V), j.tile.BM, j.math)
+			g, err := e.grayTablesFor(m, false)
 			if err != nil {
 				return err
 			}
-			j.order, j.tileSeg, j.tileTp, j.tileSched, j.hybrid = ht.order.ptr, ht.dense.seg.ptr, ht.dense.taps.ptr, sched, ht.sparse
+			sched, err := e.d.tileSchedule(&ht.dense, g.order.ptr, int(j.M), int(V), j.tile.BM, j.math)
+			if err != nil {
+				return err
+			}
+			j.order, j.tileSeg, j.tileTp, j.tileSched = g.order.ptr, ht.dense.seg.ptr, ht.dense.taps.ptr, sched
+			j.hybrid, j.hybridMap = ht, m
 			e.d.hybridLaunches++
 			return nil
 		}

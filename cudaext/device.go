@@ -185,7 +185,7 @@ type Device struct {
 	perTapGroupOuts, perTapGroupMinChannels int64
 	perTapGroupLaunches                     int
 	perTapLastGroups                        int64
-	// hybridShare: tf32 gathers of loaded submanifold maps run hybrid,
+	// hybridShare: tf32 masked gathers of submanifold maps run hybrid,
 	// the taps fewer than this share of a tile's rows hold per tap
 	// (hybrid.go; EnvHybridShare, 0: off); hybridLaunches counts the
 	// gathers that read hybrid tables, with sparse pairs or none (a test
@@ -765,6 +765,8 @@ func (a *argStage) stage(args []any) (unsafe.Pointer, error) {
 			err = put(i, le32(v))
 		case float32:
 			err = put(i, le32(math.Float32bits(v)))
+		case float64:
+			err = put(i, le64(math.Float64bits(v)))
 		case structArg:
 			err = put(i, v.argBytes())
 		default:

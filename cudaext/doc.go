@@ -136,9 +136,9 @@
 //     to group in tap order (the same bits as one group);
 //   - an experiment, off by default: with FLEXGEMM_HYBRID_SHARE=s in
 //     (0, 1], tf32 masked forwards and input gradients on submanifold maps
-//     whose host tables are loaded move the taps that fewer than s of a
-//     tile's rows hold out of the masked tile and run them per tap
-//     (hybrid.go, tables from kmap.Masked.Hybrid on the host).
+//     move the taps that fewer than s of a tile's rows hold out of the
+//     masked tile and run them per tap (hybrid.go; the split built on the
+//     device as kmap.Masked.Hybrid makes it on the host).
 //
 // Results are deterministic: fixed partitions, no float atomics (stream-K's
 // partitions depend on the SM count, so its bits are those of the GPU model).

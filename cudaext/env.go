@@ -529,10 +529,11 @@ func perTapGroupMinChannelsFromEnv() (int64, error) {
 
 // EnvHybridShare names the environment variable that, read when an engine
 // opens, turns on the hybrid tf32 gathers (forwards and input gradients)
-// of submanifold maps whose host tables are loaded (hybrid.go; an
-// experiment, off by default): the taps that fewer than this share of a
-// masked tile's rows hold leave the tile and run per tap. A number in
-// (0, 1]; unset or empty: off.
+// of submanifold maps (hybrid.go; an experiment, off by default: session
+// 47 measured −4 % at tf32 (64, 1024, 2) inference, but a training peak
+// over FlexGEMM's there and losses at RES 128 and 256): the taps that
+// fewer than this share of a masked tile's rows hold leave the tile and
+// run per tap. A number in (0, 1]; unset or empty: off.
 const EnvHybridShare = "FLEXGEMM_HYBRID_SHARE"
 
 // hybridShareFromEnv returns EnvHybridShare's setting: 0 (off) when unset

@@ -3,8 +3,8 @@
 package cudaext
 
 import (
-	"fmt"
 	"slices"
+	"unsafe"
 
 	"github.com/flexgemm-go/flexgemm/cudaext/kernels"
 	"github.com/flexgemm-go/flexgemm/sparse"
@@ -27,21 +27,46 @@ import (
 // sums are deterministic, in another order than the masked gather's (the
 // dense taps and the bias, then the sparse taps).
 //
-// The tables are kmap.Masked.Hybrid's, computed on the host over the
-// host's masked order and uploaded, so only maps whose host tables are
-// loaded run hybrid: enough to time the gathers (BenchmarkConvTiles builds
-// its maps on the host) before tables built on the device, which a step
-// whose map is built on the GPU needs, are written.
+// The tables are built on the device from the map's Gray order and masks
+// (masks.cu, masks_hybrid_*), tile by tile as kmap.Masked.Hybrid splits
+// them on the host (TestHybridTables compares the two): the dense taps'
+// tile tables at once, so that the masked GEMM can be queued; the slot
+// tables of the sparse pairs, whose size the host needs, behind a copy of
+// their layout to page-locked memory that runHybrid reads after queuing
+// the masked GEMM, by when the device has long passed it (no wait).
+//
+// The sparse tables are written by the first gather that uses them, and
+// kept with the map for the others (the input gradients read them too).
+//
+// Measured (session 47, H200, docs/PERF_NOTES.md step 98): the gathers of
+// RES 64 C 1024 −9 to −16 % against masked ones; RES 128 C 512 even at a
+// half, worse at three quarters; RES 256 C 256 worse at every share (the
+// sparse half costs more than the padding it removes). tf32 (64, 1024, 2)
+// inference −1 to −4 % against the default grouped per-tap forwards, but
+// its training peak goes over FlexGEMM's (the input gradients' product
+// buffer at the weight gradients' peak). Hence off by default.
 
 // hybridTables are the device tables of a hybrid gather for tiles of one
-// height: the host's masked order, the dense taps of each tile (tile
-// tables, whose launch orders tileSchedule adds), and the slot tables of
-// the sparse pairs (nil when there are none).
+// height: the dense taps of each tile over the map's Gray order (tile
+// tables, whose launch orders tileSchedule adds) and the slot tables of
+// the sparse pairs (nil when there are none), or what is needed to write
+// them (pending).
 type hybridTables struct {
-	share  float64 // the Device's hybridShare they were made for
-	order  rawBuf
-	dense  tileTables
-	sparse *perTapTables
+	share   float64 // the Device's hybridShare they were made for
+	bm      int64
+	dense   tileTables
+	sparse  *perTapTables
+	pending *hybridPending
+}
+
+// hybridPending is a hybrid split whose sparse slot tables are not written
+// yet: hybrid_count's sparse taps per tile, the scans of the sparse pairs
+// and listed rows, the layout info [V + 2] int64 (hybrid_taps) and its copy
+// to the host, and the masks (computed for the split or taken from the
+// Gray tables), all freed when the slot tables are written.
+type hybridPending struct {
+	sparseTaps, spoff, loff, info, mask rawBuf
+	copy                                *segCopy
 }
 
 // hybrid reports whether the gather job j of masked algorithm alg on m runs
@@ -49,7 +74,8 @@ type hybridTables struct {
 // of submanifold maps, which gather through Nbr with mirrored weight taps
 // (reverse: through the reverse table, never hybrid). Worker only.
 func (e *Engine) hybrid(m *kmap.Map, reverse bool, alg sparse.Algorithm, j *gatherJob) (*hybridTables, bool, error) {
-	if e.d.hybridShare <= 0 || reverse || !isMasked(alg) || j.math != kernels.TF32 || !perTapMap(m) || !m.Loaded() {
+	if e.d.hybridShare <= 0 || reverse || !isMasked(alg) || j.math != kernels.TF32 || !perTapMap(m) ||
+		m.V() > 64 || j.tile.BM > hybridMaxTileRows || int64(m.NOut)*int64(m.V()) >= 1<<31 {
 		return nil, false, nil
 	}
 	me := e.entry(m)
@@ -62,7 +88,7 @@ func (e *Engine) hybrid(m *kmap.Map, reverse bool, alg sparse.Algorithm, j *gath
 		e.freeHybrid(h)
 		delete(me.hybrid, bm)
 	}
-	h, err := e.hybridTablesFor(m, int(bm))
+	h, err := e.hybridTablesFor(m, bm)
 	if err != nil {
 		return nil, false, err
 	}
@@ -73,88 +99,194 @@ func (e *Engine) hybrid(m *kmap.Map, reverse bool, alg sparse.Algorithm, j *gath
 	return h, true, nil
 }
 
-// hybridTablesFor computes m's hybrid split for tiles of bm rows on the
-// host and uploads its tables. Worker only.
-func (e *Engine) hybridTablesFor(m *kmap.Map, bm int) (*hybridTables, error) {
+// hybridMaxTileRows is the tallest tile the hybrid kernels split (masks.cu
+// kHybridGroups warps of 32 rows).
+const hybridMaxTileRows = 256
+
+// hybridTablesFor queues m's hybrid split for tiles of bm rows over its
+// Gray order: the dense tile tables, and the counts and layout of the
+// sparse pairs (pending, with their copy to the host). Worker only.
+func (e *Engine) hybridTablesFor(m *kmap.Map, bm int64) (*hybridTables, error) {
 	d := e.d
-	ms := m.Masked()
-	hs := ms.Hybrid(bm, d.hybridShare)
-	V, n := m.V(), m.NOut
-	h := &hybridTables{share: d.hybridShare}
-	var err error
+	g, err := e.grayTablesFor(m, false)
+	if err != nil {
+		return nil, err
+	}
+	nbr, err := e.nbrTable(m)
+	if err != nil {
+		return nil, err
+	}
+	n, V := int64(m.NOut), m.V()
+	nt := ceilDiv(n, bm)
+	h := &hybridTables{share: d.hybridShare, bm: bm}
+	// The split takes the Gray tables' masks (as dropMasks would drop
+	// them; a masked gather after it computes them again) or computes them.
+	p := &hybridPending{mask: g.mask}
+	g.mask = rawBuf{}
+	h.pending = p
 	fail := func(err error) (*hybridTables, error) {
 		e.freeHybrid(h)
 		return nil, err
 	}
-	if h.order, err = uploadSlice(d, ms.Order); err != nil {
-		return fail(err)
+	if p.mask.ptr == 0 {
+		if p.mask, err = d.tableMasks(nbr, int(n), V); err != nil {
+			return fail(err)
+		}
 	}
-	if h.dense.seg, err = uploadSlice(d, hs.Dense.Seg); err != nil {
-		return fail(err)
-	}
-	if h.dense.taps, err = uploadSlice(d, hs.Dense.Taps); err != nil {
-		return fail(err)
-	}
-	if len(hs.Sparse) == 0 {
-		return h, nil
-	}
-	// The sparse pairs' slots: tap k's pairs in its segment, padded to
-	// whole tiles of bm slots, in one block laid out as perTapTablesFor's.
-	pairs := make([]int64, V)
-	for k := range V {
-		pairs[k] = hs.TapSeg[k+1] - hs.TapSeg[k]
-	}
-	first := tapFirstTiles(pairs, int64(bm))
-	tiles := first[V]
-	pt := &perTapTables{rows: tiles * int64(bm), tiles: tiles, firstTile: first}
-	l := perTapLayoutOf(pt.rows, int64(n)*int64(V), tiles)
-	host := slices.Repeat([]int32{-1}, int(l.words))
-	for k := range V {
-		for i, r := range hs.Sparse[hs.TapSeg[k]:hs.TapSeg[k+1]] {
-			s := first[k]*int64(bm) + int64(i)
-			in := m.Nbr[int(r)*V+k]
-			if in < 0 {
-				return fail(fmt.Errorf("cudaext: hybrid tables: row %d has no tap %d", r, k))
+	var unions, cnt, spc, listed rawBuf
+	defer func() {
+		for _, b := range []rawBuf{unions, cnt, spc, listed} {
+			if b.ptr != 0 {
+				d.freeTemp(b) // stream-ordered: reused only behind the kernels
 			}
-			host[s] = in
-			host[l.slot+int64(r)*int64(V)+int64(k)] = int32(s)
 		}
-		for t := first[k]; t < first[k+1]; t++ {
-			host[l.taps+t] = int32(k)
-		}
+	}()
+	alloc := func(dst *rawBuf, bytes int64) error {
+		var err error
+		*dst, err = d.allocTemp(bytes)
+		return err
 	}
-	for t := int64(0); t <= tiles; t++ {
-		host[l.seg+t] = int32(t)
-	}
-	// The rows that hold sparse pairs, ascending, after the tables: the
-	// reduction adds their sums alone.
-	held := make([]bool, n)
-	for _, r := range hs.Sparse {
-		held[r] = true
-	}
-	for r, ok := range held {
-		if ok {
-			host = append(host, int32(r))
+	for _, a := range []struct {
+		dst   *rawBuf
+		bytes int64
+	}{
+		{&h.dense.seg, 4 * (nt + 1)}, {&h.dense.taps, 4 * nt * int64(V)}, {&unions, 8 * nt}, {&cnt, 4 * nt},
+		{&p.sparseTaps, 8 * nt}, {&spc, 4 * nt * int64(V)}, {&listed, 4 * nt},
+		{&p.spoff, 4 * (nt*int64(V) + 1)}, {&p.loff, 4 * (nt + 1)}, {&p.info, 8 * int64(V+2)},
+	} {
+		if err := alloc(a.dst, a.bytes); err != nil {
+			return fail(err)
 		}
 	}
-	pt.listed = int64(len(host)) - l.words
-	if pt.buf, err = uploadSlice(d, host); err != nil {
+	gr, b := d.elementwise(32 * nt) // a warp per tile
+	if err := d.launch("masks_hybrid_count", gr, b, 0, p.mask.ptr, g.order.ptr, n, int32(V), int32(bm), nt, d.hybridShare,
+		unions.ptr, cnt.ptr, p.sparseTaps.ptr, spc.ptr, listed.ptr); err != nil {
 		return fail(err)
 	}
-	pt.views(l)
-	pt.rowList = pt.tbl + devPtr(4*l.words)
-	h.sparse = pt
+	if err := d.scan(scanI32, cnt.ptr, h.dense.seg.ptr, nt, h.dense.seg.ptr+devPtr(4*nt)); err != nil {
+		return fail(err)
+	}
+	gr, b = d.elementwise(nt)
+	if err := d.launch("masks_taps", gr, b, 0, unions.ptr, nt, int32(1), h.dense.seg.ptr, h.dense.taps.ptr); err != nil {
+		return fail(err)
+	}
+	if err := d.scan(scanI32, spc.ptr, p.spoff.ptr, nt*int64(V), p.spoff.ptr+devPtr(4*nt*int64(V))); err != nil {
+		return fail(err)
+	}
+	if err := d.scan(scanI32, listed.ptr, p.loff.ptr, nt, p.loff.ptr+devPtr(4*nt)); err != nil {
+		return fail(err)
+	}
+	if err := d.launch("masks_hybrid_taps", dim3{X: 1}, dim3{X: 32}, 0, p.spoff.ptr, nt, int32(V), int32(bm), p.loff.ptr, p.info.ptr); err != nil {
+		return fail(err)
+	}
+	if p.copy, err = d.segCopyFor(V + 2); err != nil {
+		return fail(err)
+	}
+	if p.copy != nil {
+		if err := memcpyDtoHAsync(p.copy.host, p.info.ptr, 8*int64(V+2), d.stream); err != nil {
+			return fail(err)
+		}
+		if err := eventRecord(p.copy.ev, d.stream); err != nil {
+			return fail(err)
+		}
+	}
 	return h, nil
+}
+
+// finishHybrid writes h's pending sparse slot tables (after the masked
+// GEMM is queued): it reads their layout (waiting only if the device has
+// not passed its copy yet, a counted wait), allocates them and queues
+// their fill. Worker only.
+func (e *Engine) finishHybrid(m *kmap.Map, h *hybridTables) error {
+	d, p := e.d, h.pending
+	if p == nil {
+		return nil
+	}
+	V, n, bm := m.V(), int64(m.NOut), h.bm
+	nt := ceilDiv(n, bm)
+	var info []int64
+	if p.copy != nil {
+		done, err := eventDone(p.copy.ev)
+		if err != nil {
+			return err
+		}
+		if !done {
+			d.countDownload(8 * int64(V+2))
+			if err := eventSync(p.copy.ev); err != nil {
+				return err
+			}
+		}
+		info = slices.Clone(unsafe.Slice((*int64)(p.copy.host), V+2))
+	} else {
+		var err error
+		if info, err = download[int64](d, p.info.ptr, V+2); err != nil {
+			return err
+		}
+	}
+	tiles, listed := info[V], info[V+1]
+	if tiles > 0 {
+		pt := &perTapTables{rows: tiles * bm, tiles: tiles, firstTile: info[:V+1], listed: listed}
+		l := perTapLayoutOf(pt.rows, n*int64(V), tiles)
+		var err error
+		if pt.buf, err = d.allocTemp(4 * (l.words + listed)); err != nil {
+			return err
+		}
+		pt.views(l)
+		pt.rowList = pt.tbl + devPtr(4*l.words)
+		h.sparse = pt
+		if err := d.fillI32(pt.tbl, -1, l.slot+n*int64(V)); err != nil {
+			return err
+		}
+		g, err := e.grayTablesFor(m, false)
+		if err != nil {
+			return err
+		}
+		nbr, err := e.nbrTable(m)
+		if err != nil {
+			return err
+		}
+		gr, b := d.elementwise(32 * nt)
+		if err := d.launch("masks_hybrid_fill", gr, b, 0, p.mask.ptr, g.order.ptr, n, int32(V), int32(bm), nt,
+			p.sparseTaps.ptr, p.spoff.ptr, p.loff.ptr, p.info.ptr, nbr, pt.tbl, pt.slot, pt.rowList); err != nil {
+			return err
+		}
+		gr, b = d.elementwise(tiles + 1)
+		if err := d.launch("masks_hybrid_tiles", gr, b, 0, p.info.ptr, int32(V), pt.seg, pt.taps); err != nil {
+			return err
+		}
+	}
+	e.freePending(h)
+	return nil
+}
+
+// freePending frees h's pending split (stream-ordered) and hands its host
+// copy back.
+func (e *Engine) freePending(h *hybridTables) {
+	p := h.pending
+	if p == nil {
+		return
+	}
+	for _, b := range []rawBuf{p.sparseTaps, p.spoff, p.loff, p.info, p.mask} {
+		if b.ptr != 0 {
+			e.d.freeTemp(b)
+		}
+	}
+	if p.copy != nil {
+		e.d.segCopies = append(e.d.segCopies, p.copy)
+	}
+	h.pending = nil
 }
 
 // freeHybrid frees the blocks of h. Worker only.
 func (e *Engine) freeHybrid(h *hybridTables) {
-	bufs := append([]rawBuf{h.order}, h.dense.bufs()...)
-	if h.sparse != nil {
-		bufs = append(bufs, h.sparse.buf)
+	e.freePending(h)
+	for _, b := range h.dense.bufs() {
+		if b.ptr != 0 {
+			e.d.freeTemp(b)
+		}
 	}
-	for _, b := range bufs {
-		e.d.freeTemp(b)
+	if h.sparse != nil {
+		e.d.freeTemp(h.sparse.buf)
 	}
 }
 
@@ -163,11 +295,17 @@ func (e *Engine) freeHybrid(h *hybridTables) {
 // tap, added by spconv_pertap_reduce to the rows that hold them (the
 // tables' row list). Worker only.
 func (e *Engine) runHybrid(j gatherJob) error {
-	pt := j.hybrid
-	j.hybrid = nil
+	h, m := j.hybrid, j.hybridMap
+	j.hybrid, j.hybridMap = nil, nil
 	if err := e.runGather(j); err != nil {
 		return err
 	}
-	j.perTap, j.perTapGroups, j.perTapAccumulate, j.bias = pt, 1, true, 0
+	if err := e.finishHybrid(m, h); err != nil {
+		return err
+	}
+	if h.sparse == nil {
+		return nil
+	}
+	j.perTap, j.perTapGroups, j.perTapAccumulate, j.bias = h.sparse, 1, true, 0
 	return e.runPerTap(j)
 }

@@ -286,7 +286,7 @@ func (e *Engine) runPerTap(j gatherJob) error {
 	}
 	g, b := d.elementwise(ceilDiv(rows*j.N, 1+3*vec))
 	gj := j
-	gj.perTap, gj.perTapGroups, gj.perTapAccumulate, gj.hybrid = nil, 0, false, nil
+	gj.perTap, gj.perTapGroups, gj.perTapAccumulate, gj.hybrid, gj.hybridMap = nil, 0, false, nil, nil
 	gj.slotTbl, gj.tileSeg, gj.order, gj.tileSched = true, pt.seg, 0, 0
 	gj.splitAlg, gj.bias = false, 0
 	gj.out = &Buffer{ptr: prod.ptr, dtype: out.dtype}

@@ -30,6 +30,11 @@
 //                    tiles longest first (the gathers' tile_sched)
 //   masks_sched_rows keys[tile] = the tile's first row (table order), to
 //                    sort the tiles by where their rows lie
+//   masks_hybrid_count, masks_hybrid_taps, masks_hybrid_fill,
+//   masks_hybrid_tiles  a hybrid gather's split of each tile's taps into
+//                    dense (masked) and sparse (per-tap slots) and the
+//                    slot tables of the sparse pairs (see "hybrid gathers"
+//                    below)
 //   masks_regroup32  the order regrouped in place window by window
 //   masks_regroup64  (kmap.RegroupWindow), a 256-thread block per window
 //                    of kRegroupWindow rows, W == 1: 32-bit masks
@@ -240,6 +245,139 @@ __device__ void taps(const u64* unions, i64 nt, int W, const int* seg, int* out)
         x &= x - 1;
       }
     }
+  }
+}
+
+// ---- hybrid gathers (cudaext hybrid.go; kmap.Masked.Hybrid on the host) ----
+//
+// A tap of a tile's union that fewer than share of the tile's rows hold is
+// sparse: its pairs leave the masked tile for per-tap slots. The three
+// kernels run a warp per tile over masks of one word (V ≤ 64), the tile's
+// rows (at most 32·kHybridGroups) a register each per lane.
+
+constexpr int kHybridGroups = 8;  // tile rows ≤ 256
+
+// hybrid_rows loads the masks and rows of tile's entries of order: lane l
+// holds entries 32g + l (mask 0 and row −1 past the tile).
+__device__ __forceinline__ void hybrid_rows(const u64* mask, const int* order, i64 r0, i64 r1, int lane,
+                                            u64 (&m)[kHybridGroups], int (&row)[kHybridGroups]) {
+#pragma unroll
+  for (int g = 0; g < kHybridGroups; ++g) {
+    const i64 j = r0 + 32 * g + lane;
+    row[g] = j < r1 ? order[j] : -1;
+    m[g] = j < r1 ? mask[row[g]] : 0;
+  }
+}
+
+// hybrid_count writes, per tile: unions[tile] its dense taps (held by at
+// least share of its rows) and cnt[tile] their number, sparse[tile] its
+// sparse taps (held by some of its rows, fewer than share), spc[k·nt +
+// tile] the pairs of sparse tap k (0 where k is not sparse) and
+// listed[tile] the rows that hold a sparse tap.
+__device__ void hybrid_count(const u64* mask, const int* order, i64 rows, int V, int tile_rows, i64 nt, double share,
+                             u64* unions, int* cnt, u64* sparse, int* spc, int* listed) {
+  const int lane = threadIdx.x & 31;
+  for (i64 tile = gtid() >> 5; tile < nt; tile += gstride() >> 5) {
+    const i64 r0 = tile * tile_rows, r1 = min(rows, r0 + tile_rows);
+    const double least = share * (double)(r1 - r0);
+    u64 m[kHybridGroups];
+    int row[kHybridGroups];
+    hybrid_rows(mask, order, r0, r1, lane, m, row);
+    int c0 = 0, c1 = 0;  // the rows holding taps lane and lane + 32
+    for (int k = 0; k < V; ++k) {
+      int c = 0;
+#pragma unroll
+      for (int g = 0; g < kHybridGroups; ++g) c += __popc(__ballot_sync(0xffffffffu, (m[g] >> k) & 1));
+      if (k == lane) c0 = c;
+      if (k == lane + 32) c1 = c;
+    }
+    const bool s0 = c0 > 0 && (double)c0 < least, s1 = c1 > 0 && (double)c1 < least;
+    const u64 sp = (u64)__ballot_sync(0xffffffffu, s1) << 32 | __ballot_sync(0xffffffffu, s0);
+    const u64 dn = (u64)__ballot_sync(0xffffffffu, c1 > 0 && !s1) << 32 | __ballot_sync(0xffffffffu, c0 > 0 && !s0);
+    int l = 0;
+#pragma unroll
+    for (int g = 0; g < kHybridGroups; ++g) l += __popc(__ballot_sync(0xffffffffu, (m[g] & sp) != 0));
+    if (lane < V) spc[(i64)lane * nt + tile] = s0 ? c0 : 0;
+    if (lane + 32 < V) spc[(i64)(lane + 32) * nt + tile] = s1 ? c1 : 0;
+    if (lane == 0) {
+      unions[tile] = dn;
+      cnt[tile] = __popcll(dn);
+      sparse[tile] = sp;
+      listed[tile] = l;
+    }
+  }
+}
+
+// hybrid_taps (one thread) lays the sparse taps' segments out as whole
+// tiles of tile_rows slots, in tap order, from spoff (the exclusive scan of
+// spc, V·nt + 1 entries): info[k] = tap k's first tile (k ≤ V, info[V]
+// the tiles), info[V + 1] = the listed rows (loff[nt]).
+__device__ void hybrid_taps(const int* spoff, i64 nt, int V, int tile_rows, const int* loff, i64* info) {
+  if (gtid() != 0) return;
+  i64 first = 0;
+  for (int k = 0; k < V; ++k) {
+    info[k] = first;
+    const i64 pairs = spoff[(i64)(k + 1) * nt] - spoff[(i64)k * nt];
+    first += (pairs + tile_rows - 1) / tile_rows;
+  }
+  info[V] = first;
+  info[V + 1] = loff[nt];
+}
+
+// hybrid_fill writes the slot tables of the sparse pairs (hybrid_count's
+// split, hybrid_taps' layout): tap k's pairs of tile t, in the order's
+// order, at slots info[k]·tile_rows + spoff[k·nt + t] − spoff[k·nt] on:
+// tbl[s] = nbr[r, k] and slot[r·V + k] = s; and the rows that hold a
+// sparse tap, tile by tile in the order's order, at rowlist[loff[t]…].
+__device__ void hybrid_fill(const u64* mask, const int* order, i64 rows, int V, int tile_rows, i64 nt, const u64* sparse,
+                            const int* spoff, const int* loff, const i64* info, const int* nbr, int* tbl, int* slot,
+                            int* rowlist) {
+  const int lane = threadIdx.x & 31;
+  const unsigned below = (1u << lane) - 1;
+  for (i64 tile = gtid() >> 5; tile < nt; tile += gstride() >> 5) {
+    const u64 sp = sparse[tile];
+    if (!sp) continue;
+    const i64 r0 = tile * tile_rows, r1 = min(rows, r0 + tile_rows);
+    u64 m[kHybridGroups];
+    int row[kHybridGroups];
+    hybrid_rows(mask, order, r0, r1, lane, m, row);
+    i64 at = loff[tile];
+#pragma unroll
+    for (int g = 0; g < kHybridGroups; ++g) {
+      const bool has = (m[g] & sp) != 0;
+      const unsigned b = __ballot_sync(0xffffffffu, has);
+      if (has) rowlist[at + __popc(b & below)] = row[g];
+      at += __popc(b);
+    }
+    for (u64 x = sp; x; x &= x - 1) {
+      const int k = __ffsll((long long)x) - 1;
+      i64 s = info[k] * tile_rows + spoff[(i64)k * nt + tile] - spoff[(i64)k * nt];
+#pragma unroll
+      for (int g = 0; g < kHybridGroups; ++g) {
+        const bool has = (m[g] >> k) & 1;
+        const unsigned b = __ballot_sync(0xffffffffu, has);
+        if (has) {
+          const i64 mine = s + __popc(b & below);
+          tbl[mine] = nbr[(i64)row[g] * V + k];
+          slot[(i64)row[g] * V + k] = (int)mine;
+        }
+        s += __popc(b);
+      }
+    }
+  }
+}
+
+// hybrid_tiles writes the per-tap tile tables of the slots: tile t of
+// tap k (info[k] ≤ t < info[k + 1]) has ttap[t] = k and tseg[t] = t, and
+// tseg[tiles] = tiles.
+__device__ void hybrid_tiles(const i64* info, int V, int* tseg, int* ttap) {
+  const i64 tiles = info[V];
+  for (i64 t = gtid(); t <= tiles; t += gstride()) {
+    tseg[t] = (int)t;
+    if (t == tiles) continue;
+    int k = 0;
+    while (info[k + 1] <= t) ++k;
+    ttap[t] = k;
   }
 }
 
@@ -650,6 +788,26 @@ __global__ void masks_union(const unsigned long long* mask, const int* order, lo
 __global__ void masks_taps(const unsigned long long* unions, long long nt, int W, const int* seg, int* out) {
   fg_await_prior_grid();
   fgm::taps(unions, nt, W, seg, out);
+}
+__global__ void masks_hybrid_count(const unsigned long long* mask, const int* order, long long rows, int V, int tile_rows,
+                                   long long nt, double share, unsigned long long* unions, int* cnt,
+                                   unsigned long long* sparse, int* spc, int* listed) {
+  fg_await_prior_grid();
+  fgm::hybrid_count(mask, order, rows, V, tile_rows, nt, share, unions, cnt, sparse, spc, listed);
+}
+__global__ void masks_hybrid_taps(const int* spoff, long long nt, int V, int tile_rows, const int* loff, long long* info) {
+  fg_await_prior_grid();
+  fgm::hybrid_taps(spoff, nt, V, tile_rows, loff, info);
+}
+__global__ void masks_hybrid_fill(const unsigned long long* mask, const int* order, long long rows, int V, int tile_rows,
+                                  long long nt, const unsigned long long* sparse, const int* spoff, const int* loff,
+                                  const long long* info, const int* nbr, int* tbl, int* slot, int* rowlist) {
+  fg_await_prior_grid();
+  fgm::hybrid_fill(mask, order, rows, V, tile_rows, nt, sparse, spoff, loff, info, nbr, tbl, slot, rowlist);
+}
+__global__ void masks_hybrid_tiles(const long long* info, int V, int* tseg, int* ttap) {
+  fg_await_prior_grid();
+  fgm::hybrid_tiles(info, V, tseg, ttap);
 }
 __global__ void masks_sched_keys(const int* seg, long long nt, int V, unsigned* keys) {
   fg_await_prior_grid();
