@@ -99,7 +99,8 @@ type Device struct {
 	pairsOrderGroups int64
 	// noRowsFirst: masked gathers never launch their tiles in the order
 	// of their first rows (rowsFirst; EnvNoRowsFirst); rowsFirstMin: they
-	// do from this many rows on (rowsFirstMinRows; the tests lower it).
+	// do from this many rows on (EnvRowsFirstMinRows, default
+	// rowsFirstMinRows; the tests lower it).
 	noRowsFirst  bool
 	rowsFirstMin int64
 	// noRegroup: masked orders stay in the Gray order (EnvNoRegroup).
@@ -273,6 +274,10 @@ func openDevice(ordinal int) (*Device, error) {
 	if err != nil {
 		return nil, err
 	}
+	rowsFirstMin, err := nonNegativeFromEnv(EnvRowsFirstMinRows, rowsFirstMinRows, "rows")
+	if err != nil {
+		return nil, err
+	}
 	cubSortFrom, err := cubSortModeFromEnv()
 	if err != nil {
 		return nil, err
@@ -303,7 +308,7 @@ func openDevice(ordinal int) (*Device, error) {
 		noFusedBias:                os.Getenv(EnvNoFusedBias) == "1",
 		pairsOrderGroups:           orderGroups,
 		noRowsFirst:                os.Getenv(EnvNoRowsFirst) == "1",
-		rowsFirstMin:               rowsFirstMinRows,
+		rowsFirstMin:               int64(rowsFirstMin),
 		noRegroup:                  os.Getenv(EnvNoRegroup) == "1",
 		regroupMaxRows:             regroupMax,
 		regroupThreads:             regroupBlock,

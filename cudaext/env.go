@@ -234,6 +234,13 @@ const EnvNoRowSlices = "FLEXGEMM_NO_ROW_SLICES"
 // order's tile order, as before session 14.
 const EnvNoRowsFirst = "FLEXGEMM_NO_ROWS_FIRST"
 
+// EnvRowsFirstMinRows names the environment variable that, read when an
+// engine opens, sets the fewest table rows from which masked gathers
+// launch their tiles by their first rows (Device.rowsFirst, unless they
+// run longest first or EnvNoRowsFirst); a non-negative integer, default
+// rowsFirstMinRows.
+const EnvRowsFirstMinRows = "FLEXGEMM_ROWS_FIRST_MIN_ROWS"
+
 // EnvNoRegroup names the environment variable that, set to "1" when an
 // engine opens, keeps the device's masked orders in the Gray order
 // instead of regrouping them where kmap.Regroups says so (an experiment
