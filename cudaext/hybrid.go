@@ -99,8 +99,8 @@ func (e *Engine) hybrid(m *kmap.Map, reverse bool, alg sparse.Algorithm, j *gath
 	return h, true, nil
 }
 
-// hybridMaxTileRows is the tallest tile the hybrid kernels split (masks.cu
-// kHybridGroups warps of 32 rows).
+// hybridMaxTileRows is the tallest tile the hybrid kernels split (masks.cu:
+// a warp holds kHybridGroups groups of 32 rows).
 const hybridMaxTileRows = 256
 
 // hybridTablesFor queues m's hybrid split for tiles of bm rows over its
