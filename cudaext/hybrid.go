@@ -3,9 +3,6 @@
 package cudaext
 
 import (
-	"slices"
-	"unsafe"
-
 	"github.com/flexgemm-go/flexgemm/cudaext/kernels"
 	"github.com/flexgemm-go/flexgemm/sparse"
 	"github.com/flexgemm-go/flexgemm/sparse/kmap"
@@ -150,7 +147,7 @@ func (e *Engine) hybridTablesFor(m *kmap.Map, bm int64) (*hybridTables, error) {
 		dst   *rawBuf
 		bytes int64
 	}{
-		{&h.dense.seg, 4 * (nt + 1)}, {&h.dense.taps, 4 * nt * int64(V)}, {&unions, 8 * nt}, {&cnt, 4 * nt},
+		{&h.dense.seg, 4 * (nt + 1)}, {&unions, 8 * nt}, {&cnt, 4 * nt},
 		{&p.sparseTaps, 8 * nt}, {&spc, 4 * nt * int64(V)}, {&listed, 4 * nt},
 		{&p.spoff, 4 * (nt*int64(V) + 1)}, {&p.loff, 4 * (nt + 1)}, {&p.info, 8 * int64(V+2)},
 	} {
@@ -163,11 +160,7 @@ func (e *Engine) hybridTablesFor(m *kmap.Map, bm int64) (*hybridTables, error) {
 		unions.ptr, cnt.ptr, p.sparseTaps.ptr, spc.ptr, listed.ptr); err != nil {
 		return fail(err)
 	}
-	if err := d.scan(scanI32, cnt.ptr, h.dense.seg.ptr, nt, h.dense.seg.ptr+devPtr(4*nt)); err != nil {
-		return fail(err)
-	}
-	gr, b = d.elementwise(nt)
-	if err := d.launch("masks_taps", gr, b, 0, unions.ptr, nt, int32(1), h.dense.seg.ptr, h.dense.taps.ptr); err != nil {
+	if err := d.unionTaps(&h.dense, unions.ptr, cnt.ptr, nt, 1, V); err != nil {
 		return fail(err)
 	}
 	if err := d.scan(scanI32, spc.ptr, p.spoff.ptr, nt*int64(V), p.spoff.ptr+devPtr(4*nt*int64(V))); err != nil {
@@ -183,10 +176,7 @@ func (e *Engine) hybridTablesFor(m *kmap.Map, bm int64) (*hybridTables, error) {
 		return fail(err)
 	}
 	if p.copy != nil {
-		if err := memcpyDtoHAsync(p.copy.host, p.info.ptr, 8*int64(V+2), d.stream); err != nil {
-			return fail(err)
-		}
-		if err := eventRecord(p.copy.ev, d.stream); err != nil {
+		if err := d.segCopyStart(p.copy, p.info.ptr, V+2); err != nil {
 			return fail(err)
 		}
 	}
@@ -205,29 +195,19 @@ func (e *Engine) finishHybrid(m *kmap.Map, h *hybridTables) error {
 	V, n, bm := m.V(), int64(m.NOut), h.bm
 	nt := ceilDiv(n, bm)
 	var info []int64
+	var err error
 	if p.copy != nil {
-		done, err := eventDone(p.copy.ev)
-		if err != nil {
-			return err
-		}
-		if !done {
-			d.countDownload(8 * int64(V+2))
-			if err := eventSync(p.copy.ev); err != nil {
-				return err
-			}
-		}
-		info = slices.Clone(unsafe.Slice((*int64)(p.copy.host), V+2))
+		info, err = d.segCopyRead(p.copy, V+2)
 	} else {
-		var err error
-		if info, err = download[int64](d, p.info.ptr, V+2); err != nil {
-			return err
-		}
+		info, err = download[int64](d, p.info.ptr, V+2)
+	}
+	if err != nil {
+		return err
 	}
 	tiles, listed := info[V], info[V+1]
 	if tiles > 0 {
 		pt := &perTapTables{rows: tiles * bm, tiles: tiles, firstTile: info[:V+1], listed: listed}
 		l := perTapLayoutOf(pt.rows, n*int64(V), tiles)
-		var err error
 		if pt.buf, err = d.allocTemp(4 * (l.words + listed)); err != nil {
 			return err
 		}

@@ -1148,10 +1148,7 @@ func (d *Device) pairsCount(nbr devPtr, nOut, V int, half, ahead bool) (*pairBuf
 		}
 		return p, nil
 	}
-	if err := memcpyDtoHAsync(p.copy.host, p.seg.ptr, int64(p.taps+1)*8, d.stream); err != nil {
-		return fail(err)
-	}
-	if err := eventRecord(p.copy.ev, d.stream); err != nil {
+	if err := d.segCopyStart(p.copy, p.seg.ptr, p.taps+1); err != nil {
 		return fail(err)
 	}
 	return p, nil
@@ -1166,19 +1163,11 @@ func (p *pairBufs) write(d *Device, nbr devPtr) error {
 	if p.copy == nil {
 		return nil
 	}
-	c := p.copy
-	done, err := eventDone(c.ev)
+	seg, err := d.segCopyRead(p.copy, p.taps+1)
 	if err != nil {
 		return err
 	}
-	if !done {
-		d.countDownload(int64(p.taps+1) * 8)
-		if err := eventSync(c.ev); err != nil {
-			return err
-		}
-	}
-	seg := slices.Clone(unsafe.Slice((*int64)(c.host), p.taps+1))
-	d.segCopies = append(d.segCopies, c)
+	d.segCopies = append(d.segCopies, p.copy)
 	p.copy = nil
 	if err := p.finish(d, seg); err != nil {
 		return err
@@ -1275,6 +1264,32 @@ func (d *Device) segCopyFor(n int) (*segCopy, error) {
 		return nil, err
 	}
 	return &segCopy{host: h, ev: ev}, nil
+}
+
+// segCopyStart queues the copy of n int64 at src into c behind the work
+// queued so far, and records c's event behind it.
+func (d *Device) segCopyStart(c *segCopy, src devPtr, n int) error {
+	if err := memcpyDtoHAsync(c.host, src, int64(n)*8, d.stream); err != nil {
+		return err
+	}
+	return eventRecord(c.ev, d.stream)
+}
+
+// segCopyRead returns the n int64 that segCopyStart copied into c,
+// waiting for the copy (a counted host wait and download) only if the
+// device has not passed it yet. c stays the caller's to hand back.
+func (d *Device) segCopyRead(c *segCopy, n int) ([]int64, error) {
+	done, err := eventDone(c.ev)
+	if err != nil {
+		return nil, err
+	}
+	if !done {
+		d.countDownload(int64(n) * 8)
+		if err := eventSync(c.ev); err != nil {
+			return nil, err
+		}
+	}
+	return slices.Clone(unsafe.Slice((*int64)(c.host), n)), nil
 }
 
 // grayMasks computes the bitmasks [n, W] of the rows of table [n, V] and
@@ -1383,17 +1398,26 @@ func (d *Device) tileUnions(mask, order devPtr, n, V, rows int) (t tileTables, e
 	if err := d.launch("masks_union", g, b, 0, mask, order, int64(n), int32(W), int32(rows), nt, unions.ptr, cnt.ptr); err != nil {
 		return fail(err)
 	}
-	if err := d.scan(scanI32, cnt.ptr, t.seg.ptr, nt, t.seg.ptr+devPtr(4*nt)); err != nil {
-		return fail(err)
-	}
-	if t.taps, err = d.allocTemp(nt * int64(V) * 4); err != nil {
-		return fail(err)
-	}
-	g, b = d.elementwise(nt)
-	if err := d.launch("masks_taps", g, b, 0, unions.ptr, nt, int32(W), t.seg.ptr, t.taps.ptr); err != nil {
+	if err := d.unionTaps(&t, unions.ptr, cnt.ptr, nt, W, V); err != nil {
 		return fail(err)
 	}
 	return t, nil
+}
+
+// unionTaps finishes tile tables t (t.seg allocated, nt + 1 int32) from
+// the tiles' tap unions [nt, W] and tap counts [nt]: the segments by a
+// scan of the counts, and the taps, ascending per tile, into t.taps,
+// allocated for the worst case (nt · V) so that no host wait sizes it.
+func (d *Device) unionTaps(t *tileTables, unions, cnt devPtr, nt int64, W, V int) error {
+	if err := d.scan(scanI32, cnt, t.seg.ptr, nt, t.seg.ptr+devPtr(4*nt)); err != nil {
+		return err
+	}
+	var err error
+	if t.taps, err = d.allocTemp(nt * int64(V) * 4); err != nil {
+		return err
+	}
+	g, b := d.elementwise(nt)
+	return d.launch("masks_taps", g, b, 0, unions, nt, int32(W), t.seg.ptr, t.taps.ptr)
 }
 
 // tileSchedule returns the launch order [nt] int32 of the nt row tiles of
