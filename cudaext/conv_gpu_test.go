@@ -432,6 +432,16 @@ func storageDType(t testing.TB, m sparse.Matrix) sparse.DType {
 	return st.DType()
 }
 
+// testTiles returns the tiles a GPU test runs for arithmetic mth: the
+// plain tiles, and the Hopper tiles too where the device loaded them
+// (sm_90).
+func testTiles(mth kernels.Math) []kernels.Tile {
+	if gpu.d.hopperTiles(mth) {
+		return kernels.AllTiles()
+	}
+	return kernels.Tiles
+}
+
 func cpuReference(t testing.TB, rng *rand.Rand, m *kmap.Map, ci, co int) *reference {
 	t.Helper()
 	V := m.V()
@@ -512,11 +522,7 @@ func sweepOne(t *testing.T, m *kmap.Map, ref *reference, scene string) {
 		gpu.SetTF32(mth == kernels.TF32)
 		dt := dtypeOf(mth)
 		x, w, b, dy := ref.operands(t, m, dt)
-		// The Hopper tiles join on a device that loaded them (sm_90).
-		tiles := kernels.Tiles
-		if gpu.d.hopperTiles(kernels.F16) {
-			tiles = kernels.AllTiles()
-		}
+		tiles := testTiles(kernels.F16)
 		for ti, tile := range tiles {
 			if !envSelected("FLEXGEMM_TEST_TILES", tile.Name()) {
 				continue

@@ -5,6 +5,7 @@ package cudaext
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -33,10 +34,7 @@ func TestHybridGathers(t *testing.T) {
 		{"shell8-subm3", shell8Map(t)},
 		{"random-subm3", ok(kmap.NewSubmanifold(synth.RandomScene(rng, rext, 0.3), rext, [3]int{3, 3, 3}, [3]int{1, 1, 1}))},
 	}
-	tiles := kernels.Tiles
-	if gpu.d.hopperTiles(kernels.TF32) {
-		tiles = kernels.AllTiles()
-	}
+	tiles := testTiles(kernels.TF32)
 	setPerTapRules(t, 0, 0) // the masked gathers, not per tap
 	setPerTapGroupRules(t, 0, perTapMinChannels)
 	share := func(s float64) (launches int) {
@@ -234,19 +232,14 @@ func TestHybridTables(t *testing.T) {
 					require.Nil(t, first, "%s: no sparse pairs, no slot tables", name)
 					continue
 				}
-				wantFirst := make([]int64, V+1)
+				pairs := make([]int64, V)
 				for k := range V {
-					wantFirst[k+1] = wantFirst[k] + (want.TapSeg[k+1]-want.TapSeg[k]+int64(bm)-1)/int64(bm)
+					pairs[k] = want.TapSeg[k+1] - want.TapSeg[k]
 				}
+				wantFirst := tapFirstTiles(pairs, int64(bm))
 				require.Equal(t, wantFirst, first, "%s: the sparse taps' first tiles", name)
-				wantTbl := make([]int32, wantFirst[V]*int64(bm))
-				wantSlot := make([]int32, n*V)
-				for i := range wantTbl {
-					wantTbl[i] = -1
-				}
-				for i := range wantSlot {
-					wantSlot[i] = -1
-				}
+				wantTbl := slices.Repeat([]int32{-1}, int(wantFirst[V])*bm)
+				wantSlot := slices.Repeat([]int32{-1}, n*V)
 				listed := make([]bool, n)
 				for k := range V {
 					for i, r := range want.Sparse[want.TapSeg[k]:want.TapSeg[k+1]] {

@@ -34,10 +34,7 @@ func TestPerTapGathers(t *testing.T) {
 		{"random-subm3", ok(kmap.NewSubmanifold(synth.RandomScene(rng, rext, 0.3), rext, [3]int{3, 3, 3}, [3]int{1, 1, 1}))},
 		{"random-subm5", ok(kmap.NewSubmanifold(synth.RandomScene(rng, rext, 0.2), rext, [3]int{5, 5, 5}, [3]int{1, 1, 1}))},
 	}
-	tiles := kernels.Tiles
-	if gpu.d.hopperTiles(kernels.F16) {
-		tiles = kernels.AllTiles()
-	}
+	tiles := testTiles(kernels.F16)
 	state := func(maxBytes int64) (launches int) {
 		require.NoError(t, gpu.d.do(func() error {
 			gpu.d.perTapMaxBytes = maxBytes
@@ -157,10 +154,7 @@ func TestPerTapGroupedGathers(t *testing.T) {
 		{"shell8-subm3", shell8Map(t)},
 		{"random-subm3", ok(kmap.NewSubmanifold(synth.RandomScene(rng, rext, 0.3), rext, [3]int{3, 3, 3}, [3]int{1, 1, 1}))},
 	}
-	tiles := kernels.Tiles
-	if gpu.d.hopperTiles(kernels.F16) {
-		tiles = kernels.AllTiles()
-	}
+	tiles := testTiles(kernels.F16)
 	const unlimited = int64(1) << 40
 	setPerTapRules(t, 0, 0)
 	setPerTapGroupRules(t, 0, perTapMinChannels)
