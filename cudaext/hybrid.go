@@ -19,7 +19,7 @@ import (
 // moves them out: the masked GEMM
 // multiplies each tile's dense taps only, writing its float32 sums and the
 // bias, then the sparse pairs run per tap (pertap.go's GEMM over slot
-// tables) and spconv_pertap_reduce adds their products, in tap order, to
+// tables) and spconv_pertap_reduce_rows adds their products, in tap order, to
 // the rows that hold them (a row list: the other rows are not read). The
 // sums are deterministic, in another order than the masked gather's (the
 // dense taps and the bias, then the sparse taps).
@@ -272,7 +272,7 @@ func (e *Engine) freeHybrid(h *hybridTables) {
 
 // runHybrid runs gather job j (gatherInput set j.hybrid): the masked GEMM
 // over the dense taps into j.out with the bias, then the sparse pairs per
-// tap, added by spconv_pertap_reduce to the rows that hold them (the
+// tap, added by spconv_pertap_reduce_rows to the rows that hold them (the
 // tables' row list). Worker only.
 func (e *Engine) runHybrid(j gatherJob) error {
 	h, m := j.hybrid, j.hybridMap

@@ -281,8 +281,11 @@ func (e *Engine) runPerTap(j gatherJob) error {
 	if j.N%4 == 0 {
 		vec = 1
 	}
+	// The sums of listed rows alone run in a kernel of their own: the
+	// row list's indexing costs the plain sums registers (conv_aux.cu).
+	reduce := "spconv_pertap_reduce_" + sfx
 	if pt.rowList != 0 {
-		rows = pt.listed
+		rows, reduce = pt.listed, "spconv_pertap_reduce_rows_"+sfx
 	}
 	g, b := d.elementwise(ceilDiv(rows*j.N, 1+3*vec))
 	gj := j
@@ -313,7 +316,7 @@ func (e *Engine) runPerTap(j gatherJob) error {
 		if t1 == pt.tiles {
 			last, gb = 1, bias
 		}
-		if err := d.launch("spconv_pertap_reduce_"+sfx, g, b, 0, prod.ptr, pt.slot, t0*bm, t1*bm, k0, k1, gb, out.ptr, out.ptr,
+		if err := d.launch(reduce, g, b, 0, prod.ptr, pt.slot, t0*bm, t1*bm, k0, k1, gb, out.ptr, out.ptr,
 			pt.rowList, rows, j.N, j.V, vec, first, last); err != nil {
 			return err
 		}

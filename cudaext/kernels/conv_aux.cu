@@ -327,12 +327,16 @@ template <class T> __device__ __forceinline__ float4 load4(const T* p) {
 // over all slots and taps (first and last) is the sum the per-tap gathers
 // always made. acc may be out itself when T is float (the same element is
 // read and then written by one thread). With vec (cols a multiple of 4)
-// four columns per thread. With a row list (rowlist non-null: the rows
-// of a hybrid gather that hold sparse pairs) only the listed rows
-// rowlist[0..rows) are summed, the others are left as they are. (Reading
-// sixteen taps' slots before their products, for more loads in flight,
-// was slower at RES 16: 18 µs against 13, session 32.)
-template <class T>
+// four columns per thread. With Listed (the rows of a hybrid gather that
+// hold sparse pairs) only the rows rowlist[0..rows) are summed, the others
+// are left as they are; without it rowlist is not read. Listed is a
+// template switch, not a test of rowlist, so that the per-tap gathers'
+// sum compiles to the plain loop: the row list's indexing in the same
+// kernel took it from 32 to 44 registers and fp16 (16, 1024, 8) steps
+// 4 % slower (H200, session 48). (Reading sixteen taps' slots before
+// their products, for more loads in flight, was slower at RES 16: 18 µs
+// against 13, session 32.)
+template <class T, bool Listed>
 __device__ void pertap_reduce(const T* part, const int* slot, long long s0, long long s1, long long k0, long long k1,
                               const T* bias, float* acc, T* out, const int* rowlist, long long rows, long long cols,
                               long long V, long long vec, long long first, long long last) {
@@ -340,7 +344,7 @@ __device__ void pertap_reduce(const T* part, const int* slot, long long s0, long
   const AddBias<T> add{bias, cols};
   if (vec) {
     for (long long i = gtid() * 4; i < n; i += gstride() * 4) {
-      const long long l = i / cols, c = i - l * cols, r = rowlist ? rowlist[l] : l, e = r * cols + c;
+      const long long r = Listed ? rowlist[i / cols] : i / cols, c = i % cols, e = Listed ? r * cols + c : i;
       float4 s = first ? make_float4(0.f, 0.f, 0.f, 0.f) : *reinterpret_cast<const float4*>(acc + e);
       for (long long k = k0; k < k1; ++k) {
         const long long sl = slot[r * V + k];
@@ -361,7 +365,7 @@ __device__ void pertap_reduce(const T* part, const int* slot, long long s0, long
     return;
   }
   for (long long i = gtid(); i < n; i += gstride()) {
-    const long long l = i / cols, c = i - l * cols, r = rowlist ? rowlist[l] : l, e = r * cols + c;
+    const long long r = Listed ? rowlist[i / cols] : i / cols, c = i % cols, e = Listed ? r * cols + c : i;
     float s = first ? 0.f : acc[e];
     for (long long k = k0; k < k1; ++k) {
       const long long sl = slot[r * V + k];
@@ -457,7 +461,16 @@ __global__ void spconv_pertap_tables(const int* pin, const int* pout, const long
                                              const int* rowlist, long long rows, long long cols, long long V,     \
                                              long long vec, long long first, long long last) {                    \
     fg_await_prior_grid();                                                                                        \
-    fg_aux::pertap_reduce(part, slot, s0, s1, k0, k1, bias, acc, out, rowlist, rows, cols, V, vec, first, last);  \
+    fg_aux::pertap_reduce<T, false>(part, slot, s0, s1, k0, k1, bias, acc, out, rowlist, rows, cols, V, vec,      \
+                                    first, last);                                                                 \
+  }                                                                                                               \
+  __global__ void spconv_pertap_reduce_rows_##SFX(const T* part, const int* slot, long long s0, long long s1,     \
+                                                  long long k0, long long k1, const T* bias, float* acc,          \
+                                                  T* out, const int* rowlist, long long rows, long long cols,     \
+                                                  long long V, long long vec, long long first, long long last) {  \
+    fg_await_prior_grid();                                                                                        \
+    fg_aux::pertap_reduce<T, true>(part, slot, s0, s1, k0, k1, bias, acc, out, rowlist, rows, cols, V, vec,       \
+                                   first, last);                                                                  \
   }
 FG_AUX_FLOAT_KERNELS(f32, float)
 FG_AUX_FLOAT_KERNELS(f16, __half)
