@@ -38,7 +38,9 @@
 // embedded images are stale, TestInstancesUpToDate while gemm_*.cu differ
 // from what the tile table generates, and TestKernelResources while
 // resources.txt was written from other images, or when a kernel spills or
-// a pairs kernel promised two blocks per SM does not fit them.
+// a pairs kernel promised two blocks per SM does not fit them;
+// TestKernelRegisterBudgets fails when a kernel measured to need a full SM
+// of resident threads (the per-tap sums) takes more than 32 registers.
 //
 // # Overriding the images
 //

@@ -8,7 +8,10 @@
 # since the file was written, when a GEMM kernel spills, or when a pairs
 # kernel of 8 warps that its launch bounds hold to two blocks per SM does
 # not fit two (session 26: a code change took the tf32 128×128 pairs
-# kernel to one block per SM, seen only in an H200 run).
+# kernel to one block per SM, seen only in an H200 run);
+# TestKernelRegisterBudgets fails when a kernel measured to need a full SM
+# of resident threads takes more than 32 registers (session 48: the per-tap
+# sum at 44 cost fp16 (16, 1024, 8) 4 %).
 #
 # Usage: cudaext/kernels/resources.sh   (after build.sh; needs cuobjdump)
 set -euo pipefail
