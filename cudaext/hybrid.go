@@ -72,7 +72,7 @@ type hybridPending struct {
 // (reverse: through the reverse table, never hybrid). Worker only.
 func (e *Engine) hybrid(m *kmap.Map, reverse bool, alg sparse.Algorithm, j *gatherJob) (*hybridTables, bool, error) {
 	if e.d.hybridShare <= 0 || reverse || !isMasked(alg) || j.math != kernels.TF32 || !perTapMap(m) ||
-		m.V() > 64 || j.tile.BM > hybridMaxTileRows || int64(m.NOut)*int64(m.V()) >= 1<<31 {
+		m.V() > hybridMaxTaps || j.tile.BM > hybridMaxTileRows || int64(m.NOut)*int64(m.V()) >= 1<<31 {
 		return nil, false, nil
 	}
 	me := e.entry(m)
@@ -99,6 +99,14 @@ func (e *Engine) hybrid(m *kmap.Map, reverse bool, alg sparse.Algorithm, j *gath
 // hybridMaxTileRows is the tallest tile the hybrid kernels split (masks.cu:
 // a warp holds kHybridGroups groups of 32 rows).
 const hybridMaxTileRows = 256
+
+// hybridMaxTaps is the largest kernel volume the hybrid kernels split (a
+// row's mask is one 64-bit word).
+const hybridMaxTaps = 64
+
+// The split's layout (hybridMaxTaps + 2 int64) always fits a segCopy: a
+// compile-time check.
+const _ = uint(segCopyTaps + 1 - (hybridMaxTaps + 2))
 
 // hybridTablesFor queues m's hybrid split for tiles of bm rows over its
 // Gray order: the dense tile tables, and the counts and layout of the
@@ -175,10 +183,8 @@ func (e *Engine) hybridTablesFor(m *kmap.Map, bm int64) (*hybridTables, error) {
 	if p.copy, err = d.segCopyFor(V + 2); err != nil {
 		return fail(err)
 	}
-	if p.copy != nil {
-		if err := d.segCopyStart(p.copy, p.info.ptr, V+2); err != nil {
-			return fail(err)
-		}
+	if err := d.segCopyStart(p.copy, p.info.ptr, V+2); err != nil {
+		return fail(err)
 	}
 	return h, nil
 }
@@ -194,13 +200,7 @@ func (e *Engine) finishHybrid(m *kmap.Map, h *hybridTables) error {
 	}
 	V, n, bm := m.V(), int64(m.NOut), h.bm
 	nt := ceilDiv(n, bm)
-	var info []int64
-	var err error
-	if p.copy != nil {
-		info, err = d.segCopyRead(p.copy, V+2)
-	} else {
-		info, err = download[int64](d, p.info.ptr, V+2)
-	}
+	info, err := d.segCopyRead(p.copy, V+2)
 	if err != nil {
 		return err
 	}
