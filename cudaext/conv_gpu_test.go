@@ -442,6 +442,22 @@ func testTiles(mth kernels.Math) []kernels.Tile {
 	return kernels.Tiles
 }
 
+// sampledTile reports whether the shorter sweeps run tile: every Hopper
+// tile and the first of tiles (a plain one).
+func sampledTile(tiles []kernels.Tile, tile kernels.Tile) bool {
+	return tile.Hopper || tile.Name() == tiles[0].Name()
+}
+
+// shellAndRandomScenes returns the scenes of the per-tap and hybrid tests:
+// the RES 8 shell and a random scene of extent rext (density 0.3), both
+// submanifold 3×3×3 maps.
+func shellAndRandomScenes(t *testing.T, rng *rand.Rand, rext grid.Extent) []scene {
+	return []scene{
+		{"shell8-subm3", shell8Map(t)},
+		{"random-subm3", mapOK(t)(kmap.NewSubmanifold(synth.RandomScene(rng, rext, 0.3), rext, [3]int{3, 3, 3}, [3]int{1, 1, 1}))},
+	}
+}
+
 func cpuReference(t testing.TB, rng *rand.Rand, m *kmap.Map, ci, co int) *reference {
 	t.Helper()
 	V := m.V()

@@ -30,10 +30,7 @@ func TestHybridGathers(t *testing.T) {
 	ok := mapOK(t)
 	rng := rand.New(rand.NewPCG(73, 1))
 	rext := grid.Extent{Batch: 2, X: 12, Y: 11, Z: 9}
-	scenes := []scene{
-		{"shell8-subm3", shell8Map(t)},
-		{"random-subm3", ok(kmap.NewSubmanifold(synth.RandomScene(rng, rext, 0.3), rext, [3]int{3, 3, 3}, [3]int{1, 1, 1}))},
-	}
+	scenes := shellAndRandomScenes(t, rng, rext)
 	tiles := testTiles(kernels.TF32)
 	setPerTapRules(t, 0, 0) // the masked gathers, not per tap
 	setPerTapGroupRules(t, 0, perTapMinChannels)
@@ -55,8 +52,7 @@ func TestHybridGathers(t *testing.T) {
 			gpu.SetTF32(true)
 			x, w, b, dy := ref.operands(t, m, sparse.Float32)
 			for _, tile := range tiles {
-				if !tile.Supports(kernels.TF32) || !envSelected("FLEXGEMM_TEST_TILES", tile.Name()) ||
-					tile.Name() != tiles[0].Name() && !tile.Hopper {
+				if !tile.Supports(kernels.TF32) || !envSelected("FLEXGEMM_TEST_TILES", tile.Name()) || !sampledTile(tiles, tile) {
 					continue
 				}
 				for _, alg := range []sparse.Algorithm{sparse.MaskedImplicitSplitK, sparse.MaskedImplicit} {

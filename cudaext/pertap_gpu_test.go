@@ -29,11 +29,8 @@ func TestPerTapGathers(t *testing.T) {
 	ok := mapOK(t)
 	rng := rand.New(rand.NewPCG(53, 1))
 	rext := grid.Extent{Batch: 2, X: 12, Y: 11, Z: 9}
-	scenes := []scene{
-		{"shell8-subm3", shell8Map(t)},
-		{"random-subm3", ok(kmap.NewSubmanifold(synth.RandomScene(rng, rext, 0.3), rext, [3]int{3, 3, 3}, [3]int{1, 1, 1}))},
-		{"random-subm5", ok(kmap.NewSubmanifold(synth.RandomScene(rng, rext, 0.2), rext, [3]int{5, 5, 5}, [3]int{1, 1, 1}))},
-	}
+	scenes := append(shellAndRandomScenes(t, rng, rext),
+		scene{"random-subm5", ok(kmap.NewSubmanifold(synth.RandomScene(rng, rext, 0.2), rext, [3]int{5, 5, 5}, [3]int{1, 1, 1}))})
 	tiles := testTiles(kernels.F16)
 	state := func(maxBytes int64) (launches int) {
 		require.NoError(t, gpu.d.do(func() error {
@@ -60,7 +57,7 @@ func TestPerTapGathers(t *testing.T) {
 					if !tile.Supports(mth) || !envSelected("FLEXGEMM_TEST_TILES", tile.Name()) {
 						continue
 					}
-					if si > 0 && tile.Name() != tiles[0].Name() && !tile.Hopper {
+					if si > 0 && !sampledTile(tiles, tile) {
 						continue // the other scenes: the Hopper tiles and one plain tile
 					}
 					name := fmt.Sprintf("%s/ci%d-co%d/%v/%s", sc.name, ci, co, mth, tile.Name())
@@ -147,13 +144,9 @@ func TestPerTapGathers(t *testing.T) {
 // limit); no groups above perTapMaxGroups, below the fewest channels, for
 // float16 or bfloat16.
 func TestPerTapGroupedGathers(t *testing.T) {
-	ok := mapOK(t)
 	rng := rand.New(rand.NewPCG(67, 1))
 	rext := grid.Extent{Batch: 2, X: 16, Y: 16, Z: 16}
-	scenes := []scene{
-		{"shell8-subm3", shell8Map(t)},
-		{"random-subm3", ok(kmap.NewSubmanifold(synth.RandomScene(rng, rext, 0.3), rext, [3]int{3, 3, 3}, [3]int{1, 1, 1}))},
-	}
+	scenes := shellAndRandomScenes(t, rng, rext)
 	tiles := testTiles(kernels.F16)
 	const unlimited = int64(1) << 40
 	setPerTapRules(t, 0, 0)
@@ -183,8 +176,7 @@ func TestPerTapGroupedGathers(t *testing.T) {
 				gpu.SetTF32(mth == kernels.TF32)
 				x, w, b, dy := ref.operands(t, m, dtypeOf(mth))
 				for _, tile := range tiles {
-					if !tile.Supports(mth) || !envSelected("FLEXGEMM_TEST_TILES", tile.Name()) ||
-						tile.Name() != tiles[0].Name() && !tile.Hopper {
+					if !tile.Supports(mth) || !envSelected("FLEXGEMM_TEST_TILES", tile.Name()) || !sampledTile(tiles, tile) {
 						continue
 					}
 					name := fmt.Sprintf("%s/ci%d-co%d/%v/%s", sc.name, ci, co, mth, tile.Name())
