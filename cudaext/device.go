@@ -122,6 +122,10 @@ type Device struct {
 	// (a test instrument).
 	halfSkip         bool
 	halfSkipLaunches int
+	// occupancyCap: the kernels launched with padded shared memory so that
+	// fewer of their warps stay resident (EnvOccupancyCap; a measurement
+	// knob, read into each kernelFunc's capWarps when it is loaded).
+	occupancyCap occupancyCap
 	// waveBlocks: the one-wave sort's resident blocks per SM, by kernel
 	// name (Device.waveTiles).
 	waveBlocks map[string]int
@@ -214,6 +218,9 @@ type kernelFunc struct {
 	smemSet int  // dynamic shared memory limit set so far
 	threads int  // max threads per block
 	waits   bool // the embedded image's kernel waits for the grids ahead of it (kernels.KernelWaits)
+	// capWarps caps the kernel's resident warps per SM (EnvOccupancyCap;
+	// 0: no cap); staticSmem is its static shared memory, bytes.
+	capWarps, staticSmem int
 }
 
 // openDevice creates the context and loads every kernel image.
@@ -286,9 +293,14 @@ func openDevice(ordinal int) (*Device, error) {
 	if err != nil {
 		return nil, err
 	}
+	occCap, err := occupancyCapFromEnv()
+	if err != nil {
+		return nil, err
+	}
 	d := &Device{
 		cubSortFrom:                cubSortFrom,
 		halfSkip:                   halfSkip,
+		occupancyCap:               occCap,
 		pdl:                        pdl,
 		perTapMaxBytes:             perTapMax,
 		perTapGroupOuts:            groupOuts,
@@ -566,7 +578,8 @@ func (d *Device) function(name string) (*kernelFunc, error) {
 		}
 		if ok {
 			k := &kernelFunc{fn: f, threads: funcMaxThreads(f),
-				waits: m.source == "embedded" && kernels.KernelWaits(m.name, name)}
+				waits:    m.source == "embedded" && kernels.KernelWaits(m.name, name),
+				capWarps: d.occupancyCap.warpsFor(name), staticSmem: funcStaticSmem(f)}
 			d.funcs[name] = k
 			return k, nil
 		}
@@ -625,6 +638,9 @@ func (d *Device) launchAs(coop bool, name string, grid, block dim3, smem int, ar
 	}
 	if threads := block.X * block.Y * block.Z; threads <= 0 || threads > k.threads {
 		return fmt.Errorf("%w: %s: %d threads per block, kernel allows %d", ErrLaunch, name, threads, k.threads)
+	}
+	if k.capWarps > 0 && !coop {
+		smem = cappedSmem(k.capWarps, block.X*block.Y*block.Z, smem, k.staticSmem, d.info.SmemPerSM, d.info.SmemReserved)
 	}
 	if smem > 48*1024 && smem > k.smemSet {
 		if smem > d.info.MaxSmemBlock {

@@ -177,6 +177,8 @@ func deviceProps(ordinal int) (C.CUdevice, DeviceInfo, error) {
 		Minor:         attr(C.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR),
 		SMs:           attr(C.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT),
 		MaxSmemBlock:  attr(C.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN),
+		SmemPerSM:     attr(C.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR),
+		SmemReserved:  attr(C.CU_DEVICE_ATTRIBUTE_RESERVED_SHARED_MEMORY_PER_BLOCK),
 		L2Bytes:       attr(C.CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE),
 		TotalMem:      int64(total),
 		DriverVersion: driverVersion(),
@@ -264,6 +266,12 @@ func funcMaxActiveBlocks(f C.CUfunction, threads, smem int) (int, error) {
 	err := cuOK(C.cuOccupancyMaxActiveBlocksPerMultiprocessor(&n, f, C.int(threads), C.size_t(smem)),
 		"cuOccupancyMaxActiveBlocksPerMultiprocessor")
 	return int(n), err
+}
+
+func funcStaticSmem(f C.CUfunction) int {
+	var v C.int
+	C.cuFuncGetAttribute(&v, C.CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, f)
+	return int(v)
 }
 
 func funcMaxThreads(f C.CUfunction) int {

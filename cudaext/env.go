@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 
 	"github.com/flexgemm-go/flexgemm/sparse/kmap"
 )
@@ -607,3 +608,89 @@ const EnvNoBrickBallotMask = "FLEXGEMM_NO_BRICK_BALLOT_MASK"
 // as before session 36, instead of one launch per pass with two grid-wide
 // barriers (Device.waveSort).
 const EnvNoWaveSort = "FLEXGEMM_NO_WAVE_SORT"
+
+// EnvOccupancyCap names the environment variable that, read when an engine
+// opens, caps the resident warps per SM of the kernels whose names begin
+// with given prefixes: "prefix[,prefix...]=warps", e.g.
+// "spconv_pertap_reduce=40" (the residency of 256-thread blocks at 44
+// registers a thread). Such a kernel is launched with enough dynamic shared
+// memory that no more of its blocks fit an SM (at least one always does).
+// A measurement knob: what fewer resident warps cost a kernel, before its
+// registers are given a budget (TestKernelRegisterBudgets in
+// cudaext/kernels). Unset or empty: no cap. Cooperative launches and the
+// GEMM kernels (spconv_gather_*, spconv_pairs_*: their tiles set their
+// residency, and the blocks of some wait for each other, fusesSplitReduce
+// and streamK) are never capped.
+const EnvOccupancyCap = "FLEXGEMM_OCCUPANCY_CAP"
+
+// occupancyCap is EnvOccupancyCap parsed: the kernels' name prefixes and
+// the most warps per SM they may keep resident (0: no cap).
+type occupancyCap struct {
+	prefixes []string
+	warps    int
+}
+
+// occupancyCapFromEnv parses EnvOccupancyCap; anything but
+// "prefix[,prefix...]=warps" with non-empty prefixes and 1 to 64 warps is
+// an error naming the variable.
+func occupancyCapFromEnv() (occupancyCap, error) {
+	return parseOccupancyCap(os.Getenv(EnvOccupancyCap))
+}
+
+// parseOccupancyCap parses one EnvOccupancyCap value.
+func parseOccupancyCap(v string) (occupancyCap, error) {
+	if v == "" {
+		return occupancyCap{}, nil
+	}
+	bad := func() (occupancyCap, error) {
+		return occupancyCap{}, fmt.Errorf("cudaext: %s=%q: want prefix[,prefix...]=warps (1 to 64 warps)", EnvOccupancyCap, v)
+	}
+	list, count, ok := strings.Cut(v, "=")
+	if !ok {
+		return bad()
+	}
+	warps, err := strconv.Atoi(count)
+	if err != nil || warps < 1 || warps > 64 {
+		return bad()
+	}
+	c := occupancyCap{warps: warps}
+	for p := range strings.SplitSeq(list, ",") {
+		if p == "" {
+			return bad()
+		}
+		c.prefixes = append(c.prefixes, p)
+	}
+	return c, nil
+}
+
+// warpsFor returns the cap on kernel name's resident warps per SM, 0 when
+// it is not capped (never for the GEMM kernels).
+func (c occupancyCap) warpsFor(name string) int {
+	if strings.HasPrefix(name, "spconv_gather_") || strings.HasPrefix(name, "spconv_pairs_") {
+		return 0
+	}
+	for _, p := range c.prefixes {
+		if strings.HasPrefix(name, p) {
+			return c.warps
+		}
+	}
+	return 0
+}
+
+// cappedSmem returns the dynamic shared memory with which a kernel of
+// staticSmem bytes of static shared memory, launched with threads threads
+// and smem bytes of dynamic shared memory a block, keeps at most warps
+// warps resident on an SM of smemPerSM bytes (reservedPerBlock of them
+// held by the system for every block): smem itself when that already
+// holds, else the fewest bytes (in 128-byte units) that leave room for no
+// more than max(1, warps / warps a block) blocks.
+func cappedSmem(warps, threads, smem, staticSmem, smemPerSM, reservedPerBlock int) int {
+	if warps <= 0 || threads <= 0 {
+		return smem
+	}
+	blocks := max(1, warps/((threads+31)/32))
+	// (blocks + 1) blocks must not fit: footprint > smemPerSM / (blocks + 1).
+	need := smemPerSM/(blocks+1) + 1 - staticSmem - reservedPerBlock
+	need = (need + 127) / 128 * 128
+	return max(smem, need)
+}

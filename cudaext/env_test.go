@@ -272,3 +272,59 @@ func TestCubSortModeFromEnv(t *testing.T) {
 		{value: "1", set: true, bad: true},
 	})
 }
+
+// TestOccupancyCapFromEnv checks the parsing of EnvOccupancyCap and the
+// kernels it caps.
+func TestOccupancyCapFromEnv(t *testing.T) {
+	checkEnvParse(t, EnvOccupancyCap, occupancyCapFromEnv, []envCase[occupancyCap]{
+		{set: false, want: occupancyCap{}},
+		{value: "", set: true, want: occupancyCap{}},
+		{value: "spconv_pertap_reduce=40", set: true, want: occupancyCap{prefixes: []string{"spconv_pertap_reduce"}, warps: 40}},
+		{value: "kmap_,masks_=32", set: true, want: occupancyCap{prefixes: []string{"kmap_", "masks_"}, warps: 32}},
+		{value: "kmap_", set: true, bad: true},
+		{value: "kmap_=0", set: true, bad: true},
+		{value: "kmap_=65", set: true, bad: true},
+		{value: "=32", set: true, bad: true},
+		{value: "kmap_,,masks_=32", set: true, bad: true},
+	})
+	c := occupancyCap{prefixes: []string{"kmap_", "masks_"}, warps: 32}
+	require.Equal(t, 32, c.warpsFor("kmap_nbr_brick"))
+	require.Equal(t, 32, c.warpsFor("masks_union"))
+	require.Zero(t, c.warpsFor("spconv_reduce_f16"))
+	all := occupancyCap{prefixes: []string{"spconv_"}, warps: 16}
+	require.Equal(t, 16, all.warpsFor("spconv_pertap_reduce_f16"))
+	require.Zero(t, all.warpsFor("spconv_gather_f16_m128n64k64w8x1s4hp4"), "GEMM kernels are never capped")
+	require.Zero(t, all.warpsFor("spconv_pairs_f16_m128n128k32w2x4s3"))
+	require.Zero(t, occupancyCap{}.warpsFor("kmap_nbr_brick"))
+}
+
+// TestCappedSmem checks that the padded shared memory leaves exactly the
+// capped number of blocks resident on an H200 SM (233,472 bytes, 1 KiB
+// reserved a block), counted independently of cappedSmem's formula.
+func TestCappedSmem(t *testing.T) {
+	const perSM, reserved = 233472, 1024
+	resident := func(threads, smem, static int) int {
+		bySmem := perSM / (smem + static + reserved)
+		return min(bySmem, 2048/threads, 32)
+	}
+	for _, c := range []struct {
+		warps, threads, smem, static int
+		wantBlocks                   int
+	}{
+		{40, 256, 0, 0, 5},       // the per-tap sum at 44 registers
+		{32, 256, 0, 0, 4},       // half an SM of 256-thread blocks
+		{32, 256, 0, 4096, 4},    // static shared memory counted
+		{8, 1024, 0, 0, 1},       // fewer warps than a block: one block
+		{24, 128, 0, 0, 6},       // 4-warp blocks
+		{63, 256, 0, 0, 7},       // rounds the block count down
+		{64, 256, 0, 0, 8},       // no cap in effect
+		{40, 256, 60000, 0, 3},   // already fewer blocks: smem kept
+		{16, 512, 1 << 10, 0, 1}, // two 16-warp blocks would exceed 16 warps
+	} {
+		got := cappedSmem(c.warps, c.threads, c.smem, c.static, perSM, reserved)
+		require.GreaterOrEqual(t, got, c.smem, "%+v", c)
+		require.Truef(t, got%128 == 0 || got == c.smem, "%+v: %d not in 128-byte units", c, got)
+		require.Equalf(t, c.wantBlocks, resident(c.threads, got, c.static), "%+v: smem %d", c, got)
+	}
+	require.Equal(t, 100, cappedSmem(0, 256, 100, 0, perSM, reserved), "no cap")
+}

@@ -52,6 +52,8 @@ type DeviceInfo struct {
 	Major, Minor  int   // compute capability
 	SMs           int   // multiprocessors
 	MaxSmemBlock  int   // opt-in shared memory per block, bytes
+	SmemPerSM     int   // shared memory per multiprocessor, bytes
+	SmemReserved  int   // shared memory the system reserves per block, bytes
 	L2Bytes       int   // L2 cache size
 	TotalMem      int64 // device memory, bytes
 	DriverVersion int   // e.g. 13000
