@@ -642,9 +642,11 @@ func (d *Device) launchAs(coop bool, name string, grid, block dim3, smem int, ar
 	if k.capWarps > 0 && !coop {
 		smem = cappedSmem(k.capWarps, block.X*block.Y*block.Z, smem, k.staticSmem, d.info.SmemPerSM, d.info.SmemReserved)
 	}
-	if smem > 48*1024 && smem > k.smemSet {
-		if smem > d.info.MaxSmemBlock {
-			return fmt.Errorf("%w: %s: needs %d bytes of shared memory, %s allows %d", ErrLaunch, name, smem, d.info.Name, d.info.MaxSmemBlock)
+	// Static and dynamic shared memory together over 48 KiB need the
+	// kernel's opt-in limit raised to the dynamic part.
+	if smem+k.staticSmem > 48*1024 && smem > k.smemSet {
+		if smem+k.staticSmem > d.info.MaxSmemBlock {
+			return fmt.Errorf("%w: %s: needs %d bytes of shared memory (%d static), %s allows %d", ErrLaunch, name, smem+k.staticSmem, k.staticSmem, d.info.Name, d.info.MaxSmemBlock)
 		}
 		if err := funcSetMaxDynamicSmem(k.fn, smem); err != nil {
 			return fmt.Errorf("%w: %s: %v", ErrLaunch, name, err)
