@@ -40,7 +40,8 @@
 // resources.txt was written from other images, or when a kernel spills or
 // a pairs kernel promised two blocks per SM does not fit them;
 // TestKernelRegisterBudgets fails when a kernel measured to need a full SM
-// of resident threads (the per-tap sums) takes more than 32 registers.
+// of resident threads (the per-tap sums, the brick search's insert) takes
+// more than 32 registers.
 //
 // # Overriding the images
 //

@@ -11,7 +11,8 @@
 # kernel to one block per SM, seen only in an H200 run);
 # TestKernelRegisterBudgets fails when a kernel measured to need a full SM
 # of resident threads takes more than 32 registers (session 48: the per-tap
-# sum at 44 cost fp16 (16, 1024, 8) 4 %).
+# sum at 44 cost fp16 (16, 1024, 8) 4 %; session 49: the map kernels at
+# half residency cost the RES 1024 map 45 %).
 #
 # Usage: cudaext/kernels/resources.sh   (after build.sh; needs cuobjdump)
 set -euo pipefail
