@@ -608,6 +608,24 @@ func (d *Device) launchCooperative(name string, grid, block dim3, smem int, args
 	return d.launchAs(true, name, grid, block, smem, args...)
 }
 
+// allowDynamicSmem raises kernel name's opt-in dynamic shared-memory
+// limit to smem bytes where its static and dynamic shared memory together
+// pass the default 48 KiB and no earlier launch raised it that far; an
+// error names the kernel when the device cannot give that much.
+func (d *Device) allowDynamicSmem(name string, k *kernelFunc, smem int) error {
+	if smem+k.staticSmem <= 48*1024 || smem <= k.smemSet {
+		return nil
+	}
+	if smem+k.staticSmem > d.info.MaxSmemBlock {
+		return fmt.Errorf("%w: %s: needs %d bytes of shared memory (%d static), %s allows %d", ErrLaunch, name, smem+k.staticSmem, k.staticSmem, d.info.Name, d.info.MaxSmemBlock)
+	}
+	if err := funcSetMaxDynamicSmem(k.fn, smem); err != nil {
+		return fmt.Errorf("%w: %s: %v", ErrLaunch, name, err)
+	}
+	k.smemSet = smem
+	return nil
+}
+
 // isCoopTooBig reports whether err is a cooperative launch refused for
 // more blocks than the GPU holds at once.
 func isCoopTooBig(err error) bool {
@@ -642,16 +660,8 @@ func (d *Device) launchAs(coop bool, name string, grid, block dim3, smem int, ar
 	if k.capWarps > 0 && !coop {
 		smem = cappedSmem(k.capWarps, block.X*block.Y*block.Z, smem, k.staticSmem, d.info.SmemPerSM, d.info.SmemReserved)
 	}
-	// Static and dynamic shared memory together over 48 KiB need the
-	// kernel's opt-in limit raised to the dynamic part.
-	if smem+k.staticSmem > 48*1024 && smem > k.smemSet {
-		if smem+k.staticSmem > d.info.MaxSmemBlock {
-			return fmt.Errorf("%w: %s: needs %d bytes of shared memory (%d static), %s allows %d", ErrLaunch, name, smem+k.staticSmem, k.staticSmem, d.info.Name, d.info.MaxSmemBlock)
-		}
-		if err := funcSetMaxDynamicSmem(k.fn, smem); err != nil {
-			return fmt.Errorf("%w: %s: %v", ErrLaunch, name, err)
-		}
-		k.smemSet = smem
+	if err := d.allowDynamicSmem(name, k, smem); err != nil {
+		return err
 	}
 	params, err := d.args.stage(args)
 	if err != nil {

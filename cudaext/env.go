@@ -634,11 +634,7 @@ type occupancyCap struct {
 // "prefix[,prefix...]=warps" with non-empty prefixes and 1 to 64 warps is
 // an error naming the variable.
 func occupancyCapFromEnv() (occupancyCap, error) {
-	return parseOccupancyCap(os.Getenv(EnvOccupancyCap))
-}
-
-// parseOccupancyCap parses one EnvOccupancyCap value.
-func parseOccupancyCap(v string) (occupancyCap, error) {
+	v := os.Getenv(EnvOccupancyCap)
 	if v == "" {
 		return occupancyCap{}, nil
 	}

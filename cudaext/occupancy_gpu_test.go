@@ -56,11 +56,8 @@ func TestOccupancyCap(t *testing.T) {
 					return err
 				}
 				smem := cappedSmem(c.warps, c.threads, 0, k.staticSmem, gpu.d.info.SmemPerSM, gpu.d.info.SmemReserved)
-				if smem+k.staticSmem > 48*1024 && smem > k.smemSet {
-					if err := funcSetMaxDynamicSmem(k.fn, smem); err != nil {
-						return fmt.Errorf("%s: %d bytes: %w", name, smem, err)
-					}
-					k.smemSet = smem
+				if err := gpu.d.allowDynamicSmem(name, k, smem); err != nil {
+					return err
 				}
 				got, err := funcMaxActiveBlocks(k.fn, c.threads, smem)
 				if err != nil {
