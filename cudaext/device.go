@@ -654,11 +654,12 @@ func (d *Device) launchAs(coop bool, name string, grid, block dim3, smem int, ar
 	if grid.X <= 0 || grid.X > 1<<31-1 || grid.Y > 65535 || grid.Z > 65535 {
 		return fmt.Errorf("%w: %s: grid %v out of range", ErrLaunch, name, grid)
 	}
-	if threads := block.X * block.Y * block.Z; threads <= 0 || threads > k.threads {
+	threads := block.X * block.Y * block.Z
+	if threads <= 0 || threads > k.threads {
 		return fmt.Errorf("%w: %s: %d threads per block, kernel allows %d", ErrLaunch, name, threads, k.threads)
 	}
 	if k.capWarps > 0 && !coop {
-		smem = cappedSmem(k.capWarps, block.X*block.Y*block.Z, smem, k.staticSmem, d.info.SmemPerSM, d.info.SmemReserved)
+		smem = cappedSmem(k.capWarps, threads, smem, k.staticSmem, d.info.SmemPerSM, d.info.SmemReserved)
 	}
 	if err := d.allowDynamicSmem(name, k, smem); err != nil {
 		return err
