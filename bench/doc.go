@@ -12,7 +12,7 @@
 //	go run ./bench version        # the commit the records of this binary carry
 //	.gpu/bench tune [-res 64,128,256] [-c 16,…] [-o autotune/pretuned/h200.json]
 //	                              # offline autotuning of a shell grid (GPU build)
-//	go run ./bench padding [-res 8,…,1024] [-rows 64,128,256] [-regroup W [-windows]] [-halo]
+//	go run ./bench padding [-res 8,…,1024] [-rows 64,128,256] [-regroup W [-windows [-fullfirst]]] [-merge] [-halo]
 //	                       [-bytes C] [-wgrad G,…] [-halves V,…]
 //	                       [-graywindows W,… [-wavetiles T] [-cachemb M]] [-sparsetaps F,…]
 //	                              # masked-GEMM padding of the benchmark shells, and the

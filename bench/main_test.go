@@ -520,6 +520,18 @@ func TestPaddingRegroupColumns(t *testing.T) {
 	require.LessOrEqual(t, regrouped, gray)
 	var out, errb bytes.Buffer
 	require.NotEqual(t, 0, runMain([]string{"padding", "-regroup", "-1"}, &out, &errb))
+	errb.Reset()
+	require.NotEqual(t, 0, runMain([]string{"padding", "-regroup", "256", "-fullfirst"}, &out, &errb))
+	require.Contains(t, errb.String(), "-fullfirst needs")
+	// The windowed greedies, whole class tiles first or not, each at most
+	// the Gray order's padding.
+	for _, extra := range [][]string{nil, {"-fullfirst"}} {
+		header, rows := paddingTable(t, 1, 8, append([]string{"-res", "16", "-rows", "64", "-regroup", "256", "-windows"}, extra...)...)
+		require.Contains(t, header, "windows of 256 BM 64")
+		gray, regrouped := factorCell(t, rows[0][4]), factorCell(t, rows[0][6])
+		require.GreaterOrEqual(t, regrouped, 1.0)
+		require.LessOrEqual(t, regrouped, gray)
+	}
 }
 
 // TestPaddingWgradColumns checks the -wgrad columns of `bench padding`:

@@ -27,7 +27,10 @@ import (
 // sliding window of W rows (regroupTiles), and with -windows that of the
 // engines' greedy within disjoint windows of W rows (regroupWindows, as
 // one GPU block per window runs it) and the passes over its candidates
-// such a block makes; with -halo the padding of tiles of the
+// such a block makes, and with -fullfirst too that of the same greedy
+// over only the rows that do not fill whole tiles of their mask class
+// (regroupRemainders); with -merge that of an order built by rounds of
+// mutual-best merges of those rows (regroupMerge); with -halo the padding of tiles of the
 // z-order of the coordinates and, for both orders, the distinct input rows
 // per tile relative to the pairs (tileHaloRows); with -bytes C the bytes a
 // forward gather of C channels reads from L2 with either kind of tile
@@ -46,8 +49,10 @@ func paddingMain(args []string, stdout, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	res := fs.String("res", "8,16,32,64,128,256,512,1024", "sphere-shell resolutions")
 	rows := fs.String("rows", "64,128,256", "tile heights (BM) to report")
-	regroup := fs.Int("regroup", 0, "also report the padding after a greedy regrouping of the Gray order into tiles, each row chosen among the next `W` rows (0: off; maps of at most 2^19 rows)")
-	windows := fs.Bool("windows", false, "with -regroup W: regroup each window of W rows of the Gray order on its own instead of a sliding window, and report the passes per window of the GPU design (kmap.RegroupWindow)")
+	regroup := fs.Int("regroup", 0, "also report the padding after a greedy regrouping of the Gray order into tiles, each row chosen among the next `W` rows (0: off; maps of at most 2^19 rows unless -windows)")
+	windows := fs.Bool("windows", false, "with -regroup W: regroup each window of W rows of the Gray order on its own instead of a sliding window, and report the passes per window of the GPU design (kmap.RegroupWindow; any number of rows)")
+	merge := fs.Bool("merge", false, "also report the padding of an order built by rounds of mutual-best merges of the rows that do not fill whole tiles of their mask class, and the rounds (regroupMerge; slow on the CPU at RES ≥ 512)")
+	fullFirst := fs.Bool("fullfirst", false, "with -regroup W -windows: each mask class's whole tiles first, only the rows left over regrouped in windows of W (regroupRemainders)")
 	halo := fs.Bool("halo", false, "also report the padding of tiles in z-order and, for tiles in Gray order and in z-order, the distinct input rows of each tile summed over the tiles relative to the pairs (what a gather reading each tile's neighbourhood once would read; today's read one row per pair)")
 	bytesC := fs.Int("bytes", 0, "also report, for C → C layers of `C` channels (fp16), the gigabytes a forward gather reads from L2 per layer: today's Gray tiles (one input row per pair) and z-order and Hilbert tiles reading each tile's distinct rows once, with their padding and the most distinct rows of one tile (gatherBytes; 0: off)")
 	halves := fs.String("halves", "", "also report, for tiles of the engines' order, the balance of a design that splits each tile's taps between the two blocks of a cluster, each keeping half the taps' weights resident and both these taps `V,…` (13: the centre of 3×3×3): halfBalance, the share of the pair's tap iterations that do work; with -bytes C also the gigabytes its forward reads from L2 (rows only)")
@@ -97,10 +102,16 @@ func paddingMain(args []string, stdout, stderr io.Writer) error {
 	if *windows && *regroup == 0 {
 		return errors.New("-windows needs -regroup W")
 	}
+	if *fullFirst && !*windows {
+		return errors.New("-fullfirst needs -regroup W -windows")
+	}
 	if *regroup > 0 {
 		name := "regrouped"
 		if *windows {
 			name = fmt.Sprintf("regrouped in windows of %d", *regroup)
+			if *fullFirst {
+				name = fmt.Sprintf("whole class tiles first, the rest regrouped in windows of %d", *regroup)
+			}
 		}
 		for _, bm := range bms {
 			cols = append(cols, fmt.Sprintf("%s BM %d", name, bm))
@@ -111,6 +122,11 @@ func paddingMain(args []string, stdout, stderr io.Writer) error {
 			for _, bm := range bms {
 				cols = append(cols, fmt.Sprintf("passes per window, mean / max, BM %d", bm))
 			}
+		}
+	}
+	if *merge {
+		for _, bm := range bms {
+			cols = append(cols, fmt.Sprintf("merged BM %d (rounds)", bm))
 		}
 	}
 	if *halo {
@@ -206,10 +222,10 @@ func paddingMain(args []string, stdout, stderr io.Writer) error {
 				continue
 			}
 			ms := m.Masked()
-			fmt.Fprintf(stdout, " %.2f× |", float64(orderWork(ms, ms.Gray, bm))/float64(st.Pairs))
+			fmt.Fprintf(stdout, " %.3f× |", float64(orderWork(ms, ms.Gray, bm))/float64(st.Pairs))
 		}
 		for _, bm := range bms {
-			fmt.Fprintf(stdout, " %.2f× |", m.Stats(bm).Padding)
+			fmt.Fprintf(stdout, " %.3f× |", m.Stats(bm).Padding)
 		}
 		if *regroup > 0 {
 			type windowPasses struct {
@@ -218,7 +234,7 @@ func paddingMain(args []string, stdout, stderr io.Writer) error {
 			}
 			passes := make(map[int]windowPasses)
 			for _, bm := range bms {
-				if st.NOut > regroupMaxRows || st.Pairs == 0 {
+				if (!*windows && st.NOut > regroupMaxRows) || st.Pairs == 0 {
 					fmt.Fprintf(stdout, " – |")
 					continue
 				}
@@ -226,21 +242,36 @@ func paddingMain(args []string, stdout, stderr io.Writer) error {
 				var order []int32
 				if *windows {
 					var p windowPasses
-					order, p.mean, p.most = regroupWindows(ms, bm, *regroup)
+					if *fullFirst {
+						order, p.mean, p.most = regroupRemainders(ms, bm, *regroup)
+					} else {
+						order, p.mean, p.most = regroupWindows(ms, bm, *regroup)
+					}
 					passes[bm] = p
 				} else {
 					order = regroupTiles(withOrder(ms, ms.Gray), bm, *regroup)
 				}
-				fmt.Fprintf(stdout, " %.2f× |", float64(orderWork(ms, order, bm))/float64(st.Pairs))
+				fmt.Fprintf(stdout, " %.3f× |", float64(orderWork(ms, order, bm))/float64(st.Pairs))
 			}
 			if *windows {
 				for _, bm := range bms {
-					if st.NOut > regroupMaxRows || st.Pairs == 0 {
+					if st.Pairs == 0 {
 						fmt.Fprintf(stdout, " – |")
 						continue
 					}
 					fmt.Fprintf(stdout, " %.0f / %d |", passes[bm].mean, passes[bm].most)
 				}
+			}
+		}
+		if *merge {
+			for _, bm := range bms {
+				if st.Pairs == 0 {
+					fmt.Fprintf(stdout, " – |")
+					continue
+				}
+				ms := m.Masked()
+				order, rounds := regroupMerge(ms, bm)
+				fmt.Fprintf(stdout, " %.3f× (%d) |", float64(orderWork(ms, order, bm))/float64(st.Pairs), rounds)
 			}
 		}
 		if *halo {
@@ -254,7 +285,7 @@ func paddingMain(args []string, stdout, stderr io.Writer) error {
 					continue
 				}
 				p := float64(st.Pairs)
-				fmt.Fprintf(stdout, " %.2f× | %.2f | %.2f |", float64(orderWork(m.Masked(), z, bm))/p,
+				fmt.Fprintf(stdout, " %.3f× | %.2f | %.2f |", float64(orderWork(m.Masked(), z, bm))/p,
 					float64(tileHaloRows(m, m.Masked().Order, bm))/p, float64(tileHaloRows(m, z, bm))/p)
 			}
 		}
@@ -276,7 +307,7 @@ func paddingMain(args []string, stdout, stderr io.Writer) error {
 					tiles := orderTiles(ms, o, bm)
 					halo, most := tileHaloStats(m, o, bm)
 					cr, cw := gatherBytes(halo, tiles, *bytesC, 2)
-					fmt.Fprintf(stdout, " %s | %.2f×, %d |", gb(cr, cw), float64(tiles.Work)/float64(max(st.Pairs, 1)), most)
+					fmt.Fprintf(stdout, " %s | %.3f×, %d |", gb(cr, cw), float64(tiles.Work)/float64(max(st.Pairs, 1)), most)
 				}
 			}
 		}
@@ -286,7 +317,7 @@ func paddingMain(args []string, stdout, stderr io.Writer) error {
 			for _, w := range windowRows {
 				order := grayInWindows(ms, w)
 				for _, bm := range bms {
-					fmt.Fprintf(stdout, " %.2f× |", float64(orderWork(ms, order, bm))/float64(max(st.Pairs, 1)))
+					fmt.Fprintf(stdout, " %.3f× |", float64(orderWork(ms, order, bm))/float64(max(st.Pairs, 1)))
 					if *bytesC > 0 {
 						reads := dramRowReads(m.Nbr, m.V(), order, bm, *waveTiles, *cacheMB<<20/rowBytes)
 						fmt.Fprintf(stdout, " %.3f |", float64(reads)*float64(rowBytes)/1e9)

@@ -7,8 +7,10 @@ import (
 	"github.com/flexgemm-go/flexgemm/sparse/kmap"
 )
 
-// regroupMaxRows bounds the maps `bench padding -regroup` regroups: the
-// greedy below costs rows × window mask comparisons.
+// regroupMaxRows bounds the maps `bench padding -regroup` regroups with a
+// sliding window: the greedy below costs rows × window mask comparisons
+// (the windowed greedies, regroupWindows and regroupRemainders, are not
+// bounded).
 const regroupMaxRows = 1 << 19
 
 // regroupTiles is an experiment of `bench padding -regroup`: it regroups
@@ -145,4 +147,166 @@ func regroupWindows(ms *kmap.Masked, bm, window int) (order []int32, mean float6
 		mean = float64(total) / float64(windows)
 	}
 	return order, mean, most
+}
+
+// regroupRemainders is an experiment of `bench padding -regroup W
+// -windows -fullfirst`: each mask class of the Gray order of ms (a run of
+// equal masks) gives its whole tiles of bm rows first, with no padding, in
+// Gray order; the rows left over (fewer than bm a class) keep their Gray
+// order and are regrouped in windows of window rows as regroupWindows
+// does. On the benchmark's shells a third (RES 256) to nine tenths (RES
+// 1024) of the rows fill such tiles, so a window of the remainders spans
+// more of the Gray order than a window of all rows. It returns the order
+// and regroupWindows' mean and largest passes over the remainders'
+// windows.
+func regroupRemainders(ms *kmap.Masked, bm, window int) (order []int32, mean float64, most int) {
+	W := ms.Words
+	same := func(a, b int32) bool {
+		return slices.Equal(ms.Mask[int(a)*W:int(a)*W+W], ms.Mask[int(b)*W:int(b)*W+W])
+	}
+	order = make([]int32, 0, len(ms.Gray))
+	var rest []int32
+	for lo := 0; lo < len(ms.Gray); {
+		hi := lo + 1
+		for hi < len(ms.Gray) && same(ms.Gray[hi], ms.Gray[lo]) {
+			hi++
+		}
+		whole := (hi - lo) / bm * bm
+		order = append(order, ms.Gray[lo:lo+whole]...)
+		rest = append(rest, ms.Gray[lo+whole:hi]...)
+		lo = hi
+	}
+	if len(rest) == 0 {
+		return order, 0, 0
+	}
+	tail, mean, most := regroupWindows(&kmap.Masked{V: ms.V, Words: W, Mask: ms.Mask, Gray: rest}, bm, window)
+	return append(order, tail...), mean, most
+}
+
+// regroupMerge is an experiment of `bench padding -merge`: a row order
+// built by merging clusters of rows in rounds, each round's decisions
+// independent of one another (what parallel blocks could make). Each mask
+// class of the Gray order of ms gives its whole tiles of bm rows first, as
+// regroupRemainders does; every class's rows left over form a cluster. In
+// a round every cluster picks the partner that adds the fewest products
+// per row, (a + b)·|A ∪ B| − a·|A| − b·|B| over a + b rows for clusters of
+// a and b rows and tap unions A and B (the lowest position on ties), and
+// the pairs that pick each other merge, the merged cluster taking the
+// first's position; a cluster of bm rows or more gives whole tiles at once,
+// its rows taken class by class, classes of more taps first. The rounds
+// end when no pair merges; the rows of the clusters left follow in their
+// order. It returns the order and the number of rounds.
+func regroupMerge(ms *kmap.Masked, bm int) (order []int32, rounds int) {
+	W := ms.Words
+	maskOf := func(r int32) []uint64 { return ms.Mask[int(r)*W : int(r)*W+W] }
+	taps := func(m []uint64) int {
+		n := 0
+		for _, x := range m {
+			n += bits.OnesCount64(x)
+		}
+		return n
+	}
+	type part struct{ rows []int32 } // rows of one class, Gray order
+	type cluster struct {
+		parts []part
+		rows  int
+		union []uint64
+	}
+	order = make([]int32, 0, len(ms.Gray))
+	var cl []*cluster
+	for lo := 0; lo < len(ms.Gray); {
+		hi := lo + 1
+		for hi < len(ms.Gray) && slices.Equal(maskOf(ms.Gray[hi]), maskOf(ms.Gray[lo])) {
+			hi++
+		}
+		whole := (hi - lo) / bm * bm
+		order = append(order, ms.Gray[lo:lo+whole]...)
+		if lo+whole < hi {
+			cl = append(cl, &cluster{parts: []part{{ms.Gray[lo+whole : hi]}}, rows: hi - lo - whole,
+				union: slices.Clone(maskOf(ms.Gray[lo]))})
+		}
+		lo = hi
+	}
+	union := make([]uint64, W)
+	cost := func(a, b *cluster) float64 {
+		for w := range union {
+			union[w] = a.union[w] | b.union[w]
+		}
+		n := a.rows + b.rows
+		return float64(n*taps(union)-a.rows*taps(a.union)-b.rows*taps(b.union)) / float64(n)
+	}
+	// emit appends whole tiles of c's rows to the order while it has bm
+	// rows or more, and recomputes its union from the rows it keeps.
+	emit := func(c *cluster) {
+		if c.rows < bm {
+			return
+		}
+		slices.SortStableFunc(c.parts, func(x, y part) int { return taps(maskOf(y.rows[0])) - taps(maskOf(x.rows[0])) })
+		for c.rows >= bm {
+			for room := bm; room > 0; {
+				k := min(room, len(c.parts[0].rows))
+				order = append(order, c.parts[0].rows[:k]...)
+				c.parts[0].rows = c.parts[0].rows[k:]
+				if len(c.parts[0].rows) == 0 {
+					c.parts = c.parts[1:]
+				}
+				room -= k
+				c.rows -= k
+			}
+		}
+		clear(c.union)
+		for _, p := range c.parts {
+			for w, x := range maskOf(p.rows[0]) {
+				c.union[w] |= x
+			}
+		}
+	}
+	best := make([]int, 0, len(cl))
+	for len(cl) > 1 {
+		rounds++
+		best = best[:0]
+		for i, a := range cl {
+			bi, bc := -1, 0.0
+			for j, b := range cl {
+				if j == i {
+					continue
+				}
+				if c := cost(a, b); bi < 0 || c < bc {
+					bi, bc = j, c
+				}
+			}
+			best = append(best, bi)
+		}
+		next := cl[:0:0]
+		merged := 0
+		for i, c := range cl {
+			j := best[i]
+			switch {
+			case best[j] == i && i < j:
+				c.parts = append(c.parts, cl[j].parts...)
+				c.rows += cl[j].rows
+				for w, x := range cl[j].union {
+					c.union[w] |= x
+				}
+				merged++
+				emit(c)
+				if c.rows > 0 {
+					next = append(next, c)
+				}
+			case best[j] == i: // merged into cl[j] above
+			default:
+				next = append(next, c)
+			}
+		}
+		cl = next
+		if merged == 0 {
+			break
+		}
+	}
+	for _, c := range cl {
+		for _, p := range c.parts {
+			order = append(order, p.rows...)
+		}
+	}
+	return order, rounds
 }

@@ -87,3 +87,59 @@ func TestRegroupWindows(t *testing.T) {
 		require.Equal(t, want, ms.Order, "RES %d: the engines' order", res)
 	}
 }
+
+// TestRegroupRemainders checks the -fullfirst experiment: by hand, a
+// class of two tiles' rows goes first whole and the rest is regrouped; on
+// the shells the order is a permutation of the rows whose leading whole
+// class tiles hold one mask each and which needs no more products than
+// the Gray order.
+func TestRegroupRemainders(t *testing.T) {
+	// Gray order: a (1 row), b (4 rows), a (1 row) as classes of runs; with
+	// 2-row tiles b fills two tiles, the two a rows share the third.
+	ms := &kmap.Masked{V: 2, Words: 1, Mask: []uint64{0b01, 0b10, 0b10, 0b10, 0b10, 0b01}, Gray: []int32{0, 1, 2, 3, 4, 5}}
+	got, _, most := regroupRemainders(ms, 2, 4)
+	require.Equal(t, []int32{1, 2, 3, 4, 0, 5}, got)
+	require.Equal(t, 0, most) // the two a rows are one class of the rest: the seed fills the tile
+	require.Equal(t, int64(6), orderWork(ms, got, 2))
+	for _, res := range []int{16, 32} {
+		ms := mustShellMap(t, res).Masked()
+		for _, bm := range []int{64, 128} {
+			got, _, _ := regroupRemainders(ms, bm, 1024)
+			a, b := slices.Clone(ms.Gray), slices.Clone(got)
+			slices.Sort(a)
+			slices.Sort(b)
+			require.Equal(t, a, b, "RES %d BM %d", res, bm)
+			require.LessOrEqual(t, orderWork(ms, got, bm), orderWork(ms, ms.Gray, bm), "RES %d BM %d", res, bm)
+		}
+	}
+}
+
+// TestRegroupMerge checks the -merge experiment: by hand, two clusters
+// whose rows fill one tile together merge into it; on the shells the
+// order is a permutation of the rows that, on the RES 32 shell, needs
+// fewer products than the Gray order (the engines' order there).
+func TestRegroupMerge(t *testing.T) {
+	// Classes in Gray order: a (2 rows of tap 0), b (1 row of taps 0, 1),
+	// c (1 row of taps 1 and 2). With 4-row tiles nothing fills a tile
+	// alone; a and b pick each other (2/3 of a product a row added,
+	// against 1 for b and c and 5/3 for a and c), then the three rows and
+	// c's row fill the tile in the second round.
+	ms := &kmap.Masked{V: 3, Words: 1, Mask: []uint64{0b001, 0b001, 0b011, 0b110}, Gray: []int32{0, 1, 2, 3}}
+	got, rounds := regroupMerge(ms, 4)
+	require.Equal(t, []int32{2, 3, 0, 1}, got) // classes of more taps first (b, c in cluster order), then a
+	require.Equal(t, 2, rounds)
+	for _, res := range []int{16, 32} {
+		ms := mustShellMap(t, res).Masked()
+		for _, bm := range []int{64, 128} {
+			got, rounds := regroupMerge(ms, bm)
+			require.Positive(t, rounds)
+			a, b := slices.Clone(ms.Gray), slices.Clone(got)
+			slices.Sort(a)
+			slices.Sort(b)
+			require.Equal(t, a, b, "RES %d BM %d", res, bm)
+			if res >= 32 { // RES 16's 848 rows are under seven 128-row tiles: its leftovers cost more than the merges save
+				require.Less(t, orderWork(ms, got, bm), orderWork(ms, ms.Gray, bm), "RES %d BM %d", res, bm)
+			}
+		}
+	}
+}
