@@ -363,6 +363,19 @@ func TestWholeTiles(t *testing.T) {
 	sweepOne(t, m, cpuReference(t, rng, m, c, c), fmt.Sprintf("shell12-subm3/ci%d-co%d", c, c))
 }
 
+// TestNarrowWholeTiles checks the whole-tile epilogue where its 16-byte
+// stores do not apply: 66 output channels (even, so whole tiles of 64 or
+// fewer columns still take the pair stores, but rows of 132 bytes, so no
+// 16-byte alignment at every 8-column fragment) against 256 in
+// TestWholeTiles, which every tile stores 16 bytes a lane.
+func TestNarrowWholeTiles(t *testing.T) {
+	rng := rand.New(rand.NewPCG(13, uint64(os.Getpid())))
+	coords, ext := synth.SphereShell(12, 1)
+	m := mapOK(t)(kmap.NewSubmanifold(coords, ext, [3]int{3, 3, 3}, [3]int{1, 1, 1}))
+	const ci, co = 64, 66
+	sweepOne(t, m, cpuReference(t, rng, m, ci, co), fmt.Sprintf("shell12-subm3/ci%d-co%d", ci, co))
+}
+
 // reference holds float64 results of the CPU engine for one scene and one
 // channel configuration.
 type reference struct {

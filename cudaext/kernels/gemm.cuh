@@ -602,6 +602,129 @@ __device__ __forceinline__ void gather_rows(const GatherParams& p, int* rows, lo
   }
 }
 
+// quad_transpose transposes x across the four lanes of each quad (lanes
+// with the same lane / 4): afterwards lane t4's x[k] is lane k's x[t4]
+// before. Two exchanges of two words with the lane two, then one, apart;
+// every lane of the warp must call it.
+__device__ __forceinline__ void quad_transpose(unsigned (&x)[4], int t4) {
+  const bool hi = t4 & 2, odd = t4 & 1;
+  unsigned s0 = hi ? x[0] : x[2], s1 = hi ? x[1] : x[3];
+  s0 = __shfl_xor_sync(0xffffffffu, s0, 2);
+  s1 = __shfl_xor_sync(0xffffffffu, s1, 2);
+  if (hi) {
+    x[0] = s0, x[1] = s1;
+  } else {
+    x[2] = s0, x[3] = s1;
+  }
+  s0 = odd ? x[0] : x[1];
+  s1 = odd ? x[2] : x[3];
+  s0 = __shfl_xor_sync(0xffffffffu, s0, 1);
+  s1 = __shfl_xor_sync(0xffffffffu, s1, 1);
+  if (odd) {
+    x[0] = s0, x[2] = s1;
+  } else {
+    x[1] = s0, x[3] = s1;
+  }
+}
+
+// pack16 returns v0 and v1 rounded to T (16 bits) as store2 writes the
+// pair: v0 in the low half.
+template <class T> __device__ __forceinline__ unsigned pack16(float v0, float v1) {
+  const T lo = from_f32<T>(v0), hi = from_f32<T>(v1);
+  return (unsigned)*reinterpret_cast<const unsigned short*>(&lo) |
+         ((unsigned)*reinterpret_cast<const unsigned short*>(&hi) << 16);
+}
+
+// from16 returns the element of T whose bits are the low 16 of w.
+template <class T> __device__ __forceinline__ T from16(unsigned w) {
+  const unsigned short r = (unsigned short)w;
+  return *reinterpret_cast<const T*>(&r);
+}
+
+// gather_store_wide is gather_store's path for whole tiles (every column
+// in range, a row's output y of T, the GEMM's type or a split's float32
+// partials, 16-byte aligned at every 8-column fragment): 16-byte stores
+// instead of a 4-byte (16-bit T) or 8-byte (float) store per fragment and
+// row. A lane holds two columns of
+// each 8-column fragment; with 16-bit T the four lanes of a quad exchange
+// four consecutive fragments' pairs (quad_transpose) so that each stores
+// one whole fragment row, with float the two lanes of a pair exchange two
+// fragments' pairs so that each stores four columns. Sums, bias and
+// rounding are store2's, in the same order, so the result is bit for bit
+// gather_store's; the bias pairs are read once a fragment (a read-only
+// load, not again after every store). A fragment row's store then writes
+// eight 16-byte pieces of eight rows where it wrote 4- or 8-byte ones:
+// a quarter (half) of the store instructions for the same lines.
+template <class C, class T>
+__device__ __forceinline__ void gather_store_wide(const float (&acc)[C::MI][C::NI][4], const int* rows, T* y,
+                                                  const T* bias, long long N, long long nb, int wm, int lane) {
+  const int g = lane >> 2, t4 = lane & 3;
+  if constexpr (sizeof(T) == 2) {
+    static_assert(C::NI % 4 == 0, "gather_store_wide's quads");
+    const unsigned* b2 = bias ? reinterpret_cast<const unsigned*>(bias + nb + 2 * t4) : nullptr;
+#pragma unroll
+    for (int q = 0; q < C::NI / 4; ++q) {
+      float bl[4], bh[4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const unsigned w = b2 ? __ldg(b2 + (4 * q + j) * 4) : 0u;
+        bl[j] = to_f32(from16<T>(w));
+        bh[j] = to_f32(from16<T>(w >> 16));
+      }
+#pragma unroll
+      for (int mi = 0; mi < C::MI; ++mi)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          unsigned x[4];
+#pragma unroll
+          for (int j = 0; j < 4; ++j) {
+            float v0 = acc[mi][4 * q + j][2 * h], v1 = acc[mi][4 * q + j][2 * h + 1];
+            if (b2) {
+              v0 += bl[j];
+              v1 += bh[j];
+            }
+            x[j] = pack16<T>(v0, v1);
+          }
+          quad_transpose(x, t4);
+          const int orow = rows[wm * C::WTM + mi * 16 + g + 8 * h];
+          if (orow >= 0)
+            *reinterpret_cast<uint4*>(y + (long long)orow * N + nb + (4 * q + t4) * 8) = make_uint4(x[0], x[1], x[2], x[3]);
+        }
+    }
+  } else {
+    static_assert(C::NI % 2 == 0, "gather_store_wide's pairs");
+    const bool odd = t4 & 1;
+    const float2* b2 = bias ? reinterpret_cast<const float2*>(bias + nb + 2 * t4) : nullptr;
+#pragma unroll
+    for (int pp = 0; pp < C::NI / 2; ++pp) {
+      float2 ba = make_float2(0.f, 0.f), bb = ba;
+      if (b2) {
+        ba = __ldg(b2 + (2 * pp) * 4);
+        bb = __ldg(b2 + (2 * pp + 1) * 4);
+      }
+#pragma unroll
+      for (int mi = 0; mi < C::MI; ++mi)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          float a0 = acc[mi][2 * pp][2 * h], a1 = acc[mi][2 * pp][2 * h + 1];
+          float c0 = acc[mi][2 * pp + 1][2 * h], c1 = acc[mi][2 * pp + 1][2 * h + 1];
+          if (b2) {
+            a0 += ba.x, a1 += ba.y;
+            c0 += bb.x, c1 += bb.y;
+          }
+          // The even lane keeps fragment 2pp's pair and takes its
+          // partner's; the odd one keeps fragment 2pp + 1's.
+          const float s0 = __shfl_xor_sync(0xffffffffu, odd ? a0 : c0, 1);
+          const float s1 = __shfl_xor_sync(0xffffffffu, odd ? a1 : c1, 1);
+          const float4 v = odd ? make_float4(s0, s1, c0, c1) : make_float4(a0, a1, s0, s1);
+          const int orow = rows[wm * C::WTM + mi * 16 + g + 8 * h];
+          if (orow >= 0)
+            *reinterpret_cast<float4*>(y + (long long)orow * N + nb + (2 * pp + odd) * 8 + 2 * (t4 & 2)) = v;
+        }
+    }
+  }
+}
+
 // Epilogue of a gather GEMM: direct stores of warp (wm, wn)'s accumulator
 // fragments (mma.sync C-fragment order) to the tile rows' output rows
 // (rows[i], −1 = none), with the bias added in float32 before rounding,
@@ -628,7 +751,24 @@ __device__ __forceinline__ void gather_store(const GatherParams& p, const float 
   if (pairOK && n0 + C::BN <= p.N) {
     // Every column of the tile in range (N a multiple of BN): no column
     // bounds to test, each row's stores one base address and immediate
-    // offsets (as pairs_store's whole tiles).
+    // offsets (as pairs_store's whole tiles), 16 bytes a lane where the
+    // rows and the bias are aligned for it.
+    const long long nb = n0 + wn * C::WTN;
+    if (p.splits != 1) {
+      if constexpr (C::NI % 2 == 0) {
+        float* part = p.part + (long long)z * p.M * p.N;
+        if ((p.N & 3) == 0 && (reinterpret_cast<unsigned long long>(part) & 15) == 0) {
+          gather_store_wide<C, float>(acc, rows, part, nullptr, p.N, nb, wm, lane);
+          return;
+        }
+      }
+    } else if constexpr (C::NI % (sizeof(T) == 2 ? 4 : 2) == 0) {
+      if ((p.N & (16 / sizeof(T) - 1)) == 0 && (reinterpret_cast<unsigned long long>(y) & 15) == 0 &&
+          (reinterpret_cast<unsigned long long>(bias) & (2 * sizeof(T) - 1)) == 0) {
+        gather_store_wide<C, T>(acc, rows, y, bias, p.N, nb, wm, lane);
+        return;
+      }
+    }
     const long long c0 = n0 + wn * C::WTN + 2 * t4;
     each_row([&](int mi, int h, int orow) {
       if (p.splits != 1) {
