@@ -482,6 +482,14 @@ template <class C> __device__ __forceinline__ void zero_acc(float (&acc)[C::MI][
       for (int j = 0; j < 4; ++j) acc[mi][ni][j] = 0.f;
 }
 
+// pack16 returns v0 and v1 rounded to T (16 bits) as one word, v0 in the
+// low half: the pair store2 writes.
+template <class T> __device__ __forceinline__ unsigned pack16(float v0, float v1) {
+  const T lo = from_f32<T>(v0), hi = from_f32<T>(v1);
+  return (unsigned)*reinterpret_cast<const unsigned short*>(&lo) |
+         ((unsigned)*reinterpret_cast<const unsigned short*>(&hi) << 16);
+}
+
 // Stores two adjacent output elements (col, col+1) of one row; col+1 may be
 // out of range (n_valid = 1) or the pair may be unaligned (pair = false).
 template <class T>
@@ -490,9 +498,7 @@ __device__ __forceinline__ void store2(T* dst, float v0, float v1, int n_valid, 
     if constexpr (sizeof(T) == 4) {
       *reinterpret_cast<float2*>(dst) = make_float2(v0, v1);
     } else {
-      T lo = from_f32<T>(v0), hi = from_f32<T>(v1);
-      unsigned short l = *reinterpret_cast<unsigned short*>(&lo), h = *reinterpret_cast<unsigned short*>(&hi);
-      *reinterpret_cast<unsigned*>(dst) = (unsigned)l | ((unsigned)h << 16);
+      *reinterpret_cast<unsigned*>(dst) = pack16<T>(v0, v1);
     }
   } else {
     dst[0] = from_f32<T>(v0);
@@ -625,14 +631,6 @@ __device__ __forceinline__ void quad_transpose(unsigned (&x)[4], int t4) {
   } else {
     x[1] = s0, x[3] = s1;
   }
-}
-
-// pack16 returns v0 and v1 rounded to T (16 bits) as store2 writes the
-// pair: v0 in the low half.
-template <class T> __device__ __forceinline__ unsigned pack16(float v0, float v1) {
-  const T lo = from_f32<T>(v0), hi = from_f32<T>(v1);
-  return (unsigned)*reinterpret_cast<const unsigned short*>(&lo) |
-         ((unsigned)*reinterpret_cast<const unsigned short*>(&hi) << 16);
 }
 
 // from16 returns the element of T whose bits are the low 16 of w.
