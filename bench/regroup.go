@@ -149,45 +149,55 @@ func regroupWindows(ms *kmap.Masked, bm, window int) (order []int32, mean float6
 	return order, mean, most
 }
 
-// regroupRemainders is an experiment of `bench padding -regroup W
-// -windows -fullfirst`: each mask class of the Gray order of ms (a run of
-// equal masks) gives its whole tiles of bm rows first, with no padding, in
-// Gray order; the rows left over (fewer than bm a class) keep their Gray
-// order and are regrouped in windows of window rows as regroupWindows
-// does. On the benchmark's shells a third (RES 256) to nine tenths (RES
-// 1024) of the rows fill such tiles, so a window of the remainders spans
-// more of the Gray order than a window of all rows. It returns the order
-// and regroupWindows' mean and largest passes over the remainders'
-// windows.
-func regroupRemainders(ms *kmap.Masked, bm, window int) (order []int32, mean float64, most int) {
-	W := ms.Words
-	same := func(a, b int32) bool {
-		return slices.Equal(ms.Mask[int(a)*W:int(a)*W+W], ms.Mask[int(b)*W:int(b)*W+W])
-	}
-	order = make([]int32, 0, len(ms.Gray))
-	var rest []int32
+// rowMask returns the tap mask of row r of ms.
+func rowMask(ms *kmap.Masked, r int32) []uint64 {
+	return ms.Mask[int(r)*ms.Words : int(r)*ms.Words+ms.Words]
+}
+
+// wholeClassTiles splits the Gray order of ms into its mask classes (runs
+// of equal masks) and returns each class's whole tiles of bm rows, in Gray
+// order, and the rows each class leaves over (fewer than bm, in Gray
+// order; classes that fill whole tiles leave none).
+func wholeClassTiles(ms *kmap.Masked, bm int) (whole []int32, rest [][]int32) {
+	whole = make([]int32, 0, len(ms.Gray))
 	for lo := 0; lo < len(ms.Gray); {
 		hi := lo + 1
-		for hi < len(ms.Gray) && same(ms.Gray[hi], ms.Gray[lo]) {
+		for hi < len(ms.Gray) && slices.Equal(rowMask(ms, ms.Gray[hi]), rowMask(ms, ms.Gray[lo])) {
 			hi++
 		}
-		whole := (hi - lo) / bm * bm
-		order = append(order, ms.Gray[lo:lo+whole]...)
-		rest = append(rest, ms.Gray[lo+whole:hi]...)
+		n := (hi - lo) / bm * bm
+		whole = append(whole, ms.Gray[lo:lo+n]...)
+		if lo+n < hi {
+			rest = append(rest, ms.Gray[lo+n:hi])
+		}
 		lo = hi
 	}
+	return whole, rest
+}
+
+// regroupRemainders is an experiment of `bench padding -regroup W
+// -windows -fullfirst`: each mask class of the Gray order of ms gives its
+// whole tiles of bm rows first, with no padding (wholeClassTiles); the
+// rows left over keep their Gray order and are regrouped in windows of
+// window rows as regroupWindows does. On the benchmark's shells a third
+// (RES 256) to nine tenths (RES 1024) of the rows fill such tiles, so a
+// window of the remainders spans more of the Gray order than a window of
+// all rows. It returns the order and regroupWindows' mean and largest
+// passes over the remainders' windows.
+func regroupRemainders(ms *kmap.Masked, bm, window int) (order []int32, mean float64, most int) {
+	order, rest := wholeClassTiles(ms, bm)
 	if len(rest) == 0 {
 		return order, 0, 0
 	}
-	tail, mean, most := regroupWindows(&kmap.Masked{V: ms.V, Words: W, Mask: ms.Mask, Gray: rest}, bm, window)
+	tail, mean, most := regroupWindows(&kmap.Masked{V: ms.V, Words: ms.Words, Mask: ms.Mask, Gray: slices.Concat(rest...)}, bm, window)
 	return append(order, tail...), mean, most
 }
 
 // regroupMerge is an experiment of `bench padding -merge`: a row order
 // built by merging clusters of rows in rounds, each round's decisions
 // independent of one another (what parallel blocks could make). Each mask
-// class of the Gray order of ms gives its whole tiles of bm rows first, as
-// regroupRemainders does; every class's rows left over form a cluster. In
+// class of the Gray order of ms gives its whole tiles of bm rows first
+// (wholeClassTiles); every class's rows left over form a cluster. In
 // a round every cluster picks the partner that adds the fewest products
 // per row, (a + b)·|A ∪ B| − a·|A| − b·|B| over a + b rows for clusters of
 // a and b rows and tap unions A and B (the lowest position on ties), and
@@ -197,8 +207,6 @@ func regroupRemainders(ms *kmap.Masked, bm, window int) (order []int32, mean flo
 // end when no pair merges; the rows of the clusters left follow in their
 // order. It returns the order and the number of rounds.
 func regroupMerge(ms *kmap.Masked, bm int) (order []int32, rounds int) {
-	W := ms.Words
-	maskOf := func(r int32) []uint64 { return ms.Mask[int(r)*W : int(r)*W+W] }
 	taps := func(m []uint64) int {
 		n := 0
 		for _, x := range m {
@@ -206,28 +214,17 @@ func regroupMerge(ms *kmap.Masked, bm int) (order []int32, rounds int) {
 		}
 		return n
 	}
-	type part struct{ rows []int32 } // rows of one class, Gray order
 	type cluster struct {
-		parts []part
+		parts [][]int32 // rows of one class each, Gray order
 		rows  int
 		union []uint64
 	}
-	order = make([]int32, 0, len(ms.Gray))
-	var cl []*cluster
-	for lo := 0; lo < len(ms.Gray); {
-		hi := lo + 1
-		for hi < len(ms.Gray) && slices.Equal(maskOf(ms.Gray[hi]), maskOf(ms.Gray[lo])) {
-			hi++
-		}
-		whole := (hi - lo) / bm * bm
-		order = append(order, ms.Gray[lo:lo+whole]...)
-		if lo+whole < hi {
-			cl = append(cl, &cluster{parts: []part{{ms.Gray[lo+whole : hi]}}, rows: hi - lo - whole,
-				union: slices.Clone(maskOf(ms.Gray[lo]))})
-		}
-		lo = hi
+	order, rest := wholeClassTiles(ms, bm)
+	cl := make([]*cluster, len(rest))
+	for i, rows := range rest {
+		cl[i] = &cluster{parts: [][]int32{rows}, rows: len(rows), union: slices.Clone(rowMask(ms, rows[0]))}
 	}
-	union := make([]uint64, W)
+	union := make([]uint64, ms.Words)
 	cost := func(a, b *cluster) float64 {
 		for w := range union {
 			union[w] = a.union[w] | b.union[w]
@@ -241,13 +238,13 @@ func regroupMerge(ms *kmap.Masked, bm int) (order []int32, rounds int) {
 		if c.rows < bm {
 			return
 		}
-		slices.SortStableFunc(c.parts, func(x, y part) int { return taps(maskOf(y.rows[0])) - taps(maskOf(x.rows[0])) })
+		slices.SortStableFunc(c.parts, func(x, y []int32) int { return taps(rowMask(ms, y[0])) - taps(rowMask(ms, x[0])) })
 		for c.rows >= bm {
 			for room := bm; room > 0; {
-				k := min(room, len(c.parts[0].rows))
-				order = append(order, c.parts[0].rows[:k]...)
-				c.parts[0].rows = c.parts[0].rows[k:]
-				if len(c.parts[0].rows) == 0 {
+				k := min(room, len(c.parts[0]))
+				order = append(order, c.parts[0][:k]...)
+				c.parts[0] = c.parts[0][k:]
+				if len(c.parts[0]) == 0 {
 					c.parts = c.parts[1:]
 				}
 				room -= k
@@ -256,7 +253,7 @@ func regroupMerge(ms *kmap.Masked, bm int) (order []int32, rounds int) {
 		}
 		clear(c.union)
 		for _, p := range c.parts {
-			for w, x := range maskOf(p.rows[0]) {
+			for w, x := range rowMask(ms, p[0]) {
 				c.union[w] |= x
 			}
 		}
@@ -305,7 +302,7 @@ func regroupMerge(ms *kmap.Masked, bm int) (order []int32, rounds int) {
 	}
 	for _, c := range cl {
 		for _, p := range c.parts {
-			order = append(order, p.rows...)
+			order = append(order, p...)
 		}
 	}
 	return order, rounds
