@@ -474,8 +474,10 @@ var fullOccupancyKernels = []struct{ name, why string }{
 	// to 32 resident warps per SM made the fp16 RES 1024 kernel-map build
 	// 45 % slower (0.730 → 1.055 ms, three processes each) and that
 	// inference step 4.3 %; the brick insert runs at 64 warps and the
-	// brick search at 40 (kmap_nbr_brick's launch bounds hold it there), and
-	// the two were not measured apart. The masks_, sort_, scan_ and hash_
+	// brick search at 40 (kmap_nbr_brick's launch bounds hold it there).
+	// Measured apart (session 50, call 1): the insert alone at 32 warps
+	// made the map 10.5 % slower, a residency effect; the search's 36 % was
+	// a second wave of its fixed grid, not latency. The masks_, sort_, scan_ and hash_
 	// kernels and the split-K reductions at 32 warps moved no step by more
 	// than 1 % (calls 4 and 5), so they have no budget.
 	{"kmap_brick_insert", "brick search's insert, session 49"},
