@@ -223,6 +223,19 @@ var persistentGathers atomic.Bool
 // 64-column gathers (EnvNarrowPersistent, read by Open).
 var narrowPersistent atomic.Bool
 
+// tf32ClearedOperands says whether tf32 products get their weight operand
+// with the 13 low mantissa bits cleared (EnvTF32Clear, read by Open;
+// Engine.tf32Operand and transposeW).
+var tf32ClearedOperands atomic.Bool
+
+// tf32ClearMaxBytes is the largest weight whose cleared copy a tf32 forward
+// (or an input gradient reading the weight as stored) makes: the copy lives
+// beside the output for the duration of the gather, so larger weights
+// (V·Ci·Co float32 over 16 MiB: C ≥ 512 at 3×3×3) keep their bits rather
+// than raise the step's memory peak. The measured gain is at C 256, a
+// 7.1 MB weight (docs/PERF_NOTES.md, step 108).
+const tf32ClearMaxBytes = 16 << 20
+
 // fusedSplitReduce says whether split-K gathers of warp-specialised tiles
 // may sum their partials in the kernel (EnvFusedSplitReduce, read by Open;
 // Device.fusesSplitReduce).
@@ -973,8 +986,34 @@ func (e *Engine) im2col(in devPtr, dt sparse.DType, tbl devPtr, rows, V, C int64
 	return buf, nil
 }
 
-// transposeW returns the weight [Co, V, Ci] as [Ci, V, Co].
-func (e *Engine) transposeW(w *Buffer, co, V, ci int64) (rawBuf, error) {
+// tf32Operand returns a copy of the weight w (n float32 values) with the 13
+// low mantissa bits cleared, the bits mma.sync and wgmma ignore in a tf32
+// operand: the same products, fewer toggling bits in every copy of the
+// weight stages (docs/PERF_NOTES.md, step 108). It returns the zero rawBuf,
+// and the caller multiplies w itself, when tf32ClearedOperands is off or the
+// copy would exceed tf32ClearMaxBytes. Worker only; free the copy with
+// freeTemp after the gather.
+func (e *Engine) tf32Operand(w devPtr, n int64) (rawBuf, error) {
+	if !tf32ClearedOperands.Load() || n <= 0 || 4*n > tf32ClearMaxBytes {
+		return rawBuf{}, nil
+	}
+	d := e.d
+	buf, err := d.allocTemp(4 * n)
+	if err != nil {
+		return rawBuf{}, err
+	}
+	g, b := d.elementwise((n + 3) / 4)
+	if err := d.launch("spconv_tf32_operand", g, b, 0, w, buf.ptr, n); err != nil {
+		d.freeTemp(buf)
+		return rawBuf{}, err
+	}
+	return buf, nil
+}
+
+// transposeW returns the weight [Co, V, Ci] as [Ci, V, Co]; for tf32
+// products (mth TF32, tf32ClearedOperands) with the bits they ignore
+// cleared, which changes no product.
+func (e *Engine) transposeW(w *Buffer, co, V, ci int64, mth kernels.Math) (rawBuf, error) {
 	d := e.d
 	n := co * V * ci
 	buf, err := d.allocTemp(n * int64(w.dtype.Size()))
@@ -982,8 +1021,11 @@ func (e *Engine) transposeW(w *Buffer, co, V, ci int64) (rawBuf, error) {
 		return buf, err
 	}
 	name := "spconv_transpose_w_b32"
-	if w.dtype.Size() == 2 {
+	switch {
+	case w.dtype.Size() == 2:
 		name = "spconv_transpose_w_b16"
+	case mth == kernels.TF32 && tf32ClearedOperands.Load():
+		name = "spconv_transpose_w_tf32" // the bits tf32 products ignore cleared
 	}
 	if V > 65535 || ceilDiv(co, 32) > 65535 {
 		d.freeTemp(buf)
@@ -1078,6 +1120,16 @@ func (e *Engine) Forward(m *kmap.Map, x, w, bias sparse.Matrix, o Options) (spar
 			return err
 		}
 		j := gatherJob{math: math, tile: tile, w: wb.ptr, M: M, N: co, splitAlg: isSplit(alg), userSplits: o.SplitK, out: out}
+		if math == kernels.TF32 {
+			wc, err := e.tf32Operand(wb.ptr, co*V*ci)
+			if err != nil {
+				return err
+			}
+			defer e.d.freeTemp(wc)
+			if wc.ptr != 0 {
+				j.w = wc.ptr
+			}
+		}
 		if bb != nil {
 			j.bias = bb.ptr
 		}
@@ -1243,12 +1295,21 @@ func (e *Engine) InputGrad(m *kmap.Map, dy, w sparse.Matrix, o Options) (sparse.
 		// multiply the transpose too (one pass over the weight, small next
 		// to the GEMM).
 		if alg == sparse.Explicit || !tile.HasTransposed(math) {
-			wt, err := e.transposeW(wb, co, V, ci)
+			wt, err := e.transposeW(wb, co, V, ci, math)
 			if err != nil {
 				return err
 			}
 			defer e.d.freeTemp(wt)
 			j.w, j.wt = wt.ptr, false
+		} else if math == kernels.TF32 {
+			wc, err := e.tf32Operand(wb.ptr, co*V*ci)
+			if err != nil {
+				return err
+			}
+			defer e.d.freeTemp(wc)
+			if wc.ptr != 0 {
+				j.w = wc.ptr
+			}
 		}
 		err = e.gatherInput(&j, m, true, alg, db.ptr, db.dtype, co, V)
 		defer e.d.freeTemp(j.tmp)

@@ -63,6 +63,10 @@ func Open(ordinal int) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
+	clearTF32, err := tf32ClearFromEnv()
+	if err != nil {
+		return nil, err
+	}
 	d, err := openDevice(ordinal)
 	if err != nil {
 		return nil, err
@@ -71,6 +75,7 @@ func Open(ordinal int) (*Engine, error) {
 	persistentGathers.Store(persistent)
 	fusedSplitReduce.Store(fusedReduce)
 	narrowPersistent.Store(narrow)
+	tf32ClearedOperands.Store(clearTF32)
 	e := &Engine{d: d}
 	e.noHopper.Store(os.Getenv(EnvNoHopper) == "1")
 	e.src = &tableSource{e: e}
@@ -107,7 +112,8 @@ func (e *Engine) Owns(m sparse.Matrix) bool {
 // SetTF32 selects the arithmetic of float32 convolutions: false (the
 // default) is IEEE float32 FMA, true multiplies on tensor cores with the
 // operands reduced to tf32 (FlexGEMM's allow_tf32), about 10 bits of
-// mantissa: rounded by the mma.sync tiles, truncated by the Hopper tiles.
+// mantissa, truncated (mma.sync and wgmma read the top 19 bits of each
+// float32 operand).
 func (e *Engine) SetTF32(on bool) { e.tf32.Store(on) }
 
 // TF32 reports whether float32 convolutions use tf32 tensor cores.

@@ -442,6 +442,28 @@ func narrowPersistentFromEnv() (bool, error) {
 	return switchFromEnv(EnvNarrowPersistent, narrowPersistentDefault)
 }
 
+// EnvTF32Clear names the environment variable that, read when an engine
+// opens, hands tf32 products their weight operand with the 13 low mantissa
+// bits cleared ("1": the copy of tf32Operand, up to tf32ClearMaxBytes, and
+// the input gradient's transposed weight), or the weight as stored ("0");
+// unset, tf32ClearDefault. Either way the products are the same bits:
+// mma.sync and wgmma read a tf32 operand's sign, exponent and first 10
+// mantissa bits and ignore the rest.
+const EnvTF32Clear = "FLEXGEMM_TF32_CLEAR"
+
+// tf32ClearDefault is EnvTF32Clear's setting when unset. Measured (H200,
+// session 53, docs/PERF_NOTES.md step 108): tf32 (256, 256, 2) inference
+// and training faster under the power cap with the weight's ignored bits
+// cleared.
+const tf32ClearDefault = true
+
+// tf32ClearFromEnv returns EnvTF32Clear's setting: tf32ClearDefault when
+// unset or empty, true for "1", false for "0", an error naming the
+// variable otherwise.
+func tf32ClearFromEnv() (bool, error) {
+	return switchFromEnv(EnvTF32Clear, tf32ClearDefault)
+}
+
 // EnvProgrammaticLaunch names the environment variable that, read when an
 // engine opens on a GPU of compute capability 9.0 or newer, launches every
 // kernel that waits for the grids ahead of it (all of the embedded images'

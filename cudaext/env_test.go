@@ -112,6 +112,7 @@ func TestSwitchesFromEnv(t *testing.T) {
 		{EnvNarrowPersistent, narrowPersistentFromEnv, narrowPersistentDefault},
 		{EnvFusedSplitReduce, fusedSplitReduceFromEnv, fusedSplitReduceDefault},
 		{EnvProgrammaticLaunch, programmaticLaunchFromEnv, programmaticLaunchDefault},
+		{EnvTF32Clear, tf32ClearFromEnv, tf32ClearDefault},
 	} {
 		t.Run(c.key, func(t *testing.T) {
 			cases := []envCase[bool]{

@@ -18,15 +18,39 @@ template <class S, class D> __device__ void convert(const S* in, D* out, long lo
   for (long long i = gtid(); i < n; i += gstride()) out[i] = from_f32<D>(to_f32(in[i]));
 }
 
-// out[ci, v, co] = in[co, v, ci]: [Co, V, Ci] -> [Ci, V, Co], one 32×32
-// (co, ci) tile of tap v per block (grid ⌈Ci/32⌉ × ⌈Co/32⌉ × V, 32×8
+// The bits of a float32 that a tf32 product reads (sign, exponent, the
+// first 10 mantissa bits): mma.sync and wgmma ignore the other 13, so an
+// operand with them cleared multiplies to the same bits, and its copies
+// toggle fewer wires (docs/PERF_NOTES.md, step 108).
+constexpr unsigned kTF32Bits = 0xffffe000u;
+
+// out[i] = in[i] & keep: 16-byte loads and stores where both pointers and n
+// allow them (every engine allocation is 256-byte aligned).
+__device__ void mask_bits(const unsigned* in, unsigned* out, long long n, unsigned keep) {
+  long long done = 0;
+  if ((((unsigned long long)in | (unsigned long long)out) & 15) == 0) {
+    const long long n4 = n / 4;
+    const uint4* in4 = reinterpret_cast<const uint4*>(in);
+    uint4* out4 = reinterpret_cast<uint4*>(out);
+    for (long long i = gtid(); i < n4; i += gstride()) {
+      uint4 v = in4[i];
+      v.x &= keep, v.y &= keep, v.z &= keep, v.w &= keep;
+      out4[i] = v;
+    }
+    done = 4 * n4;
+  }
+  for (long long i = done + gtid(); i < n; i += gstride()) out[i] = in[i] & keep;
+}
+
+// out[ci, v, co] = in[co, v, ci] & keep: [Co, V, Ci] -> [Ci, V, Co], one
+// 32×32 (co, ci) tile of tap v per block (grid ⌈Ci/32⌉ × ⌈Co/32⌉ × V, 32×8
 // threads) through shared memory, so reads and writes are both coalesced.
-template <class R> __device__ void transpose_w(const R* in, R* out, long long co_n, long long v_n, long long ci_n) {
+template <class R> __device__ void transpose_w(const R* in, R* out, long long co_n, long long v_n, long long ci_n, R keep) {
   __shared__ R tile[32][33];
   const long long c0 = (long long)blockIdx.x * 32, o0 = (long long)blockIdx.y * 32, v = blockIdx.z;
   for (int j = threadIdx.y; j < 32; j += 8) {
     const long long o = o0 + j, c = c0 + threadIdx.x;
-    if (o < co_n && c < ci_n) tile[j][threadIdx.x] = in[(o * v_n + v) * ci_n + c];
+    if (o < co_n && c < ci_n) tile[j][threadIdx.x] = (R)(in[(o * v_n + v) * ci_n + c] & keep);
   }
   __syncthreads();
   for (int j = threadIdx.y; j < 32; j += 8) {
@@ -403,12 +427,23 @@ __global__ void spconv_cvt_bf16_f32(const __nv_bfloat16* in, float* out, long lo
 
 __global__ void spconv_transpose_w_b32(const unsigned* in, unsigned* out, long long co, long long v, long long ci) {
   fg_await_prior_grid();
-  fg_aux::transpose_w(in, out, co, v, ci);
+  fg_aux::transpose_w(in, out, co, v, ci, ~0u);
 }
 __global__ void spconv_transpose_w_b16(const unsigned short* in, unsigned short* out, long long co, long long v,
                                        long long ci) {
   fg_await_prior_grid();
-  fg_aux::transpose_w(in, out, co, v, ci);
+  fg_aux::transpose_w(in, out, co, v, ci, (unsigned short)0xffffu);
+}
+// The transpose of a float32 weight as tf32 operands (the bits tf32
+// products ignore cleared).
+__global__ void spconv_transpose_w_tf32(const unsigned* in, unsigned* out, long long co, long long v, long long ci) {
+  fg_await_prior_grid();
+  fg_aux::transpose_w(in, out, co, v, ci, fg_aux::kTF32Bits);
+}
+// A copy of n float32 values as tf32 operands.
+__global__ void spconv_tf32_operand(const unsigned* in, unsigned* out, long long n) {
+  fg_await_prior_grid();
+  fg_aux::mask_bits(in, out, n, fg_aux::kTF32Bits);
 }
 
 __global__ void spconv_im2col_b32(const unsigned* in, const int* tbl, unsigned* out, long long rows, long long v,
