@@ -18,9 +18,9 @@
 // ahead (TileCfg::kDist).
 //
 // tf32: wgmma reads the float32 operands as stored and uses their top 19
-// bits (truncation, where the mma.sync path rounds with cvt.rna): errors
-// up to about twice those of the mma.sync tf32 kernels, within the same
-// bound (tests: 2e-3 relative L2).
+// bits (truncation, as the mma.sync path does since it stopped rounding
+// with cvt.rna: docs/PERF_NOTES.md step 25), within the tf32 bound (tests:
+// 2e-3 relative L2).
 //
 // These instructions need PTX ISA 8.0 and the sm_90a target. build.sh
 // compiles the *_sm90a.cu instantiations to PTX only and the driver
