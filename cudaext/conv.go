@@ -229,7 +229,8 @@ var narrowPersistent atomic.Bool
 var tf32ClearedOperands atomic.Bool
 
 // tf32ClearMaxBytes is the largest weight whose cleared copy a tf32 forward
-// (or an input gradient reading the weight as stored) makes: the copy lives
+// (or an input gradient whose tile reads the weight transposed in the
+// kernel; the other tiles multiply a cleared transpose) makes: the copy lives
 // beside the output for the duration of the gather, so larger weights
 // (V·Ci·Co float32 over 16 MiB: C ≥ 512 at 3×3×3) keep their bits rather
 // than raise the step's memory peak. The measured gain is at C 256, a

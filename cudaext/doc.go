@@ -71,8 +71,9 @@
 //   - forward and input gradient use one "gather" GEMM kernel family
 //     (out[r] = Σ_v in[tbl[r, v]] · w[:, v, :]ᵀ); the input gradient uses
 //     the reverse table and reads the weight transposed inside the kernel
-//     (no transposed copy; Explicit alone materialises [Ci, V, Co]), so it
-//     is output-stationary without atomics. For a submanifold map the
+//     (no transposed copy; Explicit and the tf32 Hopper tiles, which read
+//     their weight K-major only, materialise [Ci, V, Co]), so it is
+//     output-stationary without atomics. For a submanifold map the
 //     reverse table is Nbr with its taps mirrored, so the input gradient
 //     gathers through Nbr in the forward Gray order and reads weight tap
 //     V−1−v for table tap v (GatherParams.mirror): no reverse table, masks,
