@@ -987,15 +987,17 @@ func (e *Engine) im2col(in devPtr, dt sparse.DType, tbl devPtr, rows, V, C int64
 	return buf, nil
 }
 
-// tf32Operand returns a copy of the weight w (n float32 values) with the 13
-// low mantissa bits cleared, the bits mma.sync and wgmma ignore in a tf32
-// operand: the same products, fewer toggling bits in every copy of the
-// weight stages (docs/PERF_NOTES.md, step 108). It returns the zero rawBuf,
-// and the caller multiplies w itself, when tf32ClearedOperands is off or the
-// copy would exceed tf32ClearMaxBytes. Worker only; free the copy with
-// freeTemp after the gather.
-func (e *Engine) tf32Operand(w devPtr, n int64) (rawBuf, error) {
-	if !tf32ClearedOperands.Load() || n <= 0 || 4*n > tf32ClearMaxBytes {
+// tf32Operand points j.w at a copy of its weight (n float32 values) with
+// the 13 low mantissa bits cleared, the bits mma.sync and wgmma ignore in a
+// tf32 operand: the same products, fewer toggling bits in every copy of the
+// weight stages (docs/PERF_NOTES.md, step 108). It makes no copy, and j
+// multiplies its weight as stored, unless j multiplies tf32 with
+// tf32ClearedOperands on, has something to compute (runGather launches
+// nothing for M = 0 or N = 0) and the copy fits tf32ClearMaxBytes. Worker
+// only; free the returned copy (the zero rawBuf when none) with freeTemp
+// after the gather.
+func (e *Engine) tf32Operand(j *gatherJob, n int64) (rawBuf, error) {
+	if j.math != kernels.TF32 || !tf32ClearedOperands.Load() || j.M == 0 || j.N == 0 || n <= 0 || 4*n > tf32ClearMaxBytes {
 		return rawBuf{}, nil
 	}
 	d := e.d
@@ -1004,10 +1006,11 @@ func (e *Engine) tf32Operand(w devPtr, n int64) (rawBuf, error) {
 		return rawBuf{}, err
 	}
 	g, b := d.elementwise((n + 3) / 4)
-	if err := d.launch("spconv_tf32_operand", g, b, 0, w, buf.ptr, n); err != nil {
+	if err := d.launch("spconv_tf32_operand", g, b, 0, j.w, buf.ptr, n); err != nil {
 		d.freeTemp(buf)
 		return rawBuf{}, err
 	}
+	j.w = buf.ptr
 	return buf, nil
 }
 
@@ -1121,16 +1124,11 @@ func (e *Engine) Forward(m *kmap.Map, x, w, bias sparse.Matrix, o Options) (spar
 			return err
 		}
 		j := gatherJob{math: math, tile: tile, w: wb.ptr, M: M, N: co, splitAlg: isSplit(alg), userSplits: o.SplitK, out: out}
-		if math == kernels.TF32 {
-			wc, err := e.tf32Operand(wb.ptr, co*V*ci)
-			if err != nil {
-				return err
-			}
-			defer e.d.freeTemp(wc)
-			if wc.ptr != 0 {
-				j.w = wc.ptr
-			}
+		wc, err := e.tf32Operand(&j, co*V*ci)
+		if err != nil {
+			return err
 		}
+		defer e.d.freeTemp(wc)
 		if bb != nil {
 			j.bias = bb.ptr
 		}
@@ -1302,15 +1300,12 @@ func (e *Engine) InputGrad(m *kmap.Map, dy, w sparse.Matrix, o Options) (sparse.
 			}
 			defer e.d.freeTemp(wt)
 			j.w, j.wt = wt.ptr, false
-		} else if math == kernels.TF32 {
-			wc, err := e.tf32Operand(wb.ptr, co*V*ci)
+		} else {
+			wc, err := e.tf32Operand(&j, co*V*ci)
 			if err != nil {
 				return err
 			}
 			defer e.d.freeTemp(wc)
-			if wc.ptr != 0 {
-				j.w = wc.ptr
-			}
 		}
 		err = e.gatherInput(&j, m, true, alg, db.ptr, db.dtype, co, V)
 		defer e.d.freeTemp(j.tmp)

@@ -24,8 +24,9 @@ const tf32Kept = 0xffffe000
 // TestTF32OperandKernels checks the two kernels that clear the bits tf32
 // products ignore against the host: the copy (spconv_tf32_operand) at
 // lengths that do and do not fill its 16-byte accesses, and the weight
-// transpose (spconv_transpose_w_tf32), including a weight too large for
-// tf32Operand's copy, which it then declines.
+// transpose (spconv_transpose_w_tf32); and that tf32Operand points the job
+// at the copy, and declines to copy past tf32ClearMaxBytes, for other
+// maths and for empty jobs.
 func TestTF32OperandKernels(t *testing.T) {
 	was := tf32ClearedOperands.Load()
 	defer tf32ClearedOperands.Store(was)
@@ -42,8 +43,9 @@ func TestTF32OperandKernels(t *testing.T) {
 		wb, err := gpu.buffer(w, "w")
 		require.NoError(t, err)
 		var got []uint32
+		j := gatherJob{math: kernels.TF32, w: wb.ptr, M: 1, N: 1}
 		require.NoError(t, d.do(func() error {
-			c, err := gpu.tf32Operand(wb.ptr, n)
+			c, err := gpu.tf32Operand(&j, n)
 			if err != nil || c.ptr == 0 {
 				return err
 			}
@@ -52,6 +54,7 @@ func TestTF32OperandKernels(t *testing.T) {
 			return err
 		}))
 		require.Len(t, got, int(n), "n %d: no copy", n)
+		require.NotEqual(t, wb.ptr, j.w, "n %d: the job still multiplies the weight as stored", n)
 		lowBits := false
 		for i, v := range src {
 			b := math.Float32bits(v)
@@ -61,14 +64,26 @@ func TestTF32OperandKernels(t *testing.T) {
 		require.True(t, lowBits || n < 4, "n %d: the inputs never set the cleared bits", n)
 		gpu.Free(w)
 	}
-	// A weight past tf32ClearMaxBytes: no copy (the caller keeps the weight).
-	var large rawBuf
-	require.NoError(t, d.do(func() error {
-		var err error
-		large, err = gpu.tf32Operand(d.zeroPage, tf32ClearMaxBytes/4+1)
-		return err
-	}))
-	require.Zero(t, large.ptr, "a copy past tf32ClearMaxBytes")
+	// No copy (the job keeps its weight) past tf32ClearMaxBytes, for other
+	// maths, and with nothing to compute.
+	for _, j := range []gatherJob{
+		{math: kernels.TF32, w: d.zeroPage, M: 1, N: 1},
+		{math: kernels.F32, w: d.zeroPage, M: 1, N: 1},
+		{math: kernels.TF32, w: d.zeroPage, M: 0, N: 1},
+	} {
+		n := int64(4)
+		if j.math == kernels.TF32 && j.M > 0 {
+			n = tf32ClearMaxBytes/4 + 1
+		}
+		var c rawBuf
+		require.NoError(t, d.do(func() error {
+			var err error
+			c, err = gpu.tf32Operand(&j, n)
+			return err
+		}))
+		require.Zero(t, c.ptr, "%v M %d: a copy of %d values", j.math, j.M, n)
+		require.Equal(t, d.zeroPage, j.w, "%v M %d", j.math, j.M)
+	}
 	// The transpose [Co, V, Ci] -> [Ci, V, Co], cleared for TF32 only.
 	const co, V, ci = 40, 27, 72
 	src := synth.Uniform[float32](rng, co*V*ci)
