@@ -7,7 +7,6 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
-	"unsafe"
 
 	"github.com/stretchr/testify/require"
 
@@ -33,10 +32,6 @@ func TestTF32OperandKernels(t *testing.T) {
 	tf32ClearedOperands.Store(true)
 	rng := rand.New(rand.NewPCG(53, 1))
 	d := gpu.d
-	download := func(p devPtr, n int64) ([]uint32, error) { // worker only
-		out := make([]uint32, n)
-		return out, memcpyDtoH(unsafe.Pointer(&out[0]), p, 4*n, d.stream)
-	}
 	for _, n := range []int64{1, 3, 4, 5, 1027, 27 * 72 * 136} {
 		src := synth.Uniform[float32](rng, int(n))
 		w := dev(t, 1, int(n), src, sparse.Float32)
@@ -50,7 +45,7 @@ func TestTF32OperandKernels(t *testing.T) {
 				return err
 			}
 			defer d.freeTemp(c)
-			got, err = download(c.ptr, n)
+			got, err = download[uint32](d, c.ptr, int(n))
 			return err
 		}))
 		require.Len(t, got, int(n), "n %d: no copy", n)
@@ -99,7 +94,7 @@ func TestTF32OperandKernels(t *testing.T) {
 				return err
 			}
 			defer d.freeTemp(wt)
-			got, err = download(wt.ptr, co*V*ci)
+			got, err = download[uint32](d, wt.ptr, co*V*ci)
 			return err
 		}))
 		keep := uint32(math.MaxUint32)
