@@ -146,8 +146,18 @@ const (
 //     gathers are on, its three-stage twin of two tile descriptions serves
 //     instead, two persistent blocks per SM (EnvNarrowPersistent, step 74:
 //     the forward gathers 1–2 % faster, (1024, 64, 2) inference up to 5 %);
+//   - gather GEMMs of 129–192 rows and at least 128 columns over at most
+//     kernels.MaxSpecializedTaps taps (the RES 8 sphere shell: 192 rows at
+//     C 1024): the 192×128 warp-specialised tile where EnvTallGathers is
+//     on, one row tile instead of two of 128 rows, so no product of a row
+//     past M and one read of the weight per column tile (docs/PERF_NOTES.md
+//     step 110). It has no plain twin, so larger kernels keep the 128-row
+//     tiles (kernels.Tile.ServesTaps);
 //   - every gather tile needs one full 128-byte K stage per tap (kc ≥ BK).
-func hopperDefault(mth kernels.Math, use tileUse, rows, cols, kc int64) string {
+//
+// taps is the taps the reduction runs over (V of a masked or implicit
+// gather, 1 for the explicit one and the weight gradient).
+func hopperDefault(mth kernels.Math, use tileUse, rows, cols, kc, taps int64) string {
 	// pick returns the first Hopper tile of bm × bn (and stages, unless 0)
 	// with producers producer warps that fam has in mth and that fits kc.
 	pick := func(bm, bn, stages, producers int, fam kernels.Family) string {
@@ -182,6 +192,12 @@ func hopperDefault(mth kernels.Math, use tileUse, rows, cols, kc int64) string {
 			}
 		}
 		return pick(bm, bn, stages, 0, kernels.Gather)
+	}
+	if use == useGather && cols >= 128 && rows > 128 && rows <= 192 && taps <= kernels.MaxSpecializedTaps &&
+		specializedGathers.Load() && tallGathers.Load() {
+		if h := pick(192, 128, 0, specializedProducers, kernels.Gather); h != "" {
+			return h
+		}
 	}
 	switch {
 	case use == useGather && cols >= 256:
@@ -237,6 +253,11 @@ var tf32ClearedOperands atomic.Bool
 // 7.1 MB weight (docs/PERF_NOTES.md, step 108).
 const tf32ClearMaxBytes = 16 << 20
 
+// tallGathers says whether hopperDefault takes the 192-row
+// warp-specialised tile for gathers of 129–192 rows (EnvTallGathers, read
+// by Open).
+var tallGathers atomic.Bool
+
 // fusedSplitReduce says whether split-K gathers of warp-specialised tiles
 // may sum their partials in the kernel (EnvFusedSplitReduce, read by Open;
 // Device.fusesSplitReduce).
@@ -253,15 +274,15 @@ const EnvNoHopper = "FLEXGEMM_NO_HOPPER"
 
 // defaultTiles returns the tiles the fixed heuristic tries, best first,
 // for a GEMM of use with an output of rows × cols and a reduction of kc
-// per tap, in arithmetic mth on sms multiprocessors; hopper says whether
+// per tap over taps taps, in arithmetic mth on sms multiprocessors; hopper says whether
 // the Hopper tiles of mth are loaded (then they come first for the GEMMs
 // they suit, see hopperDefault). The autotuner ranks its
 // candidates and picks its heuristic with the same function
 // (preferredTiles in tune.go), so both always agree.
-func defaultTiles(mth kernels.Math, use tileUse, rows, cols, kc, sms int64, hopper bool) []string {
+func defaultTiles(mth kernels.Math, use tileUse, rows, cols, kc, taps, sms int64, hopper bool) []string {
 	if hopper {
-		if h := hopperDefault(mth, use, rows, cols, kc); h != "" {
-			return append([]string{h}, defaultTiles(mth, use, rows, cols, kc, sms, false)...)
+		if h := hopperDefault(mth, use, rows, cols, kc, taps); h != "" {
+			return append([]string{h}, defaultTiles(mth, use, rows, cols, kc, taps, sms, false)...)
 		}
 	}
 	narrow := mth.ElemSize() == 2
@@ -296,8 +317,8 @@ func defaultTiles(mth kernels.Math, use tileUse, rows, cols, kc, sms int64, hopp
 }
 
 // chooseTile picks the tile configuration for a GEMM of use in arithmetic
-// mth with an output of rows × cols and a reduction of kc per tap (see
-// tileUse): o.Tile if set, else the first of defaultTiles with o.TileRows
+// mth with an output of rows × cols and a reduction of kc per tap over
+// taps taps (see tileUse): o.Tile if set, else the first of defaultTiles with o.TileRows
 // rows (if set) that mth supports. A forced tile that mth has no kernel
 // for (a Narrow tile in F32 or TF32, a Hopper tile whose BK elements of
 // mth do not fill 128 bytes, or a Hopper tile on a device without them)
@@ -305,7 +326,7 @@ func defaultTiles(mth kernels.Math, use tileUse, rows, cols, kc, sms int64, hopp
 // N = 0, where nothing would be launched). A forced tf32 Hopper tile
 // applies to the gather GEMMs (forward, input gradient) only: the weight
 // gradient, which has no tf32 Hopper kernel, takes its default tile.
-func (e *Engine) chooseTile(o Options, mth kernels.Math, use tileUse, rows, cols, kc int64) (kernels.Tile, error) {
+func (e *Engine) chooseTile(o Options, mth kernels.Math, use tileUse, rows, cols, kc, taps int64) (kernels.Tile, error) {
 	if o.Tile != "" {
 		t, err := kernels.ParseTile(o.Tile)
 		if err != nil {
@@ -326,12 +347,16 @@ func (e *Engine) chooseTile(o Options, mth kernels.Math, use tileUse, rows, cols
 		}
 		if use != useGather && !t.Has(kernels.Pairs, mth) {
 			o.Tile = ""
-			return e.chooseTile(o, mth, use, rows, cols, kc)
+			return e.chooseTile(o, mth, use, rows, cols, kc, taps)
+		}
+		if use == useGather && !t.ServesTaps(taps) {
+			return t, fmt.Errorf("%w: tile %s is warp-specialised without a plain twin and serves at most %d taps (this gather has %d)",
+				sparse.ErrShape, t.Name(), kernels.MaxSpecializedTaps, taps)
 		}
 		return t, nil
 	}
 	fits := func(t kernels.Tile) bool { return t.Supports(mth) && (o.TileRows == 0 || t.BM == o.TileRows) }
-	for _, name := range defaultTiles(mth, use, rows, cols, kc, int64(e.d.info.SMs), e.hopperDefaults(mth)) {
+	for _, name := range defaultTiles(mth, use, rows, cols, kc, taps, int64(e.d.info.SMs), e.hopperDefaults(mth)) {
 		if t, err := kernels.ParseTile(name); err == nil && fits(t) {
 			return t, nil
 		}
@@ -562,8 +587,12 @@ func (e *Engine) runGather(j gatherJob) error {
 	if t.Producers > 0 && j.V > kernels.MaxSpecializedTaps {
 		// A warp-specialised block holds the indices of all its taps in
 		// shared memory; larger kernels run the same tile without
-		// producer warps.
-		t = t.Plain()
+		// producer warps (chooseTile gives none without such a twin).
+		plain, ok := t.Plain()
+		if !ok {
+			return fmt.Errorf("%w: tile %s serves at most %d taps (this gather has %d)", sparse.ErrShape, t.Name(), kernels.MaxSpecializedTaps, j.V)
+		}
+		t = plain
 	}
 	tiles := ceilDiv(j.M, int64(t.BM)) * ceilDiv(j.N, int64(t.BN))
 	splits, skBlocks := 1, 0
@@ -1051,6 +1080,16 @@ func resolve(a sparse.Algorithm) sparse.Algorithm {
 	return a
 }
 
+// gatherTaps is the taps a gather GEMM of algorithm alg reduces over for a
+// kernel of V taps: 1 for the explicit algorithm (one im2col K axis), V
+// otherwise (as shapeOf tells the tuner).
+func gatherTaps(alg sparse.Algorithm, V int64) int64 {
+	if alg == sparse.Explicit {
+		return 1
+	}
+	return V
+}
+
 func isSplit(a sparse.Algorithm) bool {
 	return a == sparse.ImplicitSplitK || a == sparse.MaskedImplicitSplitK
 }
@@ -1113,7 +1152,7 @@ func (e *Engine) Forward(m *kmap.Map, x, w, bias sparse.Matrix, o Options) (spar
 	if alg == sparse.Explicit {
 		kc = V * ci
 	}
-	tile, err := e.chooseTile(o, math, useGather, M, co, kc)
+	tile, err := e.chooseTile(o, math, useGather, M, co, kc, gatherTaps(alg, V))
 	if err != nil {
 		return sparse.Matrix{}, err
 	}
@@ -1270,7 +1309,7 @@ func (e *Engine) InputGrad(m *kmap.Map, dy, w sparse.Matrix, o Options) (sparse.
 	if alg == sparse.Explicit {
 		kc = V * co
 	}
-	tile, err := e.chooseTile(o, math, useGather, M, ci, kc)
+	tile, err := e.chooseTile(o, math, useGather, M, ci, kc, gatherTaps(alg, V))
 	if err != nil {
 		return sparse.Matrix{}, err
 	}
@@ -1390,9 +1429,9 @@ func (e *Engine) paramGrads(op string, m *kmap.Map, x, dy sparse.Matrix, o Optio
 	// arithmetic has no kernel for is an error also for an empty problem.
 	var tile kernels.Tile
 	if alg == sparse.Explicit {
-		tile, err = e.chooseTile(o, math, useIm2colWGrad, co, V*ci, int64(m.NOut))
+		tile, err = e.chooseTile(o, math, useIm2colWGrad, co, V*ci, int64(m.NOut), 1)
 	} else {
-		tile, err = e.chooseTile(o, math, usePairs, co, ci, int64(m.NOut))
+		tile, err = e.chooseTile(o, math, usePairs, co, ci, int64(m.NOut), 1)
 	}
 	if err != nil {
 		return sparse.Matrix{}, sparse.Matrix{}, err

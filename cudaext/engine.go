@@ -67,6 +67,10 @@ func Open(ordinal int) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
+	tall, err := tallGathersFromEnv()
+	if err != nil {
+		return nil, err
+	}
 	d, err := openDevice(ordinal)
 	if err != nil {
 		return nil, err
@@ -76,6 +80,7 @@ func Open(ordinal int) (*Engine, error) {
 	fusedSplitReduce.Store(fusedReduce)
 	narrowPersistent.Store(narrow)
 	tf32ClearedOperands.Store(clearTF32)
+	tallGathers.Store(tall)
 	e := &Engine{d: d}
 	e.noHopper.Store(os.Getenv(EnvNoHopper) == "1")
 	e.src = &tableSource{e: e}

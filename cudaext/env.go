@@ -442,6 +442,24 @@ func narrowPersistentFromEnv() (bool, error) {
 	return switchFromEnv(EnvNarrowPersistent, narrowPersistentDefault)
 }
 
+// EnvTallGathers names the environment variable that, read when an engine
+// opens, makes the fixed heuristic's gathers of 129–192 rows and at least
+// 128 columns over at most kernels.MaxSpecializedTaps taps take the
+// 192×128 warp-specialised tile, one row tile instead of two of 128 rows
+// ("1"), or the 128-row tiles ("0"); unset, tallGathersDefault.
+const EnvTallGathers = "FLEXGEMM_TALL_GATHERS"
+
+// tallGathersDefault is EnvTallGathers's setting when unset (the
+// measurement is in docs/PERF_NOTES.md, step 110).
+const tallGathersDefault = true
+
+// tallGathersFromEnv returns EnvTallGathers's setting: tallGathersDefault
+// when unset or empty, true for "1", false for "0", an error naming the
+// variable otherwise.
+func tallGathersFromEnv() (bool, error) {
+	return switchFromEnv(EnvTallGathers, tallGathersDefault)
+}
+
 // EnvTF32Clear names the environment variable that, read when an engine
 // opens, hands tf32 products their weight operand with the 13 low mantissa
 // bits cleared ("1": the copy of tf32Operand, up to tf32ClearMaxBytes, and

@@ -110,6 +110,7 @@ func TestSwitchesFromEnv(t *testing.T) {
 		{EnvSpecializedGathers, specializedGathersFromEnv, true},
 		{EnvPersistentGathers, persistentGathersFromEnv, persistentGathersDefault},
 		{EnvNarrowPersistent, narrowPersistentFromEnv, narrowPersistentDefault},
+		{EnvTallGathers, tallGathersFromEnv, tallGathersDefault},
 		{EnvFusedSplitReduce, fusedSplitReduceFromEnv, fusedSplitReduceDefault},
 		{EnvProgrammaticLaunch, programmaticLaunchFromEnv, programmaticLaunchDefault},
 		{EnvTF32Clear, tf32ClearFromEnv, tf32ClearDefault},

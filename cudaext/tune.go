@@ -560,9 +560,9 @@ func rowRange(k autotune.Key) (lo, mid, hi int64) {
 // arithmetic mth on sms multiprocessors, best first: defaultTiles, the
 // same function, with the use, output and reduction per tap that conv.go
 // passes for g's launch (kLen: the channels reduced per tap, V·C for the
-// explicit gather; unused by the weight gradient's rules).
+// explicit gather; unused by the weight gradient's rules; kTaps: the taps).
 func preferredTiles(mth kernels.Math, g gemmShape, sms int64, hopper bool) []string {
-	return defaultTiles(mth, g.use, g.rows, g.cols, g.kLen, sms, hopper)
+	return defaultTiles(mth, g.use, g.rows, g.cols, g.kLen, max(g.kTaps, 1), sms, hopper)
 }
 
 // heuristicTile is the tile chooseTile picks for Options{} on g (hopper:
@@ -632,7 +632,8 @@ func usableTiles(mth kernels.Math, g gemmShape, rowsHi int64, lim tuneLimits) []
 		tiles = kernels.AllTiles()
 	}
 	for _, t := range tiles {
-		if !t.Has(g.family, mth) || t.Validate(mth) != nil || (lim.maxSmem > 0 && kernels.SmemBytes(g.family, mth, t) > lim.maxSmem) {
+		if !t.Has(g.family, mth) || t.Validate(mth) != nil || (lim.maxSmem > 0 && kernels.SmemBytes(g.family, mth, t) > lim.maxSmem) ||
+			(g.family == kernels.Gather && !t.ServesTaps(g.kTaps)) {
 			continue
 		}
 		valid = append(valid, t)

@@ -272,14 +272,14 @@ func TestAutotuneHeuristicMirrorsConv(t *testing.T) {
 	uses := []tileUse{useGather, usePairs, useIm2colWGrad}
 	for _, mth := range kernels.Maths {
 		for _, use := range uses {
-			for _, rows := range []int64{1, 63, 64, 100, 255, 256, 1024, 5000, 33792, 33793, 70000, 1 << 20} {
+			for _, rows := range []int64{1, 63, 64, 100, 129, 192, 193, 255, 256, 1024, 5000, 33792, 33793, 70000, 1 << 20} {
 				for _, cols := range []int64{1, 3, 32, 33, 64, 65, 128, 255, 256, 300, 1024} {
 					for _, kc := range []int64{3, 63, 64, 256, 6912} {
 						what := fmt.Sprintf("%v use %d rows %d cols %d kc %d", mth, use, rows, cols, kc)
-						want, err := gpu.chooseTile(Options{}, mth, use, rows, cols, kc)
+						want, err := gpu.chooseTile(Options{}, mth, use, rows, cols, kc, 27)
 						require.NoError(t, err, what)
 						require.True(t, want.Supports(mth), what)
-						g := gemmShape{use: use, rows: rows, cols: cols, kLen: kc}
+						g := gemmShape{use: use, rows: rows, cols: cols, kLen: kc, kTaps: 27}
 						require.Equal(t, want, heuristicTile(mth, g, sms, gpu.hopperDefaults(mth)), what)
 						require.Equal(t, want.Name(), preferredTiles(mth, g, sms, gpu.hopperDefaults(mth))[0], what)
 					}
@@ -355,7 +355,7 @@ func TestAutotuneHeuristicMirrorsConv(t *testing.T) {
 			k := autotune.Key{Device: dev, Op: "conv_submanifold", Dir: autotune.WGrad, DType: "fp16", V: 27, Ci: c, Co: c, LogN: lg}
 			_, mid, _ := rowRange(k)
 			g := shapeOf(k, sparse.ImplicitSplitK, mid, 2)
-			tile, err := gpu.chooseTile(Options{}, kernels.F16, usePairs, int64(c), int64(c), mid)
+			tile, err := gpu.chooseTile(Options{}, kernels.F16, usePairs, int64(c), int64(c), mid, 1)
 			require.NoError(t, err)
 			blocks := ceilDiv(int64(c), int64(tile.BM)) * ceilDiv(int64(c), int64(tile.BN)) * 27
 			want := gpu.choosePairsSplits(0, tile, blocks, ceilDiv(mid, int64(tile.BK)), int64(c*c*27))
@@ -404,7 +404,7 @@ func TestDefaultTiles(t *testing.T) {
 			} else if mth == kernels.TF32 && tc.tf32 != "" {
 				want = tc.tf32
 			}
-			got, err := gpu.chooseTile(Options{}, mth, tc.use, tc.rows, tc.cols, tc.kc)
+			got, err := gpu.chooseTile(Options{}, mth, tc.use, tc.rows, tc.cols, tc.kc, 27)
 			require.NoError(t, err)
 			require.Equal(t, want, got.Name(), "%v use %d rows %d cols %d kc %d", mth, tc.use, tc.rows, tc.cols, tc.kc)
 		}
@@ -418,6 +418,9 @@ func TestDefaultTiles(t *testing.T) {
 		}{
 			{useGather, 15192, 1024, 1024, "m128n256k64w8x1s4h", "m128n256k32w8x1s4h"},
 			{useGather, 848, 1024, 1024, "m128n256k64w8x1s4h", "m128n256k32w8x1s4h"}, // small M: split-K fills the GPU
+			{useGather, 192, 1024, 1024, "m128n256k64w8x1s4h", "m128n256k32w8x1s4h"}, // 129–192 rows: the tall tile where specialised (below)
+			{useGather, 150, 128, 128, "m256n128k64w16x1s4h", ""},
+			{useGather, 128, 1024, 1024, "m128n256k64w8x1s4h", "m128n256k32w8x1s4h"}, // one 128-row tile: not tall
 			{useGather, 252392, 256, 256, "m128n256k64w8x1s4h", "m128n256k32w8x1s4h"},
 			{useGather, 252392, 256, 32, "", "m128n256k32w8x1s4h"},    // 32 channels per tap: half a 16-bit stage
 			{useGather, 1026536, 128, 128, "m256n128k64w16x1s4h", ""}, // 128 columns: four warpgroups, specialised: 128×128 (no tf32 instance)
@@ -445,7 +448,7 @@ func TestDefaultTiles(t *testing.T) {
 					specializedGathers.Store(ws)
 					for _, mth := range kernels.Maths {
 						gpu.SetHopperDefaults(false)
-						old, err := gpu.chooseTile(Options{}, mth, tc.use, tc.rows, tc.cols, tc.kc)
+						old, err := gpu.chooseTile(Options{}, mth, tc.use, tc.rows, tc.cols, tc.kc, 27)
 						require.NoError(t, err)
 						gpu.SetHopperDefaults(true)
 						want := map[kernels.Math]string{kernels.F16: tc.narrow, kernels.BF16: tc.narrow, kernels.TF32: tc.tf32}[mth]
@@ -458,7 +461,12 @@ func TestDefaultTiles(t *testing.T) {
 								want = "m128n64k64w8x1s3hp4"
 							}
 						}
-						got, err := gpu.chooseTile(Options{}, mth, tc.use, tc.rows, tc.cols, tc.kc)
+						// Gathers of 129–192 rows and ≥ 128 columns: the
+						// 192-row specialised tile (16-bit only).
+						if ws && tc.use == useGather && tc.rows > 128 && tc.rows <= 192 && tc.cols >= 128 && mth.ElemSize() == 2 {
+							want = "m192n128k64w12x1s4hp4"
+						}
+						got, err := gpu.chooseTile(Options{}, mth, tc.use, tc.rows, tc.cols, tc.kc, 27)
 						require.NoError(t, err)
 						require.Equal(t, want, got.Name(), "Hopper: %v use %d rows %d cols %d kc %d specialised %v narrow %v", mth, tc.use, tc.rows, tc.cols, tc.kc, ws, narrow)
 					}
@@ -467,28 +475,48 @@ func TestDefaultTiles(t *testing.T) {
 			specializedGathers.Store(true)
 			narrowPersistent.Store(narrowPersistentDefault)
 		}
+		// The 192-row tile has no plain twin: a gather of more than 27
+		// taps keeps the 128-row tiles, a forced one is an error naming it,
+		// and EnvTallGathers off keeps them too.
+		for _, taps := range []int64{1, 27, 28, 125} {
+			got, err := gpu.chooseTile(Options{}, kernels.F16, useGather, 192, 1024, 1024, taps)
+			require.NoError(t, err)
+			require.Equal(t, taps <= 27, got.BM == 192, "taps %d: %s", taps, got.Name())
+			_, err = gpu.chooseTile(Options{Tile: "m192n128k64w12x1s4hp4"}, kernels.F16, useGather, 192, 1024, 1024, taps)
+			if taps <= 27 {
+				require.NoError(t, err)
+				continue
+			}
+			require.ErrorIs(t, err, sparse.ErrShape)
+			require.ErrorContains(t, err, "m192n128k64w12x1s4hp4 is warp-specialised without a plain twin and serves at most 27 taps")
+		}
+		tallGathers.Store(false)
+		got, err := gpu.chooseTile(Options{}, kernels.F16, useGather, 192, 1024, 1024, 27)
+		tallGathers.Store(tallGathersDefault)
+		require.NoError(t, err)
+		require.Equal(t, "m128n256k64w8x1s4hp4", got.Name())
 		// A forced Hopper tile: every GEMM takes it in 16 bits; in tf32
 		// the weight gradient (no tf32 Hopper pairs kernel) its default;
 		// in an arithmetic it does not serve it is an error naming it.
-		got, err := gpu.chooseTile(Options{Tile: "m128n128k64w8x1s6h"}, kernels.F16, useGather, 10, 64, 64)
+		got, err = gpu.chooseTile(Options{Tile: "m128n128k64w8x1s6h"}, kernels.F16, useGather, 10, 64, 64, 27)
 		require.NoError(t, err)
 		require.True(t, got.Hopper)
-		got, err = gpu.chooseTile(Options{Tile: "m128n128k64w8x1s6h"}, kernels.F16, usePairs, 1024, 1024, 15192)
+		got, err = gpu.chooseTile(Options{Tile: "m128n128k64w8x1s6h"}, kernels.F16, usePairs, 1024, 1024, 15192, 1)
 		require.NoError(t, err)
 		require.True(t, got.Hopper)
 		gpu.SetTF32(true)
-		got, err = gpu.chooseTile(Options{Tile: "m128n256k32w8x1s4h"}, kernels.TF32, usePairs, 1024, 1024, 15192)
+		got, err = gpu.chooseTile(Options{Tile: "m128n256k32w8x1s4h"}, kernels.TF32, usePairs, 1024, 1024, 15192, 1)
 		gpu.SetTF32(false)
 		require.NoError(t, err)
 		require.False(t, got.Hopper)
-		_, err = gpu.chooseTile(Options{Tile: "m128n128k64w8x1s6h"}, kernels.TF32, useGather, 10, 64, 64)
+		_, err = gpu.chooseTile(Options{Tile: "m128n128k64w8x1s6h"}, kernels.TF32, useGather, 10, 64, 64, 27)
 		require.ErrorIs(t, err, sparse.ErrShape)
 		require.ErrorContains(t, err, "m128n128k64w8x1s6h")
 		gpu.SetHopperDefaults(false)
 	}
 	// TileRows restricts the choice to tiles the arithmetic has.
 	for _, mth := range kernels.Maths {
-		got, err := gpu.chooseTile(Options{ConvOptions: sparse.ConvOptions{TileRows: 256}}, mth, useGather, 1<<20, 256, 256)
+		got, err := gpu.chooseTile(Options{ConvOptions: sparse.ConvOptions{TileRows: 256}}, mth, useGather, 1<<20, 256, 256, 27)
 		if mth.ElemSize() == 2 {
 			require.NoError(t, err)
 			require.Equal(t, 256, got.BM)
@@ -496,14 +524,14 @@ func TestDefaultTiles(t *testing.T) {
 		}
 		require.ErrorIs(t, err, sparse.ErrShape)
 		require.ErrorContains(t, err, "no "+mth.String()+" tile configuration has 256 rows (have [64 128])")
-		got, err = gpu.chooseTile(Options{ConvOptions: sparse.ConvOptions{TileRows: 128}}, mth, usePairs, 1024, 1024, 1<<14)
+		got, err = gpu.chooseTile(Options{ConvOptions: sparse.ConvOptions{TileRows: 128}}, mth, usePairs, 1024, 1024, 1<<14, 1)
 		require.NoError(t, err)
 		require.True(t, got.Supports(mth), got.Name())
 		require.Equal(t, 128, got.BM)
 	}
 	// A forced Narrow tile in float32 is an error naming it, also for an
 	// empty problem.
-	_, err := gpu.chooseTile(Options{Tile: "m256n128k32w4x2s3"}, kernels.F32, useGather, 0, 64, 64)
+	_, err := gpu.chooseTile(Options{Tile: "m256n128k32w4x2s3"}, kernels.F32, useGather, 0, 64, 64, 27)
 	require.ErrorIs(t, err, sparse.ErrShape)
 	require.ErrorContains(t, err, "tile m256n128k32w4x2s3 is not instantiated for")
 }

@@ -194,6 +194,13 @@ var HopperTiles = []Tile{
 	{BM: 128, BN: 256, BK: 64, WM: 8, WN: 1, Stages: 4, Hopper: true, Producers: 4},
 	{BM: 128, BN: 128, BK: 64, WM: 8, WN: 1, Stages: 6, Hopper: true, Producers: 4},
 	{BM: 128, BN: 64, BK: 64, WM: 8, WN: 1, Stages: 8, Hopper: true, Producers: 8},
+	// Three consumer warpgroups, one block per SM (512 threads, 128
+	// registers each): a gather of 129–192 rows in one tile instead of two
+	// of 128 (the RES 8 sphere shell: 192 rows at C 1024), so no product
+	// of a row past M and one read of the weight per column tile
+	// (docs/PERF_NOTES.md step 110). It has no plain twin (Plain): 384
+	// threads cannot share a 128-row weight stage's 1,024 chunks evenly.
+	{BM: 192, BN: 128, BK: 64, WM: 12, WN: 1, Stages: 4, Hopper: true, Producers: 4},
 	// Two blocks per SM (80 registers per thread).
 	{BM: 128, BN: 64, BK: 64, WM: 8, WN: 1, Stages: 4, Hopper: true, Producers: 4},
 	// Two blocks per SM with three stages: room for two tile
@@ -222,18 +229,33 @@ func (t Tile) Name() string {
 // Plain returns the tile without its producer warps: the Hopper tile of
 // the same shape whose warps all copy and multiply (t itself when t is
 // not warp-specialised). Where HopperTiles has no plain tile of t's
-// stages, it is the table's first plain tile of t's BM × BN × BK.
-func (t Tile) Plain() Tile {
+// stages, it is the table's first plain tile of t's BM × BN × BK; ok is
+// false where it has none (the 192-row tile: a plain block's 384 threads
+// cannot share the 1,024 chunks of its weight stage evenly, StageCopy in
+// gemm.cuh), and such a tile serves gathers of at most MaxSpecializedTaps
+// taps only (ServesTaps).
+func (t Tile) Plain() (plain Tile, ok bool) {
 	t.Producers = 0
 	if !t.Hopper || slices.Contains(HopperTiles, t) {
-		return t
+		return t, true
 	}
 	for _, h := range HopperTiles {
 		if h.Producers == 0 && h.BM == t.BM && h.BN == t.BN && h.BK == t.BK {
-			return h
+			return h, true
 		}
 	}
-	return t
+	return t, false
+}
+
+// ServesTaps reports whether the tile's gather kernels serve a kernel of
+// taps taps: every tile up to MaxSpecializedTaps; beyond, a warp-specialised
+// tile only through its Plain twin, where it has one.
+func (t Tile) ServesTaps(taps int64) bool {
+	if t.Producers == 0 || taps <= MaxSpecializedTaps {
+		return true
+	}
+	_, ok := t.Plain()
+	return ok
 }
 
 // Descriptions returns how many tile descriptions a block of the gather
@@ -357,6 +379,8 @@ func (t Tile) Validate(m Math) error {
 			return fmt.Errorf("kernels: tile %s: a warp-specialised tile has 1 to 8 producer warps, whose rows per pass (8 per warp) divide BM and BN", t.Name())
 		case SmemBytes(Gather, m, t) > 227*1024 || (t.Has(Pairs, m) && SmemBytes(Pairs, m, t) > 227*1024):
 			return fmt.Errorf("kernels: tile %s: too much shared memory for %v", t.Name(), m)
+		case t.Producers == 0 && !t.stageCopiesFit(m):
+			return fmt.Errorf("kernels: tile %s: its %d threads cannot share the 16-byte chunks of every %v stage evenly in 8-row steps (StageCopy)", t.Name(), t.Threads(), m)
 		}
 		return nil
 	}
@@ -381,6 +405,26 @@ func (t Tile) Validate(m Math) error {
 		return fmt.Errorf("kernels: tile %s: too much shared memory for %v", t.Name(), m)
 	}
 	return nil
+}
+
+// stageCopiesFit reports whether every stage copy of the plain Hopper
+// tile's kernels in arithmetic m fits fg::StageCopy (gemm.cuh), which a
+// Hopper tile must: a stage of ROWS rows of CPR 16-byte chunks is copied
+// by the block's threads in equal shares, CPR ≤ 32 of them per row and
+// steps of a multiple of 8 rows. The stages: the gather's A (BM rows of
+// BK) and weight (BN rows of BK, or BK rows of BN read transposed), and
+// in the 16-bit arithmetics the pairs kernel's two (BK rows of BM, of BN).
+func (t Tile) stageCopiesFit(m Math) bool {
+	chunk := 16 / m.ElemSize()
+	threads := t.Threads()
+	fits := func(rows, cpr int) bool {
+		return cpr <= 32 && threads%cpr == 0 && (rows*cpr)%threads == 0 && (threads/cpr)%8 == 0
+	}
+	ok := fits(t.BM, t.BK/chunk) && fits(t.BN, t.BK/chunk)
+	if t.readsMNMajor(m) {
+		ok = ok && fits(t.BK, t.BN/chunk) && fits(t.BK, t.BM/chunk)
+	}
+	return ok
 }
 
 // SmemBytes returns the dynamic shared memory of a kernel, the same
