@@ -60,6 +60,9 @@ func TestPerTapGathers(t *testing.T) {
 					if si > 0 && !sampledTile(tiles, tile) {
 						continue // the other scenes: the Hopper tiles and one plain tile
 					}
+					if !tile.ServesTaps(int64(m.V())) {
+						continue // the 192-row tile past 27 taps: an error (TestConvSweep)
+					}
 					name := fmt.Sprintf("%s/ci%d-co%d/%v/%s", sc.name, ci, co, mth, tile.Name())
 					o := Options{ConvOptions: sparse.ConvOptions{Algorithm: sparse.MaskedImplicitSplitK}, Tile: tile.Name()}
 					run := func() [2][]float32 {
