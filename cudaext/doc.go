@@ -121,7 +121,12 @@
 //     two-blocks-per-SM 128×64 (16-bit) Hopper tiles run warp-specialised twins (Tile.Producers:
 //     producer warps gather the rows, one thread brings each weight stage
 //     in by a bulk tensor copy, the warpgroups only multiply;
-//     FLEXGEMM_SPECIALIZED_GATHERS=0 keeps the plain tiles); unsplit
+//     FLEXGEMM_SPECIALIZED_GATHERS=0 keeps the plain tiles); gathers of
+//     129–192 rows and at least 128 columns over at most 27 taps (the
+//     RES 8 shell) take a 192×128 specialised tile of three warpgroups,
+//     one row tile instead of two of 128 rows (FLEXGEMM_TALL_GATHERS=0:
+//     the 128-row tiles; it has no plain twin, so larger kernels keep
+//     them); unsplit
 //     twins alone on their SM run a persistent block per SM over more
 //     tiles than SMs, the next tile's start overlapping the last one's
 //     stores (FLEXGEMM_PERSISTENT_GATHERS=0: a block per tile); the split
