@@ -215,7 +215,7 @@ func drawRatioChart(w io.Writer, rows []ratioRow, base string, o chartOptions) e
 				vals[gi] = min(v, top)
 				if ok {
 					marks.XYs[gi] = plotter.XY{X: float64(gi), Y: min(v, top)}
-					marks.Labels[gi] = fmt.Sprintf("%.2f×", v)
+					marks.Labels[gi] = ratioLabel(v, o.target)
 				} else {
 					marks.XYs[gi] = plotter.XY{X: float64(gi)}
 				}
@@ -362,4 +362,14 @@ func compareMain(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintln(stderr, "compare: wrote", *png)
 	}
 	return nil
+}
+
+// ratioLabel is a bar's label: the ratio to two decimals, or to three
+// where two would round it onto or across the target line (1.497× is not
+// 1.50× against a 1.5× target).
+func ratioLabel(v, target float64) string {
+	if target > 0 && math.Abs(v-target) < 0.01 {
+		return fmt.Sprintf("%.3f×", v)
+	}
+	return fmt.Sprintf("%.2f×", v)
 }

@@ -658,3 +658,18 @@ func TestPaddingCommand(t *testing.T) {
 		require.Contains(t, errb.String(), "bench:")
 	}
 }
+
+func TestRatioLabel(t *testing.T) {
+	for _, tc := range []struct {
+		v, target float64
+		want      string
+	}{
+		{1.497, 1.5, "1.497×"},
+		{1.5049, 1.5, "1.505×"},
+		{1.514, 1.5, "1.51×"},
+		{3.726, 1.5, "3.73×"},
+		{1.497, 0, "1.50×"}, // no target line
+	} {
+		require.Equal(t, tc.want, ratioLabel(tc.v, tc.target), "%v against %v", tc.v, tc.target)
+	}
+}
