@@ -151,8 +151,12 @@ const (
 //     C 1024): the 192×128 warp-specialised tile where EnvTallGathers is
 //     on, one row tile instead of two of 128 rows, so no product of a row
 //     past M and one read of the weight per column tile (docs/PERF_NOTES.md
-//     step 110). It has no plain twin, so larger kernels keep the 128-row
-//     tiles (kernels.Tile.ServesTaps);
+//     step 110; BenchmarkConvTiles RES 8 C 1024, device ms: forward 0.0591
+//     → 0.0569, input gradient 0.0575 → 0.0487; at RES 16, 848 rows, it
+//     ties the forward and loses the input gradient, 0.0976 against 0.0873
+//     for the 128×256 tile, so more rows keep the 128-row tiles). It has no
+//     plain twin, so larger kernels keep the 128-row tiles
+//     (kernels.Tile.ServesTaps);
 //   - every gather tile needs one full 128-byte K stage per tap (kc ≥ BK).
 //
 // taps is the taps the reduction runs over (V of a masked or implicit
