@@ -19,7 +19,11 @@ type Options struct {
 	sparse.ConvOptions
 	// Tile names the GEMM tile configuration (kernels.Tile.Name, e.g.
 	// "m128n64k32w2x2s4"); "" lets the engine choose (TileRows, if set,
-	// restricts the choice to tiles of that many rows).
+	// restricts the choice to tiles of that many rows). A tile that
+	// cannot serve the problem is an ErrShape naming it: one the
+	// arithmetic has no kernel for, or a warp-specialised tile without a
+	// plain twin (kernels.Tile.ServesTaps) on a kernel of more than 27
+	// taps.
 	Tile string
 }
 

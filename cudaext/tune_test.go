@@ -275,13 +275,16 @@ func TestAutotuneHeuristicMirrorsConv(t *testing.T) {
 			for _, rows := range []int64{1, 63, 64, 100, 129, 192, 193, 255, 256, 1024, 5000, 33792, 33793, 70000, 1 << 20} {
 				for _, cols := range []int64{1, 3, 32, 33, 64, 65, 128, 255, 256, 300, 1024} {
 					for _, kc := range []int64{3, 63, 64, 256, 6912} {
-						what := fmt.Sprintf("%v use %d rows %d cols %d kc %d", mth, use, rows, cols, kc)
-						want, err := gpu.chooseTile(Options{}, mth, use, rows, cols, kc, 27)
-						require.NoError(t, err, what)
-						require.True(t, want.Supports(mth), what)
-						g := gemmShape{use: use, rows: rows, cols: cols, kLen: kc, kTaps: 27}
-						require.Equal(t, want, heuristicTile(mth, g, sms, gpu.hopperDefaults(mth)), what)
-						require.Equal(t, want.Name(), preferredTiles(mth, g, sms, gpu.hopperDefaults(mth))[0], what)
+						for _, taps := range []int64{1, 27, 125} {
+							what := fmt.Sprintf("%v use %d rows %d cols %d kc %d taps %d", mth, use, rows, cols, kc, taps)
+							want, err := gpu.chooseTile(Options{}, mth, use, rows, cols, kc, taps)
+							require.NoError(t, err, what)
+							require.True(t, want.Supports(mth), what)
+							require.True(t, use != useGather || want.ServesTaps(taps), what)
+							g := gemmShape{use: use, rows: rows, cols: cols, kLen: kc, kTaps: taps}
+							require.Equal(t, want, heuristicTile(mth, g, sms, gpu.hopperDefaults(mth)), what)
+							require.Equal(t, want.Name(), preferredTiles(mth, g, sms, gpu.hopperDefaults(mth))[0], what)
+						}
 					}
 				}
 			}
