@@ -358,8 +358,7 @@ func (e *Engine) chooseTile(o Options, mth kernels.Math, use tileUse, rows, cols
 			return e.chooseTile(o, mth, use, rows, cols, kc, taps)
 		}
 		if use == useGather && !t.ServesTaps(taps) {
-			return t, fmt.Errorf("%w: tile %s is warp-specialised without a plain twin and serves at most %d taps (this gather has %d)",
-				sparse.ErrShape, t.Name(), kernels.MaxSpecializedTaps, taps)
+			return t, errTooManyTaps(t, taps)
 		}
 		return t, nil
 	}
@@ -598,7 +597,7 @@ func (e *Engine) runGather(j gatherJob) error {
 		// producer warps (chooseTile gives none without such a twin).
 		plain, ok := t.Plain()
 		if !ok {
-			return fmt.Errorf("%w: tile %s serves at most %d taps (this gather has %d)", sparse.ErrShape, t.Name(), kernels.MaxSpecializedTaps, j.V)
+			return errTooManyTaps(t, j.V)
 		}
 		t = plain
 	}
@@ -1086,6 +1085,14 @@ func resolve(a sparse.Algorithm) sparse.Algorithm {
 		return sparse.MaskedImplicitSplitK
 	}
 	return a
+}
+
+// errTooManyTaps is the error of a gather of taps taps on warp-specialised
+// tile t, which has no plain twin to run more than MaxSpecializedTaps
+// (kernels.Tile.ServesTaps).
+func errTooManyTaps(t kernels.Tile, taps int64) error {
+	return fmt.Errorf("%w: tile %s is warp-specialised without a plain twin and serves at most %d taps (this gather has %d)",
+		sparse.ErrShape, t.Name(), kernels.MaxSpecializedTaps, taps)
 }
 
 // gatherTaps is the taps a gather GEMM of algorithm alg reduces over for a
