@@ -160,7 +160,9 @@ const (
 //     ties the forward and loses the input gradient, 0.0976 against 0.0873
 //     for the 128×256 tile, so more rows keep the 128-row tiles). It has no
 //     plain twin, so larger kernels keep the 128-row tiles
-//     (kernels.Tile.ServesTaps);
+//     (kernels.Tile.ServesTaps). Where EnvTallDeep is on (the default) it
+//     is the tile's five-stage version (step 116: batched forward 0.0334 →
+//     0.0313 ms, input gradient 0.0343 → 0.0320);
 //   - every gather tile needs one full 128-byte K stage per tap (kc ≥ BK).
 //
 // taps is the taps the reduction runs over (V of a masked or implicit
@@ -203,7 +205,11 @@ func hopperDefault(mth kernels.Math, use tileUse, rows, cols, kc, taps int64) st
 	}
 	if use == useGather && cols >= 128 && rows > 128 && rows <= 192 && taps <= kernels.MaxSpecializedTaps &&
 		specializedGathers.Load() && tallGathers.Load() {
-		if h := pick(192, 128, 0, specializedProducers, kernels.Gather); h != "" {
+		stages := 4
+		if tallDeep.Load() {
+			stages = 5
+		}
+		if h := pick(192, 128, stages, specializedProducers, kernels.Gather); h != "" {
 			return h
 		}
 	}
@@ -233,6 +239,11 @@ func hopperDefault(mth kernels.Math, use tileUse, rows, cols, kc, taps int64) st
 	}
 	return ""
 }
+
+// tallDeep says whether hopperDefault's 192-row gathers take the
+// five-stage tile rather than the four-stage one (EnvTallDeep, read by
+// Open).
+var tallDeep atomic.Bool
 
 // specializedGathers says whether hopperDefault prefers the warp-specialised
 // gather tiles (EnvSpecializedGathers, read by Open).

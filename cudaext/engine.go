@@ -71,6 +71,10 @@ func Open(ordinal int) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
+	deep, err := tallDeepFromEnv()
+	if err != nil {
+		return nil, err
+	}
 	d, err := openDevice(ordinal)
 	if err != nil {
 		return nil, err
@@ -81,6 +85,7 @@ func Open(ordinal int) (*Engine, error) {
 	narrowPersistent.Store(narrow)
 	tf32ClearedOperands.Store(clearTF32)
 	tallGathers.Store(tall)
+	tallDeep.Store(deep)
 	e := &Engine{d: d}
 	e.noHopper.Store(os.Getenv(EnvNoHopper) == "1")
 	e.src = &tableSource{e: e}

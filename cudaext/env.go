@@ -460,6 +460,24 @@ func tallGathersFromEnv() (bool, error) {
 	return switchFromEnv(EnvTallGathers, tallGathersDefault)
 }
 
+// EnvTallDeep names the environment variable that, read when an engine
+// opens, makes the 192-row gathers of EnvTallGathers take the 192×128
+// tile of five stages and one tile description ("1") or of four stages
+// and two ("0"); unset, tallDeepDefault.
+const EnvTallDeep = "FLEXGEMM_TALL_DEEP"
+
+// tallDeepDefault is EnvTallDeep's setting when unset (the measurement
+// is in docs/PERF_NOTES.md, step 116: RES 8 fp16 inference −5.3 %,
+// training −4.8 %).
+const tallDeepDefault = true
+
+// tallDeepFromEnv returns EnvTallDeep's setting: tallDeepDefault when
+// unset or empty, true for "1", false for "0", an error naming the
+// variable otherwise.
+func tallDeepFromEnv() (bool, error) {
+	return switchFromEnv(EnvTallDeep, tallDeepDefault)
+}
+
 // EnvTF32Clear names the environment variable that, read when an engine
 // opens, hands tf32 products their weight operand with the 13 low mantissa
 // bits cleared ("1": the copy of tf32Operand, up to tf32ClearMaxBytes, and

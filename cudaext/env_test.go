@@ -111,6 +111,7 @@ func TestSwitchesFromEnv(t *testing.T) {
 		{EnvPersistentGathers, persistentGathersFromEnv, persistentGathersDefault},
 		{EnvNarrowPersistent, narrowPersistentFromEnv, narrowPersistentDefault},
 		{EnvTallGathers, tallGathersFromEnv, tallGathersDefault},
+		{EnvTallDeep, tallDeepFromEnv, tallDeepDefault},
 		{EnvFusedSplitReduce, fusedSplitReduceFromEnv, fusedSplitReduceDefault},
 		{EnvProgrammaticLaunch, programmaticLaunchFromEnv, programmaticLaunchDefault},
 		{EnvTF32Clear, tf32ClearFromEnv, tf32ClearDefault},

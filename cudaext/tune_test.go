@@ -468,6 +468,9 @@ func TestDefaultTiles(t *testing.T) {
 						// 192-row specialised tile (16-bit only).
 						if ws && tc.use == useGather && tc.rows > 128 && tc.rows <= 192 && tc.cols >= 128 && mth.ElemSize() == 2 {
 							want = "m192n128k64w12x1s4hp4"
+							if tallDeep.Load() {
+								want = "m192n128k64w12x1s5hp4"
+							}
 						}
 						got, err := gpu.chooseTile(Options{}, mth, tc.use, tc.rows, tc.cols, tc.kc, 27)
 						require.NoError(t, err)

@@ -335,17 +335,28 @@ __device__ __forceinline__ void split_reduce(const GatherParams& p, const float 
 // Shared-memory layout of a warp-specialised gather block (C a Hopper
 // TileCfg, PW producer warps, MB tile descriptions); Go mirror:
 // kernels.SmemBytes.
+// One tile's description: its output rows, its taps, the neighbour
+// indices of every tap, four ints (iterations, first column, split, next
+// tile — a stream-K piece's role and first group instead) and its two
+// mbarriers (filled, handed back), rounded up to 16 bytes (the second
+// description's mbarriers stay aligned).
+template <class C> __host__ __device__ constexpr int ws_meta_bytes() {
+  return (4 * C::BM + 4 * kWsMaxTaps * (C::BM + 1) + 32 + 15) / 16 * 16;
+}
+
+// The dynamic shared memory of a warp-specialised gather block with MB
+// tile descriptions: stages, a full and an empty mbarrier per stage, the
+// descriptions and 1 KiB of swizzle alignment.
+template <class C> __host__ __device__ constexpr int ws_smem_bytes(int MB) {
+  return C::S * (C::BM + C::BN) * C::BK * C::kElem + 16 * C::S + MB * ws_meta_bytes<C>() + 1024;
+}
+
 template <class C, int PW, int MB> struct WsLayout {
   static constexpr int kProd = 32 * PW;  // producer threads
   static constexpr int kCons = C::kThreads;  // consumer threads (WM warps)
   static constexpr int ASt = C::BM * C::BK, BSt = C::BN * C::BK;  // elements per stage
-  // One tile's description: its output rows, its taps, the neighbour
-  // indices of every tap, four ints (iterations, first column, split,
-  // next tile — a stream-K piece's role and first group instead) and its
-  // two mbarriers (filled, handed back), rounded up to 16 bytes (the
-  // second description's mbarriers stay aligned).
-  static constexpr int kMeta = (4 * C::BM + 4 * kWsMaxTaps * (C::BM + 1) + 32 + 15) / 16 * 16;
-  static constexpr int kSmem = C::S * (ASt + BSt) * C::kElem + 16 * C::S + MB * kMeta + 1024;
+  static constexpr int kMeta = ws_meta_bytes<C>();
+  static constexpr int kSmem = ws_smem_bytes<C>(MB);
   // Copy layout of the producers: four threads per 128-byte K row (two
   // 16-byte chunks each, q and q + 4), 8·PW rows per pass; a thread's rows
   // are 8·PW apart, so their swizzle (row mod 8) is its own constant.
@@ -358,12 +369,12 @@ template <class C, int PW, int MB> struct WsLayout {
 };
 
 // The tile descriptions of a warp-specialised block of minBlocks blocks
-// per SM: two where it is alone on its SM or where two still fit beside
-// its stages at two blocks per SM (a persistent block describes its next
-// tile while it stores the last), else one (kernels.Tile.Descriptions
-// mirrors the rule).
+// per SM: two where it is alone on its SM and two fit in its shared
+// memory, or where two still fit beside its stages at two blocks per SM
+// (a persistent block describes its next tile while it stores the last),
+// else one (kernels.Tile.Descriptions mirrors the rule).
 template <class C, int PW> __host__ __device__ constexpr int ws_descriptions(int minBlocks) {
-  return minBlocks == 1 || 2 * (WsLayout<C, PW, 2>::kSmem + 1024) <= 233472 ? 2 : 1;
+  return minBlocks == 1 ? (ws_smem_bytes<C>(2) <= 227 * 1024 ? 2 : 1) : (2 * (ws_smem_bytes<C>(2) + 1024) <= 233472 ? 2 : 1);
 }
 
 // One tile's description in shared memory (WsLayout::kMeta bytes).
@@ -787,5 +798,6 @@ __device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMa
       NAME(const fg::GatherParams p, const __grid_constant__ fg::WsMaps maps, const fg::StreamK sk) {          \
     fg_await_prior_grid();                                                                                     \
     using Cfg = fg::TileCfg<MATH, BM, BN, BK, WM, 1, S, true>;                                                 \
-    fg::gather_gemm_ws<Cfg, PW, WT, 2, true>(p, maps, nullptr, sk);                                            \
+    constexpr int kDescriptions = fg::ws_descriptions<Cfg, PW>(1);                                             \
+    fg::gather_gemm_ws<Cfg, PW, WT, kDescriptions, true>(p, maps, nullptr, sk);                                \
   }

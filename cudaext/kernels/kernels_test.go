@@ -175,9 +175,9 @@ func TestTileTableMirrorsCpp(t *testing.T) {
 	ws, err := os.ReadFile("gather_ws.cuh")
 	require.NoError(t, err)
 	for _, expr := range []string{
-		"kMeta = (4 * C::BM + 4 * kWsMaxTaps * (C::BM + 1) + 32 + 15) / 16 * 16;",
-		"kSmem = C::S * (ASt + BSt) * C::kElem + 16 * C::S + MB * kMeta + 1024;",
-		"return minBlocks == 1 || 2 * (WsLayout<C, PW, 2>::kSmem + 1024) <= 233472 ? 2 : 1;",
+		"return (4 * C::BM + 4 * kWsMaxTaps * (C::BM + 1) + 32 + 15) / 16 * 16;",
+		"return C::S * (C::BM + C::BN) * C::BK * C::kElem + 16 * C::S + MB * ws_meta_bytes<C>() + 1024;",
+		"return minBlocks == 1 ? (ws_smem_bytes<C>(2) <= 227 * 1024 ? 2 : 1) : (2 * (ws_smem_bytes<C>(2) + 1024) <= 233472 ? 2 : 1);",
 		"constexpr int kDescriptions = fg::ws_descriptions<Cfg, PW>(MINB);",
 		"WsLayout<Cfg, PW, kDescriptions>::kSmem == (SMEM)",
 		"ASt = C::BM * C::BK, BSt = C::BN * C::BK;",

@@ -201,6 +201,15 @@ var HopperTiles = []Tile{
 	// (docs/PERF_NOTES.md step 110). It has no plain twin (Plain): 384
 	// threads cannot share a 128-row weight stage's 1,024 chunks evenly.
 	{BM: 192, BN: 128, BK: 64, WM: 12, WN: 1, Stages: 4, Hopper: true, Producers: 4},
+	// The same tile with five stages: 200 KiB of stages in flight instead
+	// of 160, with room for one tile description only (Descriptions),
+	// which is all a split launch's blocks use (one tile each). The RES 8
+	// gather waits on both operands' copies together (its inference step
+	// was 5.5 % faster without the row copies, 26 % without them and the
+	// weight's); a fifth stage in flight made its forward 33.4 → 31.3 µs
+	// and the step 5.3 % faster (docs/PERF_NOTES.md step 116). The engine
+	// takes it under cudaext's EnvTallDeep (the default).
+	{BM: 192, BN: 128, BK: 64, WM: 12, WN: 1, Stages: 5, Hopper: true, Producers: 4},
 	// Two blocks per SM (80 registers per thread).
 	{BM: 128, BN: 64, BK: 64, WM: 8, WN: 1, Stages: 4, Hopper: true, Producers: 4},
 	// Two blocks per SM with three stages: room for two tile
@@ -261,7 +270,8 @@ func (t Tile) ServesTaps(taps int64) bool {
 // Descriptions returns how many tile descriptions a block of the gather
 // kernel of a warp-specialised tile holds in arithmetic m (0 for other
 // tiles): two where they fit beside its stages at its blocks per SM or
-// where the block is alone on its SM anyway, else one
+// where the block is alone on its SM anyway and two fit in a block's
+// shared memory, else one
 // (fg::ws_descriptions in gather_ws.cuh). With two, a persistent block's
 // producers describe its next tile while its consumers finish this one,
 // so the engine runs such a gather in persistent blocks (conv.go).
@@ -288,11 +298,15 @@ func wsMeta(t Tile) int {
 // and with its Descriptions.
 func wsSmem(t Tile, m Math) (one, all int) {
 	one = t.Stages*(t.BM+t.BN)*t.BK*m.ElemSize() + 16*t.Stages + wsMeta(t) + 1024
-	if twoPerSM(one) && !twoPerSM(one+wsMeta(t)) {
+	if twoPerSM(one) && !twoPerSM(one+wsMeta(t)) || one+wsMeta(t) > maxBlockSmem {
 		return one, one
 	}
 	return one, one + wsMeta(t)
 }
+
+// maxBlockSmem is the most dynamic shared memory one block may have on
+// the H200 (227 KiB).
+const maxBlockSmem = 227 * 1024
 
 // Supports reports whether the tile is instantiated for arithmetic m
 // (every tile is, except Narrow ones for F32 and TF32, and Hopper ones
