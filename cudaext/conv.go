@@ -213,6 +213,9 @@ func hopperDefault(mth kernels.Math, use tileUse, rows, cols, kc, taps int64) st
 			return h
 		}
 	}
+	if use == useGather && mth == kernels.TF32 && cols < 256 && !tf32Narrow.Load() {
+		return ""
+	}
 	switch {
 	case use == useGather && cols >= 256:
 		return gather(128, 256, 0)
@@ -239,6 +242,11 @@ func hopperDefault(mth kernels.Math, use tileUse, rows, cols, kc, taps int64) st
 	}
 	return ""
 }
+
+// tf32Narrow says whether hopperDefault gives tf32 gathers of 64–255
+// columns the tf32 specialised tiles of 64 and 128 columns rather than
+// the mma.sync tiles (EnvTF32Narrow, read by Open).
+var tf32Narrow atomic.Bool
 
 // tallDeep says whether hopperDefault's 192-row gathers take the
 // five-stage tile rather than the four-stage one (EnvTallDeep, read by

@@ -75,6 +75,10 @@ func Open(ordinal int) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
+	narrowTF32, err := tf32NarrowFromEnv()
+	if err != nil {
+		return nil, err
+	}
 	d, err := openDevice(ordinal)
 	if err != nil {
 		return nil, err
@@ -86,6 +90,7 @@ func Open(ordinal int) (*Engine, error) {
 	tf32ClearedOperands.Store(clearTF32)
 	tallGathers.Store(tall)
 	tallDeep.Store(deep)
+	tf32Narrow.Store(narrowTF32)
 	e := &Engine{d: d}
 	e.noHopper.Store(os.Getenv(EnvNoHopper) == "1")
 	e.src = &tableSource{e: e}

@@ -478,6 +478,22 @@ func tallDeepFromEnv() (bool, error) {
 	return switchFromEnv(EnvTallDeep, tallDeepDefault)
 }
 
+// EnvTF32Narrow names the environment variable that, read when an engine
+// opens, gives the fixed heuristic's tf32 gathers of 64–255 columns the
+// tf32 warp-specialised Hopper tiles of 64 and 128 columns ("1") or the
+// mma.sync tiles ("0"); unset, tf32NarrowDefault.
+const EnvTF32Narrow = "FLEXGEMM_TF32_NARROW"
+
+// tf32NarrowDefault is EnvTF32Narrow's setting when unset.
+const tf32NarrowDefault = true
+
+// tf32NarrowFromEnv returns EnvTF32Narrow's setting: tf32NarrowDefault
+// when unset or empty, true for "1", false for "0", an error naming the
+// variable otherwise.
+func tf32NarrowFromEnv() (bool, error) {
+	return switchFromEnv(EnvTF32Narrow, tf32NarrowDefault)
+}
+
 // EnvTF32Clear names the environment variable that, read when an engine
 // opens, hands tf32 products their weight operand with the 13 low mantissa
 // bits cleared ("1": the copy of tf32Operand, up to tf32ClearMaxBytes, and

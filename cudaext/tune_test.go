@@ -426,8 +426,8 @@ func TestDefaultTiles(t *testing.T) {
 			{useGather, 128, 1024, 1024, "m128n256k64w8x1s4h", "m128n256k32w8x1s4h"}, // one 128-row tile: not tall
 			{useGather, 252392, 256, 256, "m128n256k64w8x1s4h", "m128n256k32w8x1s4h"},
 			{useGather, 252392, 256, 32, "", "m128n256k32w8x1s4h"},    // 32 channels per tap: half a 16-bit stage
-			{useGather, 1026536, 128, 128, "m256n128k64w16x1s4h", ""}, // 128 columns: four warpgroups, specialised: 128×128 (no tf32 instance)
-			{useGather, 4113056, 64, 64, "m128n64k64w8x1s4h", ""},     // 64 columns, ≥ hopperNarrowRows rows (no tf32 instance)
+			{useGather, 1026536, 128, 128, "m256n128k64w16x1s4h", ""}, // 128 columns: four warpgroups, specialised: 128×128 (tf32: its own, specialised only)
+			{useGather, 4113056, 64, 64, "m128n64k64w8x1s4h", ""},     // 64 columns, ≥ hopperNarrowRows rows (tf32: its own, specialised only)
 			{useGather, 252392, 64, 64, "", ""},                       // 64 columns, fewer rows: mma.sync
 			{usePairs, 1024, 1024, 15192, "m128n256k64w8x1s4h", ""},   // weight gradient: 16-bit only
 			{usePairs, 256, 256, 252392, "m128n256k64w8x1s4h", ""},
@@ -462,6 +462,25 @@ func TestDefaultTiles(t *testing.T) {
 							want = twin
 							if narrow && want == "m128n64k64w8x1s4hp4" {
 								want = "m128n64k64w8x1s3hp4"
+							}
+						}
+						// tf32 gathers of 128–255 columns, and of 64–127
+						// over hopperNarrowRows rows: the tf32 specialised
+						// tiles under EnvTF32Narrow (the mma.sync tiles
+						// before them), and for 64 columns the plain one
+						// where the specialised tiles are off.
+						if !ws && tc.use == useGather && mth == kernels.TF32 && tf32Narrow.Load() && tc.cols >= 64 && tc.cols < 128 && tc.rows >= hopperNarrowRows {
+							want = "m128n64k32w8x1s4h"
+						}
+						if ws && tc.use == useGather && mth == kernels.TF32 && tf32Narrow.Load() {
+							switch {
+							case tc.cols >= 128 && tc.cols < 256:
+								want = "m128n128k32w8x1s6hp4"
+							case tc.cols >= 64 && tc.cols < 128 && tc.rows >= hopperNarrowRows:
+								want = "m128n64k32w8x1s4hp4"
+								if narrow {
+									want = "m128n64k32w8x1s3hp4"
+								}
 							}
 						}
 						// Gathers of 129–192 rows and ≥ 128 columns: the

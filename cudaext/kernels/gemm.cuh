@@ -139,8 +139,8 @@ template <Math M_, int BM_, int BN_, int BK_, int WM_, int WN_, int S_, bool H_ 
                 "shared rows must stay 16-byte aligned");
   static_assert(kGatherSmem <= 227 * 1024 && kPairsSmem <= 227 * 1024, "too much shared memory");
   static_assert(!H_ || (BK * kElem == 128 && WN == 1 && BM == 16 * WM && BM % 64 == 0 && S >= 3 &&
-                        (BN == 128 || BN == 256 || (BN == 64 && kElem == 2)) && M_ != Math::F32),
-                "a Hopper tile has 128-byte K rows, one warp column, a warpgroup per 64 rows, BN 128 or 256 (or 64 in 16 bits)");
+                        (BN == 64 || BN == 128 || BN == 256) && M_ != Math::F32),
+                "a Hopper tile has 128-byte K rows, one warp column, a warpgroup per 64 rows, BN 64, 128 or 256");
 
   // Element offset of (row i, k) in a K-major gather stage: padded rows of
   // LdK, or 128-byte rows with 16-byte chunks swizzled by i mod 8.

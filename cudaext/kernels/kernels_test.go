@@ -325,7 +325,7 @@ func TestTileTableMirrorsCpp(t *testing.T) {
 	require.ErrorContains(t, bad.Validate(F16), "one warp column")
 	bad = HopperTiles[0]
 	bad.BN = 32
-	require.ErrorContains(t, bad.Validate(F16), "BN 128 or 256")
+	require.ErrorContains(t, bad.Validate(F16), "BN 64, 128 or 256")
 	bad = HopperTiles[0]
 	bad.Stages = 2
 	require.ErrorContains(t, bad.Validate(F16), "3 stages")

@@ -219,6 +219,19 @@ var HopperTiles = []Tile{
 	// The tf32 twin of m128n256k32w8x1s4h (forward, and the input
 	// gradient over the materialised transpose).
 	{BM: 128, BN: 256, BK: 32, WM: 8, WN: 1, Stages: 4, Hopper: true, Producers: 4},
+	// tf32 specialised tiles of fewer columns, with the stage bytes of the
+	// 16-bit ones above (a tf32 K stage is 32 elements): 128 columns in six
+	// stages, one block per SM (C 128), and 64 columns in four or three
+	// stages, two blocks per SM (C 64). Without them tf32 gathers of 64–255
+	// columns ran on the mma.sync tiles: (1024, 64, 2) tf32 inference was
+	// slower than FlexGEMM's (session 57). Their plain twins (Plain: the
+	// 128×128 one above, the 128×64 one here) serve kernels of more than
+	// MaxSpecializedTaps taps and, for 64 columns, the gathers where the
+	// specialised tiles are off.
+	{BM: 128, BN: 64, BK: 32, WM: 8, WN: 1, Stages: 4, Hopper: true},
+	{BM: 128, BN: 128, BK: 32, WM: 8, WN: 1, Stages: 6, Hopper: true, Producers: 4},
+	{BM: 128, BN: 64, BK: 32, WM: 8, WN: 1, Stages: 4, Hopper: true, Producers: 4},
+	{BM: 128, BN: 64, BK: 32, WM: 8, WN: 1, Stages: 3, Hopper: true, Producers: 4},
 }
 
 // Name returns the tile's short name, e.g. "m128n64k32w2x2s4"; a Hopper
@@ -385,8 +398,8 @@ func (t Tile) Validate(m Math) error {
 			return fmt.Errorf("kernels: tile %s: not instantiated for %v (Hopper tiles need BK·elem = 128 bytes, no F32)", t.Name(), m)
 		case t.WN != 1 || t.BM != 16*t.WM || t.BM%64 != 0:
 			return fmt.Errorf("kernels: tile %s: a Hopper tile has one warp column and a warpgroup per 64 rows", t.Name())
-		case t.BN != 128 && t.BN != 256 && (t.BN != 64 || m.ElemSize() != 2):
-			return fmt.Errorf("kernels: tile %s: a Hopper tile has BN 128 or 256 (or 64 in 16 bits)", t.Name())
+		case t.BN != 64 && t.BN != 128 && t.BN != 256:
+			return fmt.Errorf("kernels: tile %s: a Hopper tile has BN 64, 128 or 256", t.Name())
 		case t.Stages < 3:
 			return fmt.Errorf("kernels: tile %s: a Hopper tile needs at least 3 stages", t.Name())
 		case t.Producers < 0 || t.Producers > 8 || (t.Producers > 0 && (t.BM%(8*t.Producers) != 0 || t.BN%(8*t.Producers) != 0)):
