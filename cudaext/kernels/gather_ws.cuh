@@ -332,9 +332,6 @@ __device__ __forceinline__ void split_reduce(const GatherParams& p, const float 
   }
 }
 
-// Shared-memory layout of a warp-specialised gather block (C a Hopper
-// TileCfg, PW producer warps, MB tile descriptions); Go mirror:
-// kernels.SmemBytes.
 // One tile's description: its output rows, its taps, the neighbour
 // indices of every tap, four ints (iterations, first column, split, next
 // tile — a stream-K piece's role and first group instead) and its two
@@ -351,6 +348,9 @@ template <class C> __host__ __device__ constexpr int ws_smem_bytes(int MB) {
   return C::S * (C::BM + C::BN) * C::BK * C::kElem + 16 * C::S + MB * ws_meta_bytes<C>() + 1024;
 }
 
+// Shared-memory layout of a warp-specialised gather block (C a Hopper
+// TileCfg, PW producer warps, MB tile descriptions); Go mirror:
+// kernels.SmemBytes.
 template <class C, int PW, int MB> struct WsLayout {
   static constexpr int kProd = 32 * PW;  // producer threads
   static constexpr int kCons = C::kThreads;  // consumer threads (WM warps)
