@@ -1907,11 +1907,16 @@ func TestStreamKGathers(t *testing.T) {
 	tiny := ok(kmap.NewSubmanifold(synth.RandomScene(rng, grid.Extent{Batch: 1, X: 4, Y: 4, Z: 3}, 0.6), grid.Extent{Batch: 1, X: 4, Y: 4, Z: 3}, [3]int{3, 3, 3}, [3]int{1, 1, 1}))
 	scenes = append(scenes, sceneBlocks{scene{"tiny-subm3", tiny}, []int{sms}})
 
+	// The tiles with a stream-K twin in some arithmetic (HasStreamK:
+	// alone on the SM in that arithmetic; the tf32 tiles are tf32 only).
 	var tiles []kernels.Tile
 	for _, tile := range kernels.HopperTiles {
-		if tile.Producers > 0 && tile.BlocksPerSM(kernels.Gather, kernels.F16) == 1 && envSelected("FLEXGEMM_TEST_TILES", tile.Name()) {
+		if envSelected("FLEXGEMM_TEST_TILES", tile.Name()) && slices.ContainsFunc([]kernels.Math{kernels.F16, kernels.BF16, kernels.TF32}, tile.HasStreamK) {
 			tiles = append(tiles, tile)
 		}
+	}
+	if len(tiles) == 0 && os.Getenv("FLEXGEMM_TEST_TILES") != "" {
+		t.Skip("FLEXGEMM_TEST_TILES names no tile with stream-K twins")
 	}
 	require.NotEmpty(t, tiles)
 	setBlocks := func(perSM, blocks int) {
@@ -1929,7 +1934,7 @@ func TestStreamKGathers(t *testing.T) {
 			dt := dtypeOf(mth)
 			x, w, b, dy := ref.operands(t, sc.m, dt)
 			for _, tile := range tiles {
-				if !tile.Supports(mth) {
+				if !tile.HasStreamK(mth) {
 					continue
 				}
 				for _, alg := range []sparse.Algorithm{sparse.MaskedImplicitSplitK, sparse.ImplicitSplitK} {
