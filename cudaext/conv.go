@@ -115,9 +115,13 @@ const (
 	// the two-blocks-per-SM 128×64 Hopper tile for a 64-column gather GEMM
 	// (hopperDefault).
 	hopperNarrowRows = 1 << 20
-	gatherDeepTile   = "m128n128k64w2x4s3"
-	pairsWideTile    = "m128n128k32w2x4s4"
-	pairsWideMin     = 128
+	// tallManyRows is the fewest rows for which the heuristic takes the
+	// 192×128 Hopper tile for a 16-bit gather of 128–255 columns under
+	// EnvTallMany (hopperDefault).
+	tallManyRows   = 1 << 18
+	gatherDeepTile = "m128n128k64w2x4s3"
+	pairsWideTile  = "m128n128k32w2x4s4"
+	pairsWideMin   = 128
 )
 
 // hopperDefault returns the Hopper tile (kernels.HopperTiles) the fixed
@@ -163,6 +167,17 @@ const (
 //     (kernels.Tile.ServesTaps). Where EnvTallDeep is on (the default) it
 //     is the tile's five-stage version (step 116: batched forward 0.0334 →
 //     0.0313 ms, input gradient 0.0343 → 0.0320);
+//   - 16-bit gather GEMMs of 128–255 columns and at least tallManyRows
+//     rows over at most kernels.MaxSpecializedTaps taps: the four-stage
+//     192×128 warp-specialised tile where EnvTallMany is on (step 118;
+//     BenchmarkConvTiles RES 512 C 128 f16, device ms, two runs: forward
+//     1.129 → 1.125 and 1.118 → 1.090, input gradient 1.247 → 1.124 and
+//     1.340 → 1.238 against the 128×128 six-stage tile; the five-stage
+//     192-row tile 1.270 / 1.367; fp16 (512, 128, 2) training −1.8 %, bf16
+//     −1.7 %, inference within the rounds' spread). At RES 128 and 256
+//     (64 k and 252 k rows) the 192-row tile is 3–15 % slower, hence the
+//     threshold. The tf32 192×128 tile did not gain at RES 512 (step 118b,
+//     not kept);
 //   - every gather tile needs one full 128-byte K stage per tap (kc ≥ BK).
 //
 // taps is the taps the reduction runs over (V of a masked or implicit
@@ -213,6 +228,12 @@ func hopperDefault(mth kernels.Math, use tileUse, rows, cols, kc, taps int64) st
 			return h
 		}
 	}
+	if use == useGather && cols >= 128 && cols < 256 && rows >= tallManyRows && taps <= kernels.MaxSpecializedTaps &&
+		specializedGathers.Load() && tallMany.Load() {
+		if h := pick(192, 128, 4, specializedProducers, kernels.Gather); h != "" {
+			return h
+		}
+	}
 	if use == useGather && mth == kernels.TF32 && cols < 256 && !tf32Narrow.Load() {
 		return ""
 	}
@@ -247,6 +268,12 @@ func hopperDefault(mth kernels.Math, use tileUse, rows, cols, kc, taps int64) st
 // columns the tf32 specialised tiles of 64 and 128 columns rather than
 // the mma.sync tiles (EnvTF32Narrow, read by Open).
 var tf32Narrow atomic.Bool
+
+// tallMany says whether hopperDefault's 16-bit gathers of 128–255
+// columns and at least tallManyRows rows take the four-stage 192×128
+// warp-specialised tile rather than the 128×128 one (EnvTallMany, read by
+// Open).
+var tallMany atomic.Bool
 
 // tallDeep says whether hopperDefault's 192-row gathers take the
 // five-stage tile rather than the four-stage one (EnvTallDeep, read by

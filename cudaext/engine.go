@@ -79,6 +79,10 @@ func Open(ordinal int) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
+	many, err := tallManyFromEnv()
+	if err != nil {
+		return nil, err
+	}
 	d, err := openDevice(ordinal)
 	if err != nil {
 		return nil, err
@@ -91,6 +95,7 @@ func Open(ordinal int) (*Engine, error) {
 	tallGathers.Store(tall)
 	tallDeep.Store(deep)
 	tf32Narrow.Store(narrowTF32)
+	tallMany.Store(many)
 	e := &Engine{d: d}
 	e.noHopper.Store(os.Getenv(EnvNoHopper) == "1")
 	e.src = &tableSource{e: e}

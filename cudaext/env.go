@@ -478,6 +478,22 @@ func tallDeepFromEnv() (bool, error) {
 	return switchFromEnv(EnvTallDeep, tallDeepDefault)
 }
 
+// EnvTallMany names the environment variable that, read when an engine
+// opens, gives the fixed heuristic's 16-bit gathers of 128–255 columns
+// and at least tallManyRows rows the four-stage 192×128 warp-specialised
+// tile ("1") or the six-stage 128×128 one ("0"); unset, tallManyDefault.
+const EnvTallMany = "FLEXGEMM_TALL_MANY"
+
+// tallManyDefault is EnvTallMany's setting when unset.
+const tallManyDefault = true
+
+// tallManyFromEnv returns EnvTallMany's setting: tallManyDefault when
+// unset or empty, true for "1", false for "0", an error naming the
+// variable otherwise.
+func tallManyFromEnv() (bool, error) {
+	return switchFromEnv(EnvTallMany, tallManyDefault)
+}
+
 // EnvTF32Narrow names the environment variable that, read when an engine
 // opens, gives the fixed heuristic's tf32 gathers of 64–255 columns the
 // tf32 warp-specialised Hopper tiles of 64 and 128 columns ("1") or the

@@ -112,6 +112,7 @@ func TestSwitchesFromEnv(t *testing.T) {
 		{EnvNarrowPersistent, narrowPersistentFromEnv, narrowPersistentDefault},
 		{EnvTallGathers, tallGathersFromEnv, tallGathersDefault},
 		{EnvTallDeep, tallDeepFromEnv, tallDeepDefault},
+		{EnvTallMany, tallManyFromEnv, tallManyDefault},
 		{EnvTF32Narrow, tf32NarrowFromEnv, tf32NarrowDefault},
 		{EnvFusedSplitReduce, fusedSplitReduceFromEnv, fusedSplitReduceDefault},
 		{EnvProgrammaticLaunch, programmaticLaunchFromEnv, programmaticLaunchDefault},

@@ -427,6 +427,8 @@ func TestDefaultTiles(t *testing.T) {
 			{useGather, 252392, 256, 256, "m128n256k64w8x1s4h", "m128n256k32w8x1s4h"},
 			{useGather, 252392, 256, 32, "", "m128n256k32w8x1s4h"},    // 32 channels per tap: half a 16-bit stage
 			{useGather, 1026536, 128, 128, "m256n128k64w16x1s4h", ""}, // 128 columns: four warpgroups, specialised: 128×128 (tf32: its own, specialised only)
+			{useGather, 200000, 128, 128, "m256n128k64w16x1s4h", ""},  // under tallManyRows rows: 128×128 where specialised
+			{useGather, 300000, 200, 200, "m256n128k64w16x1s4h", ""},  // 200 columns, over tallManyRows rows: the 192-row tile where specialised
 			{useGather, 4113056, 64, 64, "m128n64k64w8x1s4h", ""},     // 64 columns, ≥ hopperNarrowRows rows (tf32: its own, specialised only)
 			{useGather, 252392, 64, 64, "", ""},                       // 64 columns, fewer rows: mma.sync
 			{usePairs, 1024, 1024, 15192, "m128n256k64w8x1s4h", ""},   // weight gradient: 16-bit only
@@ -490,6 +492,11 @@ func TestDefaultTiles(t *testing.T) {
 							if tallDeep.Load() {
 								want = "m192n128k64w12x1s5hp4"
 							}
+						}
+						// 16-bit gathers of 128–255 columns and at least
+						// tallManyRows rows: the four-stage 192-row tile.
+						if ws && tc.use == useGather && tallMany.Load() && tc.rows >= tallManyRows && tc.cols >= 128 && tc.cols < 256 && mth.ElemSize() == 2 {
+							want = "m192n128k64w12x1s4hp4"
 						}
 						got, err := gpu.chooseTile(Options{}, mth, tc.use, tc.rows, tc.cols, tc.kc, 27)
 						require.NoError(t, err)
