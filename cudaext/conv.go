@@ -152,8 +152,10 @@ const (
 //     for the best mma.sync tile (m128n64k32w2x2s4, session 4); smaller
 //     row counts keep mma.sync (not measured). Where the warp-specialised
 //     gathers are on, its three-stage twin of two tile descriptions serves
-//     instead, two persistent blocks per SM (EnvNarrowPersistent, step 74:
-//     the forward gathers 1–2 % faster, (1024, 64, 2) inference up to 5 %);
+//     16-bit gathers instead, two persistent blocks per SM
+//     (EnvNarrowPersistent, step 74: the forward gathers 1–2 % faster,
+//     (1024, 64, 2) inference up to 5 %); tf32 gathers keep the
+//     four-stage specialised tile (step 119);
 //   - gather GEMMs of 129–192 rows and at least 128 columns over at most
 //     kernels.MaxSpecializedTaps taps (the RES 8 sphere shell: 192 rows at
 //     C 1024): the 192×128 warp-specialised tile where EnvTallGathers is
@@ -248,7 +250,7 @@ func hopperDefault(mth kernels.Math, use tileUse, rows, cols, kc, taps int64) st
 		}
 		return gather(256, 128, 0)
 	case use == useGather && cols >= 64 && rows >= hopperNarrowRows:
-		if narrowPersistent.Load() {
+		if narrowPersistent.Load() && mth.ElemSize() == 2 {
 			if h := gather(128, 64, 3); h != "" {
 				return h
 			}
@@ -289,8 +291,10 @@ var specializedGathers atomic.Bool
 var persistentGathers atomic.Bool
 
 // narrowPersistent says whether hopperDefault takes the three-stage
-// 128×64 warp-specialised tile (two persistent blocks per SM) for
-// 64-column gathers (EnvNarrowPersistent, read by Open).
+// 128×64 warp-specialised tile (two persistent blocks per SM) for 16-bit
+// 64-column gathers (EnvNarrowPersistent, read by Open). tf32 gathers
+// keep the four-stage tile (step 119: tf32 (1024, 64, 2) inference −3.1 %,
+// training −1.5 % against the three-stage one).
 var narrowPersistent atomic.Bool
 
 // tf32ClearedOperands says whether tf32 products get their weight operand

@@ -421,8 +421,8 @@ func fusedSplitReduceFromEnv() (bool, error) {
 }
 
 // EnvNarrowPersistent names the environment variable that, read when an
-// engine opens, makes the fixed heuristic's 64-column gathers of many rows
-// take the three-stage 128×64 warp-specialised tile, two persistent blocks
+// engine opens, makes the fixed heuristic's 16-bit 64-column gathers of
+// many rows take the three-stage 128×64 warp-specialised tile, two persistent blocks
 // per SM each describing its next tile while it finishes this one ("1"),
 // instead of the four-stage tile of a block per tile ("0"); unset,
 // narrowPersistentDefault.

@@ -479,10 +479,7 @@ func TestDefaultTiles(t *testing.T) {
 							case tc.cols >= 128 && tc.cols < 256:
 								want = "m128n128k32w8x1s6hp4"
 							case tc.cols >= 64 && tc.cols < 128 && tc.rows >= hopperNarrowRows:
-								want = "m128n64k32w8x1s4hp4"
-								if narrow {
-									want = "m128n64k32w8x1s3hp4"
-								}
+								want = "m128n64k32w8x1s4hp4" // four stages whatever EnvNarrowPersistent says (step 119)
 							}
 						}
 						// Gathers of 129–192 rows and ≥ 128 columns: the
