@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math/bits"
 	"slices"
-	"sync/atomic"
 
 	"github.com/flexgemm-go/flexgemm/cudaext/kernels"
 	"github.com/flexgemm-go/flexgemm/sparse"
@@ -266,42 +265,6 @@ func hopperDefault(mth kernels.Math, use tileUse, rows, cols, kc, taps int64) st
 	return ""
 }
 
-// tf32Narrow says whether hopperDefault gives tf32 gathers of 64–255
-// columns the tf32 specialised tiles of 64 and 128 columns rather than
-// the mma.sync tiles (EnvTF32Narrow, read by Open).
-var tf32Narrow atomic.Bool
-
-// tallMany says whether hopperDefault's 16-bit gathers of 128–255
-// columns and at least tallManyRows rows take the four-stage 192×128
-// warp-specialised tile rather than the 128×128 one (EnvTallMany, read by
-// Open).
-var tallMany atomic.Bool
-
-// tallDeep says whether hopperDefault's 192-row gathers take the
-// five-stage tile rather than the four-stage one (EnvTallDeep, read by
-// Open).
-var tallDeep atomic.Bool
-
-// specializedGathers says whether hopperDefault prefers the warp-specialised
-// gather tiles (EnvSpecializedGathers, read by Open).
-var specializedGathers atomic.Bool
-
-// persistentGathers says whether warp-specialised gathers of one block per
-// SM run persistent blocks (EnvPersistentGathers, read by Open).
-var persistentGathers atomic.Bool
-
-// narrowPersistent says whether hopperDefault takes the three-stage
-// 128×64 warp-specialised tile (two persistent blocks per SM) for 16-bit
-// 64-column gathers (EnvNarrowPersistent, read by Open). tf32 gathers
-// keep the four-stage tile (step 119: tf32 (1024, 64, 2) inference −3.1 %,
-// training −1.5 % against the three-stage one).
-var narrowPersistent atomic.Bool
-
-// tf32ClearedOperands says whether tf32 products get their weight operand
-// with the 13 low mantissa bits cleared (EnvTF32Clear, read by Open;
-// Engine.tf32Operand and transposeW).
-var tf32ClearedOperands atomic.Bool
-
 // tf32ClearMaxBytes is the largest weight whose cleared copy a tf32 forward
 // (or an input gradient whose tile reads the weight transposed in the
 // kernel; the other tiles multiply a cleared transpose) makes: the copy lives
@@ -310,16 +273,6 @@ var tf32ClearedOperands atomic.Bool
 // than raise the step's memory peak. The measured gain is at C 256, a
 // 7.1 MB weight (docs/PERF_NOTES.md, step 108).
 const tf32ClearMaxBytes = 16 << 20
-
-// tallGathers says whether hopperDefault takes the 192-row
-// warp-specialised tile for gathers of 129–192 rows (EnvTallGathers, read
-// by Open).
-var tallGathers atomic.Bool
-
-// fusedSplitReduce says whether split-K gathers of warp-specialised tiles
-// may sum their partials in the kernel (EnvFusedSplitReduce, read by Open;
-// Device.fusesSplitReduce).
-var fusedSplitReduce atomic.Bool
 
 // specializedProducers is the producer warps of the warp-specialised
 // gather tiles hopperDefault takes.

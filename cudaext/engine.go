@@ -47,39 +47,7 @@ func Open(ordinal int) (*Engine, error) {
 	if e := opened[ordinal]; e != nil && !e.d.closed.Load() {
 		return e, nil
 	}
-	ws, err := specializedGathersFromEnv()
-	if err != nil {
-		return nil, err
-	}
-	persistent, err := persistentGathersFromEnv()
-	if err != nil {
-		return nil, err
-	}
-	fusedReduce, err := fusedSplitReduceFromEnv()
-	if err != nil {
-		return nil, err
-	}
-	narrow, err := narrowPersistentFromEnv()
-	if err != nil {
-		return nil, err
-	}
-	clearTF32, err := tf32ClearFromEnv()
-	if err != nil {
-		return nil, err
-	}
-	tall, err := tallGathersFromEnv()
-	if err != nil {
-		return nil, err
-	}
-	deep, err := tallDeepFromEnv()
-	if err != nil {
-		return nil, err
-	}
-	narrowTF32, err := tf32NarrowFromEnv()
-	if err != nil {
-		return nil, err
-	}
-	many, err := tallManyFromEnv()
+	on, err := openSwitchesFromEnv()
 	if err != nil {
 		return nil, err
 	}
@@ -87,15 +55,9 @@ func Open(ordinal int) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	specializedGathers.Store(ws)
-	persistentGathers.Store(persistent)
-	fusedSplitReduce.Store(fusedReduce)
-	narrowPersistent.Store(narrow)
-	tf32ClearedOperands.Store(clearTF32)
-	tallGathers.Store(tall)
-	tallDeep.Store(deep)
-	tf32Narrow.Store(narrowTF32)
-	tallMany.Store(many)
+	for i, sw := range openSwitches {
+		sw.to.Store(on[i])
+	}
 	e := &Engine{d: d}
 	e.noHopper.Store(os.Getenv(EnvNoHopper) == "1")
 	e.src = &tableSource{e: e}

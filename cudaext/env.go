@@ -9,6 +9,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync/atomic"
 
 	"github.com/flexgemm-go/flexgemm/sparse/kmap"
 )
@@ -375,15 +376,16 @@ func halfSkipFromEnv() (bool, error) {
 
 // EnvSpecializedGathers names the environment variable that, read when an
 // engine opens, turns the fixed heuristic's warp-specialised gather tiles
-// (kernels.Tile.Producers) on ("1") or off ("0"); unset, they are on.
+// (kernels.Tile.Producers) on ("1") or off ("0"); unset,
+// specializedGathersDefault.
 const EnvSpecializedGathers = "FLEXGEMM_SPECIALIZED_GATHERS"
 
-// specializedGathersFromEnv returns EnvSpecializedGathers's setting: true
-// when unset, empty or "1", false for "0", an error naming the variable
-// otherwise.
-func specializedGathersFromEnv() (bool, error) {
-	return switchFromEnv(EnvSpecializedGathers, true)
-}
+// specializedGathersDefault is EnvSpecializedGathers's setting when unset.
+const specializedGathersDefault = true
+
+// specializedGathers says whether hopperDefault prefers the warp-specialised
+// gather tiles (EnvSpecializedGathers, read by Open).
+var specializedGathers atomic.Bool
 
 // EnvPersistentGathers names the environment variable that, read when an
 // engine opens, runs the warp-specialised gathers whose blocks hold two
@@ -396,12 +398,9 @@ const EnvPersistentGathers = "FLEXGEMM_PERSISTENT_GATHERS"
 // persistentGathersDefault is EnvPersistentGathers's setting when unset.
 const persistentGathersDefault = true
 
-// persistentGathersFromEnv returns EnvPersistentGathers's setting:
-// persistentGathersDefault when unset or empty, true for "1", false for
-// "0", an error naming the variable otherwise.
-func persistentGathersFromEnv() (bool, error) {
-	return switchFromEnv(EnvPersistentGathers, persistentGathersDefault)
-}
+// persistentGathers says whether warp-specialised gathers of one block per
+// SM run persistent blocks (EnvPersistentGathers, read by Open).
+var persistentGathers atomic.Bool
 
 // EnvFusedSplitReduce names the environment variable that, read when an
 // engine opens, lets the split-K gathers of warp-specialised tiles sum
@@ -413,19 +412,17 @@ const EnvFusedSplitReduce = "FLEXGEMM_FUSED_SPLIT_REDUCE"
 // fusedSplitReduceDefault is EnvFusedSplitReduce's setting when unset.
 const fusedSplitReduceDefault = true
 
-// fusedSplitReduceFromEnv returns EnvFusedSplitReduce's setting:
-// fusedSplitReduceDefault when unset or empty, true for "1", false for
-// "0", an error naming the variable otherwise.
-func fusedSplitReduceFromEnv() (bool, error) {
-	return switchFromEnv(EnvFusedSplitReduce, fusedSplitReduceDefault)
-}
+// fusedSplitReduce says whether split-K gathers of warp-specialised tiles
+// may sum their partials in the kernel (EnvFusedSplitReduce, read by Open;
+// Device.fusesSplitReduce).
+var fusedSplitReduce atomic.Bool
 
 // EnvNarrowPersistent names the environment variable that, read when an
 // engine opens, makes the fixed heuristic's 16-bit 64-column gathers of
-// many rows take the three-stage 128×64 warp-specialised tile, two persistent blocks
-// per SM each describing its next tile while it finishes this one ("1"),
-// instead of the four-stage tile of a block per tile ("0"); unset,
-// narrowPersistentDefault.
+// many rows take the three-stage 128×64 warp-specialised tile, two
+// persistent blocks per SM each describing its next tile while it
+// finishes this one ("1"), instead of the four-stage tile of a block per
+// tile ("0"); unset, narrowPersistentDefault.
 const EnvNarrowPersistent = "FLEXGEMM_NARROW_PERSISTENT"
 
 // narrowPersistentDefault is EnvNarrowPersistent's setting when unset.
@@ -435,12 +432,12 @@ const EnvNarrowPersistent = "FLEXGEMM_NARROW_PERSISTENT"
 // layer); nothing else takes the tile.
 const narrowPersistentDefault = true
 
-// narrowPersistentFromEnv returns EnvNarrowPersistent's setting:
-// narrowPersistentDefault when unset or empty, true for "1", false for
-// "0", an error naming the variable otherwise.
-func narrowPersistentFromEnv() (bool, error) {
-	return switchFromEnv(EnvNarrowPersistent, narrowPersistentDefault)
-}
+// narrowPersistent says whether hopperDefault takes the three-stage
+// 128×64 warp-specialised tile (two persistent blocks per SM) for 16-bit
+// 64-column gathers (EnvNarrowPersistent, read by Open). tf32 gathers
+// keep the four-stage tile (step 119: tf32 (1024, 64, 2) inference −3.1 %,
+// training −1.5 % against the three-stage one).
+var narrowPersistent atomic.Bool
 
 // EnvTallGathers names the environment variable that, read when an engine
 // opens, makes the fixed heuristic's gathers of 129–192 rows and at least
@@ -453,12 +450,10 @@ const EnvTallGathers = "FLEXGEMM_TALL_GATHERS"
 // measurement is in docs/PERF_NOTES.md, step 110).
 const tallGathersDefault = true
 
-// tallGathersFromEnv returns EnvTallGathers's setting: tallGathersDefault
-// when unset or empty, true for "1", false for "0", an error naming the
-// variable otherwise.
-func tallGathersFromEnv() (bool, error) {
-	return switchFromEnv(EnvTallGathers, tallGathersDefault)
-}
+// tallGathers says whether hopperDefault takes the 192-row
+// warp-specialised tile for gathers of 129–192 rows (EnvTallGathers, read
+// by Open).
+var tallGathers atomic.Bool
 
 // EnvTallDeep names the environment variable that, read when an engine
 // opens, makes the 192-row gathers of EnvTallGathers take the 192×128
@@ -471,12 +466,10 @@ const EnvTallDeep = "FLEXGEMM_TALL_DEEP"
 // training −4.8 %).
 const tallDeepDefault = true
 
-// tallDeepFromEnv returns EnvTallDeep's setting: tallDeepDefault when
-// unset or empty, true for "1", false for "0", an error naming the
-// variable otherwise.
-func tallDeepFromEnv() (bool, error) {
-	return switchFromEnv(EnvTallDeep, tallDeepDefault)
-}
+// tallDeep says whether hopperDefault's 192-row gathers take the
+// five-stage tile rather than the four-stage one (EnvTallDeep, read by
+// Open).
+var tallDeep atomic.Bool
 
 // EnvTallMany names the environment variable that, read when an engine
 // opens, gives the fixed heuristic's 16-bit gathers of 128–255 columns
@@ -487,12 +480,11 @@ const EnvTallMany = "FLEXGEMM_TALL_MANY"
 // tallManyDefault is EnvTallMany's setting when unset.
 const tallManyDefault = true
 
-// tallManyFromEnv returns EnvTallMany's setting: tallManyDefault when
-// unset or empty, true for "1", false for "0", an error naming the
-// variable otherwise.
-func tallManyFromEnv() (bool, error) {
-	return switchFromEnv(EnvTallMany, tallManyDefault)
-}
+// tallMany says whether hopperDefault's 16-bit gathers of 128–255
+// columns and at least tallManyRows rows take the four-stage 192×128
+// warp-specialised tile rather than the 128×128 one (EnvTallMany, read by
+// Open).
+var tallMany atomic.Bool
 
 // EnvTF32Narrow names the environment variable that, read when an engine
 // opens, gives the fixed heuristic's tf32 gathers of 64–255 columns the
@@ -503,12 +495,10 @@ const EnvTF32Narrow = "FLEXGEMM_TF32_NARROW"
 // tf32NarrowDefault is EnvTF32Narrow's setting when unset.
 const tf32NarrowDefault = true
 
-// tf32NarrowFromEnv returns EnvTF32Narrow's setting: tf32NarrowDefault
-// when unset or empty, true for "1", false for "0", an error naming the
-// variable otherwise.
-func tf32NarrowFromEnv() (bool, error) {
-	return switchFromEnv(EnvTF32Narrow, tf32NarrowDefault)
-}
+// tf32Narrow says whether hopperDefault gives tf32 gathers of 64–255
+// columns the tf32 specialised tiles of 64 and 128 columns rather than
+// the mma.sync tiles (EnvTF32Narrow, read by Open).
+var tf32Narrow atomic.Bool
 
 // EnvTF32Clear names the environment variable that, read when an engine
 // opens, hands tf32 products their weight operand with the 13 low mantissa
@@ -525,12 +515,10 @@ const EnvTF32Clear = "FLEXGEMM_TF32_CLEAR"
 // cleared.
 const tf32ClearDefault = true
 
-// tf32ClearFromEnv returns EnvTF32Clear's setting: tf32ClearDefault when
-// unset or empty, true for "1", false for "0", an error naming the
-// variable otherwise.
-func tf32ClearFromEnv() (bool, error) {
-	return switchFromEnv(EnvTF32Clear, tf32ClearDefault)
-}
+// tf32ClearedOperands says whether tf32 products get their weight operand
+// with the 13 low mantissa bits cleared (EnvTF32Clear, read by Open;
+// Engine.tf32Operand and transposeW).
+var tf32ClearedOperands atomic.Bool
 
 // EnvProgrammaticLaunch names the environment variable that, read when an
 // engine opens on a GPU of compute capability 9.0 or newer, launches every
@@ -665,6 +653,44 @@ func switchFromEnv(key string, def bool) (bool, error) {
 	default:
 		return false, fmt.Errorf("cudaext: %s=%q: want 0 or 1", key, v)
 	}
+}
+
+// openSwitches are the on/off switches Open reads from the environment
+// (switchFromEnv) and stores in the package's switches the tile
+// heuristic and the gather launches read: each variable, its setting when
+// unset, the switch it sets.
+var openSwitches = []openSwitch{
+	{EnvSpecializedGathers, specializedGathersDefault, &specializedGathers},
+	{EnvPersistentGathers, persistentGathersDefault, &persistentGathers},
+	{EnvFusedSplitReduce, fusedSplitReduceDefault, &fusedSplitReduce},
+	{EnvNarrowPersistent, narrowPersistentDefault, &narrowPersistent},
+	{EnvTF32Clear, tf32ClearDefault, &tf32ClearedOperands},
+	{EnvTallGathers, tallGathersDefault, &tallGathers},
+	{EnvTallDeep, tallDeepDefault, &tallDeep},
+	{EnvTF32Narrow, tf32NarrowDefault, &tf32Narrow},
+	{EnvTallMany, tallManyDefault, &tallMany},
+}
+
+// openSwitch is one of openSwitches: an environment variable, its
+// setting when unset, the package switch it sets.
+type openSwitch struct {
+	env string
+	def bool
+	to  *atomic.Bool
+}
+
+// openSwitchesFromEnv returns the settings of openSwitches, in order, or
+// the first variable's error.
+func openSwitchesFromEnv() ([]bool, error) {
+	on := make([]bool, len(openSwitches))
+	for i, sw := range openSwitches {
+		v, err := switchFromEnv(sw.env, sw.def)
+		if err != nil {
+			return nil, err
+		}
+		on[i] = v
+	}
+	return on, nil
 }
 
 // EnvNoSideStream names the environment variable that, set to "1" when an

@@ -3,6 +3,7 @@ package cudaext
 import (
 	"fmt"
 	"os"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -100,23 +101,29 @@ func TestPairsWindowRowsFromEnv(t *testing.T) {
 
 // TestSwitchesFromEnv checks the parsing of the on/off switches
 // (switchFromEnv): the default when unset or empty, "1" and "0", and an
-// error for any other value.
+// error for any other value; those Open reads, through openSwitches.
 func TestSwitchesFromEnv(t *testing.T) {
+	fromOpen := func(key string) func() (bool, error) {
+		i := slices.IndexFunc(openSwitches, func(sw openSwitch) bool { return sw.env == key })
+		require.GreaterOrEqual(t, i, 0, "%s is not in openSwitches", key)
+		return func() (bool, error) { return switchFromEnv(key, openSwitches[i].def) }
+	}
+	require.Len(t, openSwitches, 9)
 	for _, c := range []struct {
 		key   string
 		parse func() (bool, error)
 		def   bool
 	}{
-		{EnvSpecializedGathers, specializedGathersFromEnv, true},
-		{EnvPersistentGathers, persistentGathersFromEnv, persistentGathersDefault},
-		{EnvNarrowPersistent, narrowPersistentFromEnv, narrowPersistentDefault},
-		{EnvTallGathers, tallGathersFromEnv, tallGathersDefault},
-		{EnvTallDeep, tallDeepFromEnv, tallDeepDefault},
-		{EnvTallMany, tallManyFromEnv, tallManyDefault},
-		{EnvTF32Narrow, tf32NarrowFromEnv, tf32NarrowDefault},
-		{EnvFusedSplitReduce, fusedSplitReduceFromEnv, fusedSplitReduceDefault},
+		{EnvSpecializedGathers, fromOpen(EnvSpecializedGathers), true},
+		{EnvPersistentGathers, fromOpen(EnvPersistentGathers), persistentGathersDefault},
+		{EnvNarrowPersistent, fromOpen(EnvNarrowPersistent), narrowPersistentDefault},
+		{EnvTallGathers, fromOpen(EnvTallGathers), tallGathersDefault},
+		{EnvTallDeep, fromOpen(EnvTallDeep), tallDeepDefault},
+		{EnvTallMany, fromOpen(EnvTallMany), tallManyDefault},
+		{EnvTF32Narrow, fromOpen(EnvTF32Narrow), tf32NarrowDefault},
+		{EnvFusedSplitReduce, fromOpen(EnvFusedSplitReduce), fusedSplitReduceDefault},
 		{EnvProgrammaticLaunch, programmaticLaunchFromEnv, programmaticLaunchDefault},
-		{EnvTF32Clear, tf32ClearFromEnv, tf32ClearDefault},
+		{EnvTF32Clear, fromOpen(EnvTF32Clear), tf32ClearDefault},
 	} {
 		t.Run(c.key, func(t *testing.T) {
 			cases := []envCase[bool]{
