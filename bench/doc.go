@@ -30,7 +30,9 @@
 //	train: forward through L layers, backward with an all-ones upstream
 //	       gradient made in the step, as the anchor's torch.ones_like(h)
 //	       (weight and bias gradients of every layer, input gradients of
-//	       layers 1…L−1: the input features need no gradient);
+//	       layers 1…L−1: the input features need no gradient; within a
+//	       layer the input gradient first, as FlexGEMM's backward,
+//	       unless -backward params-first);
 //	infer: forward only.
 //
 // subm_conv also has two parts of the inference step as modes of their

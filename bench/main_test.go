@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"image/png"
 	"math"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
@@ -45,6 +46,10 @@ func TestParseRunFlags(t *testing.T) {
 	require.Equal(t, kmapAuto, o.kmap)
 	require.Equal(t, 0, o.measure.iters, "automatic on the CPU")
 	require.Equal(t, wgradAuto, o.wgrad)
+	require.Equal(t, backwardInputFirst, o.backward, "FlexGEMM's order by default")
+	o, err = parseRunFlags([]string{"-backward", "params-first"}, &stderr)
+	require.NoError(t, err)
+	require.Equal(t, backwardParamsFirst, o.backward)
 	o, err = parseRunFlags([]string{"-modes", "infer,map,infer_nomap"}, &stderr)
 	require.NoError(t, err)
 	require.Equal(t, []string{modeInfer, modeMap, modeInferNoMap}, o.modes)
@@ -53,7 +58,7 @@ func TestParseRunFlags(t *testing.T) {
 		{"-batch", "0"}, {"-repeats", "0"}, {"-splitk", "-1"}, {"extra"},
 		{"-device", "tpu"}, {"-kmap", "disk"}, {"-kmap", "gpu"}, {"-device", "cuda", "-dtypes", "fp64"},
 		{"-device", "cuda", "-op", "grid_sample"}, {"-device", "cuda", "-gpu", "-1"}, {"-peaktflops", "-1"},
-		{"-wgrad", "fp8"}, {"-op", "grid_sample", "-modes", "map"}, {"-op", "subm_conv,sparse_conv_k2s2", "-modes", "infer_nomap"},
+		{"-wgrad", "fp8"}, {"-backward", "sideways"}, {"-op", "grid_sample", "-modes", "map"}, {"-op", "subm_conv,sparse_conv_k2s2", "-modes", "infer_nomap"},
 	} {
 		_, err := parseRunFlags(bad, &stderr)
 		require.Error(t, err, "%v", bad)
@@ -671,5 +676,55 @@ func TestRatioLabel(t *testing.T) {
 		{1.497, 0, "1.50×"}, // no target line
 	} {
 		require.Equal(t, tc.want, ratioLabel(tc.v, tc.target), "%v against %v", tc.v, tc.target)
+	}
+}
+
+// TestConvStackBackwardOrders runs one training step of three layers on the
+// CPU in both orders of -backward: the weight and bias gradients agree bit
+// for bit (each is one call on the same operands), and every intermediate
+// activation and gradient the step made is freed exactly once.
+func TestConvStackBackwardOrders(t *testing.T) {
+	coords, ext := synth.SphereShell(8, 1)
+	m, err := kmap.NewSubmanifold(coords, ext, kernel3, dilation1)
+	require.NoError(t, err)
+	dt := deviceDTypes[deviceCPU]["fp32"]
+	const C, L = 4, 3
+	maps := []*kmap.Map{m, m, m}
+	run := func(paramsFirst bool) (kept []sparse.Matrix, freed map[*float32]int) {
+		be := cpuBackend()
+		freed = map[*float32]int{}
+		be.free = func(ms ...sparse.Matrix) {
+			for _, x := range ms {
+				if d, ok := x.Data.([]float32); ok && len(d) > 0 {
+					freed[&d[0]]++
+				}
+			}
+		}
+		h := &holder{be: be}
+		rng := rand.New(rand.NewPCG(1, 2))
+		x, err := h.random(dt, m.NIn, C, normal(rng, 1))
+		require.NoError(t, err)
+		ws, bs, err := layerParams(h, params{C: C, L: L, dtype: dt}, 27, rng)
+		require.NoError(t, err)
+		ones := func(h *holder) (sparse.Matrix, error) { return h.filled(dt, m.NOut, C, 1) }
+		n := len(h.made)
+		require.NoError(t, convStack(h, maps, x, ws, bs, ones, sparse.ConvOptions{Algorithm: sparse.Implicit}, true, paramsFirst))
+		return h.made[n:], freed
+	}
+	keptP, freedP := run(true)
+	keptI, freedI := run(false)
+	// The output, the all-ones gradient, then dw and db of layers 2, 1, 0.
+	require.Len(t, keptI, 2+2*L)
+	require.Len(t, keptP, len(keptI))
+	for i := range keptI {
+		require.Equal(t, keptP[i].Data, keptI[i].Data, "kept matrix %d", i)
+	}
+	// Freed: the activations of layers 1 and 2 and the input gradients of
+	// layers 2 and 1 (the last one at return), each once.
+	for _, freed := range []map[*float32]int{freedP, freedI} {
+		require.Len(t, freed, 2*(L-1))
+		for _, n := range freed {
+			require.Equal(t, 1, n)
+		}
 	}
 }

@@ -58,7 +58,8 @@ func TestProfileStepsPhases(t *testing.T) {
 	s, err := profileSteps(w.steps["train"], be, 2, false)
 	require.NoError(t, err)
 	require.False(t, be.prof.on, "the profile ends with the steps")
-	require.Equal(t, []string{"step", "map", "derive", "fwd L0", "fwd L1", "ones", "wgrad L1", "dgrad L1", "wgrad L0", "release"}, s.phaseNames())
+	require.Equal(t, []string{"step", "map", "derive", "fwd L0", "fwd L1", "ones", "dgrad L1", "wgrad L1", "wgrad L0", "release"}, s.phaseNames(),
+		"the input gradient before the parameter gradients, as FlexGEMM's backward")
 	require.Equal(t, 2, s.Steps)
 	require.InDelta(t, 10.0, s.StepMs, 1e-9, "10 phases of 1 ms per step")
 	require.InDelta(t, 10*0.25, s.KernelMs, 1e-9)

@@ -44,6 +44,9 @@ type Record struct {
 	// step returns (-wgrad): the input's for fp16 and bf16 by default,
 	// as FlexGEMM's .grad, else fp32; empty for inference.
 	WGradDType string `json:"wgrad_dtype,omitempty"`
+	// Backward is the order of a train step's gradients within a layer
+	// when it is not the default input-first (-backward): "params-first".
+	Backward string `json:"backward,omitempty"`
 	// Device describes the processor, e.g. "cpu: AMD EPYC 9654, 2 cores"
 	// or "cuda: NVIDIA H200, sm_90, 132 SMs, 140 GiB, driver 13000".
 	Device string `json:"device,omitempty"`

@@ -116,7 +116,21 @@ type runOptions struct {
 	phasesChain bool    // profile them back to back (-phaseschain)
 	power       bool    // measure energy and clocks of the timed steps (-power, -device cuda)
 	wgrad       string  // -wgrad: wgradAuto, wgradNarrow or wgradF32
+	backward    string  // -backward: backwardInputFirst or backwardParamsFirst
 }
+
+// Orders of a train step's gradients within a layer (-backward).
+const (
+	// backwardInputFirst computes a layer's input gradient, then its
+	// weight and bias gradients: FlexGEMM's order (its backward computes
+	// grad_input before grad_weight), so a transient of the input gradient
+	// (a transposed weight, split-K partials) never coexists with the
+	// layer's own weight gradient.
+	backwardInputFirst = "input-first"
+	// backwardParamsFirst computes the weight and bias gradients first,
+	// the order of every run before the fifty-ninth session.
+	backwardParamsFirst = "params-first"
+)
 
 // Weight-gradient element types of a train step (-wgrad).
 const (
@@ -173,6 +187,7 @@ func parseRunFlags(args []string, stderr io.Writer) (*runOptions, error) {
 	phaseSteps := fs.Int("phasesteps", 3, "profiled steps per record with -phases")
 	phasesChain := fs.Bool("phaseschain", false, "with -phases, profile the -phasesteps steps back to back in one profile, as timed steps run (no wait for the device between them, no per-phase memory peaks), so the gaps are the timed steps' idle device")
 	power := fs.Bool("power", false, "record the GPU's energy per step, mean board power and SM clock (mean, lowest, share of samples held by the power cap) over the timed steps, read through NVML (-device cuda)")
+	backward := fs.String("backward", backwardInputFirst, "order of a train step's gradients within a layer: input-first (the input gradient, then the weight and bias gradients, as FlexGEMM's backward) or params-first")
 	wgrad := fs.String("wgrad", wgradAuto, "weight-gradient dtype of train steps: auto (fp16/bf16 gradients of fp16/bf16 inputs, as FlexGEMM's .grad; else fp32), narrow (the input's), fp32 (float32 always, the engine's default)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -200,13 +215,18 @@ func parseRunFlags(args []string, stderr io.Writer) (*runOptions, error) {
 	default:
 		return nil, fmt.Errorf("unknown -wgrad %q (want %s, %s or %s)", *wgrad, wgradAuto, wgradNarrow, wgradF32)
 	}
+	switch *backward {
+	case backwardInputFirst, backwardParamsFirst:
+	default:
+		return nil, fmt.Errorf("unknown -backward %q (want %s or %s)", *backward, backwardInputFirst, backwardParamsFirst)
+	}
 	switch *kmapKind {
 	case kmapAuto, kmapCPU, kmapGPU:
 	default:
 		return nil, fmt.Errorf("unknown -kmap %q (want %s, %s or %s)", *kmapKind, kmapAuto, kmapCPU, kmapGPU)
 	}
 	o := &runOptions{batch: *batch, coordsFile: *coords, seed: *seed, out: *out, commit: *commit, impl: *impl,
-		device: *device, gpu: *gpu, kmap: *kmapKind, peakTFLOPS: *peakTFLOPS, wgrad: *wgrad,
+		device: *device, gpu: *gpu, kmap: *kmapKind, peakTFLOPS: *peakTFLOPS, wgrad: *wgrad, backward: *backward,
 		conv:    sparse.ConvOptions{SplitK: *splitK, TileRows: *tileRows},
 		measure: measureOpts{warmups: *warmups, repeats: *repeats, iters: *iters, maxIters: *maxIters, minRepeat: *minTime, memSample: *memSample}}
 	if *phases {
@@ -393,7 +413,7 @@ func runBench(o *runOptions, stdout, stderr io.Writer) ([]Record, error) {
 					var w *workload
 					err := srcErr
 					if err == nil {
-						p := params{op: op, C: cfg.C, L: cfg.L, dtype: dt, conv: o.conv, seed: o.seed, be: be, maps: src}
+						p := params{op: op, C: cfg.C, L: cfg.L, dtype: dt, conv: o.conv, paramsFirst: o.backward == backwardParamsFirst, seed: o.seed, be: be, maps: src}
 						p.conv.Algorithm = algo
 						p.conv.NarrowWeightGrad = narrowWeightGrad(o.wgrad, dt)
 						err = safely(func() (err error) { w, err = newWorkload(*sc, p); return err })
@@ -427,6 +447,9 @@ func runBench(o *runOptions, stdout, stderr io.Writer) ([]Record, error) {
 						rec := makeRecord(o, op, mode, dt.name, algoName, *sc, cfg, w, t)
 						if mode == modeTrain && op != opSample {
 							rec.WGradDType = wgradDTypeName(o.wgrad, dt)
+							if o.backward != backwardInputFirst {
+								rec.Backward = o.backward
+							}
 						}
 						if o.phases > 0 {
 							var ps *PhaseSummary

@@ -50,9 +50,12 @@ type params struct {
 	C, L  int
 	dtype dtypeInfo
 	conv  sparse.ConvOptions
-	seed  uint64
-	be    *backend   // where it runs
-	maps  *mapSource // how its kernel maps are built (nil: on the host)
+	// paramsFirst computes each layer's weight and bias gradients before
+	// its input gradient (-backward params-first).
+	paramsFirst bool
+	seed        uint64
+	be          *backend   // where it runs
+	maps        *mapSource // how its kernel maps are built (nil: on the host)
 }
 
 // workload is a ready-to-time instance: one step function per mode.
@@ -181,8 +184,16 @@ func newWorkload(sc scene, p params) (*workload, error) {
 // intermediate gradient once the layer below has read it, as autograd
 // frees saved tensors and gradients; inference frees each intermediate
 // output as soon as the next layer has read it, as the anchor's h = conv(h)
-// drops it.
-func convStack(h *holder, maps []*kmap.Map, x sparse.Matrix, ws, bs []sparse.Matrix, ones func(*holder) (sparse.Matrix, error), opt sparse.ConvOptions, train bool) error {
+// drops it. Within a layer the input gradient comes first, then the weight
+// and bias gradients, as in FlexGEMM's backward (grad_input, then
+// grad_weight): what the input gradient holds while it runs (a transposed
+// weight, split-K partials) is freed before the layer's weight gradient is
+// allocated. paramsFirst reverses that (-backward params-first). On the
+// CUDA engine the weight and bias gradients of small maps run on a side
+// stream beside the next input gradient queued (Device.onSide, doBeside):
+// in the default order a layer's parameter gradients overlap the input
+// gradient of the layer below, in the other its own.
+func convStack(h *holder, maps []*kmap.Map, x sparse.Matrix, ws, bs []sparse.Matrix, ones func(*holder) (sparse.Matrix, error), opt sparse.ConvOptions, train, paramsFirst bool) error {
 	L := len(ws)
 	if !train {
 		return inferStack(h, maps, x, ws, bs, opt)
@@ -212,10 +223,10 @@ func convStack(h *holder, maps []*kmap.Map, x sparse.Matrix, ws, bs []sparse.Mat
 	if dy, err = ones(h); err != nil {
 		return fmt.Errorf("output gradient: %w", err)
 	}
-	for l := L - 1; l >= 0; l-- {
-		// The weight and bias gradients in one call (sparse.ConvParamGrads:
-		// the CUDA engine sums the bias gradient in the weight gradient's
-		// kernel where it can).
+	// paramGrads computes layer l's weight and bias gradients in one call
+	// (sparse.ConvParamGrads: the CUDA engine sums the bias gradient in the
+	// weight gradient's kernel where it can).
+	paramGrads := func(l int) error {
 		h.be.phasef("wgrad L%d", l)
 		dw, db, err := sparse.ConvParamGrads(maps[l], acts[l], dy, opt)
 		if err != nil {
@@ -223,19 +234,34 @@ func convStack(h *holder, maps []*kmap.Map, x sparse.Matrix, ws, bs []sparse.Mat
 		}
 		h.keep(dw, nil)
 		h.keep(db, nil)
-		if l > 0 {
-			h.be.phasef("dgrad L%d", l)
-			dx, err := sparse.ConvInputGrad(maps[l], dy, ws[l], opt)
-			if err != nil {
-				return fmt.Errorf("layer %d input gradient: %w", l, err)
+		return nil
+	}
+	for l := L - 1; l >= 0; l-- {
+		if paramsFirst || l == 0 {
+			if err := paramGrads(l); err != nil {
+				return err
 			}
-			if madeDy {
-				h.be.free(dy)
-			}
-			dy, madeDy = dx, true
-			h.be.free(acts[l])
-			acts[l] = sparse.Matrix{}
 		}
+		if l == 0 {
+			break
+		}
+		h.be.phasef("dgrad L%d", l)
+		dx, err := sparse.ConvInputGrad(maps[l], dy, ws[l], opt)
+		if err != nil {
+			return fmt.Errorf("layer %d input gradient: %w", l, err)
+		}
+		if !paramsFirst {
+			if err := paramGrads(l); err != nil {
+				h.be.free(dx)
+				return err
+			}
+		}
+		if madeDy {
+			h.be.free(dy)
+		}
+		dy, madeDy = dx, true
+		h.be.free(acts[l])
+		acts[l] = sparse.Matrix{}
 	}
 	return nil
 }
@@ -361,7 +387,7 @@ func submWorkload(sc scene, p params) (_ *workload, err error) {
 	}
 	step := func(train bool) func() error {
 		return stepFunc(p, buildFor(train), func(h *holder, maps []*kmap.Map) error {
-			return convStack(h, maps, x, ws, bs, ones, p.conv, train)
+			return convStack(h, maps, x, ws, bs, ones, p.conv, train, p.paramsFirst)
 		})
 	}
 	// mapOnly is an inference step's map phase and nothing else: build,
@@ -383,7 +409,7 @@ func submWorkload(sc scene, p params) (_ *workload, err error) {
 		}
 		h := &holder{be: p.be}
 		defer h.release()
-		err := convStack(h, kept, x, ws, bs, ones, p.conv, false)
+		err := convStack(h, kept, x, ws, bs, ones, p.conv, false, false)
 		p.be.phase("release")
 		return err
 	}
@@ -465,7 +491,7 @@ func downWorkload(sc scene, p params) (_ *workload, err error) {
 			return downMaps(p.maps, sc, p.L, func(l int) tableUse { return useFor(p, train, l > 0) })
 		}
 		return stepFunc(p, build, func(h *holder, maps []*kmap.Map) error {
-			return convStack(h, maps, x, ws, bs, ones, p.conv, train)
+			return convStack(h, maps, x, ws, bs, ones, p.conv, train, p.paramsFirst)
 		})
 	}
 	useful := 2 * float64(pairs) * float64(p.C) * float64(p.C)
