@@ -58,6 +58,18 @@
 //
 // Needs PTX ISA 7.8 (mbarrier.try_wait) and, like every kernel of
 // wgmma.cuh, the sm_90a target: the *_sm90a.cu files include this header.
+//
+// Timing ceilings (ceiling.sh; never defined by build.sh): each macro
+// takes one part of the producers' work away, so a run through
+// FLEXGEMM_KERNEL_IMAGE times the kernel without it. The results are
+// wrong; the work is otherwise the same.
+//   FG_CEILING_NO_ROWS    no row copies (the producers still wait and arrive)
+//   FG_CEILING_ZERO_ROWS  every row copy issued with source size 0: the same
+//                         instructions and shared-memory writes, no global read
+//   FG_CEILING_SELF_ROWS  a live (row, tap) copies the tile row's own output
+//                         row: the same copies, one row's locality
+//   FG_CEILING_NO_WEIGHT  no weight copies (producer 0 arrives announcing none)
+// PERF_NOTES step 120 used them on the tf32 C 64 / C 128 gathers.
 #pragma once
 
 #include "gemm.cuh"
@@ -536,7 +548,11 @@ __device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMa
         T* bs = Bs + s * L::BSt;
         const int* src = p.tbl ? m->idx + pos * BM : m->rows;  // each tile row's source row or −1
         if (p.vec) {
+#ifdef FG_CEILING_NO_WEIGHT
+          if (pt == 0) mbar_arrive(full + s);
+#else
           if (pt == 0) mbar_arrive_expect_tx(full + s, BN * BK * C::kElem);
+#endif
           // A: gathered rows (K-major, 128-byte swizzle), their source
           // rows read first (a shared read between copies waits for its
           // own round trip: gemm.cuh pairs_gemm).
@@ -559,20 +575,35 @@ __device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMa
           }
 #pragma unroll
           for (int j = 0; j < BM / RP; ++j) {
+#ifdef FG_CEILING_SELF_ROWS
+            const int sr = srs[j] >= 0 ? m->rows[r0 + j * RP] : -1;
+#else
             const int sr = srs[j];
+#endif
+#ifdef FG_CEILING_NO_ROWS
+            continue;
+#endif
             if constexpr (HS) {
               if (!((live >> ((r0 + j * RP) >> 6)) & 1)) continue;  // its warpgroup skips the tap
             }
             const char* xr = row_addr(xq, (unsigned)max(sr, 0), rowBytes);
 #pragma unroll
-            for (int h = 0; h < 2; ++h)
+            for (int h = 0; h < 2; ++h) {
+#ifdef FG_CEILING_ZERO_ROWS
+              nh[h] = 0;
+#endif
               cp_async16_at(dh[h] + j * RP * BK * (int)sizeof(T), xr + h * 4 * KC * (int)sizeof(T), sr >= 0 ? nh[h] : 0);
+            }
           }
           // B: the weight's stage by bulk tensor copies (the tensor core's
           // swizzle is the TMA's 128-byte swizzle; rows past N and columns
           // past Kc arrive as zeros), issued by one thread after its
           // arrival announced their bytes.
+#ifdef FG_CEILING_NO_WEIGHT
+          if (false) {
+#else
           if (pt == 0) {
+#endif
             if constexpr (WT) {
 #pragma unroll
               for (int b = 0; b < BN / 64; ++b)
