@@ -26,6 +26,10 @@
 //	                ptxas (-fetch downloads one) and prints each Hopper
 //	                kernel's registers, spills and consumer stage loop,
 //	                to compare builds before timing them on a GPU
+//	ceiling.sh      builds timing-ceiling images of the Hopper gathers
+//	                (gather_ws.cuh's FG_CEILING_* macros: wrong results,
+//	                one part of the producers' work removed) for
+//	                FLEXGEMM_KERNEL_IMAGE
 //	images/         the compiled images, embedded with go:embed
 //
 // # Rebuilding
