@@ -10,6 +10,9 @@
 //	bash bench/gpu_run.sh build   # here; then on the GPU machine:
 //	bash bench/gpu_run.sh         # ours and FlexGEMM side by side, ratio table last
 //	go run ./bench version        # the commit the records of this binary carry
+//	bash bench/ab_run.sh ab.jsonl 'FLAGS' NAME=SPEC …  # one binary, variants (env
+//	                              # KEY=VALUE words and flags), alternated rounds
+//	go run ./bench ab [-base NAME] ab.jsonl  # their rounds, medians and changes
 //	.gpu/bench tune [-res 64,128,256] [-c 16,…] [-o autotune/pretuned/h200.json]
 //	                              # offline autotuning of a shell grid (GPU build)
 //	go run ./bench padding [-res 8,…,1024] [-rows 64,128,256] [-regroup W [-windows [-fullfirst]]] [-merge] [-halo]

@@ -21,6 +21,8 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 		err = compareMain(args[1:], stdout, stderr)
 	case len(args) > 0 && args[0] == "tune":
 		err = tuneMain(args[1:], stdout, stderr)
+	case len(args) > 0 && args[0] == "ab":
+		err = abMain(args[1:], stdout, stderr)
 	case len(args) > 0 && args[0] == "padding":
 		err = paddingMain(args[1:], stdout, stderr)
 	case len(args) > 0 && args[0] == "pairsched":
