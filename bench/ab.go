@@ -31,6 +31,9 @@ type abCell struct {
 	rounds map[int]float64 // round → ms
 	peak   float64         // largest peak_mem_gb over the rounds (0: none)
 	failed int             // rounds that recorded an error
+	// smMHz and capped are the rounds' mean SM clocks and power-capped
+	// shares (records of -power only).
+	smMHz, capped []float64
 }
 
 // abSummary is an A/B run read back: its workloads in first-seen order,
@@ -41,6 +44,7 @@ type abSummary struct {
 	variants []string
 	cells    map[abKey]map[string]*abCell
 	skipped  int
+	power    bool // some record has a power field (-power)
 }
 
 // readAB groups recs by workload and variant, taking only records of impl
@@ -92,6 +96,11 @@ func readAB(recs []Record) (*abSummary, error) {
 		if r.PeakMemGB != nil && *r.PeakMemGB > c.peak {
 			c.peak = *r.PeakMemGB
 		}
+		if r.Power != nil {
+			s.power = true
+			c.smMHz = append(c.smMHz, r.Power.SMMHzMean)
+			c.capped = append(c.capped, r.Power.CappedFraction)
+		}
 	}
 	if len(s.keys) == 0 {
 		return nil, errors.New("ab: no records with an A/B commit (<tag>-<variant>-r<round>)")
@@ -118,13 +127,19 @@ func (c *abCell) median() (med float64, times []float64, ok bool) {
 
 // write prints the summary as a markdown table: per workload and variant
 // the rounds' times, their median and the median's change against the
-// base variant's, and the largest peak memory of the rounds.
+// base variant's, and the largest peak memory of the rounds; with -power
+// records also the medians of the rounds' mean SM clock and power-capped
+// share.
 func (s *abSummary) write(w io.Writer, base string) error {
 	if !slices.Contains(s.variants, base) {
 		return fmt.Errorf("ab: base variant %q not in the run (variants %v)", base, s.variants)
 	}
-	fmt.Fprintf(w, "| op | mode | dtype | RES, C, L | variant | rounds ms | median ms | vs %s | peak GiB |\n", base)
-	fmt.Fprintln(w, "|---|---|---|---|---|---|---:|---:|---:|")
+	head, rule := "", ""
+	if s.power {
+		head, rule = " SM MHz | capped |", "---:|---:|"
+	}
+	fmt.Fprintf(w, "| op | mode | dtype | RES, C, L | variant | rounds ms | median ms | vs %s | peak GiB |%s\n", base, head)
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---:|---:|---:|"+rule)
 	for _, k := range s.keys {
 		row := s.cells[k]
 		bm, _, bok := row[base].median()
@@ -154,7 +169,16 @@ func (s *abSummary) write(w io.Writer, base string) error {
 			if c.peak > 0 {
 				peak = strconv.FormatFloat(c.peak, 'f', 4, 64)
 			}
-			fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s |\n", k, v, rounds, medS, change, peak)
+			pw := ""
+			if s.power {
+				mhz, capped := "–", "–"
+				if len(c.smMHz) > 0 {
+					mhz = strconv.FormatFloat(medianOf(c.smMHz), 'f', 0, 64)
+					capped = strconv.FormatFloat(100*medianOf(c.capped), 'f', 0, 64) + " %"
+				}
+				pw = fmt.Sprintf(" %s | %s |", mhz, capped)
+			}
+			fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s |%s\n", k, v, rounds, medS, change, peak, pw)
 		}
 	}
 	if s.skipped > 0 {

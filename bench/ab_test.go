@@ -52,6 +52,18 @@ func TestABSummary(t *testing.T) {
 	require.Contains(t, out.String(), "| B | 2.000 / 2.200 / 2.100 | 2.100 | +16.7 % |")
 	require.ErrorContains(t, s.write(&out, "N"), `base variant "N" not in the run`)
 
+	// With -power records, the rounds' median clock and capped share.
+	p1, p2 := abRec("s3-B-r1", "infer", 512, 4.4, 0), abRec("s3-B-r2", "infer", 512, 4.5, 0)
+	p1.Power = &PowerRecord{SMMHzMean: 1700, CappedFraction: 0.5}
+	p2.Power = &PowerRecord{SMMHzMean: 1800, CappedFraction: 0.7}
+	s, err = readAB([]Record{p1, p2, abRec("s3-N-r1", "infer", 512, 3.0, 0)})
+	require.NoError(t, err)
+	out.Reset()
+	require.NoError(t, s.write(&out, "B"))
+	require.Contains(t, out.String(), "| peak GiB | SM MHz | capped |")
+	require.Contains(t, out.String(), "| B | 4.400 / 4.500 | 4.450 | – | – | 1750 | 60 % |")
+	require.Contains(t, out.String(), "| N | 3.000 | 3.000 | -32.6 % | – | – | – |")
+
 	for name, bad := range map[string][]Record{
 		"no A/B records": {abRec("742a7fa", "train", 8, 1, 0)},
 		"two tags":       {abRec("s1-B-r1", "train", 8, 1, 0), abRec("s2-B-r2", "train", 8, 1, 0)},
