@@ -1,12 +1,10 @@
 package main
 
 import (
-	"bytes"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"regexp"
 	"slices"
 	"strconv"
@@ -109,7 +107,7 @@ func readAB(recs []Record) (*abSummary, error) {
 }
 
 // median returns the median of c's rounds and the rounds' times in round
-// order; ok is false without any.
+// order; ok is false without any (or without c).
 func (c *abCell) median() (med float64, times []float64, ok bool) {
 	if c == nil || len(c.rounds) == 0 {
 		return 0, nil, false
@@ -145,10 +143,10 @@ func (s *abSummary) write(w io.Writer, base string) error {
 		bm, _, bok := row[base].median()
 		for _, v := range s.variants {
 			c := row[v]
-			med, times, ok := c.median()
 			if c == nil {
 				continue
 			}
+			med, times, ok := c.median()
 			rounds := ""
 			for i, t := range times {
 				if i > 0 {
@@ -204,17 +202,9 @@ func abMain(args []string, stdout, stderr io.Writer) error {
 		fs.Usage()
 		return errors.New("ab: no input files")
 	}
-	var recs []Record
-	for _, name := range fs.Args() {
-		data, err := os.ReadFile(name)
-		if err != nil {
-			return err
-		}
-		rs, err := readRecords(bytes.NewReader(data), name)
-		if err != nil {
-			return err
-		}
-		recs = append(recs, rs...)
+	recs, err := readRecordFiles(fs.Args())
+	if err != nil {
+		return err
 	}
 	s, err := readAB(recs)
 	if err != nil {

@@ -322,22 +322,16 @@ func compareMain(args []string, stdout, stderr io.Writer) error {
 		fs.Usage()
 		return errors.New("compare: no input files")
 	}
+	all, err := readRecordFiles(fs.Args())
+	if err != nil {
+		return err
+	}
 	var recs, failed []Record
-	for _, name := range fs.Args() {
-		data, err := os.ReadFile(name)
-		if err != nil {
-			return err
-		}
-		rs, err := readRecords(bytes.NewReader(data), name)
-		if err != nil {
-			return err
-		}
-		for _, r := range rs {
-			if r.Error != "" {
-				failed = append(failed, r)
-			} else {
-				recs = append(recs, r)
-			}
+	for _, r := range all {
+		if r.Error != "" {
+			failed = append(failed, r)
+		} else {
+			recs = append(recs, r)
 		}
 	}
 	for _, r := range failed {

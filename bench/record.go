@@ -2,10 +2,12 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
 	"math"
+	"os"
 	"strings"
 )
 
@@ -122,6 +124,24 @@ func readRecords(r io.Reader, name string) ([]Record, error) {
 	}
 	if err := sc.Err(); err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	return out, nil
+}
+
+// readRecordFiles reads the records of every named file (readRecords), in
+// order.
+func readRecordFiles(names []string) ([]Record, error) {
+	var out []Record
+	for _, name := range names {
+		data, err := os.ReadFile(name)
+		if err != nil {
+			return nil, err
+		}
+		rs, err := readRecords(bytes.NewReader(data), name)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, rs...)
 	}
 	return out, nil
 }
