@@ -572,6 +572,9 @@ __device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMa
             const int ch = q + 4 * h;
             dh[h] = smem_addr(as + r0 * BK + ((ch ^ r0) & 7) * KC);
             nh[h] = col0 + ch * KC < p.Kc ? 16 : 0;
+#ifdef FG_CEILING_ZERO_ROWS
+            nh[h] = 0;
+#endif
           }
 #pragma unroll
           for (int j = 0; j < BM / RP; ++j) {
@@ -588,12 +591,8 @@ __device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMa
             }
             const char* xr = row_addr(xq, (unsigned)max(sr, 0), rowBytes);
 #pragma unroll
-            for (int h = 0; h < 2; ++h) {
-#ifdef FG_CEILING_ZERO_ROWS
-              nh[h] = 0;
-#endif
+            for (int h = 0; h < 2; ++h)
               cp_async16_at(dh[h] + j * RP * BK * (int)sizeof(T), xr + h * 4 * KC * (int)sizeof(T), sr >= 0 ? nh[h] : 0);
-            }
           }
           // B: the weight's stage by bulk tensor copies (the tensor core's
           // swizzle is the TMA's 128-byte swizzle; rows past N and columns
