@@ -395,8 +395,8 @@ func (d *Device) setup(ordinal int) error {
 	}
 	for _, im := range images {
 		// A module that fails to load (a broken experimental image) only
-		// fails the kernels it holds. The Hopper modules (sm_90a PTX) are
-		// loaded on compute capability 9.0 only.
+		// fails the kernels it holds. The Hopper modules (sm_90a cubins,
+		// kernels.Images) are loaded on compute capability 9.0 only.
 		if strings.HasSuffix(im.Name, "_sm90a") && !(info.Major == 9 && info.Minor == 0) {
 			d.modules = append(d.modules, loadedModule{name: im.Name, source: im.Source,
 				err: fmt.Errorf("cudaext: kernel module %q holds sm_90a (Hopper) kernels; %s is sm_%d%d", im.Name, info.Name, info.Major, info.Minor)})

@@ -8,23 +8,34 @@
 # images/<name>.ptx.gz (gzip -9n: PTX text shrinks about tenfold), emitted
 # for compute_90 with the inline wgmma asm passed through and the header
 # raised to PTX ISA 8.0 / target sm_90a; the driver JIT-compiles that PTX
-# on Hopper GPUs (reference: GPU.md). manifest.txt records the nvcc version
-# and the sha256 of every input (*.cu, *.cuh, this script) and of every
-# image, which module defines each kernel (read with cuobjdump), so the
-# runtime looks a kernel up in its own module only, and which kernels wait
-# for the grids ahead of them (pdl.cuh), so the runtime may launch those
-# early; the plain Go test TestImagesUpToDate fails when a source changed
-# after the last build.
+# on Hopper GPUs (reference: GPU.md) only when asked to
+# (FLEXGEMM_HOPPER_PTX=1): each such PTX is also compiled here to an sm_90a
+# cubin, images/<name>.cubin.gz, by a ptxas of CUDA 12 or newer (PTXAS,
+# else the one `hopper_sass.sh -fetch` downloads), and the runtime loads
+# that, so a first Open on an H200 does not wait 80-100 s for the driver.
+# manifest.txt records the nvcc and ptxas versions, the sha256 of every
+# input (*.cu, *.cuh, this script) and of every image, the PTX each cubin
+# was compiled from (a "cubin" line: the sha256 of its .ptx.gz), which
+# module defines each kernel (read with cuobjdump), so the runtime looks a
+# kernel up in its own module only, and which kernels wait for the grids
+# ahead of them (pdl.cuh), so the runtime may launch those early; the
+# plain Go test TestImagesUpToDate fails when a source changed after the
+# last build, or a cubin was not compiled from the PTX beside it.
 #
 # Usage: cudaext/kernels/build.sh          (needs nvcc 11.8+ and Go on PATH)
 #        NVCC=/path/to/nvcc JOBS=4 cudaext/kernels/build.sh
 #        cudaext/kernels/build.sh --check  (CI: compile every .cu into a
 #                                           temporary directory, change nothing)
 # An image is rebuilt when its .cu changed, when any .cuh, this script or
-# the nvcc version changed, or when it is missing.
+# the nvcc version changed, or when it is missing; a cubin when its PTX or
+# the ptxas version changed, or when it is missing. (nvcc 11.8 numbers a
+# few PTX registers differently from build to build: a rebuild that changed
+# no code may be undone with git checkout of images/, then this script run
+# again to recompile the cubins and the manifest from what is there.)
 set -euo pipefail
 cd "$(dirname "$0")"
 NVCC=${NVCC:-nvcc}
+PTXAS=${PTXAS:-${FLEXGEMM_CUDA12:-$HOME/.cache/flexgemm/cuda-12.4}/ptxas}
 JOBS=${JOBS:-$(nproc)}
 FLAGS="-std=c++17 -O3 -Xfatbin=-compress-all -gencode=arch=compute_80,code=sm_80 -gencode=arch=compute_90,code=sm_90 -gencode=arch=compute_90,code=compute_90"
 PTXFLAGS="-std=c++17 -O3 -ptx -arch=compute_90"
@@ -43,8 +54,16 @@ compile() {
     $NVCC $FLAGS -fatbin -o "$dir/$n.fatbin.tmp" "$src" && mv "$dir/$n.fatbin.tmp" "$dir/$n.fatbin"
   fi
 }
-export -f compile
-export NVCC FLAGS PTXFLAGS
+# cubin NAME: images/NAME.cubin.gz, the sm_90a cubin of images/NAME.ptx.gz.
+cubin() {
+  local n=$1
+  gzip -dc "images/$n.ptx.gz" > "images/$n.ptx.tmp"
+  "$PTXAS" -arch=sm_90a -o "images/$n.cubin.tmp" "images/$n.ptx.tmp" && rm "images/$n.ptx.tmp" &&
+    gzip -9n -c "images/$n.cubin.tmp" > "images/$n.cubin.gz.tmp" && rm "images/$n.cubin.tmp" &&
+    mv "images/$n.cubin.gz.tmp" "images/$n.cubin.gz"
+}
+export -f compile cubin
+export NVCC PTXAS FLAGS PTXFLAGS
 
 if [[ "${1:-}" == --check ]]; then
   tmp=$(mktemp -d)
@@ -52,6 +71,13 @@ if [[ "${1:-}" == --check ]]; then
   ls *.cu | xargs -P "$JOBS" -I{} bash -c "compile {} $tmp"
   echo "build.sh --check: every .cu compiles with $("$NVCC" --version | grep -o 'release [0-9.]*')"
   exit 0
+fi
+
+ptxasver=$("$PTXAS" --version 2>/dev/null | grep -oE 'release [0-9.]+, V[0-9.]+' || true)
+if ! grep -qE '^release (1[2-9]|[2-9][0-9])\.' <<< "$ptxasver"; then
+  echo "build.sh: the sm_90a cubins need a ptxas of CUDA 12 or newer, none at $PTXAS:" >&2
+  echo "  run cudaext/kernels/hopper_sass.sh -fetch (CUDA 12.4's, into ~/.cache/flexgemm), or set PTXAS" >&2
+  exit 2
 fi
 
 exec 9>"${TMPDIR:-/tmp}/flexgemm-kernels-build.lock"
@@ -80,7 +106,7 @@ for cu in *.cu; do
 done
 # Images whose source is gone.
 rm -f images/*.ptx  # uncompressed PTX of earlier builds
-for img in images/*.fatbin images/*.ptx.gz; do
+for img in images/*.fatbin images/*.ptx.gz images/*.cubin.gz; do
   [[ -e "$img" ]] || continue
   n=$(basename "${img%%.*}")
   [[ -f "$n.cu" ]] || rm -f "$img"
@@ -93,16 +119,38 @@ else
   echo "build.sh: images up to date"
 fi
 
+# The sm_90a cubins: rebuilt when their PTX or the ptxas changed, or missing.
+old_ptxas=$(grep '^ptxas ' manifest.txt 2>/dev/null | cut -d' ' -f2- || true)
+cubins=()
+for gz in images/*_sm90a.ptx.gz; do
+  [[ -e "$gz" ]] || continue
+  n=$(basename "$gz" .ptx.gz)
+  if [[ "$ptxasver" != "$old_ptxas" || ! -f images/$n.cubin.gz ]] ||
+     ! grep -qx "cubin $(sha256sum "$gz" | cut -d' ' -f1) $n" manifest.txt 2>/dev/null; then
+    cubins+=("$n")
+  fi
+done
+if ((${#cubins[@]})); then
+  echo "build.sh: ptxas $ptxasver: compiling ${cubins[*]} to sm_90a cubins"
+  printf '%s\n' "${cubins[@]}" | xargs -P "$JOBS" -I{} bash -c 'cubin {}'
+fi
+
 {
   echo "# FlexGEMM-Go kernel image manifest, written by build.sh. DO NOT EDIT."
   echo "nvcc $nvccver"
   echo "flags $FLAGS"
+  echo "ptxas $ptxasver"
   echo "common $common"
   for f in $(ls build.sh *.cuh *.cu | LC_ALL=C sort); do
     echo "source $(sha256sum "$f" | cut -d' ' -f1) $f"
   done
-  for img in $(ls images/*.fatbin images/*.ptx.gz | LC_ALL=C sort); do
+  for img in $(ls images/*.fatbin images/*.ptx.gz images/*.cubin.gz | LC_ALL=C sort); do
     echo "image $(sha256sum "$img" | cut -d' ' -f1) $(basename "$img")"
+  done
+  # Each sm_90a cubin and the PTX it was compiled from (cubin() above
+  # compiled every one whose PTX changed).
+  for img in $(ls images/*.cubin.gz | LC_ALL=C sort); do
+    echo "cubin $(sha256sum "${img%.cubin.gz}.ptx.gz" | cut -d' ' -f1) $(basename "$img" .cubin.gz)"
   done
   for img in $(ls images/*.fatbin | LC_ALL=C sort); do
     "${CUOBJDUMP:-cuobjdump}" --dump-elf-symbols "$img" | awk '$3 == "STO_ENTRY" {print $4}' | LC_ALL=C sort -u |

@@ -17,8 +17,9 @@
 //	                gemm_*.cu from them
 //	build.sh        compiles every X.cu into images/X.fatbin (sm_80, sm_90,
 //	                compute_90 PTX), every X_sm90a.cu into sm_90a PTX
-//	                (images/X.ptx.gz, compiled by the driver on Hopper),
-//	                and writes manifest.txt
+//	                (images/X.ptx.gz) and that PTX, with a CUDA 12 ptxas,
+//	                into an sm_90a cubin (images/X.cubin.gz, what the
+//	                engine loads on Hopper), and writes manifest.txt
 //	resources.sh    writes resources.txt: registers and local memory of
 //	                every sm_90 kernel of the images, for review and
 //	                TestKernelResources
@@ -53,4 +54,7 @@
 // .cubin/.ptx) file or a directory of them; each file replaces the embedded
 // module of the same base name (conv_aux.fatbin replaces module "conv_aux"), so
 // experimental builds can be tried without recompiling Go code.
+// FLEXGEMM_HOPPER_PTX=1 makes the Hopper modules load from their embedded
+// sm_90a PTX, compiled by the driver (and cached by it), instead of from
+// the embedded cubins (EnvHopperPTX).
 package kernels

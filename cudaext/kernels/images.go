@@ -14,7 +14,7 @@ import (
 	"sync"
 )
 
-//go:embed images/*.fatbin images/*.ptx.gz
+//go:embed images/*.fatbin images/*.ptx.gz images/*.cubin.gz
 var imageFS embed.FS
 
 //go:embed manifest.txt
@@ -22,6 +22,12 @@ var manifest string
 
 // EnvImage is the environment variable that overrides embedded images.
 const EnvImage = "FLEXGEMM_KERNEL_IMAGE"
+
+// EnvHopperPTX is the environment variable that, set to 1, makes Images
+// return the Hopper modules' embedded sm_90a PTX (which the driver
+// compiles at the first load, 80-100 s on an H200, then caches) instead of
+// their embedded sm_90a cubins, compiled from that PTX by build.sh.
+const EnvHopperPTX = "FLEXGEMM_HOPPER_PTX"
 
 // Manifest returns the build manifest of the embedded images.
 func Manifest() string { return manifest }
@@ -81,26 +87,46 @@ type Image struct {
 
 // Images returns every module image, sorted by name: the embedded ones,
 // with those named by FLEXGEMM_KERNEL_IMAGE replacing (or adding to) them.
+// A Hopper module is embedded twice, as sm_90a PTX (X.ptx.gz) and as the
+// sm_90a cubin build.sh compiled from it (X.cubin.gz): Images returns the
+// cubin, or the PTX when FLEXGEMM_HOPPER_PTX=1.
 func Images() ([]Image, error) {
 	entries, err := imageFS.ReadDir("images")
 	if err != nil {
 		return nil, fmt.Errorf("kernels: reading embedded images: %w", err)
 	}
+	want := ".cubin.gz"
+	switch v := os.Getenv(EnvHopperPTX); v {
+	case "", "0":
+	case "1":
+		want = ".ptx.gz"
+	default:
+		return nil, fmt.Errorf("kernels: %s=%q: want 1 (load the Hopper PTX) or 0 (the cubins)", EnvHopperPTX, v)
+	}
 	byName := map[string]Image{}
 	for _, e := range entries {
+		name, ext := e.Name(), filepath.Ext(e.Name())
+		for _, gz := range []string{".ptx.gz", ".cubin.gz"} {
+			if strings.HasSuffix(name, gz) {
+				ext = gz
+			}
+		}
+		name = strings.TrimSuffix(name, ext)
+		if _, ok := byName[name]; ok && ext != want {
+			continue // the other form of a Hopper module, already read
+		}
 		data, err := imageFS.ReadFile("images/" + e.Name())
 		if err != nil {
 			return nil, fmt.Errorf("kernels: reading embedded image %s: %w", e.Name(), err)
 		}
-		ext := filepath.Ext(e.Name())
-		if strings.HasSuffix(e.Name(), ".ptx.gz") {
-			ext = ".ptx.gz"
+		if strings.HasSuffix(ext, ".gz") {
 			if data, err = gunzip(data); err != nil {
 				return nil, fmt.Errorf("kernels: embedded image %s: %w", e.Name(), err)
 			}
+		}
+		if ext == ".ptx.gz" {
 			data = append(data, 0) // the driver wants NUL-terminated PTX
 		}
-		name := strings.TrimSuffix(e.Name(), ext)
 		byName[name] = Image{Name: name, Data: data, Source: "embedded"}
 	}
 	if path := os.Getenv(EnvImage); path != "" {
@@ -161,10 +187,12 @@ func overrides(path string) ([]Image, error) {
 	return out, nil
 }
 
-// ManifestEntry is one "source", "image", "kernel" or "waits" line of
-// the manifest. Kernel and waits lines have Module and Name (the kernel
-// symbol) and no SHA256; a waits line says that the kernel's code waits
-// for the grids ahead of it (KernelWaits).
+// ManifestEntry is one "source", "image", "cubin", "kernel" or "waits"
+// line of the manifest. Kernel and waits lines have Module and Name (the
+// kernel symbol) and no SHA256; a waits line says that the kernel's code
+// waits for the grids ahead of it (KernelWaits). A cubin line's Name is a
+// Hopper module and its SHA256 that of the PTX image (X.ptx.gz) its cubin
+// (X.cubin.gz) was compiled from.
 type ManifestEntry struct {
 	Kind, SHA256, Name, Module string
 }
@@ -184,8 +212,8 @@ func ParseManifest(text string) (entries []ManifestEntry, nvcc, flags string, er
 			nvcc = rest
 		case "flags":
 			flags = rest
-		case "common":
-		case "source", "image", "kernel", "waits":
+		case "common", "ptxas":
+		case "source", "image", "cubin", "kernel", "waits":
 			f := strings.Fields(rest)
 			if len(f) != 2 {
 				return nil, "", "", fmt.Errorf("kernels: bad manifest line %q", line)

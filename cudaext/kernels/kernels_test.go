@@ -33,6 +33,7 @@ func TestImagesUpToDate(t *testing.T) {
 
 	want := map[string]string{}
 	images := map[string]string{}
+	cubinOf := map[string]string{} // Hopper module → sha256 of the PTX its cubin was compiled from
 	kernelsOf := map[string]int{}
 	for _, e := range entries {
 		switch e.Kind {
@@ -40,6 +41,8 @@ func TestImagesUpToDate(t *testing.T) {
 			want[e.Name] = e.SHA256
 		case "image":
 			images[e.Name] = e.SHA256
+		case "cubin":
+			cubinOf[e.Name] = e.SHA256
 		case "kernel":
 			kernelsOf[e.Module]++
 			mod, ok := KernelModule(e.Name)
@@ -48,7 +51,11 @@ func TestImagesUpToDate(t *testing.T) {
 		}
 	}
 	for name := range images {
-		require.Positivef(t, kernelsOf[strings.TrimSuffix(strings.TrimSuffix(name, ".fatbin"), ".ptx.gz")], "manifest lists no kernels of %s", name)
+		module := name
+		for _, ext := range []string{".fatbin", ".ptx.gz", ".cubin.gz"} {
+			module = strings.TrimSuffix(module, ext)
+		}
+		require.Positivef(t, kernelsOf[module], "manifest lists no kernels of %s", name)
 	}
 	// Hopper tiles: a gather kernel (no _wt twin) in the sm90a PTX module
 	// of every arithmetic they serve, none elsewhere.
@@ -121,6 +128,19 @@ func TestImagesUpToDate(t *testing.T) {
 				require.NoError(t, err, name)
 				require.Containsf(t, string(data), "\n.target sm_90a\n", "%s is not retargeted to sm_90a", name)
 				require.Containsf(t, string(data), "\n.version 8.0\n", "%s is not PTX ISA 8.0", name)
+				// The sm_90a cubin that Images returns instead: compiled
+				// from this PTX (its cubin line), an ELF image.
+				module := strings.TrimSuffix(f, ".cu")
+				require.Equalf(t, sha(gz), cubinOf[module], "the cubin of %s was not compiled from the embedded PTX: run cudaext/kernels/build.sh", module)
+				delete(cubinOf, module)
+				cubin := module + ".cubin.gz"
+				gzc, err := imageFS.ReadFile("images/" + cubin)
+				require.NoErrorf(t, err, "no embedded cubin for %s: run cudaext/kernels/build.sh", f)
+				require.Equalf(t, images[cubin], sha(gzc), "embedded %s differs from the manifest", cubin)
+				delete(images, cubin)
+				elf, err := gunzip(gzc)
+				require.NoError(t, err, cubin)
+				require.Truef(t, bytes.HasPrefix(elf, []byte("\x7fELF")), "%s is not an ELF cubin", cubin)
 			}
 			data, err := imageFS.ReadFile("images/" + name)
 			require.NoErrorf(t, err, "no embedded image for %s: run cudaext/kernels/build.sh", f)
@@ -129,6 +149,7 @@ func TestImagesUpToDate(t *testing.T) {
 		}
 	}
 	require.Emptyf(t, images, "manifest lists images without a source")
+	require.Emptyf(t, cubinOf, "manifest lists cubins of modules without a source")
 }
 
 // TestInstancesUpToDate fails when the generated gemm_*.cu files differ
@@ -392,6 +413,56 @@ func TestImagesOverride(t *testing.T) {
 	t.Setenv(EnvImage, filepath.Join(dir, "missing"))
 	_, err = Images()
 	require.ErrorContains(t, err, EnvImage)
+}
+
+// TestImagesHopperForm checks which form of each Hopper module Images
+// returns: the sm_90a cubin by default and with FLEXGEMM_HOPPER_PTX=0, the
+// NUL-terminated sm_90a PTX with FLEXGEMM_HOPPER_PTX=1, the same set of
+// modules either way, and an error naming the variable for another value.
+func TestImagesHopperForm(t *testing.T) {
+	tests := []struct {
+		env     string
+		wantPTX bool
+		wantErr bool
+	}{
+		{env: "", wantPTX: false},
+		{env: "0", wantPTX: false},
+		{env: "1", wantPTX: true},
+		{env: "yes", wantErr: true},
+	}
+	var names []string
+	for _, tc := range tests {
+		t.Run("env="+tc.env, func(t *testing.T) {
+			t.Setenv(EnvHopperPTX, tc.env)
+			ims, err := Images()
+			if tc.wantErr {
+				require.ErrorContains(t, err, EnvHopperPTX)
+				return
+			}
+			require.NoError(t, err)
+			var got []string
+			hopper := 0
+			for _, im := range ims {
+				got = append(got, im.Name)
+				require.Equal(t, "embedded", im.Source)
+				if !strings.HasSuffix(im.Name, "_sm90a") {
+					continue
+				}
+				hopper++
+				if tc.wantPTX {
+					require.Containsf(t, string(im.Data), ".target sm_90a", "%s: not the PTX", im.Name)
+					require.Equalf(t, byte(0), im.Data[len(im.Data)-1], "%s: PTX not NUL-terminated", im.Name)
+				} else {
+					require.Truef(t, bytes.HasPrefix(im.Data, []byte("\x7fELF")), "%s: not the cubin", im.Name)
+				}
+			}
+			require.Equal(t, len(HopperMaths()), hopper, "one Hopper module per arithmetic with Hopper tiles")
+			if names == nil {
+				names = got
+			}
+			require.Equal(t, names, got, "the same modules in either form")
+		})
+	}
 }
 
 // TestKernelResources checks resources.txt (written by resources.sh from

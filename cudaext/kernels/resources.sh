@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Writes resources.txt: the registers and spill (local memory) bytes of
 # every kernel's sm_90 cubin in the embedded images (images/*.fatbin; the
-# Hopper *_sm90a images are PTX, compiled by the driver, and have none), as
+# Hopper *_sm90a images, sm_90a PTX and cubins that CUDA 11.8's cuobjdump
+# does not read, are reported by hopper_sass.sh instead), as
 # cuobjdump reports them, with the sha256 of each image read. A kernel's
 # registers decide how many of its blocks share an SM; a change shows in
 # this file's diff, and TestKernelResources fails when an image changed
