@@ -7,7 +7,7 @@
 #   /work/shared/anchor, also ignored) is present.
 # There (GPU machine, repository root, .gpu and .anchor carried):
 #   bash bench/gpu_run.sh
-#   1. ours: one untimed run that JIT-compiles the kernels, then
+#   1. ours: one untimed run (the engine's first open), then
 #      FlexGEMM's fp16 grid (train + infer), one process per config,
 #      then tf32 and bf16 for 64,1024,2 and 256,256,2;
 #   2. FlexGEMM: its pre-tuned autotune cache installed, then the fp16 grid
@@ -23,7 +23,7 @@
 # /tmp/flexgemm-bench), 7 in all: env.txt, ours.jsonl, ours.log,
 # flexgemm.jsonl, flexgemm.log, compare.md, ratios.png.
 # Knobs (environment): BUDGET, OURS_WARM_TIMEOUT (150: the untimed first
-# run that JIT-compiles the kernels), OURS_CFG_TIMEOUT (60), OURS_GRID_TIMEOUT
+# run, which JIT-compiles the Hopper PTX under FLEXGEMM_HOPPER_PTX=1), OURS_CFG_TIMEOUT (60), OURS_GRID_TIMEOUT
 # (140), OURS_EXTRA_TIMEOUT (40), FLEX_FP16_TIMEOUT (150), FLEX_CFG_TIMEOUT
 # (60: each fp16 config the grid step did not reach, rerun on its own),
 # FLEX_BF16_TIMEOUT (50), FLEX_TF32_TIMEOUT (90), OURS_KMAP_CPU_TIMEOUT (30), GRID and PAIR
@@ -84,13 +84,14 @@ step() {
 } > "$OUT/env.txt" 2>&1
 cat "$OUT/env.txt"
 
-# 1. Ours. One untimed run first: the driver JIT-compiles the embedded
-# Hopper PTX when the engine opens (tens of seconds on a fresh machine,
+# 1. Ours. One untimed run first: the engine's first open. The Hopper
+# modules load as embedded sm_90a cubins, but with FLEXGEMM_HOPPER_PTX=1
+# the driver JIT-compiles their PTX there (80-100 s on a fresh machine,
 # cached for later processes), which would otherwise eat the first
 # configs' timeouts (session 16, call 5: RES 8 and 16 timed out at 20 s).
 if [[ -x $BENCH ]]; then
   warm=$(mktemp)
-  step "ours warm-up (kernel JIT, not recorded)" "${OURS_WARM_TIMEOUT:-150}" "$OUT/ours.log" \
+  step "ours warm-up (first open, not recorded)" "${OURS_WARM_TIMEOUT:-150}" "$OUT/ours.log" \
     $BENCH -device cuda -cfgs 8,1024,16 -dtypes fp16 -modes infer -algo $ALGO -warmup 0 -repeats 1 -iters 1 -memsample=false -o "$warm"
   rm -f "$warm"
   phase_end=$((SECONDS + ${OURS_GRID_TIMEOUT:-140}))
