@@ -21,8 +21,8 @@
 //	                into an sm_90a cubin (images/X.cubin.gz, what the
 //	                engine loads on Hopper), and writes manifest.txt
 //	resources.sh    writes resources.txt: registers and local memory of
-//	                every sm_90 kernel of the images, for review and
-//	                TestKernelResources
+//	                every sm_90 and sm_90a kernel of the images, for
+//	                review and TestKernelResources
 //	hopper_sass.sh  compiles the sm_90a PTX images here with a CUDA 12
 //	                ptxas (-fetch downloads one) and prints each Hopper
 //	                kernel's registers, spills and consumer stage loop,

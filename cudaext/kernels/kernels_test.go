@@ -466,16 +466,21 @@ func TestImagesHopperForm(t *testing.T) {
 }
 
 // TestKernelResources checks resources.txt (written by resources.sh from
-// the sm_90 cubins of the embedded images) against the images: it must
-// have been written from the images embedded now; no kernel uses local
-// memory (a spill); every mma.sync GEMM kernel of the tile table is
-// listed; and the pairs kernels that TileCfg::kPairsMinBlocks holds to two
-// blocks per SM (8 warps, at most 16 accumulator fragments per warp, two
-// blocks' shared memory) fit two blocks by registers.
+// the sm_90 cubins of the embedded fatbins and the embedded sm_90a cubins)
+// against the images: it must have been written from the images embedded
+// now; no kernel uses local memory (a spill); every GEMM kernel of the
+// tile tables (mma.sync and Hopper) is listed; and the pairs kernels that
+// TileCfg::kPairsMinBlocks holds to two blocks per SM (8 warps, at most 16
+// accumulator fragments per warp, two blocks' shared memory) fit two
+// blocks by registers.
 func TestKernelResources(t *testing.T) {
 	kernels, images := readResources(t)
 	fatbins, err := fs.Glob(imageFS, "images/*.fatbin")
 	require.NoError(t, err)
+	cubins, err := fs.Glob(imageFS, "images/*_sm90a.cubin.gz")
+	require.NoError(t, err)
+	require.NotEmpty(t, cubins)
+	fatbins = append(fatbins, cubins...)
 	require.Len(t, images, len(fatbins), "resources.txt lists other images than those embedded: run cudaext/kernels/resources.sh")
 	for _, p := range fatbins {
 		img, err := imageFS.ReadFile(p)
@@ -506,11 +511,27 @@ func TestKernelResources(t *testing.T) {
 			require.LessOrEqualf(t, 2*tile.Threads()*regs, 65536,
 				"%s: %d registers per thread leave one block per SM, its launch bounds promise two", KernelName(Pairs, m, tile), regs)
 		}
+		for _, tile := range HopperTiles {
+			if !tile.Supports(m) {
+				continue
+			}
+			names := []string{KernelName(Gather, m, tile)}
+			if tile.HasTransposed(m) {
+				names = append(names, TransposedName(m, tile))
+			}
+			if tile.Has(Pairs, m) {
+				names = append(names, KernelName(Pairs, m, tile))
+			}
+			for _, name := range names {
+				_, ok := kernels[name]
+				require.Truef(t, ok, "resources.txt lacks the Hopper kernel %s: run cudaext/kernels/resources.sh", name)
+			}
+		}
 	}
 }
 
 // kernelUsage is one kernel's line of resources.txt: registers per
-// thread and local-memory (spill) bytes of its sm_90 cubin.
+// thread and local-memory (spill) bytes of its sm_90 (or sm_90a) cubin.
 type kernelUsage struct{ regs, local int }
 
 // readResources parses resources.txt: the kernels' usage by name and the

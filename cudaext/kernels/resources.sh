@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Writes resources.txt: the registers and spill (local memory) bytes of
-# every kernel's sm_90 cubin in the embedded images (images/*.fatbin; the
-# Hopper *_sm90a images, sm_90a PTX and cubins that CUDA 11.8's cuobjdump
-# does not read, are reported by hopper_sass.sh instead), as
+# every kernel's sm_90 cubin in the embedded images (images/*.fatbin) and
+# of the Hopper kernels' sm_90a cubins (images/*_sm90a.cubin.gz, read with a
+# cuobjdump of CUDA 12 or newer: CUOBJDUMP12, else the one
+# `hopper_sass.sh -fetch` downloads; CUDA 11.8's does not know sm_90a), as
 # cuobjdump reports them, with the sha256 of each image read. A kernel's
 # registers decide how many of its blocks share an SM; a change shows in
 # this file's diff, and TestKernelResources fails when an image changed
@@ -18,14 +19,33 @@
 # Usage: cudaext/kernels/resources.sh   (after build.sh; needs cuobjdump)
 set -euo pipefail
 cd "$(dirname "$0")"
+CUOBJDUMP12=${CUOBJDUMP12:-${FLEXGEMM_CUDA12:-$HOME/.cache/flexgemm/cuda-12.4}/cuobjdump}
+if ! "$CUOBJDUMP12" --version 2>/dev/null | grep -qE 'release (1[2-9]|[2-9][0-9])\.'; then
+  echo "resources.sh: the sm_90a cubins need a cuobjdump of CUDA 12 or newer, none at $CUOBJDUMP12:" >&2
+  echo "  run cudaext/kernels/hopper_sass.sh -fetch (CUDA 12.4's, into ~/.cache/flexgemm), or set CUOBJDUMP12" >&2
+  exit 2
+fi
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
 {
-  echo "# FlexGEMM-Go kernel resources (sm_90 cubins), written by resources.sh. DO NOT EDIT."
+  echo "# FlexGEMM-Go kernel resources (sm_90 and sm_90a cubins), written by resources.sh. DO NOT EDIT."
   for img in $(ls images/*.fatbin | LC_ALL=C sort); do
     echo "image $(sha256sum "$img" | cut -d' ' -f1) $(basename "$img")"
     "${CUOBJDUMP:-cuobjdump}" --dump-resource-usage "$img" | awk '
       /arch = / { arch = $3 }
       /Function / { fn = $2; sub(/:$/, "", fn) }
       /REG:/ && arch == "sm_90" {
+        match($0, /REG:[0-9]+/); r = substr($0, RSTART + 4, RLENGTH - 4)
+        match($0, /LOCAL:[0-9]+/); l = substr($0, RSTART + 6, RLENGTH - 6)
+        print "registers " fn " " r " " l
+      }' | LC_ALL=C sort -u
+  done
+  for img in $(ls images/*_sm90a.cubin.gz | LC_ALL=C sort); do
+    echo "image $(sha256sum "$img" | cut -d' ' -f1) $(basename "$img")"
+    gzip -dc "$img" > "$tmp/x.cubin"
+    "$CUOBJDUMP12" --dump-resource-usage "$tmp/x.cubin" | awk '
+      /Function / { fn = $2; sub(/:$/, "", fn) }
+      /REG:/ {
         match($0, /REG:[0-9]+/); r = substr($0, RSTART + 4, RLENGTH - 4)
         match($0, /LOCAL:[0-9]+/); l = substr($0, RSTART + 6, RLENGTH - 6)
         print "registers " fn " " r " " l
