@@ -42,8 +42,10 @@
 // (nvcc 11.8 or newer and Go on PATH). TestImagesUpToDate fails while the
 // embedded images are stale, TestInstancesUpToDate while gemm_*.cu differ
 // from what the tile table generates, and TestKernelResources while
-// resources.txt was written from other images, or when a kernel spills or
-// a pairs kernel promised two blocks per SM does not fit them;
+// resources.txt was written from other images, when a kernel uses local
+// memory, when a GEMM kernel's stack frame (spilled registers) is new or
+// larger than the known one, or when a pairs kernel promised two blocks
+// per SM does not fit them;
 // TestKernelRegisterBudgets fails when a kernel measured to need a full SM
 // of resident threads (the per-tap sums, the brick search's insert) takes
 // more than 32 registers.

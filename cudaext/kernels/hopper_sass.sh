@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Compiles the Hopper images (images/*_sm90a.ptx.gz: PTX that the driver
-# compiles on the GPU) to sm_90a SASS here, with a ptxas of CUDA 12 or
-# newer (nvcc 11.8, which builds the images, has none for sm_90a), and
-# prints each kernel's registers, spill bytes and, for the kernels that
+# Reads the Hopper images' sm_90a SASS (images/*_sm90a.cubin.gz, which
+# build.sh compiles from images/*_sm90a.ptx.gz; an IMAGE_DIR without the
+# cubins, an older commit's, has its PTX compiled here with a ptxas of CUDA
+# 12 or newer: nvcc 11.8, which builds the PTX, has none for sm_90a), and
+# prints each kernel's registers, spill (or stack-frame) bytes and, for the kernels that
 # multiply with wgmma, the instructions of the stage loop around their
 # HGMMAs (the consumers' loop) with its HGMMA, S2R (special-register reads,
 # tens of cycles each) and LDC (constant loads) among them. Compare two builds' tables before timing a change to a Hopper
@@ -49,11 +50,30 @@ if ! "$PTXAS" --version 2>/dev/null | grep -qE 'release (1[2-9]|[2-9][0-9])\.'; 
   exit 2
 fi
 work=$(mktemp -d)
-printf '%-46s %4s %5s %5s %5s %4s %4s\n' kernel regs spill loop hgmma s2r ldc
+# With build.sh's cubins beside every PTX (TestImagesUpToDate holds them
+# together) nothing is compiled: registers and stack-frame bytes (where
+# spills go) come from the cubins' resource tables, and the column says
+# "stack" instead of ptxas's "spill" (spill stores, a little less).
+cubins=1
+for gz in "$imgdir"/*_sm90a.ptx.gz; do [[ -f ${gz%.ptx.gz}.cubin.gz ]] || cubins=0; done
+printf '%-46s %4s %5s %5s %5s %4s %4s\n' kernel regs "$( ((cubins)) && echo stack || echo spill)" loop hgmma s2r ldc
 for gz in "$imgdir"/*_sm90a.ptx.gz; do
   n=$(basename "$gz" .ptx.gz)
-  gunzip -c "$gz" > "$work/$n.ptx"
-  "$PTXAS" -arch=sm_90a -v -o "$work/$n.cubin" "$work/$n.ptx" 2> "$work/$n.log"
+  if ((cubins)); then
+    gunzip -c "$imgdir/$n.cubin.gz" > "$work/$n.cubin"
+    "$CUOBJDUMP" --dump-resource-usage "$work/$n.cubin" | awk -v q="'" '
+      /Function / { fn = $2; sub(/:$/, "", fn) }
+      /REG:/ {
+        match($0, /REG:[0-9]+/); r = substr($0, RSTART + 4, RLENGTH - 4)
+        match($0, /STACK:[0-9]+/); l = substr($0, RSTART + 6, RLENGTH - 6)
+        print "ptxas info    : Compiling entry function " q fn q " for " q "sm_90a" q
+        print "ptxas info    : Used " r " registers"
+        print "    " l " bytes spill stores"
+      }' > "$work/$n.log"
+  else
+    gunzip -c "$gz" > "$work/$n.ptx"
+    "$PTXAS" -arch=sm_90a -v -o "$work/$n.cubin" "$work/$n.ptx" 2> "$work/$n.log"
+  fi
   "$CUOBJDUMP" -sass "$work/$n.cubin" > "$work/$n.sass"
   # Registers and spills from ptxas's report; from the SASS, the consumers'
   # stage loop (from the target of the first backward branch after the last

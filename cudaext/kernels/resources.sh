@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Writes resources.txt: the registers and spill (local memory) bytes of
+# Writes resources.txt: the registers, local-memory bytes and stack-frame
+# bytes (where ptxas puts spilled registers) of
 # every kernel's sm_90 cubin in the embedded images (images/*.fatbin) and
 # of the Hopper kernels' sm_90a cubins (images/*_sm90a.cubin.gz, read with a
 # cuobjdump of CUDA 12 or newer: CUOBJDUMP12, else the one
@@ -7,7 +8,9 @@
 # cuobjdump reports them, with the sha256 of each image read. A kernel's
 # registers decide how many of its blocks share an SM; a change shows in
 # this file's diff, and TestKernelResources fails when an image changed
-# since the file was written, when a GEMM kernel spills, or when a pairs
+# since the file was written, when a kernel uses local memory, when a GEMM
+# kernel's stack frame (a spill) is new or larger than its known one
+# (knownGEMMStackFrames in kernels_test.go), or when a pairs
 # kernel of 8 warps that its launch bounds hold to two blocks per SM does
 # not fit two (session 26: a code change took the tf32 128×128 pairs
 # kernel to one block per SM, seen only in an H200 run);
@@ -37,7 +40,8 @@ trap 'rm -rf "$tmp"' EXIT
       /REG:/ && arch == "sm_90" {
         match($0, /REG:[0-9]+/); r = substr($0, RSTART + 4, RLENGTH - 4)
         match($0, /LOCAL:[0-9]+/); l = substr($0, RSTART + 6, RLENGTH - 6)
-        print "registers " fn " " r " " l
+        match($0, /STACK:[0-9]+/); k = substr($0, RSTART + 6, RLENGTH - 6)
+        print "registers " fn " " r " " l " " k
       }' | LC_ALL=C sort -u
   done
   for img in $(ls images/*_sm90a.cubin.gz | LC_ALL=C sort); do
@@ -48,7 +52,8 @@ trap 'rm -rf "$tmp"' EXIT
       /REG:/ {
         match($0, /REG:[0-9]+/); r = substr($0, RSTART + 4, RLENGTH - 4)
         match($0, /LOCAL:[0-9]+/); l = substr($0, RSTART + 6, RLENGTH - 6)
-        print "registers " fn " " r " " l
+        match($0, /STACK:[0-9]+/); k = substr($0, RSTART + 6, RLENGTH - 6)
+        print "registers " fn " " r " " l " " k
       }' | LC_ALL=C sort -u
   done
 } > resources.txt.tmp

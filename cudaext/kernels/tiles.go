@@ -166,7 +166,9 @@ var Tiles = []Tile{
 // BM/64 warpgroups multiplies with wgmma.mma_async from 128-byte-swizzled
 // stages, prefetching Stages − 2 stages ahead.
 // gen writes them to gemm_gather_<math>_sm90a.cu, which build.sh compiles
-// to PTX for the driver to JIT on sm_90 devices. One block per SM
+// to sm_90a PTX and that to the sm_90a cubin the engine loads on compute
+// capability 9.0 (FLEXGEMM_HOPPER_PTX=1: the PTX, for the driver to
+// compile). One block per SM
 // (≈ 200 KB of shared memory each) except where noted.
 var HopperTiles = []Tile{
 	{BM: 128, BN: 256, BK: 64, WM: 8, WN: 1, Stages: 4, Hopper: true},
