@@ -39,7 +39,9 @@
 //
 //	cudaext/kernels/build.sh && cudaext/kernels/resources.sh
 //
-// (nvcc 11.8 or newer and Go on PATH). TestImagesUpToDate fails while the
+// (nvcc 11.8 or newer and Go on PATH, and CUDA 12.4's ptxas and cuobjdump
+// for the sm_90a cubins and their resources: cudaext/kernels/hopper_sass.sh
+// -fetch downloads them once). TestImagesUpToDate fails while the
 // embedded images are stale, TestInstancesUpToDate while gemm_*.cu differ
 // from what the tile table generates, and TestKernelResources while
 // resources.txt was written from other images, when a kernel uses local
