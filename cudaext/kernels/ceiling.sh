@@ -3,7 +3,10 @@
 # (gather_ws.cuh, "Timing ceilings"): each *_sm90a.cu module named, or all
 # of them, compiled as build.sh does (PTX for compute_90, retargeted to
 # sm_90a) with one or more FG_CEILING_* macros defined, into OUTDIR as
-# uncompressed <module>.ptx. Run the engine on them with
+# <module>.cubin where a ptxas of CUDA 12 or newer is at hand (PTXAS, else
+# the one `hopper_sass.sh -fetch` downloads: the compiler of the embedded
+# cubins, so the base and the ceiling differ only by the macros), else as
+# uncompressed <module>.ptx for the driver to compile. Run the engine on them with
 # FLEXGEMM_KERNEL_IMAGE=OUTDIR: every kernel of those modules computes wrong
 # results, so only timings mean anything.
 #
@@ -20,6 +23,9 @@ macros=$2
 shift 2
 cd "$(dirname "$0")"
 NVCC=${NVCC:-nvcc}
+PTXAS=${PTXAS:-${FLEXGEMM_CUDA12:-$HOME/.cache/flexgemm/cuda-12.4}/ptxas}
+cubin=0
+"$PTXAS" --version 2>/dev/null | grep -qE 'release (1[2-9]|[2-9][0-9])\.' && cubin=1
 defs=()
 IFS=, read -ra ms <<< "$macros"
 for m in "${ms[@]}"; do
@@ -37,5 +43,10 @@ for n in "${mods[@]}"; do
   $NVCC -std=c++17 -O3 -ptx -arch=compute_90 "${defs[@]}" -o "$out/$n.ptx" "$n.cu"
   sed -i -e 's/^\.version 7\.[0-9]*$/.version 8.0/' -e 's/^\.target sm_90$/.target sm_90a/' "$out/$n.ptx"
   grep -qx '.target sm_90a' "$out/$n.ptx" || { echo "ceiling.sh: $n: could not retarget the PTX to sm_90a" >&2; exit 1; }
-  echo "ceiling.sh: $out/$n.ptx (${macros})"
+  if ((cubin)); then
+    "$PTXAS" -arch=sm_90a -o "$out/$n.cubin" "$out/$n.ptx" && rm "$out/$n.ptx"
+    echo "ceiling.sh: $out/$n.cubin (${macros})"
+  else
+    echo "ceiling.sh: $out/$n.ptx (${macros})"
+  fi
 done
