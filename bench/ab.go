@@ -195,14 +195,7 @@ func abMain(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintln(stderr, "usage: go run ./bench ab [-base variant] results.jsonl …   (records of bench/ab_run.sh: commit <tag>-<variant>-r<round>)")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if fs.NArg() == 0 {
-		fs.Usage()
-		return errors.New("ab: no input files")
-	}
-	recs, err := readRecordFiles(fs.Args())
+	recs, err := recordArgs(fs, args)
 	if err != nil {
 		return err
 	}

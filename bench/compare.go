@@ -315,14 +315,7 @@ func compareMain(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintln(stderr, "usage: go run ./bench compare [-base impl] [-png file.png [-target ratio]] results.jsonl …")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if fs.NArg() == 0 {
-		fs.Usage()
-		return errors.New("compare: no input files")
-	}
-	all, err := readRecordFiles(fs.Args())
+	all, err := recordArgs(fs, args)
 	if err != nil {
 		return err
 	}

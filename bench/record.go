@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"math"
@@ -126,6 +127,20 @@ func readRecords(r io.Reader, name string) ([]Record, error) {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
 	return out, nil
+}
+
+// recordArgs parses a subcommand's flags (fs, named "bench <name>") and
+// reads the records of the files named after them (readRecordFiles); no
+// file prints fs's usage and is an error "<name>: no input files".
+func recordArgs(fs *flag.FlagSet, args []string) ([]Record, error) {
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() == 0 {
+		fs.Usage()
+		return nil, fmt.Errorf("%s: no input files", strings.TrimPrefix(fs.Name(), "bench "))
+	}
+	return readRecordFiles(fs.Args())
 }
 
 // readRecordFiles reads the records of every named file (readRecords), in
