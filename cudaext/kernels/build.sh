@@ -35,7 +35,8 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 NVCC=${NVCC:-nvcc}
-PTXAS=${PTXAS:-${FLEXGEMM_CUDA12:-$HOME/.cache/flexgemm/cuda-12.4}/ptxas}
+source ./cuda12.sh
+PTXAS=${PTXAS:-$cuda12/ptxas}
 JOBS=${JOBS:-$(nproc)}
 FLAGS="-std=c++17 -O3 -Xfatbin=-compress-all -gencode=arch=compute_80,code=sm_80 -gencode=arch=compute_90,code=sm_90 -gencode=arch=compute_90,code=compute_90"
 PTXFLAGS="-std=c++17 -O3 -ptx -arch=compute_90"
@@ -73,8 +74,7 @@ if [[ "${1:-}" == --check ]]; then
   exit 0
 fi
 
-ptxasver=$("$PTXAS" --version 2>/dev/null | grep -oE 'release [0-9.]+, V[0-9.]+' || true)
-if ! grep -qE '^release (1[2-9]|[2-9][0-9])\.' <<< "$ptxasver"; then
+if ! ptxasver=$(cuda12_release "$PTXAS"); then
   echo "build.sh: the sm_90a cubins need a ptxas of CUDA 12 or newer, none at $PTXAS:" >&2
   echo "  run cudaext/kernels/hopper_sass.sh -fetch (CUDA 12.4's, into ~/.cache/flexgemm), or set PTXAS" >&2
   exit 2

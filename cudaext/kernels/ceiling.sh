@@ -23,9 +23,10 @@ macros=$2
 shift 2
 cd "$(dirname "$0")"
 NVCC=${NVCC:-nvcc}
-PTXAS=${PTXAS:-${FLEXGEMM_CUDA12:-$HOME/.cache/flexgemm/cuda-12.4}/ptxas}
+source ./cuda12.sh
+PTXAS=${PTXAS:-$cuda12/ptxas}
 cubin=0
-"$PTXAS" --version 2>/dev/null | grep -qE 'release (1[2-9]|[2-9][0-9])\.' && cubin=1
+cuda12_release "$PTXAS" > /dev/null && cubin=1
 defs=()
 IFS=, read -ra ms <<< "$macros"
 for m in "${ms[@]}"; do

@@ -27,6 +27,9 @@
 //	                ptxas (-fetch downloads one) and prints each Hopper
 //	                kernel's registers, spills and consumer stage loop,
 //	                to compare builds before timing them on a GPU
+//	cuda12.sh       where the CUDA 12 tools for the sm_90a images are, and
+//	                their version check (sourced by the scripts above and
+//	                ceiling.sh)
 //	ceiling.sh      builds timing-ceiling images of the Hopper gathers
 //	                (gather_ws.cuh's FG_CEILING_* macros: wrong results,
 //	                one part of the producers' work removed) for

@@ -23,7 +23,8 @@
 # PTXAS and CUOBJDUMP override the tools' paths.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-tools=${FLEXGEMM_CUDA12:-$HOME/.cache/flexgemm/cuda-12.4}
+source "$here/cuda12.sh"
+tools=$cuda12
 deb=nvidia-cuda-toolkit_12.4.131~12.4.1-2_amd64.deb
 debsum=cd5fe85aee38d108b315f408a688641478f2402622a10c677478eb7a6c4e5319
 sass="" imgdir=$here/images tmp="" work=""
@@ -45,7 +46,7 @@ while (($#)); do
 done
 PTXAS=${PTXAS:-$tools/ptxas}
 CUOBJDUMP=${CUOBJDUMP:-$tools/cuobjdump}
-if ! "$PTXAS" --version 2>/dev/null | grep -qE 'release (1[2-9]|[2-9][0-9])\.'; then
+if ! cuda12_release "$PTXAS" > /dev/null; then
   echo "hopper_sass.sh: no ptxas of CUDA 12 or newer at $PTXAS; run with -fetch, or set PTXAS and CUOBJDUMP" >&2
   exit 2
 fi

@@ -22,39 +22,39 @@
 # Usage: cudaext/kernels/resources.sh   (after build.sh; needs cuobjdump)
 set -euo pipefail
 cd "$(dirname "$0")"
-CUOBJDUMP12=${CUOBJDUMP12:-${FLEXGEMM_CUDA12:-$HOME/.cache/flexgemm/cuda-12.4}/cuobjdump}
-if ! "$CUOBJDUMP12" --version 2>/dev/null | grep -qE 'release (1[2-9]|[2-9][0-9])\.'; then
+source ./cuda12.sh
+CUOBJDUMP12=${CUOBJDUMP12:-$cuda12/cuobjdump}
+if ! cuda12_release "$CUOBJDUMP12" > /dev/null; then
   echo "resources.sh: the sm_90a cubins need a cuobjdump of CUDA 12 or newer, none at $CUOBJDUMP12:" >&2
   echo "  run cudaext/kernels/hopper_sass.sh -fetch (CUDA 12.4's, into ~/.cache/flexgemm), or set CUOBJDUMP12" >&2
   exit 2
 fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+# usage CUOBJDUMP FILE: a "registers" line per kernel of FILE's sm_90 code
+# (a fatbin's other architectures left out; a cubin has one, and no
+# "arch =" line).
+usage() {
+  "$1" --dump-resource-usage "$2" | awk '
+    /arch = / { arch = $3 }
+    /Function / { fn = $2; sub(/:$/, "", fn) }
+    /REG:/ && (arch == "" || arch == "sm_90") {
+      match($0, /REG:[0-9]+/); r = substr($0, RSTART + 4, RLENGTH - 4)
+      match($0, /LOCAL:[0-9]+/); l = substr($0, RSTART + 6, RLENGTH - 6)
+      match($0, /STACK:[0-9]+/); k = substr($0, RSTART + 6, RLENGTH - 6)
+      print "registers " fn " " r " " l " " k
+    }' | LC_ALL=C sort -u
+}
 {
   echo "# FlexGEMM-Go kernel resources (sm_90 and sm_90a cubins), written by resources.sh. DO NOT EDIT."
   for img in $(ls images/*.fatbin | LC_ALL=C sort); do
     echo "image $(sha256sum "$img" | cut -d' ' -f1) $(basename "$img")"
-    "${CUOBJDUMP:-cuobjdump}" --dump-resource-usage "$img" | awk '
-      /arch = / { arch = $3 }
-      /Function / { fn = $2; sub(/:$/, "", fn) }
-      /REG:/ && arch == "sm_90" {
-        match($0, /REG:[0-9]+/); r = substr($0, RSTART + 4, RLENGTH - 4)
-        match($0, /LOCAL:[0-9]+/); l = substr($0, RSTART + 6, RLENGTH - 6)
-        match($0, /STACK:[0-9]+/); k = substr($0, RSTART + 6, RLENGTH - 6)
-        print "registers " fn " " r " " l " " k
-      }' | LC_ALL=C sort -u
+    usage "${CUOBJDUMP:-cuobjdump}" "$img"
   done
   for img in $(ls images/*_sm90a.cubin.gz | LC_ALL=C sort); do
     echo "image $(sha256sum "$img" | cut -d' ' -f1) $(basename "$img")"
     gzip -dc "$img" > "$tmp/x.cubin"
-    "$CUOBJDUMP12" --dump-resource-usage "$tmp/x.cubin" | awk '
-      /Function / { fn = $2; sub(/:$/, "", fn) }
-      /REG:/ {
-        match($0, /REG:[0-9]+/); r = substr($0, RSTART + 4, RLENGTH - 4)
-        match($0, /LOCAL:[0-9]+/); l = substr($0, RSTART + 6, RLENGTH - 6)
-        match($0, /STACK:[0-9]+/); k = substr($0, RSTART + 6, RLENGTH - 6)
-        print "registers " fn " " r " " l " " k
-      }' | LC_ALL=C sort -u
+    usage "$CUOBJDUMP12" "$tmp/x.cubin"
   done
 } > resources.txt.tmp
 mv resources.txt.tmp resources.txt
