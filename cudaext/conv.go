@@ -658,6 +658,20 @@ func (e *Engine) runGather(j gatherJob) error {
 		name = kernels.HalfSkipName(j.math, t)
 		d.halfSkipLaunches++
 	}
+	threads := t.Threads()
+	if d.registerA && name == kernels.KernelName(kernels.Gather, j.math, t) && t.HasRegisterA(j.math) && !j.wt &&
+		p.Vec == 1 && j.Kc%int64(t.BK) == 0 {
+		// The register-A twin (gather_ws.cuh RA): its weight permuted
+		// inside 32-column chunks, one producer warp.
+		wp, err := e.tf32OperandRA(j.w, j.N*j.V*j.Kc)
+		if err != nil {
+			return err
+		}
+		defer d.freeTemp(wp)
+		j.w, p.W = wp.ptr, uint64(wp.ptr)
+		name, threads = kernels.RegisterAName(j.math, t), t.RegisterAThreads()
+		d.registerALaunches++
+	}
 	args := []any{&p}
 	grid := dim3{X: int(tiles), Y: splits}
 	if t.Producers > 0 {
@@ -703,7 +717,7 @@ func (e *Engine) runGather(j gatherJob) error {
 			args = append(args, &maps, next)
 		}
 	}
-	if err := d.launch(name, grid, dim3{X: t.Threads()}, kernels.SmemBytes(kernels.Gather, j.math, t), args...); err != nil {
+	if err := d.launch(name, grid, dim3{X: threads}, kernels.SmemBytes(kernels.Gather, j.math, t), args...); err != nil {
 		return err
 	}
 	if splits > 1 && !fused {
@@ -1050,6 +1064,27 @@ func (e *Engine) tf32Operand(j *gatherJob, n int64) (rawBuf, error) {
 		return rawBuf{}, err
 	}
 	j.w = buf.ptr
+	return buf, nil
+}
+
+// tf32OperandRA returns a copy of the weight w (n float32 values, rows of
+// whole 32-column chunks) as the register-A gathers read it: tf32
+// operands, permuted inside every 32-column chunk (spconv_tf32_operand_ra
+// in conv_aux.cu, gather_ws.cuh RA). Free it with freeTemp.
+func (e *Engine) tf32OperandRA(w devPtr, n int64) (rawBuf, error) {
+	d := e.d
+	if n%32 != 0 {
+		return rawBuf{}, fmt.Errorf("%w: register-A weight of %d values: not whole 32-column chunks", sparse.ErrShape, n)
+	}
+	buf, err := d.allocTemp(4 * n)
+	if err != nil || n == 0 {
+		return buf, err
+	}
+	g, b := d.elementwise(n)
+	if err := d.launch("spconv_tf32_operand_ra", g, b, 0, d.addr(w), buf.ptr, n); err != nil {
+		d.freeTemp(buf)
+		return rawBuf{}, err
+	}
 	return buf, nil
 }
 

@@ -122,6 +122,11 @@ type Device struct {
 	// (a test instrument).
 	halfSkip         bool
 	halfSkipLaunches int
+	// registerA: tf32 gathers run their tiles' register-A twins where
+	// they have them and the gather allows (EnvRegisterA);
+	// registerALaunches counts those launches (a test instrument).
+	registerA         bool
+	registerALaunches int
 	// occupancyCap: the kernels launched with padded shared memory so that
 	// fewer of their warps stay resident (EnvOccupancyCap; a measurement
 	// knob, read into each kernelFunc's capWarps when it is loaded).
@@ -297,9 +302,14 @@ func openDevice(ordinal int) (*Device, error) {
 	if err != nil {
 		return nil, err
 	}
+	registerA, err := registerAFromEnv()
+	if err != nil {
+		return nil, err
+	}
 	d := &Device{
 		cubSortFrom:                cubSortFrom,
 		halfSkip:                   halfSkip,
+		registerA:                  registerA,
 		occupancyCap:               occCap,
 		pdl:                        pdl,
 		perTapMaxBytes:             perTapMax,

@@ -374,6 +374,26 @@ func halfSkipFromEnv() (bool, error) {
 	return switchFromEnv(EnvHalfSkip, halfSkipDefault)
 }
 
+// EnvRegisterA names the environment variable that, read when an engine
+// opens, runs the register-A twins of the warp-specialised tf32 gathers
+// where they exist and the gather allows ("1"; kernels.RegisterAName:
+// tiles of at most 128 columns, the weight as stored, K of whole
+// 32-column chunks over 16-byte rows, no stream-K launch), or never ("0";
+// unset: registerADefault). Their consumers load the gathered rows into
+// registers instead of the producers copying them to shared memory
+// (docs/PERF_NOTES.md, step 123).
+const EnvRegisterA = "FLEXGEMM_REGISTER_A"
+
+// registerADefault is EnvRegisterA's setting when unset.
+const registerADefault = false
+
+// registerAFromEnv returns EnvRegisterA's setting: registerADefault when
+// unset or empty, true for "1", false for "0", an error naming the
+// variable otherwise.
+func registerAFromEnv() (bool, error) {
+	return switchFromEnv(EnvRegisterA, registerADefault)
+}
+
 // EnvSpecializedGathers names the environment variable that, read when an
 // engine opens, turns the fixed heuristic's warp-specialised gather tiles
 // (kernels.Tile.Producers) on ("1") or off ("0"); unset,

@@ -274,6 +274,17 @@ func TestHalfSkipFromEnv(t *testing.T) {
 	})
 }
 
+// TestRegisterAFromEnv checks the parsing of EnvRegisterA.
+func TestRegisterAFromEnv(t *testing.T) {
+	checkEnvParse(t, EnvRegisterA, registerAFromEnv, []envCase[bool]{
+		{set: false, want: registerADefault},
+		{value: "", set: true, want: registerADefault},
+		{value: "1", set: true, want: true},
+		{value: "0", set: true, want: false},
+		{value: "yes", set: true, bad: true},
+	})
+}
+
 // TestCubSortModeFromEnv checks the parsing of EnvCubSort.
 func TestCubSortModeFromEnv(t *testing.T) {
 	checkEnvParse(t, EnvCubSort, cubSortModeFromEnv, []envCase[cubSortMode]{

@@ -446,6 +446,18 @@ __global__ void spconv_tf32_operand(const unsigned* in, unsigned* out, long long
   fg_aux::mask_bits(in, out, n, fg_aux::kTF32Bits);
 }
 
+// A copy of n float32 values (n a multiple of 32: rows of whole 32-column
+// chunks) as tf32 operands of the register-A gathers (gather_ws.cuh RA):
+// column c = 8k + t + 4h (t < 4, h < 2) of every 32-column chunk holds the
+// chunk's column 16⌊k/2⌋ + 4t + 2(k mod 2) + h.
+__global__ void spconv_tf32_operand_ra(const unsigned* in, unsigned* out, long long n) {
+  fg_await_prior_grid();
+  for (long long i = fg_aux::gtid(); i < n; i += fg_aux::gstride()) {
+    const int c = (int)(i & 31), k = c >> 3, t = c & 3, h = (c >> 2) & 1;
+    out[i] = in[(i & ~31ll) + 16 * (k >> 1) + 4 * t + 2 * (k & 1) + h] & fg_aux::kTF32Bits;
+  }
+}
+
 __global__ void spconv_im2col_b32(const unsigned* in, const int* tbl, unsigned* out, long long rows, long long v,
                                   long long c) {
   fg_await_prior_grid();

@@ -256,6 +256,28 @@ __device__ __forceinline__ void consumers_sync(int n) { asm volatile("bar.sync 2
 template <bool B> struct BoolConst {
   static constexpr bool value = B;
 };
+// Loads 16 bytes of read-only global memory at q into v where pred, else
+// leaves v undefined (the caller masks it: and_late); not cached in L1
+// (every 64-byte run a warp loads is read whole by one instruction).
+// Volatile, so that it issues where it stands: the register-A consumers
+// load a stage R − 1 stages before they multiply it.
+__device__ __forceinline__ void ldg16_if(unsigned (&v)[4], const float* q, bool pred) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %5, 0;\n"
+      "@p ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n}\n"
+      : "=r"(v[0]), "=r"(v[1]), "=r"(v[2]), "=r"(v[3])
+      : "l"(q), "r"((int)pred));
+}
+// v & m, computed where it stands (volatile): the first use of a loaded
+// register, so that the wait for the load is there and not at the load
+// (a zero fill merged into the loaded registers, or the copies into the
+// wgmma fragment's register order, placed at the load, made every stage
+// wait for its own loads: PERF_NOTES step 123).
+__device__ __forceinline__ unsigned and_late(unsigned v, unsigned m) {
+  unsigned r;
+  asm volatile("and.b32 %0, %1, %2;\n" : "=r"(r) : "r"(v), "r"(m));
+  return r;
+}
 
 // Whether any of the 64 tile rows whose sources at one tap start at src
 // has one (src[i] ≥ 0): a vote of the calling warp.
@@ -393,6 +415,7 @@ template <class C, int PW> __host__ __device__ constexpr int ws_descriptions(int
 template <class C> struct WsMeta {
   unsigned long long full, empty;  // described (producers) / done with (consumers)
   int nIter, n0, z, next;  // next: the producers' next tile, or (stream-K) 4 · first + role
+  int kc0;                 // the K chunk of the first iteration (a split's share may start inside a tap)
   int rows[C::BM];                 // output row of each tile row, or −1
   int taps[kWsMaxTaps];            // table tap of each tap position
   int idx[kWsMaxTaps * C::BM];     // [position][row] source row or −1
@@ -421,7 +444,24 @@ template <class C> struct WsMeta {
 // there, and cost 10–14 %). Both sides take the same vote over the same
 // indices. Every sum keeps its terms in the same order, so the result has
 // the same bits as without.
-template <class C, int PW, bool WT, int MB, bool SK, bool HS = false>
+// RA: A from registers (the *_ra kernels, kernels.RegisterAName; tf32, the
+// weight as stored, no stream-K, no half skip, 16-byte rows and K a
+// multiple of BK). The consumers load their own rows of A straight from
+// global memory into registers, two stages ahead, and multiply them with
+// the register form of wgmma; the producers only describe tiles and
+// issue the weight's bulk tensor copies, so no row passes through shared
+// memory (PERF_NOTES step 123). A thread's wgmma fragment of a K step k8
+// holds K columns t and t + 4 of its two rows (t = lane mod 4); over a
+// stage's four steps that is eight columns per row, which the weight's
+// permutation inside every 32-column chunk (spconv_tf32_operand_ra,
+// conv_aux.cu) turns into the two 16-byte runs 4t … 4t + 3 and
+// 16 + 4t … 16 + 4t + 3 of the row: step k multiplies stored column
+// 16⌊k/2⌋ + 4t + 2(k mod 2) + h as column 8k + t + 4h (h = 0, 1), and the
+// weight's column 8k + t + 4h holds its column 16⌊k/2⌋ + 4t + 2(k mod 2) + h.
+// Each lane's two loads per row are then whole 64-byte runs of the warp's
+// rows. The same products as the shared-memory kernel, in other K steps:
+// the sums may differ from its in the last bits.
+template <class C, int PW, bool WT, int MB, bool SK, bool HS = false, bool RA = false>
 __device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMaps& maps, unsigned* next,
                                                const StreamK& sk) {
   using T = typename C::T;
@@ -430,6 +470,8 @@ __device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMa
   using Meta = WsMeta<C>;
   static_assert(!WT || C::kElem == 2, "a tf32 Hopper tile reads the weight as stored");
   static_assert(sizeof(Meta) <= L::kMeta, "tile description layout");
+  static_assert(!RA || (C::kMath == Math::TF32 && !WT && !SK && !HS && C::BN == 128),
+                "register A: tf32, 128 columns, the weight as stored, no stream-K or half skip");
   constexpr int S = C::S, BM = C::BM, BN = C::BN, BK = C::BK, KC = C::kChunk;
   extern __shared__ __align__(16) unsigned char smem[];
   unsigned char* base = smem + ((1024 - (smem_addr(smem) & 1023)) & 1023);
@@ -446,7 +488,7 @@ __device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMa
     for (int s = 0; s < S; ++s) {
       // Every producer thread's cp.async arrival, plus producer 0's
       // arrival with the bytes of the B stage's bulk tensor copies.
-      mbar_init(full + s, L::kProd + 1);
+      mbar_init(full + s, RA ? 1 : L::kProd + 1);
       mbar_init(empty + s, C::kWarps);
     }
     for (int b = 0; b < MB; ++b) {
@@ -506,6 +548,7 @@ __device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMa
         m->nIter = nIter;
         m->n0 = (int)blk.n0;
         m->z = blk.z;
+        m->kc0 = (int)(blk.t0 - (long long)vi0 * nkc);
         // The block's next tile, taken now so that its description can
         // follow without a wait.
         if constexpr (SK)
@@ -547,7 +590,13 @@ __device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMa
         T* as = As + s * L::ASt;
         T* bs = Bs + s * L::BSt;
         const int* src = p.tbl ? m->idx + pos * BM : m->rows;  // each tile row's source row or −1
-        if (p.vec) {
+        if constexpr (RA) {
+          // The consumers load the rows: only the weight's stage here.
+          if (pt == 0) {
+            mbar_arrive_expect_tx(full + s, BN * BK * C::kElem);
+            tma_load_3d(bs, &maps.w, (int)col0, wv, (int)n0, full + s);
+          }
+        } else if (p.vec) {
 #ifdef FG_CEILING_NO_WEIGHT
           if (pt == 0) mbar_arrive(full + s);
 #else
@@ -709,6 +758,73 @@ __device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMa
           for (; it < end; ++it) stage(BoolConst<false>{});
         }
       }
+    } else if constexpr (RA) {
+      // This thread's rows of A (its warp's 16 of its warpgroup's 64: g and
+      // g + 8) and its column quad t; a ring of R stages of A in
+      // registers, each loaded R − 1 stages before it is multiplied: a slot
+      // is reloaded once the group that read it has retired (wgmma_wait<1>).
+      // Two slots: with three, the 64 accumulators, 48 registers of ring
+      // and the 16 of a stage's fragments spilled at 168 registers.
+      if (!p.vec || p.Kc % BK != 0) __trap();  // the engine launches it on whole 32-column chunks only
+      const int ra0 = (warp >> 2) * 64 + (warp & 3) * 16 + (lane >> 2), tq = lane & 3;
+      const int nkc = (int)((p.Kc + BK - 1) / BK);
+      int lpos = 0, lkc = m->kc0;  // the tap position and K chunk of the next stage to load
+      constexpr int R = 2;
+      unsigned ra[R][2][2][4];  // [slot][row g, g + 8][columns 4t…, 16 + 4t…][4]
+      unsigned rm[R][2];        // [slot][row]: the tf32 bits, or 0 for an absent row
+      auto load = [&](unsigned(&a)[2][2][4], unsigned(&am)[2]) {
+        const int* src = p.tbl ? m->idx + lpos * BM : m->rows;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int sr = src[ra0 + 8 * h];
+          const float* q = x + (long long)max(sr, 0) * p.Kc + lkc * BK + 4 * tq;
+          ldg16_if(a[h][0], q, sr >= 0);
+          ldg16_if(a[h][1], q + 16, sr >= 0);
+          am[h] = sr >= 0 ? 0xffffe000u : 0u;
+        }
+        if (++lkc == nkc) {
+          lkc = 0;
+          ++lpos;
+        }
+      };
+      auto stage = [&](const unsigned(&a4)[2][2][4], const unsigned(&am)[2]) {
+        mbar_wait(full + s, parity);  // the weight's stage (bulk copies: async proxy, no fence)
+        const unsigned long long db = wgmma_desc(smem_addr(Bs + s * L::BSt), 16, 1024);
+        // The fragments of the four K steps, in wgmma's register order,
+        // written before the fence that orders them before the wgmmas.
+        unsigned a[BK / 8][4];
+#pragma unroll
+        for (int k = 0; k < BK / 8; ++k) {
+          const int e = 2 * (k & 1);
+          a[k][0] = and_late(a4[0][k >> 1][e], am[0]);
+          a[k][1] = and_late(a4[1][k >> 1][e], am[1]);
+          a[k][2] = and_late(a4[0][k >> 1][e + 1], am[0]);
+          a[k][3] = and_late(a4[1][k >> 1][e + 1], am[1]);
+        }
+        wgmma_fence();
+#pragma unroll
+        for (int k = 0; k < BK / 8; ++k) WgmmaTF32RegA<BN>::run(&acc[0][0][0], a[k], db + k * 2);  // 32 bytes of K a step
+        wgmma_commit();
+        wgmma_wait<1>();
+        if (prev >= 0 && lane == 0) mbar_arrive(empty + prev);
+        prev = s;
+        if (++s == S) {
+          s = 0;
+          parity ^= 1;
+        }
+      };
+#pragma unroll
+      for (int b = 0; b < R - 1; ++b)
+        if (b < nIter) load(ra[b], rm[b]);
+      for (int it = 0; it < nIter; it += R) {
+#pragma unroll
+        for (int b = 0; b < R; ++b) {
+          if (it + b < nIter) {
+            stage(ra[b], rm[b]);
+            if (it + b + R - 1 < nIter) load(ra[(b + R - 1) % R], rm[(b + R - 1) % R]);
+          }
+        }
+      }
     } else {
       for (int it = 0; it < nIter; ++it) {
         mbar_wait(full + s, parity);
@@ -821,6 +937,18 @@ __device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMa
     using Cfg = fg::TileCfg<MATH, BM, BN, BK, WM, 1, S, true>;                                                 \
     constexpr int kDescriptions = fg::ws_descriptions<Cfg, PW>(MINB);                                          \
     fg::gather_gemm_ws<Cfg, PW, false, kDescriptions, false, true>(p, maps, next, fg::StreamK{});              \
+  }
+// The register-A twin (kernels.RegisterAName; tf32, the weight as stored):
+// one producer warp, which only describes tiles and copies the weight.
+#define FG_GATHER_WS_RA_KERNEL(NAME, MATH, BM, BN, BK, WM, S, MINB, SMEM)                                      \
+  extern "C" __global__ void __launch_bounds__(32 * ((WM) + 1), MINB)                                          \
+      NAME(const fg::GatherParams p, const __grid_constant__ fg::WsMaps maps, unsigned* next) {                \
+    fg_await_prior_grid();                                                                                     \
+    using Cfg = fg::TileCfg<MATH, BM, BN, BK, WM, 1, S, true>;                                                 \
+    constexpr int kDescriptions = fg::ws_descriptions<Cfg, 1>(MINB);                                           \
+    static_assert(fg::WsLayout<Cfg, 1, kDescriptions>::kSmem == (SMEM),                                        \
+                  "shared memory differs from the Go tile table");                                             \
+    fg::gather_gemm_ws<Cfg, 1, false, kDescriptions, false, false, true>(p, maps, next, fg::StreamK{});        \
   }
 // The stream-K twins (MINB = 1 only: every block resident; WT as above).
 #define FG_GATHER_WS_SK_KERNEL(NAME, MATH, BM, BN, BK, WM, S, PW, WT)                                          \

@@ -308,6 +308,17 @@ func TestTileTableMirrorsCpp(t *testing.T) {
 				} else {
 					require.NotContains(t, string(GenerateHopperInstances(m)), hs)
 				}
+				// The register-A twin: tf32 tiles of 128 columns.
+				ra := "FG_GATHER_WS_RA_KERNEL(" + RegisterAName(m, tile) + ","
+				require.Equal(t, tile.Supports(m) && m == TF32 && tile.BN == 128, tile.HasRegisterA(m), "%s %v", tile.Name(), m)
+				if tile.HasRegisterA(m) {
+					require.Contains(t, string(GenerateHopperInstances(m)), ra)
+					_, ok := KernelModule(RegisterAName(m, tile))
+					require.True(t, ok, "%s missing from the manifest", RegisterAName(m, tile))
+					require.Equal(t, 32*(tile.WM+1), tile.RegisterAThreads(), tile.Name())
+				} else {
+					require.NotContains(t, string(GenerateHopperInstances(m)), ra)
+				}
 			}
 		} else {
 			require.True(t, strings.HasSuffix(tile.Name(), "h"), tile.Name())

@@ -526,6 +526,29 @@ func HalfSkipName(m Math, t Tile) string {
 	return KernelName(Gather, m, t) + "_hs"
 }
 
+// HasRegisterA reports whether the gather of tile t in arithmetic m has a
+// register-A twin (RegisterAName; gather_ws.cuh RA): a warp-specialised
+// tf32 tile of 128 columns (64 accumulators a thread beside two stages of
+// A in registers; the 64-column tiles run two blocks per SM, whose 96
+// registers a thread spilled). Its consumers load A from global memory
+// into registers and multiply it with the register form of wgmma; it
+// reads the weight as stored, permuted inside 32-column chunks, and
+// serves K of whole 32-column chunks over 16-byte rows only.
+func (t Tile) HasRegisterA(m Math) bool {
+	return t.Producers > 0 && t.Supports(m) && m == TF32 && t.BN == 128
+}
+
+// RegisterAName returns the symbol of the register-A twin of the gather
+// kernel of tile t (HasRegisterA): KernelName(Gather, m, t) + "_ra".
+func RegisterAName(m Math, t Tile) string {
+	return KernelName(Gather, m, t) + "_ra"
+}
+
+// RegisterAThreads returns the threads per block of tile t's register-A
+// twin: its WM consumer warps and one producer warp (the producers copy
+// only the weight).
+func (t Tile) RegisterAThreads() int { return 32 * (t.WM*t.WN + 1) }
+
 // StreamKName returns the symbol of the stream-K twin of the gather kernel
 // of tile t (HasStreamK), reading its weight transposed when wt:
 // KernelName(Gather, m, t) or TransposedName(m, t), + "_sk".
@@ -584,6 +607,10 @@ func GenerateHopperInstances(m Math) []byte {
 			if t.HasHalfSkip(m) {
 				fmt.Fprintf(&b, "FG_GATHER_WS_HS_KERNEL(%s, %s, %d, %d, %d, %d, %d, %d, %d)\n", HalfSkipName(m, t), m.cppName(),
 					t.BM, t.BN, t.BK, t.WM, t.Stages, t.Producers, blocks)
+			}
+			if t.HasRegisterA(m) {
+				fmt.Fprintf(&b, "FG_GATHER_WS_RA_KERNEL(%s, %s, %d, %d, %d, %d, %d, %d, %d)\n", RegisterAName(m, t), m.cppName(),
+					t.BM, t.BN, t.BK, t.WM, t.Stages, blocks, SmemBytes(Gather, m, t))
 			}
 			if t.HasStreamK(m) {
 				for _, wt := range []bool{false, true} {

@@ -121,6 +121,25 @@ template <Math M, int BN, bool TA, bool TB> struct Wgmma;
                    : "l"(a), "l"(b), "r"(1));                                                              \
     }                                                                                                      \
   };
+// One tf32 wgmma of shape m64 × BN × 8 whose A comes from registers: a
+// (4 per thread) holds this thread's part of the warpgroup's 64 × 8 A
+// fragment, warp w of the warpgroup rows 16w … 16w + 15 and lane (g =
+// lane / 4, t = lane % 4) the elements (g, t), (g + 8, t), (g, t + 4),
+// (g + 8, t + 4), as mma.sync m16n8k8; B as in Wgmma (K-major, desc b).
+// The registers of a must not change until the group has retired.
+template <int BN> struct WgmmaTF32RegA;
+#define FG_WGMMA_TF32_RA(BN, NACC, A0, A1, A2, A3, B, P)                                                  \
+  template <> struct WgmmaTF32RegA<BN> {                                                                   \
+    __device__ __forceinline__ static void run(float* d, const unsigned (&a)[4], unsigned long long b) {  \
+      asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" #P ", 0;\n"                                        \
+                   "wgmma.mma_async.sync.aligned.m64n" #BN "k8.f32.tf32.tf32 " FG_WGMMA_D##NACC               \
+                   ", {%" #A0 ", %" #A1 ", %" #A2 ", %" #A3 "}, %" #B ", p, 1, 1;\n}\n"                      \
+                   : FG_WGMMA_OPS##NACC(d)                                                                 \
+                   : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));                          \
+    }                                                                                                      \
+  };
+FG_WGMMA_TF32_RA(128, 64, 64, 65, 66, 67, 68, 69)
+#undef FG_WGMMA_TF32_RA
 FG_WGMMA_16BIT(F16, f16, 64, 32, 32, 33, 34, 35, 36)
 FG_WGMMA_16BIT(F16, f16, 128, 64, 64, 65, 66, 67, 68)
 FG_WGMMA_16BIT(F16, f16, 256, 128, 128, 129, 130, 131, 132)
