@@ -1053,17 +1053,27 @@ func (e *Engine) tf32Operand(j *gatherJob, n int64) (rawBuf, error) {
 	if j.math != kernels.TF32 || !tf32ClearedOperands.Load() || j.M == 0 || j.N == 0 || n <= 0 || 4*n > tf32ClearMaxBytes {
 		return rawBuf{}, nil
 	}
-	d := e.d
-	buf, err := d.allocTemp(4 * n)
+	buf, err := e.d.operandCopy("spconv_tf32_operand", j.w, n, (n+3)/4)
 	if err != nil {
 		return rawBuf{}, err
 	}
-	g, b := d.elementwise((n + 3) / 4)
-	if err := d.launch("spconv_tf32_operand", g, b, 0, j.w, buf.ptr, n); err != nil {
+	j.w = buf.ptr
+	return buf, nil
+}
+
+// operandCopy returns a copy of the n 4-byte values at w made by kernel
+// (arguments: in, out, n) on elementwise(threads), or the zero page for
+// n = 0. Worker only; free it with freeTemp.
+func (d *Device) operandCopy(kernel string, w devPtr, n, threads int64) (rawBuf, error) {
+	buf, err := d.allocTemp(4 * n)
+	if err != nil || n == 0 {
+		return buf, err
+	}
+	g, b := d.elementwise(threads)
+	if err := d.launch(kernel, g, b, 0, d.addr(w), buf.ptr, n); err != nil {
 		d.freeTemp(buf)
 		return rawBuf{}, err
 	}
-	j.w = buf.ptr
 	return buf, nil
 }
 
@@ -1072,20 +1082,10 @@ func (e *Engine) tf32Operand(j *gatherJob, n int64) (rawBuf, error) {
 // operands, permuted inside every 32-column chunk (spconv_tf32_operand_ra
 // in conv_aux.cu, gather_ws.cuh RA). Free it with freeTemp.
 func (e *Engine) tf32OperandRA(w devPtr, n int64) (rawBuf, error) {
-	d := e.d
 	if n%32 != 0 {
 		return rawBuf{}, fmt.Errorf("%w: register-A weight of %d values: not whole 32-column chunks", sparse.ErrShape, n)
 	}
-	buf, err := d.allocTemp(4 * n)
-	if err != nil || n == 0 {
-		return buf, err
-	}
-	g, b := d.elementwise(n)
-	if err := d.launch("spconv_tf32_operand_ra", g, b, 0, d.addr(w), buf.ptr, n); err != nil {
-		d.freeTemp(buf)
-		return rawBuf{}, err
-	}
-	return buf, nil
+	return e.d.operandCopy("spconv_tf32_operand_ra", w, n, n)
 }
 
 // transposeW returns the weight [Co, V, Ci] as [Ci, V, Co]; for tf32

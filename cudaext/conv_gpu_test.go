@@ -942,10 +942,7 @@ func TestReduceFourPerThread(t *testing.T) {
 			return nil
 		}))
 	}
-	launches := func() (n int) {
-		require.NoError(t, gpu.d.do(func() error { n = gpu.d.reduceVecLaunches; return nil }))
-		return n
-	}
+	launches := deviceCounter(t, func(d *Device) int { return d.reduceVecLaunches })
 	defer set(reduceVecMinElems(gpu.d.info.SMs), pairsWindowMinBytes, pairsWindowRows)
 	before := launches()
 	for _, sc := range maps {
@@ -1984,6 +1981,35 @@ func skipWithoutHopper(t *testing.T) {
 	}
 }
 
+// deviceCounter returns a reader of the Device's counter field (a test
+// instrument such as halfSkipLaunches), read on the device's worker.
+func deviceCounter(t *testing.T, field func(*Device) int) func() int {
+	return func() (n int) {
+		require.NoError(t, gpu.d.do(func() error { n = field(gpu.d); return nil }))
+		return n
+	}
+}
+
+// deviceSwitch returns a setter of the Device's switch *field (set on the
+// device's worker); the switch gets its value back when the test ends.
+func deviceSwitch(t *testing.T, field func(*Device) *bool) func(on bool) {
+	set := func(on bool) {
+		require.NoError(t, gpu.d.do(func() error { *field(gpu.d) = on; return nil }))
+	}
+	var was bool
+	require.NoError(t, gpu.d.do(func() error { was = *field(gpu.d); return nil }))
+	t.Cleanup(func() { set(was) })
+	return set
+}
+
+// withoutPerTapGathers makes the masked gathers run as such, not per tap
+// (pertap.go), until the test ends.
+func withoutPerTapGathers(t *testing.T) {
+	var was int64
+	require.NoError(t, gpu.d.do(func() error { was, gpu.d.perTapMaxBytes = gpu.d.perTapMaxBytes, 0; return nil }))
+	t.Cleanup(func() { gpu.d.do(func() error { gpu.d.perTapMaxBytes = was; return nil }) })
+}
+
 // TestFusedSplitReduce checks the split-K gathers of the warp-specialised
 // tiles that sum their partials in the kernel (fg::split_reduce): forward
 // (with bias) and input gradient against the float64 reference, the same
@@ -2011,10 +2037,7 @@ func TestFusedSplitReduce(t *testing.T) {
 	require.NotEmpty(t, tiles)
 	was := fusedSplitReduce.Load()
 	defer fusedSplitReduce.Store(was)
-	// The masked gathers themselves, not the per-tap ones (pertap.go).
-	var perTapMax int64
-	require.NoError(t, gpu.d.do(func() error { perTapMax, gpu.d.perTapMaxBytes = gpu.d.perTapMaxBytes, 0; return nil }))
-	defer gpu.d.do(func() error { gpu.d.perTapMaxBytes = perTapMax; return nil })
+	withoutPerTapGathers(t)
 	counters := func() []uint32 {
 		c := make([]uint32, 2*splitCounterTiles)
 		require.NoError(t, gpu.d.do(func() error {
@@ -2022,11 +2045,7 @@ func TestFusedSplitReduce(t *testing.T) {
 		}))
 		return c
 	}
-	launches := func() int {
-		var n int
-		require.NoError(t, gpu.d.do(func() error { n = gpu.d.fusedSplitLaunches; return nil }))
-		return n
-	}
+	launches := deviceCounter(t, func(d *Device) int { return d.fusedSplitLaunches })
 	for _, ch := range [][2]int{{72, 136}, {256, 256}} {
 		ci, co := ch[0], ch[1]
 		for _, sc := range scenes {

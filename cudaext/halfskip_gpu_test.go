@@ -56,21 +56,9 @@ func TestHalfSkip(t *testing.T) {
 		}
 	}
 	require.NotEmpty(t, cases)
-	setSkip := func(on bool) {
-		require.NoError(t, gpu.d.do(func() error { gpu.d.halfSkip = on; return nil }))
-	}
-	launches := func() int {
-		var n int
-		require.NoError(t, gpu.d.do(func() error { n = gpu.d.halfSkipLaunches; return nil }))
-		return n
-	}
-	var was bool
-	require.NoError(t, gpu.d.do(func() error { was = gpu.d.halfSkip; return nil }))
-	defer setSkip(was)
-	// The masked gathers themselves, not the per-tap ones (pertap.go).
-	var perTapMax int64
-	require.NoError(t, gpu.d.do(func() error { perTapMax, gpu.d.perTapMaxBytes = gpu.d.perTapMaxBytes, 0; return nil }))
-	defer gpu.d.do(func() error { gpu.d.perTapMaxBytes = perTapMax; return nil })
+	setSkip := deviceSwitch(t, func(d *Device) *bool { return &d.halfSkip })
+	launches := deviceCounter(t, func(d *Device) int { return d.halfSkipLaunches })
+	withoutPerTapGathers(t)
 	for _, sc := range scenes {
 		// The scene must give the masked gathers halves to skip.
 		require.Positive(t, halvesLackingTaps(sc.m.Masked(), 128), "%s: no half of a masked tile lacks a tap", sc.name)

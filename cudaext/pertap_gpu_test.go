@@ -293,10 +293,7 @@ func TestPerTapTablesDroppedByWeightGrad(t *testing.T) {
 	x, w, b, dy := ref.operands(t, m, sparse.Float16)
 	defer gpu.Free(x, w, b, dy)
 	o := Options{ConvOptions: sparse.ConvOptions{Algorithm: sparse.MaskedImplicitSplitK}}
-	launches := func() (n int) {
-		require.NoError(t, gpu.d.do(func() error { n = gpu.d.perTapLaunches; return nil }))
-		return n
-	}
+	launches := deviceCounter(t, func(d *Device) int { return d.perTapLaunches })
 	n0 := launches()
 	y, err := gpu.Forward(m, x, w, b, o)
 	require.NoError(t, err)

@@ -116,21 +116,9 @@ func TestRegisterA(t *testing.T) {
 		}
 	}
 	require.NotEmpty(t, tiles)
-	setRA := func(on bool) {
-		require.NoError(t, gpu.d.do(func() error { gpu.d.registerA = on; return nil }))
-	}
-	launches := func() int {
-		var n int
-		require.NoError(t, gpu.d.do(func() error { n = gpu.d.registerALaunches; return nil }))
-		return n
-	}
-	var was bool
-	require.NoError(t, gpu.d.do(func() error { was = gpu.d.registerA; return nil }))
-	defer setRA(was)
-	// The masked gathers themselves, not the per-tap ones (pertap.go).
-	var perTapMax int64
-	require.NoError(t, gpu.d.do(func() error { perTapMax, gpu.d.perTapMaxBytes = gpu.d.perTapMaxBytes, 0; return nil }))
-	defer gpu.d.do(func() error { gpu.d.perTapMaxBytes = perTapMax; return nil })
+	setRA := deviceSwitch(t, func(d *Device) *bool { return &d.registerA })
+	launches := deviceCounter(t, func(d *Device) int { return d.registerALaunches })
+	withoutPerTapGathers(t)
 	gpu.SetTF32(true)
 	defer gpu.SetTF32(false)
 	algs := []struct {

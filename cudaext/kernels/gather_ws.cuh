@@ -370,7 +370,9 @@ __device__ __forceinline__ void split_reduce(const GatherParams& p, const float 
 // indices of every tap, four ints (iterations, first column, split, next
 // tile — a stream-K piece's role and first group instead) and its two
 // mbarriers (filled, handed back), rounded up to 16 bytes (the second
-// description's mbarriers stay aligned).
+// description's mbarriers stay aligned); a register-A tile's first K chunk
+// takes 4 of the bytes the rounding adds (WsMeta::kc0, the static_assert
+// in gather_gemm_ws).
 template <class C> __host__ __device__ constexpr int ws_meta_bytes() {
   return (4 * C::BM + 4 * kWsMaxTaps * (C::BM + 1) + 32 + 15) / 16 * 16;
 }
@@ -415,10 +417,10 @@ template <class C, int PW> __host__ __device__ constexpr int ws_descriptions(int
 template <class C> struct WsMeta {
   unsigned long long full, empty;  // described (producers) / done with (consumers)
   int nIter, n0, z, next;  // next: the producers' next tile, or (stream-K) 4 · first + role
-  int kc0;                 // the K chunk of the first iteration (a split's share may start inside a tap)
   int rows[C::BM];                 // output row of each tile row, or −1
   int taps[kWsMaxTaps];            // table tap of each tap position
   int idx[kWsMaxTaps * C::BM];     // [position][row] source row or −1
+  int kc0;  // RA: the K chunk of the first iteration (a split's share may start inside a tap)
 };
 
 // A block runs the tiles bx = blockIdx.x, then (persistent launches, fewer
@@ -447,7 +449,7 @@ template <class C> struct WsMeta {
 // RA: A from registers (the *_ra kernels, kernels.RegisterAName; tf32, the
 // weight as stored, no stream-K, no half skip, 16-byte rows and K a
 // multiple of BK). The consumers load their own rows of A straight from
-// global memory into registers, two stages ahead, and multiply them with
+// global memory into registers, a stage ahead, and multiply them with
 // the register form of wgmma; the producers only describe tiles and
 // issue the weight's bulk tensor copies, so no row passes through shared
 // memory (PERF_NOTES step 123). A thread's wgmma fragment of a K step k8
@@ -548,7 +550,7 @@ __device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMa
         m->nIter = nIter;
         m->n0 = (int)blk.n0;
         m->z = blk.z;
-        m->kc0 = (int)(blk.t0 - (long long)vi0 * nkc);
+        if constexpr (RA) m->kc0 = (int)(blk.t0 - (long long)vi0 * nkc);  // only the register-A consumers read it
         // The block's next tile, taken now so that its description can
         // follow without a wait.
         if constexpr (SK)
@@ -718,6 +720,17 @@ __device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMa
     float acc[C::MI][C::NI][4];
     zero_acc<C>(acc);
     int prev = -1;
+    // After a stage's wgmma group is committed: once the previous stage's
+    // group has retired, hand that stage back; then step to the next stage.
+    auto hand_back = [&]() {
+      wgmma_wait<1>();
+      if (prev >= 0 && lane == 0) mbar_arrive(empty + prev);
+      prev = s;
+      if (++s == S) {
+        s = 0;
+        parity ^= 1;
+      }
+    };
     if constexpr (HS) {
       // One stage: wait until it is full, multiply it (mul) or commit an
       // empty wgmma group (the hand-back below counts groups), and hand
@@ -730,13 +743,7 @@ __device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMa
                                     smem_addr(Bs + s * L::BSt), 16, C::kMnLbo);
         else
           wgmma_commit();
-        wgmma_wait<1>();
-        if (prev >= 0 && lane == 0) mbar_arrive(empty + prev);
-        prev = s;
-        if (++s == S) {
-          s = 0;
-          parity ^= 1;
-        }
+        hand_back();
       };
       // Bit i of live: this warpgroup multiplies the tile's i-th tap. An
       // unsplit launch's iterations run the taps in order, per stages
@@ -805,13 +812,7 @@ __device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMa
 #pragma unroll
         for (int k = 0; k < BK / 8; ++k) WgmmaTF32RegA<BN>::run(&acc[0][0][0], a[k], db + k * 2);  // 32 bytes of K a step
         wgmma_commit();
-        wgmma_wait<1>();
-        if (prev >= 0 && lane == 0) mbar_arrive(empty + prev);
-        prev = s;
-        if (++s == S) {
-          s = 0;
-          parity ^= 1;
-        }
+        hand_back();
       };
 #pragma unroll
       for (int b = 0; b < R - 1; ++b)
@@ -832,14 +833,7 @@ __device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMa
         // Warpgroup warp/4 multiplies tile rows 64·(warp/4) ….
         wgmma_stage<C, false, WT>(&acc[0][0][0], smem_addr(As + s * L::ASt + (warp >> 2) * 64 * BK),
                                   smem_addr(Bs + s * L::BSt), 16, C::kMnLbo);
-        // The previous stage's group has retired: hand that stage back.
-        wgmma_wait<1>();
-        if (prev >= 0 && lane == 0) mbar_arrive(empty + prev);
-        prev = s;
-        if (++s == S) {
-          s = 0;
-          parity ^= 1;
-        }
+        hand_back();
       }
     }
     wgmma_wait<0>();
