@@ -662,7 +662,8 @@ func (e *Engine) runGather(j gatherJob) error {
 	if d.registerA && name == kernels.KernelName(kernels.Gather, j.math, t) && t.HasRegisterA(j.math) && !j.wt &&
 		p.Vec == 1 && j.Kc%int64(t.BK) == 0 {
 		// The register-A twin (gather_ws.cuh RA): its weight permuted
-		// inside 32-column chunks, one producer warp.
+		// inside 32-column chunks, its producer warpgroup lending registers to
+		// the consumers.
 		wp, err := e.tf32OperandRA(j.w, j.N*j.V*j.Kc)
 		if err != nil {
 			return err

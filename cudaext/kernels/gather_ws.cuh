@@ -279,6 +279,33 @@ __device__ __forceinline__ unsigned and_late(unsigned v, unsigned m) {
   return r;
 }
 
+// Registers a thread of the register-A kernels (RA below) keeps after its
+// warpgroup's setmaxnreg: the producer warpgroup gives back down to 24,
+// the two consumer warpgroups take up to 240, so that a consumer holds
+// its 64 accumulators beside four stages of A (ptxas 12.4: no spills; at
+// 40 / 232 the epilogue spilled 4 bytes). Per SM sub-partition (one warp
+// of each warpgroup) 2 · 240 + 24 = 504 of 512 registers a lane.
+constexpr int kRaProducerRegs = 24, kRaConsumerRegs = 240;
+// setmaxnreg of the calling warpgroup (every warp of it must execute it).
+// ptxas allocates the code after it within N registers only where the
+// kernel holds no trap (ptxas 12.4: one trap anywhere keeps the whole
+// kernel within its launch bounds' cap; PERF_NOTES step 124), hence fail.
+template <int N> __device__ __forceinline__ void setmaxnreg_dec() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N) : "memory");
+}
+template <int N> __device__ __forceinline__ void setmaxnreg_inc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N) : "memory");
+}
+// Ends the launch with an error: a trap, or in a kernel that sets its
+// registers per warpgroup (NoTrap) a store to address 0, which the host
+// sees as an illegal-address error instead of a launch failure.
+template <bool NoTrap> __device__ __forceinline__ void fail() {
+  if constexpr (NoTrap)
+    asm volatile("st.global.u32 [%0], %1;\n" ::"l"(0ull), "r"(0) : "memory");
+  else
+    __trap();
+}
+
 // Whether any of the 64 tile rows whose sources at one tap start at src
 // has one (src[i] ≥ 0): a vote of the calling warp.
 __device__ __forceinline__ bool rows64_live(const int* src, int lane) {
@@ -300,7 +327,7 @@ __device__ __forceinline__ bool rows64_live(const int* src, int lane) {
 // every block of the launch is resident at once (tiles · splits within
 // the SMs' blocks); a wait that never ends traps instead of hanging.
 // nc consumer threads, ct this one's index.
-template <class C>
+template <class C, bool NoTrap = false>
 __device__ __forceinline__ void split_reduce(const GatherParams& p, const float (&acc)[C::MI][C::NI][4], const int* rows,
                                              long long n0, int warp, int lane, int ct, int nc) {
   using T = typename C::T;
@@ -321,7 +348,7 @@ __device__ __forceinline__ void split_reduce(const GatherParams& p, const float 
     atomicAdd(arrive, 1u);
     long long spins = 0;
     while (ld_acquire(arrive) < (unsigned)S) {
-      if (++spins > (1ll << 26)) __trap();  // a split never arrived: fail, do not hang
+      if (++spins > (1ll << 26)) fail<NoTrap>();  // a split never arrived: fail, do not hang
       __nanosleep(32);
     }
     // Every split has passed its wait once all have left: the last zeroes.
@@ -449,7 +476,7 @@ template <class C> struct WsMeta {
 // RA: A from registers (the *_ra kernels, kernels.RegisterAName; tf32, the
 // weight as stored, no stream-K, no half skip, 16-byte rows and K a
 // multiple of BK). The consumers load their own rows of A straight from
-// global memory into registers, a stage ahead, and multiply them with
+// global memory into registers, three stages ahead, and multiply them with
 // the register form of wgmma; the producers only describe tiles and
 // issue the weight's bulk tensor copies, so no row passes through shared
 // memory (PERF_NOTES step 123). A thread's wgmma fragment of a K step k8
@@ -508,6 +535,7 @@ __device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMa
 
   if (warp >= C::kWarps) {
     // ---- producers ----
+    if constexpr (RA) setmaxnreg_dec<kRaProducerRegs>();
     const int pt = tid - L::kCons;
     const int q = pt & 3, r0 = pt >> 2;  // chunks q, q + 4 of rows r0 + j·kRowsPerPass
     constexpr int RP = L::kRowsPerPass;
@@ -542,7 +570,7 @@ __device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMa
       }
       const int vi0 = (int)blk.vi0, nkc = blk.nkc, nIter = blk.nIter;
       const int nPos = nIter > 0 ? (int)((blk.t1 - 1) / nkc) - vi0 + 1 : 0;  // tap positions it visits
-      if (nPos > kWsMaxTaps) __trap();  // the engine never launches more taps (kernels.MaxSpecializedTaps)
+      if (nPos > kWsMaxTaps) fail<RA>();  // the engine never launches more taps (kernels.MaxSpecializedTaps)
       gather_rows<C>(p, m->rows, blk.m0, pt, L::kProd);
       for (int i = pt; i < nPos; i += L::kProd)
         m->taps[i] = p.tile_taps ? p.tile_taps[blk.tapBase + vi0 + i] : vi0 + i;
@@ -710,6 +738,7 @@ __device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMa
   }
 
   // ---- consumers ----
+  if constexpr (RA) setmaxnreg_inc<kRaConsumerRegs>();
   int s = 0;
   unsigned parity = 0;
   for (int k = 0;; ++k) {
@@ -770,13 +799,14 @@ __device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMa
       // g + 8) and its column quad t; a ring of R stages of A in
       // registers, each loaded R − 1 stages before it is multiplied: a slot
       // is reloaded once the group that read it has retired (wgmma_wait<1>).
-      // Two slots: with three, the 64 accumulators, 48 registers of ring
-      // and the 16 of a stage's fragments spilled at 168 registers.
-      if (!p.vec || p.Kc % BK != 0) __trap();  // the engine launches it on whole 32-column chunks only
+      // Four slots, in the 240 registers the consumers take (setmaxnreg;
+      // step 123's two slots under the launch bounds' 168 waited for their
+      // loads every stage, and three spilled there).
+      if (!p.vec || p.Kc % BK != 0) fail<RA>();  // the engine launches it on whole 32-column chunks only
       const int ra0 = (warp >> 2) * 64 + (warp & 3) * 16 + (lane >> 2), tq = lane & 3;
       const int nkc = (int)((p.Kc + BK - 1) / BK);
       int lpos = 0, lkc = m->kc0;  // the tap position and K chunk of the next stage to load
-      constexpr int R = 2;
+      constexpr int R = 4;
       unsigned ra[R][2][2][4];  // [slot][row g, g + 8][columns 4t…, 16 + 4t…][4]
       unsigned rm[R][2];        // [slot][row]: the tf32 bits, or 0 for an absent row
       auto load = [&](unsigned(&a)[2][2][4], unsigned(&am)[2]) {
@@ -867,7 +897,7 @@ __device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMa
         if (lane == 0) {
           long long spins = 0;
           while (ld_acquire(sk.flags + bb * C::kWarps + warp) == 0) {
-            if (++spins > (1ll << 26)) __trap();  // a piece never stored: fail, do not hang
+            if (++spins > (1ll << 26)) fail<RA>();  // a piece never stored: fail, do not hang
             __nanosleep(64);
           }
         }
@@ -886,7 +916,7 @@ __device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMa
       }
     }
     if (!SK && p.split_ctr)
-      split_reduce<C>(p, acc, m->rows, m->n0, warp, lane, tid, L::kCons);  // a split launch: one tile per block
+      split_reduce<C, RA>(p, acc, m->rows, m->n0, warp, lane, tid, L::kCons);  // a split launch: one tile per block
     else
       gather_store<C>(p, acc, m->rows, m->n0, m->z, warp, 0, lane);
     __syncwarp();
@@ -900,11 +930,12 @@ __device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMa
 // blocks per SM): NAME reads the weight as stored, NAME_wt (16-bit
 // arithmetics) transposed, and where the block is alone on its SM NAME_sk
 // and NAME_wt_sk run stream-K launches. The launch bounds cap every
-// thread's registers at the register file over the resident threads;
-// setmaxnreg cannot lift the consumers above that cap (ptxas of CUDA 13
-// compiles the whole kernel within it and refuses a 64×256 wgmma under
-// 154 registers, session 9 call 2), so a tile's producer warps are limited
-// by its accumulators.
+// thread's registers at the register file over the resident threads, and
+// a tile's producer warps are limited by its accumulators. setmaxnreg
+// lifts consumers above that cap only in a kernel without a trap (ptxas
+// compiles a kernel with one wholly within the cap: session 9 call 2 saw a
+// 64×256 wgmma refused under 154 registers; PERF_NOTES step 124): the
+// register-A twin below is built that way.
 #define FG_GATHER_WS_KERNEL(NAME, MATH, BM, BN, BK, WM, S, PW, MINB, SMEM)                                     \
   extern "C" __global__ void __launch_bounds__(32 * ((WM) + (PW)), MINB)                                       \
       NAME(const fg::GatherParams p, const __grid_constant__ fg::WsMaps maps, unsigned* next) {                \
@@ -933,16 +964,19 @@ __device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMa
     fg::gather_gemm_ws<Cfg, PW, false, kDescriptions, false, true>(p, maps, next, fg::StreamK{});              \
   }
 // The register-A twin (kernels.RegisterAName; tf32, the weight as stored):
-// one producer warp, which only describes tiles and copies the weight.
+// two consumer warpgroups and one producer warpgroup, which only describes
+// tiles and copies the weight and gives its registers to the consumers
+// (setmaxnreg: kRaProducerRegs, kRaConsumerRegs; one block per SM).
 #define FG_GATHER_WS_RA_KERNEL(NAME, MATH, BM, BN, BK, WM, S, MINB, SMEM)                                      \
-  extern "C" __global__ void __launch_bounds__(32 * ((WM) + 1), MINB)                                          \
+  extern "C" __global__ void __launch_bounds__(32 * ((WM) + 4), MINB)                                          \
       NAME(const fg::GatherParams p, const __grid_constant__ fg::WsMaps maps, unsigned* next) {                \
     fg_await_prior_grid();                                                                                     \
+    static_assert((WM) == 8 && (MINB) == 1, "the register budget is two consumer warpgroups' and one producer's"); \
     using Cfg = fg::TileCfg<MATH, BM, BN, BK, WM, 1, S, true>;                                                 \
-    constexpr int kDescriptions = fg::ws_descriptions<Cfg, 1>(MINB);                                           \
-    static_assert(fg::WsLayout<Cfg, 1, kDescriptions>::kSmem == (SMEM),                                        \
+    constexpr int kDescriptions = fg::ws_descriptions<Cfg, 4>(MINB);                                           \
+    static_assert(fg::WsLayout<Cfg, 4, kDescriptions>::kSmem == (SMEM),                                        \
                   "shared memory differs from the Go tile table");                                             \
-    fg::gather_gemm_ws<Cfg, 1, false, kDescriptions, false, false, true>(p, maps, next, fg::StreamK{});        \
+    fg::gather_gemm_ws<Cfg, 4, false, kDescriptions, false, false, true>(p, maps, next, fg::StreamK{});        \
   }
 // The stream-K twins (MINB = 1 only: every block resident; WT as above).
 #define FG_GATHER_WS_SK_KERNEL(NAME, MATH, BM, BN, BK, WM, S, PW, WT)                                          \

@@ -315,7 +315,7 @@ func TestTileTableMirrorsCpp(t *testing.T) {
 					require.Contains(t, string(GenerateHopperInstances(m)), ra)
 					_, ok := KernelModule(RegisterAName(m, tile))
 					require.True(t, ok, "%s missing from the manifest", RegisterAName(m, tile))
-					require.Equal(t, 32*(tile.WM+1), tile.RegisterAThreads(), tile.Name())
+					require.Equal(t, 32*(tile.WM+4), tile.RegisterAThreads(), tile.Name())
 				} else {
 					require.NotContains(t, string(GenerateHopperInstances(m)), ra)
 				}

@@ -528,7 +528,7 @@ func HalfSkipName(m Math, t Tile) string {
 
 // HasRegisterA reports whether the gather of tile t in arithmetic m has a
 // register-A twin (RegisterAName; gather_ws.cuh RA): a warp-specialised
-// tf32 tile of 128 columns (64 accumulators a thread beside two stages of
+// tf32 tile of 128 columns (64 accumulators a thread beside four stages of
 // A in registers; the 64-column tiles run two blocks per SM, whose 96
 // registers a thread spilled). Its consumers load A from global memory
 // into registers and multiply it with the register form of wgmma; it
@@ -545,9 +545,10 @@ func RegisterAName(m Math, t Tile) string {
 }
 
 // RegisterAThreads returns the threads per block of tile t's register-A
-// twin: its WM consumer warps and one producer warp (the producers copy
-// only the weight).
-func (t Tile) RegisterAThreads() int { return 32 * (t.WM*t.WN + 1) }
+// twin: its WM consumer warps and one producer warpgroup, which copies only
+// the weight and hands most of its registers to the consumers
+// (setmaxnreg, gather_ws.cuh).
+func (t Tile) RegisterAThreads() int { return 32 * (t.WM*t.WN + 4) }
 
 // StreamKName returns the symbol of the stream-K twin of the gather kernel
 // of tile t (HasStreamK), reading its weight transposed when wt:
