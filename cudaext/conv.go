@@ -673,6 +673,13 @@ func (e *Engine) runGather(j gatherJob) error {
 		name, threads = kernels.RegisterAName(j.math, t), t.RegisterAThreads()
 		d.registerALaunches++
 	}
+	if d.swapped && name == kernels.KernelName(kernels.Gather, j.math, t) && t.HasSwapped(j.math) && !j.wt &&
+		p.Vec == 1 && splits == 1 && skBlocks == 0 {
+		// The swapped twin (gather_ws.cuh SW): same arguments, one consumer
+		// warpgroup multiplying the transposed tile.
+		name, threads = kernels.SwappedName(j.math, t), t.SwappedThreads()
+		d.swappedLaunches++
+	}
 	args := []any{&p}
 	grid := dim3{X: int(tiles), Y: splits}
 	if t.Producers > 0 {

@@ -127,6 +127,11 @@ type Device struct {
 	// registerALaunches counts those launches (a test instrument).
 	registerA         bool
 	registerALaunches int
+	// swapped: tf32 gathers of 64 columns run their tiles' swapped twins
+	// where the gather allows (EnvSwappedGathers); swappedLaunches counts
+	// those launches (a test instrument).
+	swapped         bool
+	swappedLaunches int
 	// occupancyCap: the kernels launched with padded shared memory so that
 	// fewer of their warps stay resident (EnvOccupancyCap; a measurement
 	// knob, read into each kernelFunc's capWarps when it is loaded).
@@ -306,10 +311,15 @@ func openDevice(ordinal int) (*Device, error) {
 	if err != nil {
 		return nil, err
 	}
+	swapped, err := swappedGathersFromEnv()
+	if err != nil {
+		return nil, err
+	}
 	d := &Device{
 		cubSortFrom:                cubSortFrom,
 		halfSkip:                   halfSkip,
 		registerA:                  registerA,
+		swapped:                    swapped,
 		occupancyCap:               occCap,
 		pdl:                        pdl,
 		perTapMaxBytes:             perTapMax,

@@ -394,6 +394,25 @@ func registerAFromEnv() (bool, error) {
 	return switchFromEnv(EnvRegisterA, registerADefault)
 }
 
+// EnvSwappedGathers names the environment variable that, read when an
+// engine opens, runs the swapped twins of the warp-specialised tf32
+// gathers of 64 columns where the gather allows ("1"; kernels.SwappedName:
+// unsplit, no stream-K, the weight as stored, 16-byte rows), or never
+// ("0"; unset: swappedGathersDefault). One consumer warpgroup multiplies
+// the transposed tile, reading each weight stage from shared memory once
+// (docs/PERF_NOTES.md, step 125).
+const EnvSwappedGathers = "FLEXGEMM_SWAPPED_GATHERS"
+
+// swappedGathersDefault is EnvSwappedGathers's setting when unset.
+const swappedGathersDefault = false
+
+// swappedGathersFromEnv returns EnvSwappedGathers's setting:
+// swappedGathersDefault when unset or empty, true for "1", false for "0",
+// an error naming the variable otherwise.
+func swappedGathersFromEnv() (bool, error) {
+	return switchFromEnv(EnvSwappedGathers, swappedGathersDefault)
+}
+
 // EnvSpecializedGathers names the environment variable that, read when an
 // engine opens, turns the fixed heuristic's warp-specialised gather tiles
 // (kernels.Tile.Producers) on ("1") or off ("0"); unset,

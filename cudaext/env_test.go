@@ -285,6 +285,17 @@ func TestRegisterAFromEnv(t *testing.T) {
 	})
 }
 
+// TestSwappedGathersFromEnv checks the parsing of EnvSwappedGathers.
+func TestSwappedGathersFromEnv(t *testing.T) {
+	checkEnvParse(t, EnvSwappedGathers, swappedGathersFromEnv, []envCase[bool]{
+		{set: false, want: swappedGathersDefault},
+		{value: "", set: true, want: swappedGathersDefault},
+		{value: "1", set: true, want: true},
+		{value: "0", set: true, want: false},
+		{value: "yes", set: true, bad: true},
+	})
+}
+
 // TestCubSortModeFromEnv checks the parsing of EnvCubSort.
 func TestCubSortModeFromEnv(t *testing.T) {
 	checkEnvParse(t, EnvCubSort, cubSortModeFromEnv, []envCase[cubSortMode]{

@@ -450,6 +450,39 @@ template <class C> struct WsMeta {
   int kc0;  // RA: the K chunk of the first iteration (a split's share may start inside a tap)
 };
 
+// sw_store writes a swapped tile (gather_gemm_ws SW): acc holds Dᵀ, warp
+// w's output columns n0 + 16w + g (+ 8 for the fragment's second half) of
+// tile rows 8j + 2t (+ 1), as mma.sync C fragments of the transposed tile
+// CT (64 × BM); each output row gets the bias once. A warp's store writes
+// 8 consecutive columns of 4 rows: four whole 32-byte sectors.
+template <class CT>
+__device__ __forceinline__ void sw_store(const GatherParams& p, const float (&acc)[CT::MI][CT::NI][4], const int* rows,
+                                         long long n0, int warp, int lane) {
+  static_assert(CT::MI == 1, "one 16-column slice a warp");
+  const int g = lane >> 2, t4 = lane & 3;
+  const float* bias = reinterpret_cast<const float*>(p.bias);
+  float* y = reinterpret_cast<float*>(p.y);
+  float bv[2];
+  bool in[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const long long col = n0 + 16 * warp + g + 8 * h;
+    in[h] = col < p.N;
+    bv[h] = bias && in[h] ? bias[col] : 0.f;
+  }
+#pragma unroll
+  for (int j = 0; j < CT::NI; ++j)
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int orow = rows[8 * j + 2 * t4 + e];
+      if (orow < 0) continue;
+      float* r = y + (long long)orow * p.N + n0 + 16 * warp + g;
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+        if (in[h]) r[8 * h] = acc[0][j][2 * h + e] + bv[h];
+    }
+}
+
 // A block runs the tiles bx = blockIdx.x, then (persistent launches, fewer
 // blocks than tiles) the next ones: from gridDim.x on, taken in launch
 // order from the counter *next (zeroed before the launch) or, without one,
@@ -490,7 +523,17 @@ template <class C> struct WsMeta {
 // Each lane's two loads per row are then whole 64-byte runs of the warp's
 // rows. The same products as the shared-memory kernel, in other K steps:
 // the sums may differ from its in the last bits.
-template <class C, int PW, bool WT, int MB, bool SK, bool HS = false, bool RA = false>
+// SW: swapped operands (the *_sw kernels, kernels.SwappedName; tf32 tiles
+// of 128 rows and 64 columns, the weight as stored, unsplit, no stream-K,
+// 16-byte rows). One consumer warpgroup multiplies the transposed tile,
+// Dᵀ (64 × 128) = Wᵀ · Xᵀ: the weight's stage (64 output columns of 32 K)
+// is wgmma's A and the tile's 128 gathered rows its B, in the stages the
+// producers fill as for the plain kernel. A stage then reads 24 instead
+// of 32 KiB of shared memory (the weight once, not once per warpgroup:
+// PERF_NOTES, designs of the sixty-second session). The accumulators hold
+// output columns g and g + 8 of a warp's 16 for rows 2t and 2t + 1 of
+// every 8; sw_store writes them, four 32-byte runs a warp store.
+template <class C, int PW, bool WT, int MB, bool SK, bool HS = false, bool RA = false, bool SW = false>
 __device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMaps& maps, unsigned* next,
                                                const StreamK& sk) {
   using T = typename C::T;
@@ -501,6 +544,10 @@ __device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMa
   static_assert(sizeof(Meta) <= L::kMeta, "tile description layout");
   static_assert(!RA || (C::kMath == Math::TF32 && !WT && !SK && !HS && C::BN == 128),
                 "register A: tf32, 128 columns, the weight as stored, no stream-K or half skip");
+  static_assert(!SW || (C::kMath == Math::TF32 && !WT && !SK && !HS && !RA && C::BN == 64 && C::BM == 128),
+                "swapped operands: tf32 tiles of 128 rows and 64 columns, the weight as stored, unsplit");
+  // Consumer warps: the tile's WM, or the swapped kernels' one warpgroup.
+  constexpr int kConsWarps = SW ? 4 : C::kWarps, kConsThreads = 32 * kConsWarps;
   constexpr int S = C::S, BM = C::BM, BN = C::BN, BK = C::BK, KC = C::kChunk;
   extern __shared__ __align__(16) unsigned char smem[];
   unsigned char* base = smem + ((1024 - (smem_addr(smem) & 1023)) & 1023);
@@ -518,11 +565,11 @@ __device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMa
       // Every producer thread's cp.async arrival, plus producer 0's
       // arrival with the bytes of the B stage's bulk tensor copies.
       mbar_init(full + s, RA ? 1 : L::kProd + 1);
-      mbar_init(empty + s, C::kWarps);
+      mbar_init(empty + s, kConsWarps);
     }
     for (int b = 0; b < MB; ++b) {
       mbar_init(&meta(b)->full, 1);
-      mbar_init(&meta(b)->empty, C::kWarps);
+      mbar_init(&meta(b)->empty, kConsWarps);
     }
     // The barriers are initialised through the generic proxy; the bulk
     // tensor copies signal them through the async proxy.
@@ -533,10 +580,10 @@ __device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMa
   const T* x = reinterpret_cast<const T*>(p.x);
   const T* w = reinterpret_cast<const T*>(p.w);
 
-  if (warp >= C::kWarps) {
+  if (warp >= kConsWarps) {
     // ---- producers ----
     if constexpr (RA) setmaxnreg_dec<kRaProducerRegs>();
-    const int pt = tid - L::kCons;
+    const int pt = tid - kConsThreads;
     const int q = pt & 3, r0 = pt >> 2;  // chunks q, q + 4 of rows r0 + j·kRowsPerPass
     constexpr int RP = L::kRowsPerPass;
     int s = 0;
@@ -746,6 +793,31 @@ __device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMa
     mbar_wait(&m->full, (k / MB) & 1);
     const int nIter = m->nIter;
     if (nIter < 0) break;
+    if constexpr (SW) {
+      if (p.splits != 1 || !p.vec) __trap();  // the engine launches it unsplit on 16-byte rows only
+      using CT = TileCfg<C::kMath, 64, C::BM, C::BK, 4, 1, C::S, true>;  // the transposed tile
+      float acc[CT::MI][CT::NI][4];
+      zero_acc<CT>(acc);
+      int prev = -1;
+      for (int it = 0; it < nIter; ++it) {
+        mbar_wait(full + s, parity);
+        fence_proxy_async();
+        wgmma_stage<CT, false, false>(&acc[0][0][0], smem_addr(Bs + s * L::BSt), smem_addr(As + s * L::ASt), 16, 16);
+        wgmma_wait<1>();
+        if (prev >= 0 && lane == 0) mbar_arrive(empty + prev);
+        prev = s;
+        if (++s == S) {
+          s = 0;
+          parity ^= 1;
+        }
+      }
+      wgmma_wait<0>();
+      if (prev >= 0 && lane == 0) mbar_arrive(empty + prev);
+      sw_store<CT>(p, acc, m->rows, m->n0, warp, lane);
+      __syncwarp();
+      if (lane == 0) mbar_arrive(&m->empty);
+      continue;
+    }
     float acc[C::MI][C::NI][4];
     zero_acc<C>(acc);
     int prev = -1;
@@ -977,6 +1049,16 @@ __device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMa
     static_assert(fg::WsLayout<Cfg, 4, kDescriptions>::kSmem == (SMEM),                                        \
                   "shared memory differs from the Go tile table");                                             \
     fg::gather_gemm_ws<Cfg, 4, false, kDescriptions, false, false, true>(p, maps, next, fg::StreamK{});        \
+  }
+// The swapped twin (kernels.SwappedName; tf32 128×64 tiles, the weight as
+// stored): one consumer warpgroup beside the producers.
+#define FG_GATHER_WS_SW_KERNEL(NAME, MATH, BM, BN, BK, WM, S, PW, MINB)                                        \
+  extern "C" __global__ void __launch_bounds__(32 * (4 + (PW)), MINB)                                          \
+      NAME(const fg::GatherParams p, const __grid_constant__ fg::WsMaps maps, unsigned* next) {                \
+    fg_await_prior_grid();                                                                                     \
+    using Cfg = fg::TileCfg<MATH, BM, BN, BK, WM, 1, S, true>;                                                 \
+    constexpr int kDescriptions = fg::ws_descriptions<Cfg, PW>(MINB);                                          \
+    fg::gather_gemm_ws<Cfg, PW, false, kDescriptions, false, false, false, true>(p, maps, next, fg::StreamK{}); \
   }
 // The stream-K twins (MINB = 1 only: every block resident; WT as above).
 #define FG_GATHER_WS_SK_KERNEL(NAME, MATH, BM, BN, BK, WM, S, PW, WT)                                          \

@@ -15,5 +15,7 @@ FG_GATHER_WS_RA_KERNEL(spconv_gather_tf32_m128n128k32w8x1s6hp4_ra, fg::Math::TF3
 FG_GATHER_WS_SK_KERNEL(spconv_gather_tf32_m128n128k32w8x1s6hp4_sk, fg::Math::TF32, 128, 128, 32, 8, 6, 4, false)
 FG_GATHER_WS_KERNEL(spconv_gather_tf32_m128n64k32w8x1s4hp4, fg::Math::TF32, 128, 64, 32, 8, 4, 4, 2, 113872)
 FG_GATHER_WS_HS_KERNEL(spconv_gather_tf32_m128n64k32w8x1s4hp4_hs, fg::Math::TF32, 128, 64, 32, 8, 4, 4, 2)
+FG_GATHER_WS_SW_KERNEL(spconv_gather_tf32_m128n64k32w8x1s4hp4_sw, fg::Math::TF32, 128, 64, 32, 8, 4, 4, 2)
 FG_GATHER_WS_KERNEL(spconv_gather_tf32_m128n64k32w8x1s3hp4, fg::Math::TF32, 128, 64, 32, 8, 3, 4, 2, 103760)
 FG_GATHER_WS_HS_KERNEL(spconv_gather_tf32_m128n64k32w8x1s3hp4_hs, fg::Math::TF32, 128, 64, 32, 8, 3, 4, 2)
+FG_GATHER_WS_SW_KERNEL(spconv_gather_tf32_m128n64k32w8x1s3hp4_sw, fg::Math::TF32, 128, 64, 32, 8, 3, 4, 2)

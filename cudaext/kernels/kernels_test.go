@@ -319,6 +319,17 @@ func TestTileTableMirrorsCpp(t *testing.T) {
 				} else {
 					require.NotContains(t, string(GenerateHopperInstances(m)), ra)
 				}
+				// The swapped twin: tf32 tiles of 128 rows and 64 columns.
+				sw := "FG_GATHER_WS_SW_KERNEL(" + SwappedName(m, tile) + ","
+				require.Equal(t, tile.Supports(m) && m == TF32 && tile.BM == 128 && tile.BN == 64, tile.HasSwapped(m), "%s %v", tile.Name(), m)
+				if tile.HasSwapped(m) {
+					require.Contains(t, string(GenerateHopperInstances(m)), sw)
+					_, ok := KernelModule(SwappedName(m, tile))
+					require.True(t, ok, "%s missing from the manifest", SwappedName(m, tile))
+					require.Equal(t, 32*(4+tile.Producers), tile.SwappedThreads(), tile.Name())
+				} else {
+					require.NotContains(t, string(GenerateHopperInstances(m)), sw)
+				}
 			}
 		} else {
 			require.True(t, strings.HasSuffix(tile.Name(), "h"), tile.Name())

@@ -550,6 +550,27 @@ func RegisterAName(m Math, t Tile) string {
 // (setmaxnreg, gather_ws.cuh).
 func (t Tile) RegisterAThreads() int { return 32 * (t.WM*t.WN + 4) }
 
+// HasSwapped reports whether the gather of tile t in arithmetic m has a
+// swapped twin (SwappedName; gather_ws.cuh SW): a warp-specialised tf32
+// tile of 128 rows and 64 columns, whose one consumer warpgroup
+// multiplies the transposed tile (the weight's stage as wgmma's A, the
+// gathered rows as its B), so that each stage's weight is read from
+// shared memory once instead of once per warpgroup. It reads the weight
+// as stored and serves unsplit gathers over 16-byte rows only.
+func (t Tile) HasSwapped(m Math) bool {
+	return t.Producers > 0 && t.Supports(m) && m == TF32 && t.BM == 128 && t.BN == 64
+}
+
+// SwappedName returns the symbol of the swapped twin of the gather kernel
+// of tile t (HasSwapped): KernelName(Gather, m, t) + "_sw".
+func SwappedName(m Math, t Tile) string {
+	return KernelName(Gather, m, t) + "_sw"
+}
+
+// SwappedThreads returns the threads per block of tile t's swapped twin:
+// one consumer warpgroup and the tile's producer warps.
+func (t Tile) SwappedThreads() int { return 32 * (4 + t.Producers) }
+
 // StreamKName returns the symbol of the stream-K twin of the gather kernel
 // of tile t (HasStreamK), reading its weight transposed when wt:
 // KernelName(Gather, m, t) or TransposedName(m, t), + "_sk".
@@ -612,6 +633,10 @@ func GenerateHopperInstances(m Math) []byte {
 			if t.HasRegisterA(m) {
 				fmt.Fprintf(&b, "FG_GATHER_WS_RA_KERNEL(%s, %s, %d, %d, %d, %d, %d, %d, %d)\n", RegisterAName(m, t), m.cppName(),
 					t.BM, t.BN, t.BK, t.WM, t.Stages, blocks, SmemBytes(Gather, m, t))
+			}
+			if t.HasSwapped(m) {
+				fmt.Fprintf(&b, "FG_GATHER_WS_SW_KERNEL(%s, %s, %d, %d, %d, %d, %d, %d, %d)\n", SwappedName(m, t), m.cppName(),
+					t.BM, t.BN, t.BK, t.WM, t.Stages, t.Producers, blocks)
 			}
 			if t.HasStreamK(m) {
 				for _, wt := range []bool{false, true} {
