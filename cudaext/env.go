@@ -398,13 +398,17 @@ func registerAFromEnv() (bool, error) {
 // engine opens, runs the swapped twins of the warp-specialised tf32
 // gathers of 64 columns where the gather allows ("1"; kernels.SwappedName:
 // unsplit, no stream-K, the weight as stored, 16-byte rows), or never
-// ("0"; unset: swappedGathersDefault). One consumer warpgroup multiplies
+// ("0"; unset: swappedGathersDefault, on). One consumer warpgroup multiplies
 // the transposed tile, reading each weight stage from shared memory once
 // (docs/PERF_NOTES.md, step 125).
 const EnvSwappedGathers = "FLEXGEMM_SWAPPED_GATHERS"
 
 // swappedGathersDefault is EnvSwappedGathers's setting when unset.
-const swappedGathersDefault = false
+// Measured (H200, session 62, call 5, docs/PERF_NOTES.md step 125; three
+// alternated rounds, medians): tf32 (1024, 64, 2) inference 6.823 →
+// 6.515 ms (−4.5 %), training 19.729 → 19.143 (−3.0 %); each forward
+// gather 3.00 → 2.82 ms.
+const swappedGathersDefault = true
 
 // swappedGathersFromEnv returns EnvSwappedGathers's setting:
 // swappedGathersDefault when unset or empty, true for "1", false for "0",

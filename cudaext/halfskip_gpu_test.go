@@ -59,10 +59,11 @@ func TestHalfSkip(t *testing.T) {
 	setSkip := deviceSwitch(t, func(d *Device) *bool { return &d.halfSkip })
 	launches := deviceCounter(t, func(d *Device) int { return d.halfSkipLaunches })
 	withoutPerTapGathers(t)
-	// The plain kernel it compares bit for bit, not its register-A twin
-	// (FLEXGEMM_REGISTER_A=1 would run that, whose sums differ in the last
-	// bits).
+	// The plain kernel it compares bit for bit, not its register-A or
+	// swapped twin (FLEXGEMM_REGISTER_A=1 and FLEXGEMM_SWAPPED_GATHERS=1,
+	// the default, run those; their sums differ in the last bits).
 	deviceSwitch(t, func(d *Device) *bool { return &d.registerA })(false)
+	deviceSwitch(t, func(d *Device) *bool { return &d.swapped })(false)
 	for _, sc := range scenes {
 		// The scene must give the masked gathers halves to skip.
 		require.Positive(t, halvesLackingTaps(sc.m.Masked(), 128), "%s: no half of a masked tile lacks a tap", sc.name)
