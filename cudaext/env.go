@@ -395,9 +395,10 @@ func registerAFromEnv() (bool, error) {
 }
 
 // EnvSwappedGathers names the environment variable that, read when an
-// engine opens, runs the swapped twins of the warp-specialised tf32
-// gathers of 64 columns where the gather allows ("1"; kernels.SwappedName:
-// unsplit, no stream-K, the weight as stored, 16-byte rows), or never
+// engine opens, runs the swapped twins of the warp-specialised gathers of
+// 128 rows and 64 columns where the gather allows ("1";
+// kernels.SwappedName: unsplit, no stream-K, the weight as stored — every
+// tf32 gather, the 16-bit forward ones —, 16-byte rows), or never
 // ("0"; unset: swappedGathersDefault, on). One consumer warpgroup multiplies
 // the transposed tile, reading each weight stage from shared memory once
 // (docs/PERF_NOTES.md, step 125).

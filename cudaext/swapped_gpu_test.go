@@ -17,16 +17,19 @@ import (
 )
 
 // TestSwappedGathers checks the swapped twins of the warp-specialised
-// tf32 gathers of 64 columns (kernels.SwappedName, EnvSwappedGathers):
-// forward with a bias and input gradient of every tile that has one
-// against the float64 reference, the implicit and masked GEMMs and their
-// split-K forms, on a small shell, a random submanifold scene and a shell
-// of more tiles than resident blocks. Channel counts include output
-// columns that are not whole 64-column tiles and rows that are not 16
-// bytes. The twin must run exactly where the gather allows it — unsplit,
-// over 16-byte rows — and leave the other gathers to the plain kernel;
-// the result must be within tf32's bound of the reference and of the
-// plain kernel's (the same products, summed by the other operand order).
+// gathers of 128 rows and 64 columns (kernels.SwappedName,
+// EnvSwappedGathers) in every arithmetic: forward with a bias and input
+// gradient of every tile that has one against the float64 reference, the
+// implicit and masked GEMMs and their split-K forms, on a small shell, a
+// random submanifold scene and a shell of more tiles than resident
+// blocks. Channel counts include output columns that are not whole
+// 64-column tiles (and odd ones: 16-bit element stores) and rows that are
+// not 16 bytes. The twin must run exactly where the gather allows it —
+// unsplit, over 16-byte rows, the weight as stored (every tf32 gather, the
+// 16-bit forward ones) — and leave the other gathers to the plain kernel;
+// the result must be within the arithmetic's bound of the reference and
+// of the plain kernel's (the same products, summed by the other operand
+// order).
 func TestSwappedGathers(t *testing.T) {
 	skipWithoutHopper(t)
 	ok := mapOK(t)
@@ -38,22 +41,27 @@ func TestSwappedGathers(t *testing.T) {
 	rext := grid.Extent{Batch: 1, X: 14, Y: 12, Z: 10}
 	big, bigExt := synth.SphereShell(64, 2)
 	scenes := []sceneChannels{
-		{scene{"shell8-subm3", shell8Map(t)}, [][2]int{{32, 64}, {64, 128}, {96, 40}, {13, 64}, {72, 24}}},
+		{scene{"shell8-subm3", shell8Map(t)}, [][2]int{{32, 64}, {64, 128}, {96, 40}, {13, 64}, {72, 24}, {16, 37}}},
 		{scene{"random-subm3", ok(kmap.NewSubmanifold(synth.RandomScene(rng, rext, 0.3), rext, [3]int{3, 3, 3}, [3]int{1, 1, 1}))}, [][2]int{{64, 64}}},
 		{scene{"shell64b2-subm3", ok(kmap.NewSubmanifold(big, bigExt, [3]int{3, 3, 3}, [3]int{1, 1, 1}))}, [][2]int{{64, 64}}},
 	}
-	var tiles []kernels.Tile
+	type mathTile struct {
+		mth  kernels.Math
+		tile kernels.Tile
+	}
+	var cases []mathTile
 	for _, tile := range kernels.HopperTiles {
-		if tile.HasSwapped(kernels.TF32) && envSelected("FLEXGEMM_TEST_TILES", tile.Name()) {
-			tiles = append(tiles, tile)
+		for _, mth := range kernels.Maths {
+			if tile.HasSwapped(mth) && envSelected("FLEXGEMM_TEST_TILES", tile.Name()) {
+				cases = append(cases, mathTile{mth, tile})
+			}
 		}
 	}
-	require.NotEmpty(t, tiles)
+	require.NotEmpty(t, cases)
 	setSW := deviceSwitch(t, func(d *Device) *bool { return &d.swapped })
 	launches := deviceCounter(t, func(d *Device) int { return d.swappedLaunches })
 	deviceSwitch(t, func(d *Device) *bool { return &d.registerA })(false)
 	withoutPerTapGathers(t)
-	gpu.SetTF32(true)
 	defer gpu.SetTF32(false)
 	algs := []struct {
 		alg    sparse.Algorithm
@@ -63,17 +71,24 @@ func TestSwappedGathers(t *testing.T) {
 		for _, ch := range sc.channels {
 			ci, co := ch[0], ch[1]
 			ref := cpuReference(t, rng, sc.m, ci, co)
-			x, w, b, dy := ref.operands(t, sc.m, sparse.Float32)
-			for _, tile := range tiles {
+			for _, c := range cases {
+				gpu.SetTF32(c.mth == kernels.TF32)
+				x, w, b, dy := ref.operands(t, sc.m, dtypeOf(c.mth))
+				// Forward reads rows of K = ci, the input gradient K = co
+				// (the 16-bit input gradient reads the weight transposed: the
+				// plain kernel's).
+				vec := 16 / c.mth.ElemSize()
+				ks := []int{ci, co}
+				if c.mth != kernels.TF32 {
+					ks = ks[:1]
+				}
 				for _, a := range algs {
-					name := fmt.Sprintf("%s/ci%d-co%d/%s/%v/split%d", sc.name, ci, co, tile.Name(), a.alg, a.splits)
-					o := Options{ConvOptions: sparse.ConvOptions{Algorithm: a.alg, SplitK: a.splits}, Tile: tile.Name()}
-					// Forward reads rows of K = ci, the input gradient K = co:
-					// the twin runs unsplit over 16-byte rows.
+					name := fmt.Sprintf("%s/ci%d-co%d/%v/%s/%v/split%d", sc.name, ci, co, c.mth, c.tile.Name(), a.alg, a.splits)
+					o := Options{ConvOptions: sparse.ConvOptions{Algorithm: a.alg, SplitK: a.splits}, Tile: c.tile.Name()}
 					wantRuns := 0
 					if a.splits == 0 {
-						for _, k := range []int{ci, co} {
-							if k%4 == 0 {
+						for _, k := range ks {
+							if k%vec == 0 {
 								wantRuns++
 							}
 						}
@@ -87,17 +102,18 @@ func TestSwappedGathers(t *testing.T) {
 					require.Equal(t, before+wantRuns, launches(), "%s: the twin runs unsplit over 16-byte rows", name)
 					for d, r := range [][]float64{ref.y, ref.dx} {
 						e := relL2(got[d], r)
-						require.LessOrEqual(t, e, bound(kernels.TF32), "%s direction %d: error %g against float64", name, d, e)
+						require.LessOrEqual(t, e, bound(c.mth), "%s direction %d: error %g against float64", name, d, e)
 						r32 := make([]float64, len(want[d]))
 						for i, v := range want[d] {
 							r32[i] = float64(v)
 						}
 						e = relL2(got[d], r32)
-						require.LessOrEqual(t, e, bound(kernels.TF32), "%s direction %d: error %g against the plain kernel", name, d, e)
+						require.LessOrEqual(t, e, bound(c.mth), "%s direction %d: error %g against the plain kernel", name, d, e)
 					}
 				}
+				gpu.Free(x, w, b, dy)
 			}
-			gpu.Free(x, w, b, dy)
+			gpu.SetTF32(false)
 		}
 		gpu.ReleaseMap(sc.m)
 	}

@@ -453,34 +453,73 @@ template <class C> struct WsMeta {
 // sw_store writes a swapped tile (gather_gemm_ws SW): acc holds Dᵀ, warp
 // w's output columns n0 + 16w + g (+ 8 for the fragment's second half) of
 // tile rows 8j + 2t (+ 1), as mma.sync C fragments of the transposed tile
-// CT (64 × BM); each output row gets the bias once. A warp's store writes
-// 8 consecutive columns of 4 rows: four whole 32-byte sectors.
+// CT (64 × BM); each output row gets the bias once. float32: a warp's store
+// writes 8 consecutive columns of 4 rows, four whole 32-byte sectors.
+// 16-bit: lanes g and g ⊕ 1 trade values so that the even one holds
+// columns g, g + 1 of row 2t and the odd one columns g − 1, g of row
+// 2t + 1, one 4-byte word each (element stores where N is odd).
 template <class CT>
 __device__ __forceinline__ void sw_store(const GatherParams& p, const float (&acc)[CT::MI][CT::NI][4], const int* rows,
                                          long long n0, int warp, int lane) {
   static_assert(CT::MI == 1, "one 16-column slice a warp");
+  using T = typename CT::T;
   const int g = lane >> 2, t4 = lane & 3;
-  const float* bias = reinterpret_cast<const float*>(p.bias);
-  float* y = reinterpret_cast<float*>(p.y);
-  float bv[2];
-  bool in[2];
+  const T* bias = reinterpret_cast<const T*>(p.bias);
+  T* y = reinterpret_cast<T*>(p.y);
+  if constexpr (sizeof(T) == 4) {
+    float bv[2];
+    bool in[2];
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const long long col = n0 + 16 * warp + g + 8 * h;
-    in[h] = col < p.N;
-    bv[h] = bias && in[h] ? bias[col] : 0.f;
-  }
-#pragma unroll
-  for (int j = 0; j < CT::NI; ++j)
-#pragma unroll
-    for (int e = 0; e < 2; ++e) {
-      const int orow = rows[8 * j + 2 * t4 + e];
-      if (orow < 0) continue;
-      float* r = y + (long long)orow * p.N + n0 + 16 * warp + g;
-#pragma unroll
-      for (int h = 0; h < 2; ++h)
-        if (in[h]) r[8 * h] = acc[0][j][2 * h + e] + bv[h];
+    for (int h = 0; h < 2; ++h) {
+      const long long col = n0 + 16 * warp + g + 8 * h;
+      in[h] = col < p.N;
+      bv[h] = bias && in[h] ? to_f32(bias[col]) : 0.f;
     }
+#pragma unroll
+    for (int j = 0; j < CT::NI; ++j)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int orow = rows[8 * j + 2 * t4 + e];
+        if (orow < 0) continue;
+        T* r = y + (long long)orow * p.N + n0 + 16 * warp + g;
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+          if (in[h]) r[8 * h] = acc[0][j][2 * h + e] + bv[h];
+      }
+  } else {
+    const int odd = g & 1;
+    const bool pairOK = (p.N & 1) == 0;
+    float b0[2], b1[2];
+    long long c0[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      c0[h] = n0 + 16 * warp + (g & ~1) + 8 * h;  // this lane's first column
+      b0[h] = bias && c0[h] < p.N ? to_f32(bias[c0[h]]) : 0.f;
+      b1[h] = bias && c0[h] + 1 < p.N ? to_f32(bias[c0[h] + 1]) : 0.f;
+    }
+#pragma unroll
+    for (int j = 0; j < CT::NI; ++j) {
+      const int orow = rows[8 * j + 2 * t4 + odd];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        // Even lanes keep (g, row 2t) and take (g + 1, row 2t) from the
+        // odd partner; odd lanes keep (g, row 2t + 1) and take (g − 1,
+        // row 2t + 1) from the even one.
+        const float send = odd ? acc[0][j][2 * h] : acc[0][j][2 * h + 1];
+        const float got = __shfl_xor_sync(0xffffffffu, send, 4);
+        const float v0 = (odd ? got : acc[0][j][2 * h]) + b0[h];
+        const float v1 = (odd ? acc[0][j][2 * h + 1] : got) + b1[h];
+        if (orow < 0 || c0[h] >= p.N) continue;
+        T* r = y + (long long)orow * p.N + c0[h];
+        if (pairOK) {
+          *reinterpret_cast<unsigned*>(r) = pack16<T>(v0, v1);
+        } else {
+          r[0] = from_f32<T>(v0);
+          if (c0[h] + 1 < p.N) r[1] = from_f32<T>(v1);
+        }
+      }
+    }
+  }
 }
 
 // A block runs the tiles bx = blockIdx.x, then (persistent launches, fewer
@@ -523,16 +562,16 @@ __device__ __forceinline__ void sw_store(const GatherParams& p, const float (&ac
 // Each lane's two loads per row are then whole 64-byte runs of the warp's
 // rows. The same products as the shared-memory kernel, in other K steps:
 // the sums may differ from its in the last bits.
-// SW: swapped operands (the *_sw kernels, kernels.SwappedName; tf32 tiles
-// of 128 rows and 64 columns, the weight as stored, unsplit, no stream-K,
+// SW: swapped operands (the *_sw kernels, kernels.SwappedName; tiles of
+// 128 rows and 64 columns, the weight as stored, unsplit, no stream-K,
 // 16-byte rows). One consumer warpgroup multiplies the transposed tile,
-// Dᵀ (64 × 128) = Wᵀ · Xᵀ: the weight's stage (64 output columns of 32 K)
-// is wgmma's A and the tile's 128 gathered rows its B, in the stages the
-// producers fill as for the plain kernel. A stage then reads 24 instead
-// of 32 KiB of shared memory (the weight once, not once per warpgroup:
-// PERF_NOTES, designs of the sixty-second session). The accumulators hold
-// output columns g and g + 8 of a warp's 16 for rows 2t and 2t + 1 of
-// every 8; sw_store writes them, four 32-byte runs a warp store.
+// Dᵀ (64 × 128) = Wᵀ · Xᵀ: the weight's stage (64 output columns of 128
+// bytes of K) is wgmma's A and the tile's 128 gathered rows its B, in the
+// stages the producers fill as for the plain kernel. A stage then reads
+// 24 instead of 32 KiB of shared memory (the weight once, not once per
+// warpgroup: PERF_NOTES step 125). The accumulators hold output columns g
+// and g + 8 of a warp's 16 for rows 2t and 2t + 1 of every 8; sw_store
+// writes them.
 template <class C, int PW, bool WT, int MB, bool SK, bool HS = false, bool RA = false, bool SW = false>
 __device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMaps& maps, unsigned* next,
                                                const StreamK& sk) {
@@ -544,8 +583,8 @@ __device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMa
   static_assert(sizeof(Meta) <= L::kMeta, "tile description layout");
   static_assert(!RA || (C::kMath == Math::TF32 && !WT && !SK && !HS && C::BN == 128),
                 "register A: tf32, 128 columns, the weight as stored, no stream-K or half skip");
-  static_assert(!SW || (C::kMath == Math::TF32 && !WT && !SK && !HS && !RA && C::BN == 64 && C::BM == 128),
-                "swapped operands: tf32 tiles of 128 rows and 64 columns, the weight as stored, unsplit");
+  static_assert(!SW || (!WT && !SK && !HS && !RA && C::BN == 64 && C::BM == 128),
+                "swapped operands: tiles of 128 rows and 64 columns, the weight as stored, unsplit");
   // Consumer warps: the tile's WM, or the swapped kernels' one warpgroup.
   constexpr int kConsWarps = SW ? 4 : C::kWarps, kConsThreads = 32 * kConsWarps;
   constexpr int S = C::S, BM = C::BM, BN = C::BN, BK = C::BK, KC = C::kChunk;
@@ -1050,7 +1089,7 @@ __device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMa
                   "shared memory differs from the Go tile table");                                             \
     fg::gather_gemm_ws<Cfg, 4, false, kDescriptions, false, false, true>(p, maps, next, fg::StreamK{});        \
   }
-// The swapped twin (kernels.SwappedName; tf32 128×64 tiles, the weight as
+// The swapped twin (kernels.SwappedName; 128×64 tiles, the weight as
 // stored): one consumer warpgroup beside the producers.
 #define FG_GATHER_WS_SW_KERNEL(NAME, MATH, BM, BN, BK, WM, S, PW, MINB)                                        \
   extern "C" __global__ void __launch_bounds__(32 * (4 + (PW)), MINB)                                          \

@@ -551,14 +551,15 @@ func RegisterAName(m Math, t Tile) string {
 func (t Tile) RegisterAThreads() int { return 32 * (t.WM*t.WN + 4) }
 
 // HasSwapped reports whether the gather of tile t in arithmetic m has a
-// swapped twin (SwappedName; gather_ws.cuh SW): a warp-specialised tf32
-// tile of 128 rows and 64 columns, whose one consumer warpgroup
-// multiplies the transposed tile (the weight's stage as wgmma's A, the
-// gathered rows as its B), so that each stage's weight is read from
-// shared memory once instead of once per warpgroup. It reads the weight
-// as stored and serves unsplit gathers over 16-byte rows only.
+// swapped twin (SwappedName; gather_ws.cuh SW): a warp-specialised tile
+// of 128 rows and 64 columns, whose one consumer warpgroup multiplies the
+// transposed tile (the weight's stage as wgmma's A, the gathered rows as
+// its B), so that each stage's weight is read from shared memory once
+// instead of once per warpgroup. It reads the weight as stored (16-bit
+// input gradients, which read it transposed, keep the plain kernel) and
+// serves unsplit gathers over 16-byte rows only.
 func (t Tile) HasSwapped(m Math) bool {
-	return t.Producers > 0 && t.Supports(m) && m == TF32 && t.BM == 128 && t.BN == 64
+	return t.Producers > 0 && t.Supports(m) && t.BM == 128 && t.BN == 64
 }
 
 // SwappedName returns the symbol of the swapped twin of the gather kernel
