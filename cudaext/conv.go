@@ -646,7 +646,8 @@ func (e *Engine) runGather(j gatherJob) error {
 		defer d.freeTemp(part)
 		p.Part = uint64(part.ptr)
 	}
-	name := kernels.KernelName(kernels.Gather, j.math, t)
+	plain := kernels.KernelName(kernels.Gather, j.math, t)
+	name := plain
 	if j.wt {
 		name = kernels.TransposedName(j.math, t)
 	}
@@ -659,7 +660,7 @@ func (e *Engine) runGather(j gatherJob) error {
 		d.halfSkipLaunches++
 	}
 	threads := t.Threads()
-	if d.registerA && name == kernels.KernelName(kernels.Gather, j.math, t) && t.HasRegisterA(j.math) && !j.wt &&
+	if d.registerA && name == plain && t.HasRegisterA(j.math) && !j.wt &&
 		p.Vec == 1 && j.Kc%int64(t.BK) == 0 {
 		// The register-A twin (gather_ws.cuh RA): its weight permuted
 		// inside 32-column chunks, its producer warpgroup lending registers to
@@ -673,7 +674,7 @@ func (e *Engine) runGather(j gatherJob) error {
 		name, threads = kernels.RegisterAName(j.math, t), t.RegisterAThreads()
 		d.registerALaunches++
 	}
-	if d.swapped && name == kernels.KernelName(kernels.Gather, j.math, t) && t.HasSwapped(j.math) && !j.wt &&
+	if d.swapped && name == plain && t.HasSwapped(j.math) && !j.wt &&
 		p.Vec == 1 && splits == 1 && skBlocks == 0 {
 		// The swapped twin (gather_ws.cuh SW): same arguments, one consumer
 		// warpgroup multiplying the transposed tile.

@@ -1873,6 +1873,42 @@ func forwardAndInputGrad(t *testing.T, m *kmap.Map, x, w, b, dy sparse.Matrix, o
 	return out
 }
 
+// twinAlgorithms are the algorithms the twin tests run checkTwin with:
+// both GEMMs unsplit (the engine's own split count) and both split-K
+// forms with forced splits of 3 and 5 (a split's share may start inside a
+// tap).
+var twinAlgorithms = []struct {
+	alg    sparse.Algorithm
+	splits int
+}{{sparse.Implicit, 0}, {sparse.MaskedImplicit, 0}, {sparse.ImplicitSplitK, 3}, {sparse.MaskedImplicitSplitK, 5}}
+
+// checkTwin runs the forward and input gradient of map m with options o
+// twice: with a twin kernel's switch off (set), when it must not run
+// (launches counts its launches), then on, when it must run wantRuns
+// times; the twin's results must be within bnd of the float64 reference
+// ref and of the switched-off run's. name labels failures.
+func checkTwin(t *testing.T, m *kmap.Map, x, w, b, dy sparse.Matrix, o Options, ref *reference, bnd float64,
+	set func(bool), launches func() int, wantRuns int, name string) {
+	t.Helper()
+	set(false)
+	before := launches()
+	want := forwardAndInputGrad(t, m, x, w, b, dy, o, true, name)
+	require.Equal(t, before, launches(), "%s: switched off, no twin runs", name)
+	set(true)
+	got := forwardAndInputGrad(t, m, x, w, b, dy, o, true, name)
+	require.Equal(t, before+wantRuns, launches(), "%s: the twin runs where the gather allows it", name)
+	for d, r := range [][]float64{ref.y, ref.dx} {
+		e := relL2(got[d], r)
+		require.LessOrEqual(t, e, bnd, "%s direction %d: error %g against float64", name, d, e)
+		r32 := make([]float64, len(want[d]))
+		for i, v := range want[d] {
+			r32[i] = float64(v)
+		}
+		e = relL2(got[d], r32)
+		require.LessOrEqual(t, e, bnd, "%s direction %d: error %g against the plain kernel", name, d, e)
+	}
+}
+
 // TestStreamKGathers checks the stream-K gathers (gather_ws.cuh) of every
 // warp-specialised tile alone on its SM against the float64 reference,
 // forward with a bias and input gradient, both split-K algorithms, f16,

@@ -127,7 +127,7 @@ type Device struct {
 	// registerALaunches counts those launches (a test instrument).
 	registerA         bool
 	registerALaunches int
-	// swapped: tf32 gathers of 64 columns run their tiles' swapped twins
+	// swapped: gathers of 128×64 tiles run their tiles' swapped twins
 	// where the gather allows (EnvSwappedGathers); swappedLaunches counts
 	// those launches (a test instrument).
 	swapped         bool

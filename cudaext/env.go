@@ -377,7 +377,7 @@ func halfSkipFromEnv() (bool, error) {
 // EnvRegisterA names the environment variable that, read when an engine
 // opens, runs the register-A twins of the warp-specialised tf32 gathers
 // where they exist and the gather allows ("1"; kernels.RegisterAName:
-// tiles of at most 128 columns, the weight as stored, K of whole
+// tiles of 128 columns, the weight as stored, K of whole
 // 32-column chunks over 16-byte rows, no stream-K launch), or never ("0";
 // unset: registerADefault). Their consumers load the gathered rows into
 // registers instead of the producers copying them to shared memory

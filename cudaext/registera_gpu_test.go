@@ -121,10 +121,6 @@ func TestRegisterA(t *testing.T) {
 	withoutPerTapGathers(t)
 	gpu.SetTF32(true)
 	defer gpu.SetTF32(false)
-	algs := []struct {
-		alg    sparse.Algorithm
-		splits int
-	}{{sparse.Implicit, 0}, {sparse.MaskedImplicit, 0}, {sparse.ImplicitSplitK, 3}, {sparse.MaskedImplicitSplitK, 5}}
 	for _, sc := range scenes {
 		for _, ch := range sc.channels {
 			ci, co := ch[0], ch[1]
@@ -138,26 +134,10 @@ func TestRegisterA(t *testing.T) {
 				}
 			}
 			for _, tile := range tiles {
-				for _, a := range algs {
+				for _, a := range twinAlgorithms {
 					name := fmt.Sprintf("%s/ci%d-co%d/%s/%v/split%d", sc.name, ci, co, tile.Name(), a.alg, a.splits)
 					o := Options{ConvOptions: sparse.ConvOptions{Algorithm: a.alg, SplitK: a.splits}, Tile: tile.Name()}
-					setRA(false)
-					before := launches()
-					want := forwardAndInputGrad(t, sc.m, x, w, b, dy, o, true, name)
-					require.Equal(t, before, launches(), "%s: switched off, no twin runs", name)
-					setRA(true)
-					got := forwardAndInputGrad(t, sc.m, x, w, b, dy, o, true, name)
-					require.Equal(t, before+wantRuns, launches(), "%s: the twin runs where K is whole 32-column chunks", name)
-					for d, r := range [][]float64{ref.y, ref.dx} {
-						e := relL2(got[d], r)
-						require.LessOrEqual(t, e, bound(kernels.TF32), "%s direction %d: error %g against float64", name, d, e)
-						r32 := make([]float64, len(want[d]))
-						for i, v := range want[d] {
-							r32[i] = float64(v)
-						}
-						e = relL2(got[d], r32)
-						require.LessOrEqual(t, e, bound(kernels.TF32), "%s direction %d: error %g against the plain kernel", name, d, e)
-					}
+					checkTwin(t, sc.m, x, w, b, dy, o, ref, bound(kernels.TF32), setRA, launches, wantRuns, name)
 				}
 			}
 			gpu.Free(x, w, b, dy)

@@ -63,10 +63,6 @@ func TestSwappedGathers(t *testing.T) {
 	deviceSwitch(t, func(d *Device) *bool { return &d.registerA })(false)
 	withoutPerTapGathers(t)
 	defer gpu.SetTF32(false)
-	algs := []struct {
-		alg    sparse.Algorithm
-		splits int
-	}{{sparse.Implicit, 0}, {sparse.MaskedImplicit, 0}, {sparse.ImplicitSplitK, 3}, {sparse.MaskedImplicitSplitK, 5}}
 	for _, sc := range scenes {
 		for _, ch := range sc.channels {
 			ci, co := ch[0], ch[1]
@@ -82,7 +78,7 @@ func TestSwappedGathers(t *testing.T) {
 				if c.mth != kernels.TF32 {
 					ks = ks[:1]
 				}
-				for _, a := range algs {
+				for _, a := range twinAlgorithms {
 					name := fmt.Sprintf("%s/ci%d-co%d/%v/%s/%v/split%d", sc.name, ci, co, c.mth, c.tile.Name(), a.alg, a.splits)
 					o := Options{ConvOptions: sparse.ConvOptions{Algorithm: a.alg, SplitK: a.splits}, Tile: c.tile.Name()}
 					wantRuns := 0
@@ -93,23 +89,7 @@ func TestSwappedGathers(t *testing.T) {
 							}
 						}
 					}
-					setSW(false)
-					before := launches()
-					want := forwardAndInputGrad(t, sc.m, x, w, b, dy, o, true, name)
-					require.Equal(t, before, launches(), "%s: switched off, no twin runs", name)
-					setSW(true)
-					got := forwardAndInputGrad(t, sc.m, x, w, b, dy, o, true, name)
-					require.Equal(t, before+wantRuns, launches(), "%s: the twin runs unsplit over 16-byte rows", name)
-					for d, r := range [][]float64{ref.y, ref.dx} {
-						e := relL2(got[d], r)
-						require.LessOrEqual(t, e, bound(c.mth), "%s direction %d: error %g against float64", name, d, e)
-						r32 := make([]float64, len(want[d]))
-						for i, v := range want[d] {
-							r32[i] = float64(v)
-						}
-						e = relL2(got[d], r32)
-						require.LessOrEqual(t, e, bound(c.mth), "%s direction %d: error %g against the plain kernel", name, d, e)
-					}
+					checkTwin(t, sc.m, x, w, b, dy, o, ref, bound(c.mth), setSW, launches, wantRuns, name)
 				}
 				gpu.Free(x, w, b, dy)
 			}

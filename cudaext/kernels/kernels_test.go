@@ -298,37 +298,34 @@ func TestTileTableMirrorsCpp(t *testing.T) {
 						require.NotContains(t, string(GenerateHopperInstances(m)), sk)
 					}
 				}
-				// The half-skip twin: tf32 tiles of two or more warpgroups only.
-				hs := "FG_GATHER_WS_HS_KERNEL(" + HalfSkipName(m, tile) + ","
-				require.Equal(t, tile.Supports(m) && m == TF32 && tile.BM >= 128, tile.HasHalfSkip(m), "%s %v", tile.Name(), m)
-				if tile.HasHalfSkip(m) {
-					require.Contains(t, string(GenerateHopperInstances(m)), hs)
-					_, ok := KernelModule(HalfSkipName(m, tile))
-					require.True(t, ok, "%s missing from the manifest", HalfSkipName(m, tile))
-				} else {
-					require.NotContains(t, string(GenerateHopperInstances(m)), hs)
-				}
-				// The register-A twin: tf32 tiles of 128 columns.
-				ra := "FG_GATHER_WS_RA_KERNEL(" + RegisterAName(m, tile) + ","
-				require.Equal(t, tile.Supports(m) && m == TF32 && tile.BN == 128, tile.HasRegisterA(m), "%s %v", tile.Name(), m)
-				if tile.HasRegisterA(m) {
-					require.Contains(t, string(GenerateHopperInstances(m)), ra)
-					_, ok := KernelModule(RegisterAName(m, tile))
-					require.True(t, ok, "%s missing from the manifest", RegisterAName(m, tile))
-					require.Equal(t, 32*(tile.WM+4), tile.RegisterAThreads(), tile.Name())
-				} else {
-					require.NotContains(t, string(GenerateHopperInstances(m)), ra)
-				}
-				// The swapped twin: tiles of 128 rows and 64 columns.
-				sw := "FG_GATHER_WS_SW_KERNEL(" + SwappedName(m, tile) + ","
-				require.Equal(t, tile.Supports(m) && tile.BM == 128 && tile.BN == 64, tile.HasSwapped(m), "%s %v", tile.Name(), m)
-				if tile.HasSwapped(m) {
-					require.Contains(t, string(GenerateHopperInstances(m)), sw)
-					_, ok := KernelModule(SwappedName(m, tile))
-					require.True(t, ok, "%s missing from the manifest", SwappedName(m, tile))
-					require.Equal(t, 32*(4+tile.Producers), tile.SwappedThreads(), tile.Name())
-				} else {
-					require.NotContains(t, string(GenerateHopperInstances(m)), sw)
+				// The twins, each generated and in the manifest exactly where
+				// its rule says, with its threads per block.
+				inst := string(GenerateHopperInstances(m))
+				for _, tw := range []struct {
+					macro, name     string
+					has, want       bool
+					threads, wantTh int
+				}{
+					// Half skip: tf32 tiles of two or more warpgroups only.
+					{"FG_GATHER_WS_HS_KERNEL", HalfSkipName(m, tile), tile.HasHalfSkip(m), tile.Supports(m) && m == TF32 && tile.BM >= 128,
+						tile.Threads(), tile.Threads()},
+					// Register A: tf32 tiles of 128 columns.
+					{"FG_GATHER_WS_RA_KERNEL", RegisterAName(m, tile), tile.HasRegisterA(m), tile.Supports(m) && m == TF32 && tile.BN == 128,
+						tile.RegisterAThreads(), 32 * (tile.WM + 4)},
+					// Swapped: tiles of 128 rows and 64 columns.
+					{"FG_GATHER_WS_SW_KERNEL", SwappedName(m, tile), tile.HasSwapped(m), tile.Supports(m) && tile.BM == 128 && tile.BN == 64,
+						tile.SwappedThreads(), 32 * (4 + tile.Producers)},
+				} {
+					line := tw.macro + "(" + tw.name + ","
+					require.Equal(t, tw.want, tw.has, "%s: %s %v", tw.macro, tile.Name(), m)
+					if tw.has {
+						require.Contains(t, inst, line)
+						_, ok := KernelModule(tw.name)
+						require.True(t, ok, "%s missing from the manifest", tw.name)
+						require.Equal(t, tw.wantTh, tw.threads, tw.name)
+					} else {
+						require.NotContains(t, inst, line)
+					}
 				}
 			}
 		} else {
