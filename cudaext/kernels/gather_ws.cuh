@@ -851,6 +851,7 @@ __device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMa
         }
       }
       wgmma_wait<0>();
+      pin_acc<CT::MI * CT::NI * 4>(&acc[0][0][0]);
       if (prev >= 0 && lane == 0) mbar_arrive(empty + prev);
       sw_store<CT>(p, acc, m->rows, m->n0, warp, lane);
       __syncwarp();

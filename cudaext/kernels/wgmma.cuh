@@ -89,6 +89,15 @@ __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_grou
 template <int N> __device__ __forceinline__ void wgmma_wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
 }
+// Pins the n accumulator registers at this point: reads of them that follow
+// (an epilogue's bit casts for a shuffle) cannot be hoisted above it, and so
+// not above the wgmma_wait<0> that precedes it. ptxas serializes every
+// wgmma of a kernel (C7514) that reads an accumulator while its group may
+// still run.
+template <int n> __device__ __forceinline__ void pin_acc(float* acc) {
+#pragma unroll
+  for (int i = 0; i < n; ++i) asm volatile("" : "+f"(acc[i])::"memory");
+}
 // Makes this thread's generic-proxy shared-memory writes (cp.async, plain
 // stores) visible to the async proxy (wgmma operand reads).
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
