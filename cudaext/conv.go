@@ -179,6 +179,10 @@ const (
 //     (64 k and 252 k rows) the 192-row tile is 3–15 % slower, hence the
 //     threshold. The tf32 192×128 tile did not gain at RES 512 (step 118b,
 //     not kept);
+//   - tf32 gather GEMMs of 128–255 columns and at least tallManyRows rows
+//     over at most kernels.MaxSpecializedTaps taps, K a multiple of 4
+//     (16-byte rows): the 256×128 warp-specialised tile, whose swapped twin
+//     runs them, where EnvSwappedWide is on (docs/PERF_NOTES.md step 127);
 //   - every gather tile needs one full 128-byte K stage per tap (kc ≥ BK).
 //
 // taps is the taps the reduction runs over (V of a masked or implicit
@@ -237,6 +241,12 @@ func hopperDefault(mth kernels.Math, use tileUse, rows, cols, kc, taps int64) st
 	}
 	if use == useGather && mth == kernels.TF32 && cols < 256 && !tf32Narrow.Load() {
 		return ""
+	}
+	if use == useGather && mth == kernels.TF32 && cols >= 128 && cols < 256 && rows >= tallManyRows && kc%4 == 0 &&
+		taps <= kernels.MaxSpecializedTaps && specializedGathers.Load() && swappedWide.Load() {
+		if h := pick(256, 128, 3, specializedProducers, kernels.Gather); h != "" {
+			return h
+		}
 	}
 	switch {
 	case use == useGather && cols >= 256:

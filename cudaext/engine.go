@@ -58,6 +58,8 @@ func Open(ordinal int) (*Engine, error) {
 	for i, sw := range openSwitches {
 		sw.to.Store(on[i])
 	}
+	// The 256×128 tf32 tile is there for its swapped twin.
+	swappedWide.Store(swappedWide.Load() && d.swapped)
 	e := &Engine{d: d}
 	e.noHopper.Store(os.Getenv(EnvNoHopper) == "1")
 	e.src = &tableSource{e: e}

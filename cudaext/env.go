@@ -396,7 +396,8 @@ func registerAFromEnv() (bool, error) {
 
 // EnvSwappedGathers names the environment variable that, read when an
 // engine opens, runs the swapped twins of the warp-specialised gathers of
-// 128 rows and 64 columns where the gather allows ("1";
+// 128 rows and 64 columns, and of the tf32 tile of 256 rows and 128
+// columns (EnvSwappedWide), where the gather allows ("1";
 // kernels.SwappedName: unsplit, no stream-K, the weight as stored — every
 // tf32 gather, the 16-bit forward ones —, 16-byte rows), or never
 // ("0"; unset: swappedGathersDefault, on). One consumer warpgroup multiplies
@@ -529,6 +530,22 @@ const tallManyDefault = true
 // warp-specialised tile rather than the 128×128 one (EnvTallMany, read by
 // Open).
 var tallMany atomic.Bool
+
+// EnvSwappedWide names the environment variable that, read when an engine
+// opens, gives the fixed heuristic's tf32 gathers of 128–255 columns over
+// at least tallManyRows rows (16-byte rows, at most
+// kernels.MaxSpecializedTaps taps) the 256×128 warp-specialised tile,
+// whose swapped twin runs them where EnvSwappedGathers is on too ("1"), or
+// the six-stage 128×128 tile ("0"); unset, swappedWideDefault.
+const EnvSwappedWide = "FLEXGEMM_SWAPPED_WIDE"
+
+// swappedWideDefault is EnvSwappedWide's setting when unset.
+const swappedWideDefault = false
+
+// swappedWide says whether hopperDefault gives tf32 gathers of 128–255
+// columns over many rows the 256×128 tile (EnvSwappedWide and
+// EnvSwappedGathers, read by Open).
+var swappedWide atomic.Bool
 
 // EnvTF32Narrow names the environment variable that, read when an engine
 // opens, gives the fixed heuristic's tf32 gathers of 64–255 columns the
@@ -713,6 +730,7 @@ var openSwitches = []openSwitch{
 	{EnvTallDeep, tallDeepDefault, &tallDeep},
 	{EnvTF32Narrow, tf32NarrowDefault, &tf32Narrow},
 	{EnvTallMany, tallManyDefault, &tallMany},
+	{EnvSwappedWide, swappedWideDefault, &swappedWide},
 }
 
 // openSwitch is one of openSwitches: an environment variable, its

@@ -504,6 +504,38 @@ func TestDefaultTiles(t *testing.T) {
 			specializedGathers.Store(true)
 			narrowPersistent.Store(narrowPersistentDefault)
 		}
+		// EnvSwappedWide: tf32 gathers of 128–255 columns over at least
+		// tallManyRows rows and 16-byte rows take the 256×128 tile (its
+		// swapped twin runs them); fewer rows, unaligned rows, more than
+		// 27 taps, 16 bits or the specialised tiles off keep the others.
+		swappedWide.Store(true)
+		for _, tc := range []struct {
+			mth            kernels.Math
+			rows, cols, kc int64
+			taps           int64
+			ws             bool
+			want           string
+		}{
+			{kernels.TF32, 1026536, 128, 128, 27, true, "m256n128k32w16x1s3hp4"},
+			{kernels.TF32, 1026536, 200, 96, 27, true, "m256n128k32w16x1s3hp4"},
+			{kernels.TF32, tallManyRows - 1, 128, 128, 27, true, "m128n128k32w8x1s6hp4"},
+			{kernels.TF32, 1026536, 128, 126, 27, true, "m128n128k32w8x1s6hp4"},
+			{kernels.TF32, 1026536, 128, 128, 28, true, "m128n128k32w8x1s6hp4"}, // its plain twin serves the taps
+			{kernels.TF32, 1026536, 256, 128, 27, true, "m128n256k32w8x1s4hp4"},
+			{kernels.TF32, 1026536, 128, 128, 27, false, ""}, // "": not the 256×128 tile
+			{kernels.F16, 1026536, 128, 128, 27, true, "m192n128k64w12x1s4hp4"},
+		} {
+			specializedGathers.Store(tc.ws)
+			got, err := gpu.chooseTile(Options{}, tc.mth, useGather, tc.rows, tc.cols, tc.kc, tc.taps)
+			require.NoError(t, err)
+			if tc.want == "" {
+				require.NotEqual(t, "m256n128k32w16x1s3hp4", got.Name(), "swapped wide: %+v", tc)
+				continue
+			}
+			require.Equal(t, tc.want, got.Name(), "swapped wide: %+v", tc)
+		}
+		specializedGathers.Store(true)
+		swappedWide.Store(false)
 		// The 192-row tile has no plain twin: a gather of more than 27
 		// taps keeps the 128-row tiles, a forced one is an error naming it,
 		// and EnvTallGathers off keeps them too.

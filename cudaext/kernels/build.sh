@@ -59,7 +59,18 @@ compile() {
 cubin() {
   local n=$1
   gzip -dc "images/$n.ptx.gz" > "images/$n.ptx.tmp"
-  "$PTXAS" -arch=sm_90a -o "images/$n.cubin.tmp" "images/$n.ptx.tmp" && rm "images/$n.ptx.tmp" &&
+  # ptxas reports a wgmma pipeline it had to serialize ("Potential
+  # Performance Loss", C75xx: e.g. C7514, an accumulator read while its
+  # group may still run) on its own, without -v; such a cubin is refused.
+  "$PTXAS" -arch=sm_90a -o "images/$n.cubin.tmp" "images/$n.ptx.tmp" 2> "images/$n.ptxas.log" || { cat "images/$n.ptxas.log" >&2; return 1; }
+  if grep -q 'Potential Performance Loss' "images/$n.ptxas.log"; then
+    echo "build.sh: ptxas serialized wgmma in $n (pin the accumulators after their last wait: pin_acc in wgmma.cuh):" >&2
+    cat "images/$n.ptxas.log" >&2
+    rm -f "images/$n.cubin.tmp" "images/$n.ptxas.log"
+    return 1
+  fi
+  cat "images/$n.ptxas.log" >&2
+  rm "images/$n.ptxas.log" "images/$n.ptx.tmp" &&
     gzip -9n -c "images/$n.cubin.tmp" > "images/$n.cubin.gz.tmp" && rm "images/$n.cubin.tmp" &&
     mv "images/$n.cubin.gz.tmp" "images/$n.cubin.gz"
 }

@@ -563,15 +563,17 @@ __device__ __forceinline__ void sw_store(const GatherParams& p, const float (&ac
 // rows. The same products as the shared-memory kernel, in other K steps:
 // the sums may differ from its in the last bits.
 // SW: swapped operands (the *_sw kernels, kernels.SwappedName; tiles of
-// 128 rows and 64 columns, the weight as stored, unsplit, no stream-K,
-// 16-byte rows). One consumer warpgroup multiplies the transposed tile,
-// Dᵀ (64 × 128) = Wᵀ · Xᵀ: the weight's stage (64 output columns of 128
-// bytes of K) is wgmma's A and the tile's 128 gathered rows its B, in the
-// stages the producers fill as for the plain kernel. A stage then reads
-// 24 instead of 32 KiB of shared memory (the weight once, not once per
-// warpgroup: PERF_NOTES step 125). The accumulators hold output columns g
-// and g + 8 of a warp's 16 for rows 2t and 2t + 1 of every 8; sw_store
-// writes them.
+// 128 rows and 64 columns or 256 rows and 128 columns, the weight as
+// stored, unsplit, no stream-K, 16-byte rows). A consumer warpgroup per 64
+// output columns multiplies its part of the transposed tile, Dᵀ (64 × BM)
+// = Wᵀ · Xᵀ: its 64 columns of the weight's stage (128 bytes of K each)
+// are wgmma's A and all the tile's gathered rows its B, in the stages the
+// producers fill as for the plain kernel. A 128 × 64 stage then reads 24
+// instead of 32 KiB of shared memory (the weight once, not once per
+// warpgroup: PERF_NOTES step 125); a 256 × 128 stage reads 80 KiB, as
+// two 128 × 128 stages do 96, and writes the weight once for 256 rows
+// (step 127). The accumulators hold output columns g and g + 8 of a warp's
+// 16 for rows 2t and 2t + 1 of every 8; sw_store writes them.
 template <class C, int PW, bool WT, int MB, bool SK, bool HS = false, bool RA = false, bool SW = false>
 __device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMaps& maps, unsigned* next,
                                                const StreamK& sk) {
@@ -583,10 +585,11 @@ __device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMa
   static_assert(sizeof(Meta) <= L::kMeta, "tile description layout");
   static_assert(!RA || (C::kMath == Math::TF32 && !WT && !SK && !HS && C::BN == 128),
                 "register A: tf32, 128 columns, the weight as stored, no stream-K or half skip");
-  static_assert(!SW || (!WT && !SK && !HS && !RA && C::BN == 64 && C::BM == 128),
-                "swapped operands: tiles of 128 rows and 64 columns, the weight as stored, unsplit");
-  // Consumer warps: the tile's WM, or the swapped kernels' one warpgroup.
-  constexpr int kConsWarps = SW ? 4 : C::kWarps, kConsThreads = 32 * kConsWarps;
+  static_assert(!SW || (!WT && !SK && !HS && !RA && ((C::BM == 128 && C::BN == 64) || (C::BM == 256 && C::BN == 128))),
+                "swapped operands: tiles of 128 rows and 64 columns or 256 and 128, the weight as stored, unsplit");
+  // Consumer warps: the tile's WM, or the swapped kernels' warpgroup per
+  // 64 output columns.
+  constexpr int kConsWarps = SW ? 4 * C::BN / 64 : C::kWarps, kConsThreads = 32 * kConsWarps;
   constexpr int S = C::S, BM = C::BM, BN = C::BN, BK = C::BK, KC = C::kChunk;
   extern __shared__ __align__(16) unsigned char smem[];
   unsigned char* base = smem + ((1024 - (smem_addr(smem) & 1023)) & 1023);
@@ -834,14 +837,17 @@ __device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMa
     if (nIter < 0) break;
     if constexpr (SW) {
       if (p.splits != 1 || !p.vec) __trap();  // the engine launches it unsplit on 16-byte rows only
-      using CT = TileCfg<C::kMath, 64, C::BM, C::BK, 4, 1, C::S, true>;  // the transposed tile
+      using CT = TileCfg<C::kMath, 64, C::BM, C::BK, 4, 1, C::S, true>;  // a warpgroup's transposed tile
       float acc[CT::MI][CT::NI][4];
       zero_acc<CT>(acc);
       int prev = -1;
       for (int it = 0; it < nIter; ++it) {
         mbar_wait(full + s, parity);
         fence_proxy_async();
-        wgmma_stage<CT, false, false>(&acc[0][0][0], smem_addr(Bs + s * L::BSt), smem_addr(As + s * L::ASt), 16, 16);
+        // This warpgroup's 64 columns of the weight (one warpgroup: all).
+        const int wcol = kConsWarps == 4 ? 0 : (warp >> 2) * 64;
+        wgmma_stage<CT, false, false>(&acc[0][0][0], smem_addr(Bs + s * L::BSt + wcol * BK), smem_addr(As + s * L::ASt),
+                                      16, 16);
         wgmma_wait<1>();
         if (prev >= 0 && lane == 0) mbar_arrive(empty + prev);
         prev = s;
@@ -1090,10 +1096,11 @@ __device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMa
                   "shared memory differs from the Go tile table");                                             \
     fg::gather_gemm_ws<Cfg, 4, false, kDescriptions, false, false, true>(p, maps, next, fg::StreamK{});        \
   }
-// The swapped twin (kernels.SwappedName; 128×64 tiles, the weight as
-// stored): one consumer warpgroup beside the producers.
+// The swapped twin (kernels.SwappedName; 128×64 and 256×128 tiles, the
+// weight as stored): a consumer warpgroup per 64 columns beside the
+// producers.
 #define FG_GATHER_WS_SW_KERNEL(NAME, MATH, BM, BN, BK, WM, S, PW, MINB)                                        \
-  extern "C" __global__ void __launch_bounds__(32 * (4 + (PW)), MINB)                                          \
+  extern "C" __global__ void __launch_bounds__(32 * (4 * (BN) / 64 + (PW)), MINB)                              \
       NAME(const fg::GatherParams p, const __grid_constant__ fg::WsMaps maps, unsigned* next) {                \
     fg_await_prior_grid();                                                                                     \
     using Cfg = fg::TileCfg<MATH, BM, BN, BK, WM, 1, S, true>;                                                 \

@@ -262,14 +262,15 @@ func TestTileTableMirrorsCpp(t *testing.T) {
 			require.Equal(t, 32*(tile.WM+tile.Producers), tile.Threads())
 			// Its plain twin: the table's tile of its shape without
 			// producers, of the same stages where the table has one; none
-			// only where no plain tile of its shape can be built, and then
+			// only where no plain tile of its shape can be built or for the
+			// tf32 256×128 tile (it is there for its swapped twin), and then
 			// it serves 3×3×3 kernels and smaller only.
 			plain, ok := tile.Plain()
 			same := tile
 			same.Producers = 0
 			if !ok {
 				for _, m := range Maths {
-					if tile.Supports(m) {
+					if tile.Supports(m) && !tile.wideSwapped(m) {
 						require.ErrorContains(t, same.Validate(m), "StageCopy", tile.Name())
 					}
 				}
@@ -301,20 +302,23 @@ func TestTileTableMirrorsCpp(t *testing.T) {
 				// The twins, each generated and in the manifest exactly where
 				// its rule says, with its threads per block.
 				inst := string(GenerateHopperInstances(m))
+				wide := tile.Supports(m) && m == TF32 && tile.BM == 256 && tile.BN == 128
 				for _, tw := range []struct {
 					macro, name     string
 					has, want       bool
 					threads, wantTh int
 				}{
-					// Half skip: tf32 tiles of two or more warpgroups only.
-					{"FG_GATHER_WS_HS_KERNEL", HalfSkipName(m, tile), tile.HasHalfSkip(m), tile.Supports(m) && m == TF32 && tile.BM >= 128,
+					// Half skip: tf32 tiles of two or more warpgroups only,
+					// but the 256×128 one.
+					{"FG_GATHER_WS_HS_KERNEL", HalfSkipName(m, tile), tile.HasHalfSkip(m), tile.Supports(m) && m == TF32 && tile.BM >= 128 && !wide,
 						tile.Threads(), tile.Threads()},
-					// Register A: tf32 tiles of 128 columns.
-					{"FG_GATHER_WS_RA_KERNEL", RegisterAName(m, tile), tile.HasRegisterA(m), tile.Supports(m) && m == TF32 && tile.BN == 128,
+					// Register A: tf32 tiles of 128 rows and 128 columns.
+					{"FG_GATHER_WS_RA_KERNEL", RegisterAName(m, tile), tile.HasRegisterA(m), tile.Supports(m) && m == TF32 && tile.BN == 128 && tile.BM == 128,
 						tile.RegisterAThreads(), 32 * (tile.WM + 4)},
-					// Swapped: tiles of 128 rows and 64 columns.
-					{"FG_GATHER_WS_SW_KERNEL", SwappedName(m, tile), tile.HasSwapped(m), tile.Supports(m) && tile.BM == 128 && tile.BN == 64,
-						tile.SwappedThreads(), 32 * (4 + tile.Producers)},
+					// Swapped: tiles of 128 rows and 64 columns (one
+					// consumer warpgroup), and the tf32 256×128 one (two).
+					{"FG_GATHER_WS_SW_KERNEL", SwappedName(m, tile), tile.HasSwapped(m), tile.Supports(m) && (tile.BM == 128 && tile.BN == 64 || wide),
+						tile.SwappedThreads(), 32 * (4*tile.BN/64 + tile.Producers)},
 				} {
 					line := tw.macro + "(" + tw.name + ","
 					require.Equal(t, tw.want, tw.has, "%s: %s %v", tw.macro, tile.Name(), m)

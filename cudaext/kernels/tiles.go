@@ -234,6 +234,15 @@ var HopperTiles = []Tile{
 	{BM: 128, BN: 128, BK: 32, WM: 8, WN: 1, Stages: 6, Hopper: true, Producers: 4},
 	{BM: 128, BN: 64, BK: 32, WM: 8, WN: 1, Stages: 4, Hopper: true, Producers: 4},
 	{BM: 128, BN: 64, BK: 32, WM: 8, WN: 1, Stages: 3, Hopper: true, Producers: 4},
+	// A tf32 tile of 256 rows and 128 columns for its swapped twin
+	// (HasSwapped): two consumer warpgroups, each multiplying its 64
+	// columns of the weight's stage by all 256 gathered rows (m64n256), read
+	// 80 KiB of shared memory a stage where two 128×128 stages read 96, and
+	// the weight is copied once for 256 rows; three stages of 48 KiB and
+	// two tile descriptions, one block per SM (docs/PERF_NOTES.md step
+	// 127). Its plain kernel (four consumer warpgroups, 96 registers a
+	// thread) serves where the twin cannot: split or unaligned gathers.
+	{BM: 256, BN: 128, BK: 32, WM: 16, WN: 1, Stages: 3, Hopper: true, Producers: 4},
 }
 
 // Name returns the tile's short name, e.g. "m128n64k32w2x2s4"; a Hopper
@@ -256,8 +265,8 @@ func (t Tile) Name() string {
 // stages, it is the table's first plain tile of t's BM × BN × BK; ok is
 // false where it has none (the 192-row tile: a plain block's 384 threads
 // cannot share the 1,024 chunks of its weight stage evenly, StageCopy in
-// gemm.cuh), and such a tile serves gathers of at most MaxSpecializedTaps
-// taps only (ServesTaps).
+// gemm.cuh; the tf32 256×128 tile, there for its swapped twin), and such a
+// tile serves gathers of at most MaxSpecializedTaps taps only (ServesTaps).
 func (t Tile) Plain() (plain Tile, ok bool) {
 	t.Producers = 0
 	if !t.Hopper || slices.Contains(HopperTiles, t) {
@@ -506,9 +515,17 @@ func TransposedName(m Math, t Tile) string {
 
 // HasStreamK reports whether the gather of tile t in arithmetic m has
 // stream-K twins (StreamKName; gather_ws.cuh): a warp-specialised tile
-// whose block is alone on its SM.
+// whose block is alone on its SM, except the tf32 256×128 tile, which
+// exists for its swapped twin (wideSwapped).
 func (t Tile) HasStreamK(m Math) bool {
-	return t.Producers > 0 && t.Supports(m) && t.BlocksPerSM(Gather, m) == 1
+	return t.Producers > 0 && t.Supports(m) && t.BlocksPerSM(Gather, m) == 1 && !t.wideSwapped(m)
+}
+
+// wideSwapped reports whether t is the tf32 warp-specialised tile of 256
+// rows and 128 columns, whose swapped twin is what it is for: it has no
+// stream-K, half-skip or register-A twin.
+func (t Tile) wideSwapped(m Math) bool {
+	return t.Producers > 0 && t.Supports(m) && m == TF32 && t.BM == 256 && t.BN == 128
 }
 
 // HasHalfSkip reports whether the gather of tile t in arithmetic m has a
@@ -517,7 +534,7 @@ func (t Tile) HasStreamK(m Math) bool {
 // gathers the tensor pipe bounds; the 16-bit kernels stay as they are.
 // The engine launches it only under cudaext's EnvHalfSkip (it is slower).
 func (t Tile) HasHalfSkip(m Math) bool {
-	return t.Producers > 0 && t.Supports(m) && m == TF32 && t.BM >= 128
+	return t.Producers > 0 && t.Supports(m) && m == TF32 && t.BM >= 128 && !t.wideSwapped(m)
 }
 
 // HalfSkipName returns the symbol of the half-skip twin of the gather
@@ -535,7 +552,7 @@ func HalfSkipName(m Math, t Tile) string {
 // reads the weight as stored, permuted inside 32-column chunks, and
 // serves K of whole 32-column chunks over 16-byte rows only.
 func (t Tile) HasRegisterA(m Math) bool {
-	return t.Producers > 0 && t.Supports(m) && m == TF32 && t.BN == 128
+	return t.Producers > 0 && t.Supports(m) && m == TF32 && t.BN == 128 && t.BM == 128
 }
 
 // RegisterAName returns the symbol of the register-A twin of the gather
@@ -552,14 +569,15 @@ func (t Tile) RegisterAThreads() int { return 32 * (t.WM*t.WN + 4) }
 
 // HasSwapped reports whether the gather of tile t in arithmetic m has a
 // swapped twin (SwappedName; gather_ws.cuh SW): a warp-specialised tile
-// of 128 rows and 64 columns, whose one consumer warpgroup multiplies the
-// transposed tile (the weight's stage as wgmma's A, the gathered rows as
-// its B), so that each stage's weight is read from shared memory once
-// instead of once per warpgroup. It reads the weight as stored (16-bit
-// input gradients, which read it transposed, keep the plain kernel) and
-// serves unsplit gathers over 16-byte rows only.
+// of 128 rows and 64 columns, or the tf32 one of 256 rows and 128
+// columns, whose consumer warpgroups (one per 64 columns) multiply the
+// transposed tile (their columns of the weight's stage as wgmma's A, all
+// the gathered rows as its B), so that each stage's weight is read from
+// shared memory once instead of once per 64 rows. It reads the weight as
+// stored (16-bit input gradients, which read it transposed, keep the plain
+// kernel) and serves unsplit gathers over 16-byte rows only.
 func (t Tile) HasSwapped(m Math) bool {
-	return t.Producers > 0 && t.Supports(m) && t.BM == 128 && t.BN == 64
+	return t.Producers > 0 && t.Supports(m) && (t.BM == 128 && t.BN == 64 || t.wideSwapped(m))
 }
 
 // SwappedName returns the symbol of the swapped twin of the gather kernel
@@ -569,8 +587,8 @@ func SwappedName(m Math, t Tile) string {
 }
 
 // SwappedThreads returns the threads per block of tile t's swapped twin:
-// one consumer warpgroup and the tile's producer warps.
-func (t Tile) SwappedThreads() int { return 32 * (4 + t.Producers) }
+// a consumer warpgroup per 64 columns and the tile's producer warps.
+func (t Tile) SwappedThreads() int { return 32 * (4*t.BN/64 + t.Producers) }
 
 // StreamKName returns the symbol of the stream-K twin of the gather kernel
 // of tile t (HasStreamK), reading its weight transposed when wt:
