@@ -244,7 +244,11 @@ func hopperDefault(mth kernels.Math, use tileUse, rows, cols, kc, taps int64) st
 	}
 	if use == useGather && mth == kernels.TF32 && cols >= 128 && cols < 256 && rows >= tallManyRows && kc%4 == 0 &&
 		taps <= kernels.MaxSpecializedTaps && specializedGathers.Load() && swappedWide.Load() {
-		if h := pick(256, 128, 3, specializedProducers, kernels.Gather); h != "" {
+		stages := 3
+		if swappedWideDeep.Load() {
+			stages = 4
+		}
+		if h := pick(256, 128, stages, specializedProducers, kernels.Gather); h != "" {
 			return h
 		}
 	}

@@ -547,6 +547,19 @@ const swappedWideDefault = false
 // EnvSwappedGathers, read by Open).
 var swappedWide atomic.Bool
 
+// EnvSwappedWideDeep names the environment variable that, read when an
+// engine opens, gives EnvSwappedWide's gathers the four-stage 256×128 tile
+// (one tile description) instead of the three-stage one (two) ("1");
+// unset, swappedWideDeepDefault.
+const EnvSwappedWideDeep = "FLEXGEMM_SWAPPED_WIDE_DEEP"
+
+// swappedWideDeepDefault is EnvSwappedWideDeep's setting when unset.
+const swappedWideDeepDefault = false
+
+// swappedWideDeep says whether EnvSwappedWide's gathers take the
+// four-stage 256×128 tile (EnvSwappedWideDeep, read by Open).
+var swappedWideDeep atomic.Bool
+
 // EnvTF32Narrow names the environment variable that, read when an engine
 // opens, gives the fixed heuristic's tf32 gathers of 64–255 columns the
 // tf32 warp-specialised Hopper tiles of 64 and 128 columns ("1") or the
@@ -731,6 +744,7 @@ var openSwitches = []openSwitch{
 	{EnvTF32Narrow, tf32NarrowDefault, &tf32Narrow},
 	{EnvTallMany, tallManyDefault, &tallMany},
 	{EnvSwappedWide, swappedWideDefault, &swappedWide},
+	{EnvSwappedWideDeep, swappedWideDeepDefault, &swappedWideDeep},
 }
 
 // openSwitch is one of openSwitches: an environment variable, its

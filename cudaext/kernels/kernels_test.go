@@ -590,6 +590,9 @@ var knownGEMMStackFrames = map[string]int{
 	"spconv_gather_bf16_m256n128k64w16x1s4h_wt": 32,
 	"spconv_pairs_f16_m256n128k64w16x1s4h":      8,
 	"spconv_pairs_bf16_m256n128k64w16x1s4h":     8,
+	// The plain kernel of the four-stage tf32 256×128 tile (640 threads,
+	// 96 registers; its swapped twin, which the engine runs, has none).
+	"spconv_gather_tf32_m256n128k32w16x1s4hp4": 16,
 }
 
 // readResources parses resources.txt: the kernels' usage by name and the

@@ -243,6 +243,9 @@ var HopperTiles = []Tile{
 	// 127). Its plain kernel (four consumer warpgroups, 96 registers a
 	// thread) serves where the twin cannot: split or unaligned gathers.
 	{BM: 256, BN: 128, BK: 32, WM: 16, WN: 1, Stages: 3, Hopper: true, Producers: 4},
+	// The same with four stages (196 KiB) and room for one tile
+	// description (EnvSwappedWideDeep).
+	{BM: 256, BN: 128, BK: 32, WM: 16, WN: 1, Stages: 4, Hopper: true, Producers: 4},
 }
 
 // Name returns the tile's short name, e.g. "m128n64k32w2x2s4"; a Hopper
