@@ -244,11 +244,7 @@ func hopperDefault(mth kernels.Math, use tileUse, rows, cols, kc, taps int64) st
 	}
 	if use == useGather && mth == kernels.TF32 && cols >= 128 && cols < 256 && rows >= tallManyRows && kc%4 == 0 &&
 		taps <= kernels.MaxSpecializedTaps && specializedGathers.Load() && swappedWide.Load() {
-		stages := 3
-		if swappedWideDeep.Load() {
-			stages = 4
-		}
-		if h := pick(256, 128, stages, specializedProducers, kernels.Gather); h != "" {
+		if h := pick(256, 128, 4, specializedProducers, kernels.Gather); h != "" {
 			return h
 		}
 	}

@@ -539,26 +539,16 @@ var tallMany atomic.Bool
 // the six-stage 128×128 tile ("0"); unset, swappedWideDefault.
 const EnvSwappedWide = "FLEXGEMM_SWAPPED_WIDE"
 
-// swappedWideDefault is EnvSwappedWide's setting when unset.
-const swappedWideDefault = false
+// swappedWideDefault is EnvSwappedWide's setting when unset. Measured
+// (H200, session 63, call 3, docs/PERF_NOTES.md step 127; three
+// alternated rounds, medians): tf32 (512, 128, 2) inference 4.396 →
+// 4.238 ms (−3.6 %), training 13.062 → 12.811 (−1.9 %).
+const swappedWideDefault = true
 
 // swappedWide says whether hopperDefault gives tf32 gathers of 128–255
 // columns over many rows the 256×128 tile (EnvSwappedWide and
 // EnvSwappedGathers, read by Open).
 var swappedWide atomic.Bool
-
-// EnvSwappedWideDeep names the environment variable that, read when an
-// engine opens, gives EnvSwappedWide's gathers the four-stage 256×128 tile
-// (one tile description) instead of the three-stage one (two) ("1");
-// unset, swappedWideDeepDefault.
-const EnvSwappedWideDeep = "FLEXGEMM_SWAPPED_WIDE_DEEP"
-
-// swappedWideDeepDefault is EnvSwappedWideDeep's setting when unset.
-const swappedWideDeepDefault = false
-
-// swappedWideDeep says whether EnvSwappedWide's gathers take the
-// four-stage 256×128 tile (EnvSwappedWideDeep, read by Open).
-var swappedWideDeep atomic.Bool
 
 // EnvTF32Narrow names the environment variable that, read when an engine
 // opens, gives the fixed heuristic's tf32 gathers of 64–255 columns the
@@ -744,7 +734,6 @@ var openSwitches = []openSwitch{
 	{EnvTF32Narrow, tf32NarrowDefault, &tf32Narrow},
 	{EnvTallMany, tallManyDefault, &tallMany},
 	{EnvSwappedWide, swappedWideDefault, &swappedWide},
-	{EnvSwappedWideDeep, swappedWideDeepDefault, &swappedWideDeep},
 }
 
 // openSwitch is one of openSwitches: an environment variable, its

@@ -478,6 +478,9 @@ func TestDefaultTiles(t *testing.T) {
 							switch {
 							case tc.cols >= 128 && tc.cols < 256:
 								want = "m128n128k32w8x1s6hp4"
+								if swappedWide.Load() && tc.rows >= tallManyRows && tc.kc%4 == 0 {
+									want = "m256n128k32w16x1s4hp4" // EnvSwappedWide (step 127)
+								}
 							case tc.cols >= 64 && tc.cols < 128 && tc.rows >= hopperNarrowRows:
 								want = "m128n64k32w8x1s4hp4" // four stages whatever EnvNarrowPersistent says (step 119)
 							}
@@ -504,7 +507,7 @@ func TestDefaultTiles(t *testing.T) {
 			specializedGathers.Store(true)
 			narrowPersistent.Store(narrowPersistentDefault)
 		}
-		// EnvSwappedWide: tf32 gathers of 128–255 columns over at least
+		// EnvSwappedWide (on by default): tf32 gathers of 128–255 columns over at least
 		// tallManyRows rows and 16-byte rows take the 256×128 tile (its
 		// swapped twin runs them); fewer rows, unaligned rows, more than
 		// 27 taps, 16 bits or the specialised tiles off keep the others.
@@ -516,8 +519,8 @@ func TestDefaultTiles(t *testing.T) {
 			ws             bool
 			want           string
 		}{
-			{kernels.TF32, 1026536, 128, 128, 27, true, "m256n128k32w16x1s3hp4"},
-			{kernels.TF32, 1026536, 200, 96, 27, true, "m256n128k32w16x1s3hp4"},
+			{kernels.TF32, 1026536, 128, 128, 27, true, "m256n128k32w16x1s4hp4"},
+			{kernels.TF32, 1026536, 200, 96, 27, true, "m256n128k32w16x1s4hp4"},
 			{kernels.TF32, tallManyRows - 1, 128, 128, 27, true, "m128n128k32w8x1s6hp4"},
 			{kernels.TF32, 1026536, 128, 126, 27, true, "m128n128k32w8x1s6hp4"},
 			{kernels.TF32, 1026536, 128, 128, 28, true, "m128n128k32w8x1s6hp4"}, // its plain twin serves the taps
@@ -529,13 +532,13 @@ func TestDefaultTiles(t *testing.T) {
 			got, err := gpu.chooseTile(Options{}, tc.mth, useGather, tc.rows, tc.cols, tc.kc, tc.taps)
 			require.NoError(t, err)
 			if tc.want == "" {
-				require.NotEqual(t, "m256n128k32w16x1s3hp4", got.Name(), "swapped wide: %+v", tc)
+				require.NotEqual(t, "m256n128k32w16x1s4hp4", got.Name(), "swapped wide: %+v", tc)
 				continue
 			}
 			require.Equal(t, tc.want, got.Name(), "swapped wide: %+v", tc)
 		}
 		specializedGathers.Store(true)
-		swappedWide.Store(false)
+		swappedWide.Store(swappedWideDefault)
 		// The 192-row tile has no plain twin: a gather of more than 27
 		// taps keeps the 128-row tiles, a forced one is an error naming it,
 		// and EnvTallGathers off keeps them too.

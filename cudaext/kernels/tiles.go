@@ -238,13 +238,12 @@ var HopperTiles = []Tile{
 	// (HasSwapped): two consumer warpgroups, each multiplying its 64
 	// columns of the weight's stage by all 256 gathered rows (m64n256), read
 	// 80 KiB of shared memory a stage where two 128×128 stages read 96, and
-	// the weight is copied once for 256 rows; three stages of 48 KiB and
-	// two tile descriptions, one block per SM (docs/PERF_NOTES.md step
-	// 127). Its plain kernel (four consumer warpgroups, 96 registers a
-	// thread) serves where the twin cannot: split or unaligned gathers.
-	{BM: 256, BN: 128, BK: 32, WM: 16, WN: 1, Stages: 3, Hopper: true, Producers: 4},
-	// The same with four stages (196 KiB) and room for one tile
-	// description (EnvSwappedWideDeep).
+	// the weight is copied once for 256 rows; four stages of 48 KiB and one
+	// tile description, one block per SM. Three stages with two
+	// descriptions (persistent blocks) were 4.9 % slower: its copies wait
+	// on their loads (docs/PERF_NOTES.md step 127). Its plain kernel (four
+	// consumer warpgroups, 96 registers a thread) serves where the twin
+	// cannot: split or unaligned gathers.
 	{BM: 256, BN: 128, BK: 32, WM: 16, WN: 1, Stages: 4, Hopper: true, Producers: 4},
 }
 
