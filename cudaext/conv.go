@@ -686,8 +686,8 @@ func (e *Engine) runGather(j gatherJob) error {
 	}
 	if d.swapped && name == plain && t.HasSwapped(j.math) && !j.wt &&
 		p.Vec == 1 && splits == 1 && skBlocks == 0 {
-		// The swapped twin (gather_ws.cuh SW): same arguments, one consumer
-		// warpgroup multiplying the transposed tile.
+		// The swapped twin (gather_ws.cuh SW): same arguments, a consumer
+		// warpgroup per 64 columns multiplying the transposed tile.
 		name, threads = kernels.SwappedName(j.math, t), t.SwappedThreads()
 		d.swappedLaunches++
 	}

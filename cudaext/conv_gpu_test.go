@@ -1882,6 +1882,52 @@ var twinAlgorithms = []struct {
 	splits int
 }{{sparse.Implicit, 0}, {sparse.MaskedImplicit, 0}, {sparse.ImplicitSplitK, 3}, {sparse.MaskedImplicitSplitK, 5}}
 
+// sceneChannels is a scene of the twin tests and the (input, output)
+// channel counts they run on it.
+type sceneChannels struct {
+	scene
+	channels [][2]int
+}
+
+// twinScenes returns the twin tests' three scenes, each with the channel
+// counts given for it: the small shell (shell8Map), a random submanifold
+// scene drawn from rng, and a shell of more tiles than resident blocks
+// (persistent blocks).
+func twinScenes(t *testing.T, rng *rand.Rand, shell8, random, shell64 [][2]int) []sceneChannels {
+	t.Helper()
+	ok := mapOK(t)
+	rext := grid.Extent{Batch: 1, X: 14, Y: 12, Z: 10}
+	big, bigExt := synth.SphereShell(64, 2)
+	return []sceneChannels{
+		{scene{"shell8-subm3", shell8Map(t)}, shell8},
+		{scene{"random-subm3", ok(kmap.NewSubmanifold(synth.RandomScene(rng, rext, 0.3), rext, [3]int{3, 3, 3}, [3]int{1, 1, 1}))}, random},
+		{scene{"shell64b2-subm3", ok(kmap.NewSubmanifold(big, bigExt, [3]int{3, 3, 3}, [3]int{1, 1, 1}))}, shell64},
+	}
+}
+
+// mathTile is an arithmetic and a tile a twin test runs.
+type mathTile struct {
+	mth  kernels.Math
+	tile kernels.Tile
+}
+
+// twinCases returns the (arithmetic, Hopper tile) pairs for which has
+// reports a twin (kernels.Tile.HasSwapped and the like), of the tiles
+// FLEXGEMM_TEST_TILES selects; none is an error.
+func twinCases(t *testing.T, has func(kernels.Tile, kernels.Math) bool) []mathTile {
+	t.Helper()
+	var cases []mathTile
+	for _, tile := range kernels.HopperTiles {
+		for _, mth := range kernels.Maths {
+			if has(tile, mth) && envSelected("FLEXGEMM_TEST_TILES", tile.Name()) {
+				cases = append(cases, mathTile{mth, tile})
+			}
+		}
+	}
+	require.NotEmpty(t, cases)
+	return cases
+}
+
 // checkTwin runs the forward and input gradient of map m with options o
 // twice: with a twin kernel's switch off (set), when it must not run
 // (launches counts its launches), then on, when it must run wantRuns

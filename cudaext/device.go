@@ -127,8 +127,9 @@ type Device struct {
 	// registerALaunches counts those launches (a test instrument).
 	registerA         bool
 	registerALaunches int
-	// swapped: gathers of 128×64 tiles run their tiles' swapped twins
-	// where the gather allows (EnvSwappedGathers); swappedLaunches counts
+	// swapped: gathers of 128×64 tiles and of the tf32 256×128 tile run
+	// their tiles' swapped twins where the gather allows
+	// (EnvSwappedGathers); swappedLaunches counts
 	// those launches (a test instrument).
 	swapped         bool
 	swappedLaunches int

@@ -400,9 +400,9 @@ func registerAFromEnv() (bool, error) {
 // columns (EnvSwappedWide), where the gather allows ("1";
 // kernels.SwappedName: unsplit, no stream-K, the weight as stored — every
 // tf32 gather, the 16-bit forward ones —, 16-byte rows), or never
-// ("0"; unset: swappedGathersDefault, on). One consumer warpgroup multiplies
-// the transposed tile, reading each weight stage from shared memory once
-// (docs/PERF_NOTES.md, step 125).
+// ("0"; unset: swappedGathersDefault, on). A consumer warpgroup per 64
+// output columns multiplies the transposed tile, reading each weight stage
+// from shared memory once (docs/PERF_NOTES.md, steps 125 and 127).
 const EnvSwappedGathers = "FLEXGEMM_SWAPPED_GATHERS"
 
 // swappedGathersDefault is EnvSwappedGathers's setting when unset.

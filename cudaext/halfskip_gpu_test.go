@@ -12,9 +12,7 @@ import (
 
 	"github.com/flexgemm-go/flexgemm/cudaext/kernels"
 	"github.com/flexgemm-go/flexgemm/sparse"
-	"github.com/flexgemm-go/flexgemm/sparse/grid"
 	"github.com/flexgemm-go/flexgemm/sparse/kmap"
-	"github.com/flexgemm-go/flexgemm/sparse/synth"
 )
 
 // TestHalfSkip checks the half-skip twins of the warp-specialised gathers
@@ -30,32 +28,9 @@ import (
 // zero rows are left out.
 func TestHalfSkip(t *testing.T) {
 	skipWithoutHopper(t)
-	ok := mapOK(t)
 	rng := rand.New(rand.NewPCG(41, 1))
-	type sceneChannels struct {
-		scene
-		channels [][2]int
-	}
-	rext := grid.Extent{Batch: 1, X: 14, Y: 12, Z: 10}
-	big, bigExt := synth.SphereShell(64, 2)
-	scenes := []sceneChannels{
-		{scene{"shell8-subm3", shell8Map(t)}, [][2]int{{13, 40}, {72, 136}, {136, 264}}},
-		{scene{"random-subm3", ok(kmap.NewSubmanifold(synth.RandomScene(rng, rext, 0.3), rext, [3]int{3, 3, 3}, [3]int{1, 1, 1}))}, [][2]int{{72, 136}}},
-		{scene{"shell64b2-subm3", ok(kmap.NewSubmanifold(big, bigExt, [3]int{3, 3, 3}, [3]int{1, 1, 1}))}, [][2]int{{32, 64}}},
-	}
-	type mathTile struct {
-		mth  kernels.Math
-		tile kernels.Tile
-	}
-	var cases []mathTile
-	for _, tile := range kernels.HopperTiles {
-		for _, mth := range kernels.Maths {
-			if tile.HasHalfSkip(mth) && envSelected("FLEXGEMM_TEST_TILES", tile.Name()) {
-				cases = append(cases, mathTile{mth, tile})
-			}
-		}
-	}
-	require.NotEmpty(t, cases)
+	scenes := twinScenes(t, rng, [][2]int{{13, 40}, {72, 136}, {136, 264}}, [][2]int{{72, 136}}, [][2]int{{32, 64}})
+	cases := twinCases(t, kernels.Tile.HasHalfSkip)
 	setSkip := deviceSwitch(t, func(d *Device) *bool { return &d.halfSkip })
 	launches := deviceCounter(t, func(d *Device) int { return d.halfSkipLaunches })
 	withoutPerTapGathers(t)

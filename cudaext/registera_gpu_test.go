@@ -12,8 +12,6 @@ import (
 
 	"github.com/flexgemm-go/flexgemm/cudaext/kernels"
 	"github.com/flexgemm-go/flexgemm/sparse"
-	"github.com/flexgemm-go/flexgemm/sparse/grid"
-	"github.com/flexgemm-go/flexgemm/sparse/kmap"
 	"github.com/flexgemm-go/flexgemm/sparse/synth"
 )
 
@@ -96,26 +94,9 @@ func TestTF32OperandRA(t *testing.T) {
 // kernel's (the products are the same, grouped differently per K step).
 func TestRegisterA(t *testing.T) {
 	skipWithoutHopper(t)
-	ok := mapOK(t)
 	rng := rand.New(rand.NewPCG(43, 1))
-	type sceneChannels struct {
-		scene
-		channels [][2]int
-	}
-	rext := grid.Extent{Batch: 1, X: 14, Y: 12, Z: 10}
-	big, bigExt := synth.SphereShell(64, 2)
-	scenes := []sceneChannels{
-		{scene{"shell8-subm3", shell8Map(t)}, [][2]int{{32, 64}, {64, 128}, {96, 32}, {13, 40}, {72, 64}}},
-		{scene{"random-subm3", ok(kmap.NewSubmanifold(synth.RandomScene(rng, rext, 0.3), rext, [3]int{3, 3, 3}, [3]int{1, 1, 1}))}, [][2]int{{128, 128}}},
-		{scene{"shell64b2-subm3", ok(kmap.NewSubmanifold(big, bigExt, [3]int{3, 3, 3}, [3]int{1, 1, 1}))}, [][2]int{{64, 64}}},
-	}
-	var tiles []kernels.Tile
-	for _, tile := range kernels.HopperTiles {
-		if tile.HasRegisterA(kernels.TF32) && envSelected("FLEXGEMM_TEST_TILES", tile.Name()) {
-			tiles = append(tiles, tile)
-		}
-	}
-	require.NotEmpty(t, tiles)
+	scenes := twinScenes(t, rng, [][2]int{{32, 64}, {64, 128}, {96, 32}, {13, 40}, {72, 64}}, [][2]int{{128, 128}}, [][2]int{{64, 64}})
+	cases := twinCases(t, kernels.Tile.HasRegisterA) // tf32 only
 	setRA := deviceSwitch(t, func(d *Device) *bool { return &d.registerA })
 	launches := deviceCounter(t, func(d *Device) int { return d.registerALaunches })
 	withoutPerTapGathers(t)
@@ -133,10 +114,10 @@ func TestRegisterA(t *testing.T) {
 					wantRuns++
 				}
 			}
-			for _, tile := range tiles {
+			for _, c := range cases {
 				for _, a := range twinAlgorithms {
-					name := fmt.Sprintf("%s/ci%d-co%d/%s/%v/split%d", sc.name, ci, co, tile.Name(), a.alg, a.splits)
-					o := Options{ConvOptions: sparse.ConvOptions{Algorithm: a.alg, SplitK: a.splits}, Tile: tile.Name()}
+					name := fmt.Sprintf("%s/ci%d-co%d/%s/%v/split%d", sc.name, ci, co, c.tile.Name(), a.alg, a.splits)
+					o := Options{ConvOptions: sparse.ConvOptions{Algorithm: a.alg, SplitK: a.splits}, Tile: c.tile.Name()}
 					checkTwin(t, sc.m, x, w, b, dy, o, ref, bound(kernels.TF32), setRA, launches, wantRuns, name)
 				}
 			}

@@ -7,18 +7,13 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	"github.com/stretchr/testify/require"
-
 	"github.com/flexgemm-go/flexgemm/cudaext/kernels"
 	"github.com/flexgemm-go/flexgemm/sparse"
-	"github.com/flexgemm-go/flexgemm/sparse/grid"
-	"github.com/flexgemm-go/flexgemm/sparse/kmap"
-	"github.com/flexgemm-go/flexgemm/sparse/synth"
 )
 
 // TestSwappedGathers checks the swapped twins of the warp-specialised
-// gathers of 128 rows and 64 columns (kernels.SwappedName,
-// EnvSwappedGathers) in every arithmetic: forward with a bias and input
+// gathers of 128 rows and 64 columns and of the tf32 256×128 tile
+// (kernels.SwappedName, EnvSwappedGathers) in every arithmetic: forward with a bias and input
 // gradient of every tile that has one against the float64 reference, the
 // implicit and masked GEMMs and their split-K forms, on a small shell, a
 // random submanifold scene and a shell of more tiles than resident
@@ -32,32 +27,9 @@ import (
 // order).
 func TestSwappedGathers(t *testing.T) {
 	skipWithoutHopper(t)
-	ok := mapOK(t)
 	rng := rand.New(rand.NewPCG(62, 1))
-	type sceneChannels struct {
-		scene
-		channels [][2]int
-	}
-	rext := grid.Extent{Batch: 1, X: 14, Y: 12, Z: 10}
-	big, bigExt := synth.SphereShell(64, 2)
-	scenes := []sceneChannels{
-		{scene{"shell8-subm3", shell8Map(t)}, [][2]int{{32, 64}, {64, 128}, {96, 40}, {13, 64}, {72, 24}, {16, 37}}},
-		{scene{"random-subm3", ok(kmap.NewSubmanifold(synth.RandomScene(rng, rext, 0.3), rext, [3]int{3, 3, 3}, [3]int{1, 1, 1}))}, [][2]int{{64, 64}}},
-		{scene{"shell64b2-subm3", ok(kmap.NewSubmanifold(big, bigExt, [3]int{3, 3, 3}, [3]int{1, 1, 1}))}, [][2]int{{64, 64}}},
-	}
-	type mathTile struct {
-		mth  kernels.Math
-		tile kernels.Tile
-	}
-	var cases []mathTile
-	for _, tile := range kernels.HopperTiles {
-		for _, mth := range kernels.Maths {
-			if tile.HasSwapped(mth) && envSelected("FLEXGEMM_TEST_TILES", tile.Name()) {
-				cases = append(cases, mathTile{mth, tile})
-			}
-		}
-	}
-	require.NotEmpty(t, cases)
+	scenes := twinScenes(t, rng, [][2]int{{32, 64}, {64, 128}, {96, 40}, {13, 64}, {72, 24}, {16, 37}}, [][2]int{{64, 64}}, [][2]int{{64, 64}})
+	cases := twinCases(t, kernels.Tile.HasSwapped)
 	setSW := deviceSwitch(t, func(d *Device) *bool { return &d.swapped })
 	launches := deviceCounter(t, func(d *Device) int { return d.swappedLaunches })
 	deviceSwitch(t, func(d *Device) *bool { return &d.registerA })(false)
