@@ -279,10 +279,11 @@ func hopperDefault(mth kernels.Math, use tileUse, rows, cols, kc, taps int64) st
 // (or an input gradient whose tile reads the weight transposed in the
 // kernel; the other tiles multiply a cleared transpose) makes: the copy lives
 // beside the output for the duration of the gather, so larger weights
-// (V·Ci·Co float32 over 16 MiB: C ≥ 512 at 3×3×3) keep their bits rather
-// than raise the step's memory peak. The measured gain is at C 256, a
-// 7.1 MB weight (docs/PERF_NOTES.md, step 108).
-const tf32ClearMaxBytes = 16 << 20
+// (V·Ci·Co float32 over 32 MiB: C ≥ 1024 at 3×3×3, 113 MB) keep their bits
+// rather than raise the step's memory peak. The gain was measured at C 256,
+// a 7.1 MB weight (docs/PERF_NOTES.md, step 108), and at C 512, 28.3 MB
+// (step 129).
+const tf32ClearMaxBytes = 32 << 20
 
 // specializedProducers is the producer warps of the warp-specialised
 // gather tiles hopperDefault takes.
