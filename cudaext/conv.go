@@ -586,50 +586,7 @@ type gatherJob struct {
 	// runGather hands the job to runHybrid), or nil.
 	hybrid    *hybridTables
 	hybridMap *kmap.Map
-	// multicast: the tile's multicast twin runs the gather, in clusters
-	// of two blocks over tables of kernels.MulticastRows rows
-	// (Engine.multicastGather; gatherInput builds those tables).
-	multicast bool
 }
-
-// gatherSplits returns the split-K count and stream-K blocks of gather
-// job j on tile t (runGather's choice): 1 and 0 unless the algorithm
-// splits.
-func (e *Engine) gatherSplits(j gatherJob, t kernels.Tile) (splits, skBlocks int) {
-	splits = 1
-	if j.splitAlg {
-		tiles := ceilDiv(j.M, int64(t.BM)) * ceilDiv(j.N, int64(t.BN))
-		if skBlocks = e.d.streamK(t, j.math, tiles, ceilDiv(j.N, int64(t.BN)), j.userSplits); skBlocks == 0 {
-			splits = e.chooseSplits(j.userSplits, t, tiles, j.V*ceilDiv(j.Kc, int64(t.BK)))
-		}
-	}
-	return splits, skBlocks
-}
-
-// multicastGather reports whether gather job j (its input, table and K
-// set by gatherInput) runs its tile's multicast twin (kernels.HasMulticast;
-// gather_ws.cuh MC): EnvMulticast on, the weight as stored, 16-byte rows,
-// at most kernels.MaxSpecializedTaps taps, unsplit (no user split, and
-// the split heuristic and stream-K leave the tile whole), at least
-// Device.multicastMinRows rows, and no other twin of the tile taking the launch
-// (the half skip; a tile with a swapped twin — the tf32 256×128 one, whose
-// multicast twin runs the swapped consumers — only where those are on).
-func (e *Engine) multicastGather(j gatherJob) bool {
-	t := j.tile
-	if !multicastGathers.Load() || !t.HasMulticast(j.math) || (t.HasSwapped(j.math) && !e.d.swapped) ||
-		j.wt || j.slotTbl || j.userSplits > 0 ||
-		j.M < e.d.multicastMinRows || j.V > kernels.MaxSpecializedTaps || (j.Kc*int64(j.math.ElemSize()))%16 != 0 ||
-		(e.d.halfSkip && t.HasHalfSkip(j.math)) {
-		return false
-	}
-	splits, skBlocks := e.gatherSplits(j, t)
-	return splits == 1 && skBlocks == 0
-}
-
-// multicastMinRowsDefault is the fewest output rows of a gather that runs
-// a multicast twin (Engine.multicastGather): 32 tiles of 256 rows (fewer
-// rows are split or stream-K gathers in the split-K algorithms anyway).
-const multicastMinRowsDefault = 1 << 13
 
 // runGather launches the gather GEMM (and the split-K reduction). Worker
 // only.
@@ -659,9 +616,11 @@ func (e *Engine) runGather(j gatherJob) error {
 		t = plain
 	}
 	tiles := ceilDiv(j.M, int64(t.BM)) * ceilDiv(j.N, int64(t.BN))
-	splits, skBlocks := e.gatherSplits(j, t)
-	if j.multicast && (splits != 1 || skBlocks != 0 || t != j.tile) {
-		return fmt.Errorf("%w: the multicast gather of tile %s would be split", ErrLaunch, t.Name())
+	splits, skBlocks := 1, 0
+	if j.splitAlg {
+		if skBlocks = d.streamK(t, j.math, tiles, ceilDiv(j.N, int64(t.BN)), j.userSplits); skBlocks == 0 {
+			splits = e.chooseSplits(j.userSplits, t, tiles, j.V*ceilDiv(j.Kc, int64(t.BK)))
+		}
 	}
 	esz := int64(j.math.ElemSize())
 	p := gatherParams{
@@ -726,7 +685,7 @@ func (e *Engine) runGather(j gatherJob) error {
 		name, threads = kernels.RegisterAName(j.math, t), t.RegisterAThreads()
 		d.registerALaunches++
 	}
-	if d.swapped && name == plain && !j.multicast && t.HasSwapped(j.math) && !j.wt &&
+	if d.swapped && name == plain && t.HasSwapped(j.math) && !j.wt &&
 		p.Vec == 1 && splits == 1 && skBlocks == 0 {
 		// The swapped twin (gather_ws.cuh SW): same arguments, a consumer
 		// warpgroup per 64 columns multiplying the transposed tile.
@@ -735,27 +694,13 @@ func (e *Engine) runGather(j gatherJob) error {
 	}
 	args := []any{&p}
 	grid := dim3{X: int(tiles), Y: splits}
-	if j.multicast {
-		// The multicast twin (gather_ws.cuh MC): a cluster of two blocks
-		// per tile of MulticastRows rows, whose tables gatherInput built.
-		if name != plain || p.Vec != 1 {
-			return fmt.Errorf("%w: the multicast gather of tile %s cannot run as %s", ErrLaunch, t.Name(), name)
-		}
-		name, threads = kernels.MulticastName(j.math, t), t.MulticastThreads(j.math)
-		grid.X = kernels.MulticastCluster * int(ceilDiv(j.M, int64(kernels.MulticastRows(t)))*ceilDiv(j.N, int64(t.BN)))
-		d.multicastLaunches++
-	}
 	if t.Producers > 0 {
 		// A warp-specialised tile takes its weight stages by bulk tensor
 		// copies (16-byte rows only; otherwise the map stays zero and its
 		// producers copy by element).
 		var maps wsMaps
 		if p.Vec == 1 {
-			box := t.BN
-			if j.multicast {
-				box /= kernels.MulticastCluster // each block of a cluster copies its share
-			}
-			if err := weightTensorMap(&maps.W, d.addr(j.w), j, t.BK, box); err != nil {
+			if err := weightTensorMap(&maps.W, d.addr(j.w), j, t); err != nil {
 				return fmt.Errorf("%w: %s: %v", ErrLaunch, name, err)
 			}
 		}
@@ -780,7 +725,7 @@ func (e *Engine) runGather(j gatherJob) error {
 		} else {
 			next := devPtr(0)
 			resident := d.info.SMs * t.BlocksPerSM(kernels.Gather, j.math)
-			if persistentGathers.Load() && !j.multicast && splits == 1 && t.Descriptions(j.math) == 2 && tiles > int64(resident) {
+			if persistentGathers.Load() && splits == 1 && t.Descriptions(j.math) == 2 && tiles > int64(resident) {
 				ctr, err := d.allocZeroI32(1)
 				if err != nil {
 					return err
@@ -850,17 +795,15 @@ func (d *Device) streamK(t kernels.Tile, m kernels.Math, tiles, tilesN int64, us
 }
 
 // weightTensorMap encodes the TMA descriptor of gather job j's weight at
-// addr for a tile of bk K columns a stage (fg::WsMaps): [N][V][Kc] in
-// boxes of bk × 1 × rows (a K-major stage of that many weight rows: the
-// tile's BN, or a multicast block's share of them), or, read transposed,
-// [Kc][V][N] in boxes of 64 × 1 × bk (one 64-column block of an MN-major
-// stage).
-func weightTensorMap(out *[16]uint64, addr devPtr, j gatherJob, bk, rows int) error {
+// addr for tile t (fg::WsMaps): [N][V][Kc] in boxes of BK × 1 × BN (one
+// K-major stage), or, read transposed, [Kc][V][N] in boxes of 64 × 1 × BK
+// (one 64-column block of an MN-major stage).
+func weightTensorMap(out *[16]uint64, addr devPtr, j gatherJob, t kernels.Tile) error {
 	esz := int64(j.math.ElemSize())
 	if j.wt {
-		return tensorMap3D(out, addr, int(esz), [3]int64{j.N, j.V, j.Kc}, [2]int64{j.N * esz, j.V * j.N * esz}, [3]int{128 / int(esz), 1, bk})
+		return tensorMap3D(out, addr, int(esz), [3]int64{j.N, j.V, j.Kc}, [2]int64{j.N * esz, j.V * j.N * esz}, [3]int{128 / int(esz), 1, t.BK})
 	}
-	return tensorMap3D(out, addr, int(esz), [3]int64{j.Kc, j.V, j.N}, [2]int64{j.Kc * esz, j.V * j.Kc * esz}, [3]int{bk, 1, rows})
+	return tensorMap3D(out, addr, int(esz), [3]int64{j.Kc, j.V, j.N}, [2]int64{j.Kc * esz, j.V * j.Kc * esz}, [3]int{t.BK, 1, t.BN})
 }
 
 // reduce sums split-K partials [splits, rows, cols] into out (+ bias).
@@ -1359,14 +1302,12 @@ func (e *Engine) gatherInput(j *gatherJob, m *kmap.Map, reverse bool, alg sparse
 		j.perTap, j.perTapGroups = pt, groups
 		return nil
 	}
-	j.multicast = e.multicastGather(*j)
 	if isMasked(alg) {
 		// A hybrid gather (hybrid.go, an experiment) reads its own tables;
 		// a submanifold input gradient reads the forward's, mirrored.
 		if ht, ok, err := e.hybrid(m, reverse && !mirror, alg, j); err != nil {
 			return err
 		} else if ok {
-			j.multicast = false
 			g, err := e.grayTablesFor(m, false)
 			if err != nil {
 				return err
@@ -1380,16 +1321,12 @@ func (e *Engine) gatherInput(j *gatherJob, m *kmap.Map, reverse bool, alg sparse
 			e.d.hybridLaunches++
 			return nil
 		}
-		rows := j.tile.BM
-		if j.multicast {
-			rows = kernels.MulticastRows(j.tile)
-		}
-		mt, err := e.maskedTablesFor(m, reverse && !mirror, rows)
+		mt, err := e.maskedTablesFor(m, reverse && !mirror, j.tile.BM)
 		if err != nil {
 			return err
 		}
 		e.dropMasks(m, reverse && !mirror)
-		sched, err := e.d.tileSchedule(mt.tiles, mt.order, int(j.M), int(V), rows, j.math)
+		sched, err := e.d.tileSchedule(mt.tiles, mt.order, int(j.M), int(V), j.tile.BM, j.math)
 		if err != nil {
 			return err
 		}

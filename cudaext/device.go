@@ -133,11 +133,6 @@ type Device struct {
 	// those launches (a test instrument).
 	swapped         bool
 	swappedLaunches int
-	// multicastMinRows: the fewest output rows of a gather that runs a
-	// multicast twin (multicastMinRowsDefault; the tests lower it);
-	// multicastLaunches counts those launches (a test instrument).
-	multicastMinRows  int64
-	multicastLaunches int
 	// occupancyCap: the kernels launched with padded shared memory so that
 	// fewer of their warps stay resident (EnvOccupancyCap; a measurement
 	// knob, read into each kernelFunc's capWarps when it is loaded).
@@ -326,7 +321,6 @@ func openDevice(ordinal int) (*Device, error) {
 		halfSkip:                   halfSkip,
 		registerA:                  registerA,
 		swapped:                    swapped,
-		multicastMinRows:           multicastMinRowsDefault,
 		occupancyCap:               occCap,
 		pdl:                        pdl,
 		perTapMaxBytes:             perTapMax,

@@ -550,23 +550,6 @@ const swappedWideDefault = true
 // EnvSwappedGathers, read by Open).
 var swappedWide atomic.Bool
 
-// EnvMulticast names the environment variable that, read when an engine
-// opens, runs the gathers of the 128×256 warp-specialised tiles and of the
-// tf32 256×128 one (with its swapped consumers) that allow it (unsplit, the weight as stored, 16-byte rows, at most
-// kernels.MaxSpecializedTaps taps, at least multicastMinRowsDefault rows) on
-// their multicast twins ("1"; kernels.MulticastName: clusters of two
-// blocks computing a tile of twice the tile's rows, each weight stage
-// copied from the L2 once for both blocks), or never ("0"); unset,
-// multicastDefault.
-const EnvMulticast = "FLEXGEMM_MULTICAST"
-
-// multicastDefault is EnvMulticast's setting when unset.
-const multicastDefault = false
-
-// multicastGathers says whether the gathers that allow it run their
-// tile's multicast twin (EnvMulticast, read by Open).
-var multicastGathers atomic.Bool
-
 // EnvTF32Narrow names the environment variable that, read when an engine
 // opens, gives the fixed heuristic's tf32 gathers of 64–255 columns the
 // tf32 warp-specialised Hopper tiles of 64 and 128 columns ("1") or the
@@ -751,7 +734,6 @@ var openSwitches = []openSwitch{
 	{EnvTF32Narrow, tf32NarrowDefault, &tf32Narrow},
 	{EnvTallMany, tallManyDefault, &tallMany},
 	{EnvSwappedWide, swappedWideDefault, &swappedWide},
-	{EnvMulticast, multicastDefault, &multicastGathers},
 }
 
 // openSwitch is one of openSwitches: an environment variable, its

@@ -145,45 +145,6 @@ __device__ __forceinline__ void tma_load_3d(void* dst, const TmaMap* map, int c0
       : "memory");
 }
 
-// tma_load_3d's multicast form (the MC kernels): the box lands at dst in
-// every CTA of the cluster named in mask, and its bytes complete_tx on the
-// mbarrier at bar's offset in each of them.
-__device__ __forceinline__ void tma_load_3d_multicast(void* dst, const TmaMap* map, int c0, int c1, int c2,
-                                                      unsigned long long* bar, unsigned short mask) {
-  asm volatile(
-      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster "
-      "[%0], [%1, {%2, %3, %4}], [%5], %6;\n" ::"r"(smem_addr(dst)),
-      "l"(reinterpret_cast<unsigned long long>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(smem_addr(bar)), "h"(mask)
-      : "memory");
-}
-// Arrives on the mbarrier at bar's offset in the shared memory of the
-// cluster's CTA rank (the default semantics, release at CTA scope: the
-// arrival hands back a stage whose readers, wgmma groups, have retired, and
-// orders nothing else; at cluster scope it would fence every earlier
-// memory access of the thread first).
-__device__ __forceinline__ void mbar_arrive_cluster(unsigned long long* bar, unsigned rank) {
-  asm volatile(
-      "{\n.reg .b32 ra;\nmapa.shared::cluster.u32 ra, %0, %1;\n"
-      "mbarrier.arrive.shared::cluster.b64 _, [ra];\n}\n" ::"r"(smem_addr(bar)),
-      "r"(rank)
-      : "memory");
-}
-// This CTA's rank in its cluster.
-__device__ __forceinline__ unsigned cluster_rank() {
-  unsigned r;
-  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
-  return r;
-}
-// Every thread of the cluster waits here until all have arrived (release /
-// acquire at cluster scope); threads of one warp may arrive apart.
-__device__ __forceinline__ void cluster_sync() {
-  asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
-}
-// Makes this thread's mbarrier initialisations visible to the cluster.
-__device__ __forceinline__ void fence_mbarrier_init_cluster() {
-  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-}
-
 // Named barrier 1 over the producer warps only (n threads).
 __device__ __forceinline__ void producers_sync(int n) { asm volatile("bar.sync 1, %0;\n" ::"r"(n) : "memory"); }
 
@@ -613,21 +574,7 @@ __device__ __forceinline__ void sw_store(const GatherParams& p, const float (&ac
 // two 128 × 128 stages do 96, and writes the weight once for 256 rows
 // (step 127). The accumulators hold output columns g and g + 8 of a warp's
 // 16 for rows 2t and 2t + 1 of every 8; sw_store writes them.
-// MC: weight stages multicast across a cluster of two blocks (the *_mc
-// kernels, kernels.MulticastName; unsplit, no stream-K, the weight as
-// stored, 16-byte rows; the plain consumers, or with SW the swapped ones).
-// The two blocks of a cluster compute the two BM-row halves of one tile of
-// 2·BM rows (the engine's masked tables are
-// built for 2·BM rows: both halves visit the same taps) in the same column
-// tile, so their weight stages are the same: each block's producer 0 copies
-// its half of the stage's BN weight rows by one bulk tensor copy multicast
-// into both blocks, and the weight leaves the L2 once for 2·BM rows
-// instead of once per BM. A stage is refilled only once the consumers of
-// both blocks handed it back (each consumer warp arrives on its own
-// block's empty barrier and on the other's), and neither block leaves
-// before the other is done with its shared memory (a cluster barrier).
-// A pair of tiles runs per cluster, the next gridDim.x / 2 on.
-template <class C, int PW, bool WT, int MB, bool SK, bool HS = false, bool RA = false, bool SW = false, bool MC = false>
+template <class C, int PW, bool WT, int MB, bool SK, bool HS = false, bool RA = false, bool SW = false>
 __device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMaps& maps, unsigned* next,
                                                const StreamK& sk) {
   using T = typename C::T;
@@ -640,8 +587,6 @@ __device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMa
                 "register A: tf32, 128 columns, the weight as stored, no stream-K or half skip");
   static_assert(!SW || (!WT && !SK && !HS && !RA && ((C::BM == 128 && C::BN == 64) || (C::BM == 256 && C::BN == 128))),
                 "swapped operands: tiles of 128 rows and 64 columns or 256 and 128, the weight as stored, unsplit");
-  static_assert(!MC || (!WT && !SK && !HS && !RA && (C::BN / 2) % 8 == 0),
-                "multicast weight stages: the plain or swapped consumer, the weight as stored, unsplit");
   // Consumer warps: the tile's WM, or the swapped kernels' warpgroup per
   // 64 output columns.
   constexpr int kConsWarps = SW ? 4 * C::BN / 64 : C::kWarps, kConsThreads = 32 * kConsWarps;
@@ -656,15 +601,13 @@ __device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMa
   auto meta = [&](int b) { return reinterpret_cast<Meta*>(metaBase + b * L::kMeta); };
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  // MC: tiles of 2·BM rows (pairs of blocks); rank picks this block's half.
-  const unsigned rank = MC ? cluster_rank() : 0;
-  const long long tiles = ((p.M + (MC ? 2 : 1) * BM - 1) / ((MC ? 2 : 1) * BM)) * ((p.N + BN - 1) / BN);
+  const long long tiles = ((p.M + BM - 1) / BM) * ((p.N + BN - 1) / BN);
   if (tid == 0) {
     for (int s = 0; s < S; ++s) {
       // Every producer thread's cp.async arrival, plus producer 0's
       // arrival with the bytes of the B stage's bulk tensor copies.
       mbar_init(full + s, RA ? 1 : L::kProd + 1);
-      mbar_init(empty + s, (MC ? 2 : 1) * kConsWarps);  // MC: both blocks' consumers
+      mbar_init(empty + s, kConsWarps);
     }
     for (int b = 0; b < MB; ++b) {
       mbar_init(&meta(b)->full, 1);
@@ -673,14 +616,8 @@ __device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMa
     // The barriers are initialised through the generic proxy; the bulk
     // tensor copies signal them through the async proxy.
     fence_proxy_async();
-    if constexpr (MC) fence_mbarrier_init_cluster();
   }
-  // MC: the other block's barriers are initialised before anything
-  // arrives on them or multicasts into its stages.
-  if constexpr (MC)
-    cluster_sync();
-  else
-    __syncthreads();
+  __syncthreads();
 
   const T* x = reinterpret_cast<const T*>(p.x);
   const T* w = reinterpret_cast<const T*>(p.w);
@@ -693,7 +630,7 @@ __device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMa
     constexpr int RP = L::kRowsPerPass;
     int s = 0;
     unsigned parity = 1;  // a fresh empty barrier's "previous phase" counts as complete
-    long long bx = MC ? blockIdx.x / 2 : blockIdx.x;  // MC: the cluster's tile
+    long long bx = blockIdx.x;
     StreamKCursor<C> cur;
     if constexpr (SK) {
       __shared__ int skFirst;
@@ -713,9 +650,7 @@ __device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMa
       }
       // Describe the tile (or piece): rows and taps, then the neighbour
       // indices.
-      GatherBlock<C> blk = SK   ? GatherBlock<C>(pc.tm, blockIdx.x % ((p.N + BN - 1) / BN))
-                           : MC ? GatherBlock<C>::half(p, bx, rank)
-                                : GatherBlock<C>(p, bx);
+      GatherBlock<C> blk = SK ? GatherBlock<C>(pc.tm, blockIdx.x % ((p.N + BN - 1) / BN)) : GatherBlock<C>(p, bx);
       if constexpr (SK) {
         blk.taps(p);
         blk.range(pc.t0, pc.t1);
@@ -737,8 +672,6 @@ __device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMa
         // follow without a wait.
         if constexpr (SK)
           m->next = 4 * pc.first + pc.role;
-        else if constexpr (MC)
-          m->next = (int)(bx + gridDim.x / 2);  // both blocks of the cluster take the same tiles
         else
           m->next = next ? (int)gridDim.x + (int)atomicAdd(next, 1u) : (int)(bx + gridDim.x);
       }
@@ -842,11 +775,6 @@ __device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMa
 #pragma unroll
               for (int b = 0; b < BN / 64; ++b)
                 tma_load_3d(bs + b * (BK * 64), &maps.w, (int)n0 + 64 * b, wv, (int)col0, full + s);
-            } else if constexpr (MC) {
-              // This block's half of the stage's weight rows, into both
-              // blocks (the map's boxes are BK × 1 × BN/2).
-              tma_load_3d_multicast(bs + rank * (BN / 2) * BK, &maps.w, (int)col0, wv, (int)n0 + (int)rank * (BN / 2),
-                                    full + s, (unsigned short)3);
             } else {
               tma_load_3d(bs, &maps.w, (int)col0, wv, (int)n0, full + s);
             }
@@ -895,7 +823,6 @@ __device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMa
       bx = nextTile;
     }
     cp_async_wait<0>();
-    if constexpr (MC) cluster_sync();  // the other block may still multicast into this one
     return;
   }
 
@@ -908,14 +835,6 @@ __device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMa
     mbar_wait(&m->full, (k / MB) & 1);
     const int nIter = m->nIter;
     if (nIter < 0) break;
-    if constexpr (MC) {
-      if (p.splits != 1 || !p.vec) __trap();  // the engine launches it unsplit on 16-byte rows only
-    }
-    // Hands stage st back to the producers (MC: of both blocks).
-    auto release = [&](int st) {
-      mbar_arrive(empty + st);
-      if constexpr (MC) mbar_arrive_cluster(empty + st, rank ^ 1u);
-    };
     if constexpr (SW) {
       if (p.splits != 1 || !p.vec) __trap();  // the engine launches it unsplit on 16-byte rows only
       using CT = TileCfg<C::kMath, 64, C::BM, C::BK, 4, 1, C::S, true>;  // a warpgroup's transposed tile
@@ -930,7 +849,7 @@ __device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMa
         wgmma_stage<CT, false, false>(&acc[0][0][0], smem_addr(Bs + s * L::BSt + wcol * BK), smem_addr(As + s * L::ASt),
                                       16, 16);
         wgmma_wait<1>();
-        if (prev >= 0 && lane == 0) release(prev);
+        if (prev >= 0 && lane == 0) mbar_arrive(empty + prev);
         prev = s;
         if (++s == S) {
           s = 0;
@@ -939,7 +858,7 @@ __device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMa
       }
       wgmma_wait<0>();
       pin_acc<CT::MI * CT::NI * 4>(&acc[0][0][0]);
-      if (prev >= 0 && lane == 0) release(prev);
+      if (prev >= 0 && lane == 0) mbar_arrive(empty + prev);
       sw_store<CT>(p, acc, m->rows, m->n0, warp, lane);
       __syncwarp();
       if (lane == 0) mbar_arrive(&m->empty);
@@ -952,7 +871,7 @@ __device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMa
     // group has retired, hand that stage back; then step to the next stage.
     auto hand_back = [&]() {
       wgmma_wait<1>();
-      if (prev >= 0 && lane == 0) release(prev);
+      if (prev >= 0 && lane == 0) mbar_arrive(empty + prev);
       prev = s;
       if (++s == S) {
         s = 0;
@@ -1066,7 +985,7 @@ __device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMa
       }
     }
     wgmma_wait<0>();
-    if (prev >= 0 && lane == 0) release(prev);  // the producers may refill it for the next tile
+    if (prev >= 0 && lane == 0) mbar_arrive(empty + prev);  // the producers may refill it for the next tile
     if (SK && (m->next & 3) != 0) {
       // Stream-K: this warp's accumulators, as float4 runs of its lanes.
       constexpr int kRuns = C::MI * C::NI;
@@ -1121,7 +1040,6 @@ __device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMa
     __syncwarp();
     if (lane == 0) mbar_arrive(&m->empty);  // this warp is done with the description
   }
-  if constexpr (MC) cluster_sync();  // the other block may still arrive on this one's barriers
 }
 
 }  // namespace fg
@@ -1188,28 +1106,6 @@ __device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMa
     using Cfg = fg::TileCfg<MATH, BM, BN, BK, WM, 1, S, true>;                                                 \
     constexpr int kDescriptions = fg::ws_descriptions<Cfg, PW>(MINB);                                          \
     fg::gather_gemm_ws<Cfg, PW, false, kDescriptions, false, false, false, true>(p, maps, next, fg::StreamK{}); \
-  }
-// The multicast twin (kernels.MulticastName; the weight as stored): the
-// tile's kernel in clusters of two blocks that share their weight stages.
-#define FG_GATHER_WS_MC_KERNEL(NAME, MATH, BM, BN, BK, WM, S, PW, MINB)                                        \
-  extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(32 * ((WM) + (PW)), MINB)             \
-      NAME(const fg::GatherParams p, const __grid_constant__ fg::WsMaps maps, unsigned* next) {                \
-    fg_await_prior_grid();                                                                                     \
-    using Cfg = fg::TileCfg<MATH, BM, BN, BK, WM, 1, S, true>;                                                 \
-    constexpr int kDescriptions = fg::ws_descriptions<Cfg, PW>(MINB);                                          \
-    fg::gather_gemm_ws<Cfg, PW, false, kDescriptions, false, false, false, false, true>(p, maps, next,         \
-                                                                                        fg::StreamK{});        \
-  }
-// The multicast twin of a tile with a swapped twin (the tf32 256×128
-// tile): the swapped consumers in clusters of two blocks.
-#define FG_GATHER_WS_SW_MC_KERNEL(NAME, MATH, BM, BN, BK, WM, S, PW, MINB)                                     \
-  extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(32 * (4 * (BN) / 64 + (PW)), MINB)    \
-      NAME(const fg::GatherParams p, const __grid_constant__ fg::WsMaps maps, unsigned* next) {                \
-    fg_await_prior_grid();                                                                                     \
-    using Cfg = fg::TileCfg<MATH, BM, BN, BK, WM, 1, S, true>;                                                 \
-    constexpr int kDescriptions = fg::ws_descriptions<Cfg, PW>(MINB);                                          \
-    fg::gather_gemm_ws<Cfg, PW, false, kDescriptions, false, false, false, true, true>(p, maps, next,          \
-                                                                                       fg::StreamK{});         \
   }
 // The stream-K twins (MINB = 1 only: every block resident; WT as above).
 #define FG_GATHER_WS_SK_KERNEL(NAME, MATH, BM, BN, BK, WM, S, PW, WT)                                          \

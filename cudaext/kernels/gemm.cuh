@@ -573,17 +573,6 @@ template <class C> struct GatherBlock {
   // Row tile tm, column tile tn, unsplit, in the tiles' index order (no
   // launch order: a stream-K piece, gather_ws.cuh).
   __device__ __forceinline__ GatherBlock(long long tm, long long tn) : tileM(tm), m0(tm * C::BM), n0(tn * C::BN), z(0) {}
-  // Half h of the tile of 2·BM rows of index bx of a launch of such tiles
-  // (the multicast kernels, gather_ws.cuh MC): tile tileM of the tables
-  // (built for 2·BM rows), its rows from tileM · 2·BM + h · BM, unsplit.
-  static __device__ __forceinline__ GatherBlock half(const GatherParams& p, long long bx, unsigned h) {
-    const long long tilesN = (p.N + C::BN - 1) / C::BN;
-    long long tm = bx / tilesN;
-    if (p.tile_sched) tm = p.tile_sched[tm];
-    GatherBlock b(tm, bx % tilesN);
-    b.m0 = tm * 2 * C::BM + h * C::BM;
-    return b;
-  }
   // The tile's taps and this split's iterations.
   __device__ __forceinline__ void split(const GatherParams& p) {
     taps(p);

@@ -26,7 +26,6 @@ FG_GATHER_H_WT_KERNEL(spconv_gather_bf16_m64n64k64w4x1s4h, fg::Math::BF16, 64, 6
 FG_PAIRS_H_KERNEL(spconv_pairs_bf16_m64n64k64w4x1s4h, fg::Math::BF16, 64, 64, 64, 4, 1, 4, 70656)
 FG_GATHER_WS_KERNEL(spconv_gather_bf16_m128n256k64w8x1s4hp4, fg::Math::BF16, 128, 256, 64, 8, 4, 4, 1, 226656)
 FG_GATHER_WS_WT_KERNEL(spconv_gather_bf16_m128n256k64w8x1s4hp4, fg::Math::BF16, 128, 256, 64, 8, 4, 4, 1)
-FG_GATHER_WS_MC_KERNEL(spconv_gather_bf16_m128n256k64w8x1s4hp4_mc, fg::Math::BF16, 128, 256, 64, 8, 4, 4, 1)
 FG_GATHER_WS_SK_KERNEL(spconv_gather_bf16_m128n256k64w8x1s4hp4_sk, fg::Math::BF16, 128, 256, 64, 8, 4, 4, false)
 FG_GATHER_WS_SK_KERNEL(spconv_gather_bf16_m128n256k64w8x1s4hp4_wt_sk, fg::Math::BF16, 128, 256, 64, 8, 4, 4, true)
 FG_GATHER_WS_KERNEL(spconv_gather_bf16_m128n128k64w8x1s6hp4, fg::Math::BF16, 128, 128, 64, 8, 6, 4, 1, 226688)

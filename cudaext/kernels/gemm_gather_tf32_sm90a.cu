@@ -7,7 +7,6 @@ FG_GATHER_H_KERNEL(spconv_gather_tf32_m128n256k32w8x1s4h, fg::Math::TF32, 128, 2
 FG_GATHER_H_KERNEL(spconv_gather_tf32_m128n128k32w8x1s6h, fg::Math::TF32, 128, 128, 32, 8, 1, 6, 204336)
 FG_GATHER_WS_KERNEL(spconv_gather_tf32_m128n256k32w8x1s4hp4, fg::Math::TF32, 128, 256, 32, 8, 4, 4, 1, 226656)
 FG_GATHER_WS_HS_KERNEL(spconv_gather_tf32_m128n256k32w8x1s4hp4_hs, fg::Math::TF32, 128, 256, 32, 8, 4, 4, 1)
-FG_GATHER_WS_MC_KERNEL(spconv_gather_tf32_m128n256k32w8x1s4hp4_mc, fg::Math::TF32, 128, 256, 32, 8, 4, 4, 1)
 FG_GATHER_WS_SK_KERNEL(spconv_gather_tf32_m128n256k32w8x1s4hp4_sk, fg::Math::TF32, 128, 256, 32, 8, 4, 4, false)
 FG_GATHER_H_KERNEL(spconv_gather_tf32_m128n64k32w8x1s4h, fg::Math::TF32, 128, 64, 32, 8, 1, 4, 103968)
 FG_GATHER_WS_KERNEL(spconv_gather_tf32_m128n128k32w8x1s6hp4, fg::Math::TF32, 128, 128, 32, 8, 6, 4, 1, 226688)
@@ -22,4 +21,3 @@ FG_GATHER_WS_HS_KERNEL(spconv_gather_tf32_m128n64k32w8x1s3hp4_hs, fg::Math::TF32
 FG_GATHER_WS_SW_KERNEL(spconv_gather_tf32_m128n64k32w8x1s3hp4_sw, fg::Math::TF32, 128, 64, 32, 8, 3, 4, 2)
 FG_GATHER_WS_KERNEL(spconv_gather_tf32_m256n128k32w16x1s4hp4, fg::Math::TF32, 256, 128, 32, 16, 4, 4, 1, 226512)
 FG_GATHER_WS_SW_KERNEL(spconv_gather_tf32_m256n128k32w16x1s4hp4_sw, fg::Math::TF32, 256, 128, 32, 16, 4, 4, 1)
-FG_GATHER_WS_SW_MC_KERNEL(spconv_gather_tf32_m256n128k32w16x1s4hp4_mc, fg::Math::TF32, 256, 128, 32, 16, 4, 4, 1)

@@ -319,13 +319,6 @@ func TestTileTableMirrorsCpp(t *testing.T) {
 					// consumer warpgroup), and the tf32 256×128 one (two).
 					{"FG_GATHER_WS_SW_KERNEL", SwappedName(m, tile), tile.HasSwapped(m), tile.Supports(m) && (tile.BM == 128 && tile.BN == 64 || wide),
 						tile.SwappedThreads(), 32 * (4*tile.BN/64 + tile.Producers)},
-					// Multicast: the 128×256 tiles (one block per SM), in
-					// clusters of two blocks of the tile's own threads, and
-					// the tf32 256×128 one with its swapped consumers.
-					{"FG_GATHER_WS_MC_KERNEL", MulticastName(m, tile), tile.HasMulticast(m) && !wide, tile.Supports(m) && tile.BM == 128 && tile.BN == 256,
-						tile.MulticastThreads(m), 32 * (tile.WM + tile.Producers)},
-					{"FG_GATHER_WS_SW_MC_KERNEL", MulticastName(m, tile), tile.HasMulticast(m) && wide, wide,
-						tile.MulticastThreads(m), 32 * (4*tile.BN/64 + tile.Producers)},
 				} {
 					line := tw.macro + "(" + tw.name + ","
 					require.Equal(t, tw.want, tw.has, "%s: %s %v", tw.macro, tile.Name(), m)

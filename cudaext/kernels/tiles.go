@@ -592,44 +592,6 @@ func SwappedName(m Math, t Tile) string {
 // a consumer warpgroup per 64 columns and the tile's producer warps.
 func (t Tile) SwappedThreads() int { return 32 * (4*t.BN/64 + t.Producers) }
 
-// HasMulticast reports whether the gather of tile t in arithmetic m has a
-// multicast twin (MulticastName; gather_ws.cuh MC): a warp-specialised
-// tile of 128 rows and 256 columns alone on its SM, or the tf32 256×128
-// tile (whose multicast twin runs its swapped consumers), run in clusters
-// of two blocks that compute the two halves of a tile of 2·BM rows (the
-// engine builds its masked tables for MulticastRows(t) rows) and copy each
-// weight stage from the L2 once for both, multicast into the two blocks'
-// shared memory. It reads the weight as stored and serves unsplit
-// gathers over 16-byte rows only.
-func (t Tile) HasMulticast(m Math) bool {
-	return t.Producers > 0 && t.Supports(m) &&
-		(t.BM == 128 && t.BN == 256 && t.BlocksPerSM(Gather, m) == 1 || t.wideSwapped(m))
-}
-
-// MulticastThreads returns the threads per block of tile t's multicast
-// twin in arithmetic m: the tile's own, or for the tf32 256×128 tile its
-// swapped twin's (SwappedThreads).
-func (t Tile) MulticastThreads(m Math) int {
-	if t.wideSwapped(m) {
-		return t.SwappedThreads()
-	}
-	return t.Threads()
-}
-
-// MulticastName returns the symbol of the multicast twin of the gather
-// kernel of tile t (HasMulticast): KernelName(Gather, m, t) + "_mc".
-func MulticastName(m Math, t Tile) string {
-	return KernelName(Gather, m, t) + "_mc"
-}
-
-// MulticastCluster is the blocks of a cluster of a multicast twin
-// (HasMulticast), each computing BM rows of a tile of MulticastCluster·BM.
-const MulticastCluster = 2
-
-// MulticastRows returns the rows of the tiles whose tables a multicast
-// twin of tile t reads: MulticastCluster·BM.
-func MulticastRows(t Tile) int { return MulticastCluster * t.BM }
-
 // StreamKName returns the symbol of the stream-K twin of the gather kernel
 // of tile t (HasStreamK), reading its weight transposed when wt:
 // KernelName(Gather, m, t) or TransposedName(m, t), + "_sk".
@@ -695,14 +657,6 @@ func GenerateHopperInstances(m Math) []byte {
 			}
 			if t.HasSwapped(m) {
 				fmt.Fprintf(&b, "FG_GATHER_WS_SW_KERNEL(%s, %s, %d, %d, %d, %d, %d, %d, %d)\n", SwappedName(m, t), m.cppName(),
-					t.BM, t.BN, t.BK, t.WM, t.Stages, t.Producers, blocks)
-			}
-			if t.HasMulticast(m) {
-				macro := "FG_GATHER_WS_MC_KERNEL"
-				if t.wideSwapped(m) {
-					macro = "FG_GATHER_WS_SW_MC_KERNEL"
-				}
-				fmt.Fprintf(&b, "%s(%s, %s, %d, %d, %d, %d, %d, %d, %d)\n", macro, MulticastName(m, t), m.cppName(),
 					t.BM, t.BN, t.BK, t.WM, t.Stages, t.Producers, blocks)
 			}
 			if t.HasStreamK(m) {
