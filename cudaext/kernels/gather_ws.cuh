@@ -420,10 +420,15 @@ template <class C, int PW, int MB> struct WsLayout {
   static constexpr int ASt = C::BM * C::BK, BSt = C::BN * C::BK;  // elements per stage
   static constexpr int kMeta = ws_meta_bytes<C>();
   static constexpr int kSmem = ws_smem_bytes<C>(MB);
-  // Copy layout of the producers: four threads per 128-byte K row (two
-  // 16-byte chunks each, q and q + 4), 8·PW rows per pass; a thread's rows
-  // are 8·PW apart, so their swizzle (row mod 8) is its own constant.
-  static constexpr int kRowsPerPass = kProd / 4;
+  // Copy layout of the producers: kThreadsPerRow threads per 128-byte K
+  // row (kChunksPerThread 16-byte chunks each, q, q + kThreadsPerRow, …),
+  // kProd / kThreadsPerRow rows per pass; a thread's rows are a multiple
+  // of 8 apart, so their swizzle (row mod 8) is its own constant. Eight
+  // threads a row make one warp-wide copy four whole 128-byte lines (four
+  // a row: eight half lines), half the L2 requests for the same sectors.
+  static constexpr int kThreadsPerRow = 8;
+  static constexpr int kChunksPerThread = 8 / kThreadsPerRow;
+  static constexpr int kRowsPerPass = kProd / kThreadsPerRow;
   static_assert(C::kHopper && C::BK * C::kElem == 128, "a warp-specialised tile is a Hopper tile");
   static_assert(C::BM % kRowsPerPass == 0 && C::BN % kRowsPerPass == 0 && kRowsPerPass % 8 == 0,
                 "producer rows per pass must divide BM and BN and keep the swizzle");
@@ -626,7 +631,8 @@ __device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMa
     // ---- producers ----
     if constexpr (RA) setmaxnreg_dec<kRaProducerRegs>();
     const int pt = tid - kConsThreads;
-    const int q = pt & 3, r0 = pt >> 2;  // chunks q, q + 4 of rows r0 + j·kRowsPerPass
+    constexpr int TPR = L::kThreadsPerRow, CPT = L::kChunksPerThread;
+    const int q = pt % TPR, r0 = pt / TPR;  // chunks q + TPR·h of rows r0 + j·kRowsPerPass
     constexpr int RP = L::kRowsPerPass;
     int s = 0;
     unsigned parity = 1;  // a fresh empty barrier's "previous phase" counts as complete
@@ -725,7 +731,7 @@ __device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMa
           // rows read first (a shared read between copies waits for its
           // own round trip: gemm.cuh pairs_gemm).
           // A copy's source is a byte address (one multiply-add per row,
-          // the second chunk 64 bytes on), its destination and size
+          // chunk h TPR·16 bytes on), its destination and size
           // registers set once: rows r0 + j·RP (RP a multiple of 8) share
           // the swizzle of r0.
           int srs[BM / RP];
@@ -733,11 +739,11 @@ __device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMa
           for (int j = 0; j < BM / RP; ++j) srs[j] = src[r0 + j * RP];
           const char* xq = reinterpret_cast<const char*>(x + col0 + q * KC);
           const unsigned rowBytes = (unsigned)p.Kc * (unsigned)sizeof(T);
-          unsigned dh[2];
-          int nh[2];
+          unsigned dh[CPT];
+          int nh[CPT];
 #pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const int ch = q + 4 * h;
+          for (int h = 0; h < CPT; ++h) {
+            const int ch = q + TPR * h;
             dh[h] = smem_addr(as + r0 * BK + ((ch ^ r0) & 7) * KC);
             nh[h] = col0 + ch * KC < p.Kc ? 16 : 0;
 #ifdef FG_CEILING_ZERO_ROWS
@@ -759,8 +765,8 @@ __device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMa
             }
             const char* xr = row_addr(xq, (unsigned)max(sr, 0), rowBytes);
 #pragma unroll
-            for (int h = 0; h < 2; ++h)
-              cp_async16_at(dh[h] + j * RP * BK * (int)sizeof(T), xr + h * 4 * KC * (int)sizeof(T), sr >= 0 ? nh[h] : 0);
+            for (int h = 0; h < CPT; ++h)
+              cp_async16_at(dh[h] + j * RP * BK * (int)sizeof(T), xr + h * TPR * KC * (int)sizeof(T), sr >= 0 ? nh[h] : 0);
           }
           // B: the weight's stage by bulk tensor copies (the tensor core's
           // swizzle is the TMA's 128-byte swizzle; rows past N and columns

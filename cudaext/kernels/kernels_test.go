@@ -374,7 +374,7 @@ func TestTileTableMirrorsCpp(t *testing.T) {
 	bad.Stages = 2
 	require.ErrorContains(t, bad.Validate(F16), "3 stages")
 	bad = HopperTiles[0]
-	bad.Producers = 3 // 24 rows per pass do not divide BM = 128
+	bad.Producers = 3 // an odd count: 12 rows per pass break the swizzle
 	require.ErrorContains(t, bad.Validate(F16), "producer warps")
 	bad = Tiles[0]
 	bad.Producers = 2

@@ -415,8 +415,8 @@ func (t Tile) Validate(m Math) error {
 			return fmt.Errorf("kernels: tile %s: a Hopper tile has BN 64, 128 or 256", t.Name())
 		case t.Stages < 3:
 			return fmt.Errorf("kernels: tile %s: a Hopper tile needs at least 3 stages", t.Name())
-		case t.Producers < 0 || t.Producers > 8 || (t.Producers > 0 && (t.BM%(8*t.Producers) != 0 || t.BN%(8*t.Producers) != 0)):
-			return fmt.Errorf("kernels: tile %s: a warp-specialised tile has 1 to 8 producer warps, whose rows per pass (8 per warp) divide BM and BN", t.Name())
+		case t.Producers < 0 || t.Producers > 8 || (t.Producers > 0 && (t.Producers%2 != 0 || t.BM%(4*t.Producers) != 0 || t.BN%(4*t.Producers) != 0)):
+			return fmt.Errorf("kernels: tile %s: a warp-specialised tile has 2, 4, 6 or 8 producer warps, whose rows per pass (4 per warp: eight threads a 128-byte row; a multiple of 8 keeps the swizzle) divide BM and BN", t.Name())
 		case SmemBytes(Gather, m, t) > 227*1024 || (t.Has(Pairs, m) && SmemBytes(Pairs, m, t) > 227*1024):
 			return fmt.Errorf("kernels: tile %s: too much shared memory for %v", t.Name(), m)
 		case t.Producers == 0 && !t.stageCopiesFit(m):
