@@ -466,6 +466,7 @@ func (d *Device) teardown() {
 	d.flushCache()
 	for _, m := range d.modules {
 		if m.err == nil {
+			printTimeline(m.mod, d.stream)
 			_ = moduleUnload(m.mod)
 		}
 	}

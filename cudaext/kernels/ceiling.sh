@@ -8,7 +8,10 @@
 # cubins, so the base and the ceiling differ only by the macros), else as
 # uncompressed <module>.ptx for the driver to compile. Run the engine on them with
 # FLEXGEMM_KERNEL_IMAGE=OUTDIR: every kernel of those modules computes wrong
-# results, so only timings mean anything.
+# results, so only timings mean anything. FG_TIMELINE instead builds the
+# timeline probe (gather_ws.cuh): right results, and clock64 stamps of two
+# blocks' stage hand-overs that the engine prints to stderr at Close
+# (cudaext/timeline.go: "fgtl <block> <P|C> <i> <event> <cycles>").
 #
 # Usage: cudaext/kernels/ceiling.sh OUTDIR MACRO[,MACRO…] [module …]
 #   e.g. cudaext/kernels/ceiling.sh .gpu/ceil/noa FG_CEILING_NO_ROWS gemm_gather_tf32_sm90a
@@ -31,7 +34,7 @@ defs=()
 IFS=, read -ra ms <<< "$macros"
 for m in "${ms[@]}"; do
   case $m in
-    FG_CEILING_NO_ROWS | FG_CEILING_ZERO_ROWS | FG_CEILING_SELF_ROWS | FG_CEILING_NO_WEIGHT) defs+=("-D$m") ;;
+    FG_CEILING_NO_ROWS | FG_CEILING_ZERO_ROWS | FG_CEILING_SELF_ROWS | FG_CEILING_NO_WEIGHT | FG_TIMELINE) defs+=("-D$m") ;;
     *) echo "ceiling.sh: unknown macro $m (see gather_ws.cuh, \"Timing ceilings\")" >&2; exit 2 ;;
   esac
 done

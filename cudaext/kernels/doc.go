@@ -32,7 +32,9 @@
 //	                ceiling.sh)
 //	ceiling.sh      builds timing-ceiling images of the Hopper gathers
 //	                (gather_ws.cuh's FG_CEILING_* macros: wrong results,
-//	                one part of the producers' work removed) for
+//	                one part of the producers' work removed) and the
+//	                timeline probe (FG_TIMELINE: clock64 stamps of one
+//	                block's stage hand-overs, printed at Close) for
 //	                FLEXGEMM_KERNEL_IMAGE
 //	images/         the compiled images, embedded with go:embed
 //

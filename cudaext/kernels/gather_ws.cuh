@@ -70,12 +70,45 @@
 //                         row: the same copies, one row's locality
 //   FG_CEILING_NO_WEIGHT  no weight copies (producer 0 arrives announcing none)
 // PERF_NOTES step 120 used them on the tf32 C 64 / C 128 gathers.
+// FG_TIMELINE (also ceiling.sh's) builds the timeline probe below.
 #pragma once
 
 #include "gemm.cuh"
 #include "pdl.cuh"
 
 namespace fg {
+
+#ifdef FG_TIMELINE
+__device__ long long fg_tl_buf[4][320];  // [2 · (block 0 or the middle one) + (producer 0, consumer 1)][count, (clock64 << 4) | event …]
+// Timeline probe (ceiling.sh FG_TIMELINE; never defined by build.sh):
+// producer thread 0 and consumer warp 0's lane 0 of blocks 0 and
+// gridDim.x / 2 store clock64 stamps of each stage's waits into
+// fg_tl_buf (plain global stores: a printf call makes ptxas serialize
+// the wgmmas), which the engine prints at Close (cudaext/timeline.go): each
+// stamp (clock64 << 4) | event, the row's count in its slot 0. Events: 0
+// before a stage's wait (empty / full), 1 after it; 2 producer: copies
+// issued and arrived, consumer: the previous group retired; 5 / 6 before /
+// after a tile description's wait; 7 consumer: tile stored.
+struct Timeline {
+  static constexpr int kMax = 320;
+  long long* row;
+  int n;
+  __device__ explicit Timeline(bool rec, int role) : row(nullptr), n(0) {
+    if (rec && (blockIdx.x == 0 || blockIdx.x == gridDim.x / 2)) row = fg_tl_buf[2 * (blockIdx.x == 0 ? 0 : 1) + role];
+  }
+  __device__ __forceinline__ void mark(int e) {
+    if (row && n + 1 < kMax) row[1 + n++] = (clock64() << 4) | e;
+  }
+  __device__ void finish(char) {
+    if (row) row[0] = n;
+  }
+};
+#define FG_TL(e) tl.mark(e)
+#define FG_TL_PRINT(r) tl.finish(r)
+#else
+#define FG_TL(e)
+#define FG_TL_PRINT(r)
+#endif
 
 // Most taps a warp-specialised block serves (Go: kernels.MaxSpecializedTaps).
 constexpr int kWsMaxTaps = 27;
@@ -631,6 +664,9 @@ __device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMa
     // ---- producers ----
     if constexpr (RA) setmaxnreg_dec<kRaProducerRegs>();
     const int pt = tid - kConsThreads;
+#ifdef FG_TIMELINE
+    Timeline tl(tid == kConsThreads, 0);
+#endif
     constexpr int TPR = L::kThreadsPerRow, CPT = L::kChunksPerThread;
     const int q = pt % TPR, r0 = pt / TPR;  // chunks q + TPR·h of rows r0 + j·kRowsPerPass
     constexpr int RP = L::kRowsPerPass;
@@ -645,7 +681,9 @@ __device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMa
     for (int k = 0;; ++k) {
       Meta* m = meta(k % MB);
       // The description's previous tile is stored (its first use passes).
+      FG_TL(5);
       mbar_wait(&m->empty, ((k / MB) & 1) ^ 1);
+      FG_TL(6);
       StreamKPiece pc;
       if (SK ? !cur.next(p, pc) : bx >= tiles) {
         if (pt == 0) {
@@ -707,7 +745,9 @@ __device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMa
             for (int g = 0; g < BM / 64; ++g) live |= (unsigned)rows64_live(m->idx + (vi - vi0) * BM + 64 * g, lane) << g;
           }
         }
+        FG_TL(0);
         mbar_wait(empty + s, parity);
+        FG_TL(1);
         const int pos = vi - vi0;
         const int v = m->taps[pos];
         const int wv = p.mirror ? (int)p.V - 1 - v : v;  // the weight's tap
@@ -786,6 +826,7 @@ __device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMa
             }
           }
           mbar_arrive_cp_async(full + s);
+          FG_TL(2);
         } else {
           // Rows whose bytes are not 16-byte multiples: element copies by
           // plain loads and stores, made visible to wgmma by the proxy
@@ -829,6 +870,7 @@ __device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMa
       bx = nextTile;
     }
     cp_async_wait<0>();
+    FG_TL_PRINT('P');
     return;
   }
 
@@ -836,9 +878,14 @@ __device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMa
   if constexpr (RA) setmaxnreg_inc<kRaConsumerRegs>();
   int s = 0;
   unsigned parity = 0;
+#ifdef FG_TIMELINE
+  Timeline tl(tid == 0, 1);
+#endif
   for (int k = 0;; ++k) {
     Meta* m = meta(k % MB);
+    FG_TL(5);
     mbar_wait(&m->full, (k / MB) & 1);
+    FG_TL(6);
     const int nIter = m->nIter;
     if (nIter < 0) break;
     if constexpr (SW) {
@@ -848,13 +895,16 @@ __device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMa
       zero_acc<CT>(acc);
       int prev = -1;
       for (int it = 0; it < nIter; ++it) {
+        FG_TL(0);
         mbar_wait(full + s, parity);
+        FG_TL(1);
         fence_proxy_async();
         // This warpgroup's 64 columns of the weight (one warpgroup: all).
         const int wcol = kConsWarps == 4 ? 0 : (warp >> 2) * 64;
         wgmma_stage<CT, false, false>(&acc[0][0][0], smem_addr(Bs + s * L::BSt + wcol * BK), smem_addr(As + s * L::ASt),
                                       16, 16);
         wgmma_wait<1>();
+        FG_TL(2);
         if (prev >= 0 && lane == 0) mbar_arrive(empty + prev);
         prev = s;
         if (++s == S) {
@@ -866,6 +916,7 @@ __device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMa
       pin_acc<CT::MI * CT::NI * 4>(&acc[0][0][0]);
       if (prev >= 0 && lane == 0) mbar_arrive(empty + prev);
       sw_store<CT>(p, acc, m->rows, m->n0, warp, lane);
+      FG_TL(7);
       __syncwarp();
       if (lane == 0) mbar_arrive(&m->empty);
       continue;
@@ -877,6 +928,7 @@ __device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMa
     // group has retired, hand that stage back; then step to the next stage.
     auto hand_back = [&]() {
       wgmma_wait<1>();
+      FG_TL(2);
       if (prev >= 0 && lane == 0) mbar_arrive(empty + prev);
       prev = s;
       if (++s == S) {
@@ -982,7 +1034,9 @@ __device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMa
       }
     } else {
       for (int it = 0; it < nIter; ++it) {
+        FG_TL(0);
         mbar_wait(full + s, parity);
+        FG_TL(1);
         fence_proxy_async();
         // Warpgroup warp/4 multiplies tile rows 64·(warp/4) ….
         wgmma_stage<C, false, WT>(&acc[0][0][0], smem_addr(As + s * L::ASt + (warp >> 2) * 64 * BK),
@@ -1043,9 +1097,11 @@ __device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMa
       split_reduce<C, RA>(p, acc, m->rows, m->n0, warp, lane, tid, L::kCons);  // a split launch: one tile per block
     else
       gather_store<C>(p, acc, m->rows, m->n0, m->z, warp, 0, lane);
+    FG_TL(7);
     __syncwarp();
     if (lane == 0) mbar_arrive(&m->empty);  // this warp is done with the description
   }
+  FG_TL_PRINT('C');
 }
 
 }  // namespace fg
