@@ -76,8 +76,9 @@ func TestABSummary(t *testing.T) {
 
 // TestABRunScript runs bench/ab_run.sh with a stand-in for the bench
 // binary that records its flags and environment: the variants' order
-// rotates by round, KEY=VALUE words go to the environment, the rest are
-// flags, and the summary comes last.
+// rotates by round, KEY=VALUE words go to the environment (BIN=PATH picks
+// the variant's binary instead), the rest are flags, and the summary comes
+// last.
 func TestABRunScript(t *testing.T) {
 	if _, err := exec.LookPath("bash"); err != nil {
 		t.Skip("no bash")
@@ -117,6 +118,26 @@ echo '{"impl":"flexgemm-go","mode":"train","dtype":"fp16","RES":8,"C":4,"L":2,"m
 	require.Equal(t, "t1-A-r1 KNOB=0 -cfgs 8,4,2 -modes train -seed 7 -o "+out+" -commit t1-A-r1", lines[0])
 	require.Equal(t, "t1-B-r1 KNOB=unset -cfgs 8,4,2 -modes train -o "+out+" -commit t1-B-r1", lines[1])
 	require.Equal(t, "t1-C-r1 KNOB=unset -cfgs 8,4,2 -modes train -backward params-first -o "+out+" -commit t1-C-r1", lines[2])
+
+	// BIN=PATH runs a variant on another binary (not passed on as an
+	// environment variable), and the first variant's binary prints the
+	// summary.
+	fake2 := filepath.Join(dir, "bench2")
+	require.NoError(t, os.WriteFile(fake2, []byte(strings.Replace(strings.Replace(script, `echo "summary $*"`, `echo "summary2 $*"`, 1),
+		`echo "$c KNOB=`, `echo "$c BIN=${BIN:-unset} two KNOB=`, 1)), 0o755))
+	require.NoError(t, os.Remove(log))
+	out2 := filepath.Join(dir, "ab2.jsonl")
+	cmd = exec.Command("bash", "ab_run.sh", out2, "-modes train", "X=BIN="+fake2+" KNOB=1", "Y=")
+	cmd.Env = append(os.Environ(), "BENCH="+fake, "ROUNDS=1", "TAG=t2")
+	stdout.Reset()
+	stderr.Reset()
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	require.NoError(t, cmd.Run(), stderr.String())
+	require.Equal(t, "summary2 ab -base X "+out2+"\n", stdout.String())
+	data, err = os.ReadFile(log)
+	require.NoError(t, err)
+	require.Equal(t, "t2-X-r1 BIN=unset two KNOB=1 -modes train -o "+out2+" -commit t2-X-r1\n"+
+		"t2-Y-r1 KNOB=unset -modes train -o "+out2+" -commit t2-Y-r1\n", string(data))
 
 	bad := exec.Command("bash", "ab_run.sh", out, "-modes train", "A-1=")
 	bad.Env = append(os.Environ(), "BENCH="+fake)

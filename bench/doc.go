@@ -10,8 +10,9 @@
 //	bash bench/gpu_run.sh build   # here; then on the GPU machine:
 //	bash bench/gpu_run.sh         # ours and FlexGEMM side by side, ratio table last
 //	go run ./bench version        # the commit the records of this binary carry
-//	bash bench/ab_run.sh ab.jsonl 'FLAGS' NAME=SPEC …  # one binary, variants (env
-//	                              # KEY=VALUE words and flags), alternated rounds
+//	bash bench/ab_run.sh ab.jsonl 'FLAGS' NAME=SPEC …  # variants (env KEY=VALUE
+//	                              # words, flags, BIN=PATH for another build),
+//	                              # alternated rounds
 //	go run ./bench ab [-base NAME] ab.jsonl  # their rounds, medians and changes
 //	.gpu/bench tune [-res 64,128,256] [-c 16,…] [-o autotune/pretuned/h200.json]
 //	                              # offline autotuning of a shell grid (GPU build)
@@ -20,6 +21,9 @@
 //	                       [-graywindows W,… [-wavetiles T] [-cachemb M]] [-sparsetaps F,…]
 //	                              # masked-GEMM padding of the benchmark shells, and the
 //	                              # rows and bytes a gather reads per tile order (CPU)
+//	go run ./bench timeline stderr.txt   # where one block's stage hand-overs spend their
+//	                              # cycles: the stamps of a run on FG_TIMELINE images
+//	                              # (cudaext/kernels/ceiling.sh, FLEXGEMM_KERNEL_IMAGE)
 //	go run ./bench pairsched [-res 256] [-splits 18 | -balanced C] [-tiles 2] [-groups 1,2,…]
 //	                              # a model of the weight gradient's window-split launch:
 //	                              # its blocks' makespan in launch order and reordered (CPU)

@@ -25,6 +25,8 @@ func runMain(args []string, stdout, stderr io.Writer) int {
 		err = abMain(args[1:], stdout, stderr)
 	case len(args) > 0 && args[0] == "padding":
 		err = paddingMain(args[1:], stdout, stderr)
+	case len(args) > 0 && args[0] == "timeline":
+		err = timelineMain(args[1:], stdout, stderr)
 	case len(args) > 0 && args[0] == "pairsched":
 		err = pairschedMain(args[1:], stdout, stderr)
 	case len(args) > 0 && args[0] == "version":
