@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"flag"
 	"fmt"
 	"io"
@@ -46,6 +47,7 @@ type timelineThread struct {
 type timelineSpan struct {
 	from, to int
 	cycles   []int64
+	total    int64 // the sum of cycles
 }
 
 // parseTimeline reads the probe's lines from r (other lines are skipped)
@@ -112,24 +114,11 @@ func timelineSpans(ss []timelineStamp) ([]*timelineSpan, int64) {
 			by[key] = sp
 			order = append(order, sp)
 		}
-		sp.cycles = append(sp.cycles, ss[j].cycle-ss[j-1].cycle)
+		c := ss[j].cycle - ss[j-1].cycle
+		sp.cycles = append(sp.cycles, c)
+		sp.total += c
 	}
-	total := func(sp *timelineSpan) (t int64) {
-		for _, c := range sp.cycles {
-			t += c
-		}
-		return t
-	}
-	slices.SortStableFunc(order, func(a, b *timelineSpan) int {
-		ta, tb := total(a), total(b)
-		switch {
-		case ta > tb:
-			return -1
-		case ta < tb:
-			return 1
-		}
-		return 0
-	})
+	slices.SortStableFunc(order, func(a, b *timelineSpan) int { return cmp.Compare(b.total, a.total) })
 	return order, ss[len(ss)-1].cycle - ss[0].cycle
 }
 
@@ -149,30 +138,25 @@ func writeTimeline(w io.Writer, th map[timelineThread][]timelineStamp) error {
 	})
 	role := map[byte]string{'P': "producer thread 0", 'C': "consumer warp 0"}
 	for _, k := range keys {
+		name := func(e int) string {
+			if s, ok := timelineEvents[k.role][e]; ok {
+				return s
+			}
+			return fmt.Sprintf("event %d", e)
+		}
 		spans, whole := timelineSpans(th[k])
 		if _, err := fmt.Fprintf(w, "\nblock %d, %s: %d stamps over %d cycles\n\n| from → to | n | cycles | share | mean | median | max |\n|---|---:|---:|---:|---:|---:|---:|\n",
 			k.block, role[k.role], len(th[k]), whole); err != nil {
 			return err
 		}
 		for _, sp := range spans {
-			c := slices.Clone(sp.cycles)
-			slices.Sort(c)
-			var t int64
-			for _, v := range c {
-				t += v
-			}
+			c := slices.Sorted(slices.Values(sp.cycles))
 			share := 0.0
 			if whole > 0 {
-				share = 100 * float64(t) / float64(whole)
+				share = 100 * float64(sp.total) / float64(whole)
 			}
-			name := func(e int) string {
-				if s, ok := timelineEvents[k.role][e]; ok {
-					return s
-				}
-				return fmt.Sprintf("event %d", e)
-			}
-			if _, err := fmt.Fprintf(w, "| %s → %s | %d | %d | %.1f %% | %.0f | %d | %d |\n", name(sp.from), name(sp.to), len(c), t, share,
-				float64(t)/float64(len(c)), c[len(c)/2], c[len(c)-1]); err != nil {
+			if _, err := fmt.Fprintf(w, "| %s → %s | %d | %d | %.1f %% | %.0f | %d | %d |\n", name(sp.from), name(sp.to), len(c), sp.total, share,
+				float64(sp.total)/float64(len(c)), c[len(c)/2], c[len(c)-1]); err != nil {
 				return err
 			}
 		}

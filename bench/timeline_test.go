@@ -52,8 +52,11 @@ func TestTimelineSpans(t *testing.T) {
 	require.Len(t, spans, 3)
 	require.Equal(t, [2]int{0, 1}, [2]int{spans[0].from, spans[0].to}) // 110 cycles: the largest first
 	require.Equal(t, []int64{10, 100}, spans[0].cycles)
+	require.Equal(t, int64(110), spans[0].total)
 	require.Equal(t, []int64{30, 30}, spans[1].cycles)
+	require.Equal(t, int64(60), spans[1].total)
 	require.Equal(t, []int64{5}, spans[2].cycles)
+	require.Equal(t, int64(5), spans[2].total)
 	spans, whole = timelineSpans(ss[:1])
 	require.Nil(t, spans)
 	require.Zero(t, whole)

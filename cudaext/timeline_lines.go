@@ -3,7 +3,7 @@ package cudaext
 import "fmt"
 
 // timelineRowStamps is the length of one row of the timeline probe's
-// buffer (gather_ws.cuh, FG_TIMELINE: Timeline::kMax): the row's count of
+// buffer (gather_ws.cuh, FG_TIMELINE: kTimelineStamps): the row's count of
 // stamps, then the stamps.
 const timelineRowStamps = 320
 
@@ -15,7 +15,7 @@ const timelineRowStamps = 320
 // the cudaext tag so that its test runs without a GPU.
 func timelineLines(buf []int64) []string {
 	var out []string
-	for slot := 0; slot+1 <= len(buf)/timelineRowStamps; slot++ {
+	for slot := 0; slot < len(buf)/timelineRowStamps; slot++ {
 		row := buf[slot*timelineRowStamps : (slot+1)*timelineRowStamps]
 		n := int(min(max(row[0], 0), timelineRowStamps-1))
 		for i := 1; i <= n; i++ {

@@ -79,7 +79,8 @@
 namespace fg {
 
 #ifdef FG_TIMELINE
-__device__ long long fg_tl_buf[4][320];  // [2 · (block 0 or the middle one) + (producer 0, consumer 1)][count, (clock64 << 4) | event …]
+constexpr int kTimelineStamps = 320;  // a row of fg_tl_buf (Go: timelineRowStamps)
+__device__ long long fg_tl_buf[4][kTimelineStamps];  // [2 · (block 0 or the middle one) + (producer 0, consumer 1)][count, (clock64 << 4) | event …]
 // Timeline probe (ceiling.sh FG_TIMELINE; never defined by build.sh):
 // producer thread 0 and consumer warp 0's lane 0 of blocks 0 and
 // gridDim.x / 2 store clock64 stamps of each stage's waits into
@@ -90,24 +91,24 @@ __device__ long long fg_tl_buf[4][320];  // [2 · (block 0 or the middle one) + 
 // issued and arrived, consumer: the previous group retired; 5 / 6 before /
 // after a tile description's wait; 7 consumer: tile stored.
 struct Timeline {
-  static constexpr int kMax = 320;
   long long* row;
   int n;
   __device__ explicit Timeline(bool rec, int role) : row(nullptr), n(0) {
     if (rec && (blockIdx.x == 0 || blockIdx.x == gridDim.x / 2)) row = fg_tl_buf[2 * (blockIdx.x == 0 ? 0 : 1) + role];
   }
   __device__ __forceinline__ void mark(int e) {
-    if (row && n + 1 < kMax) row[1 + n++] = (clock64() << 4) | e;
+    if (row && n + 1 < kTimelineStamps) row[1 + n++] = (clock64() << 4) | e;
   }
-  __device__ void finish(char) {
+  // Stores the row's count: its stamps are complete.
+  __device__ void finish() {
     if (row) row[0] = n;
   }
 };
 #define FG_TL(e) tl.mark(e)
-#define FG_TL_PRINT(r) tl.finish(r)
+#define FG_TL_FINISH() tl.finish()
 #else
 #define FG_TL(e)
-#define FG_TL_PRINT(r)
+#define FG_TL_FINISH()
 #endif
 
 // Most taps a warp-specialised block serves (Go: kernels.MaxSpecializedTaps).
@@ -870,7 +871,7 @@ __device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMa
       bx = nextTile;
     }
     cp_async_wait<0>();
-    FG_TL_PRINT('P');
+    FG_TL_FINISH();
     return;
   }
 
@@ -1101,7 +1102,7 @@ __device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMa
     __syncwarp();
     if (lane == 0) mbar_arrive(&m->empty);  // this warp is done with the description
   }
-  FG_TL_PRINT('C');
+  FG_TL_FINISH();
 }
 
 }  // namespace fg
