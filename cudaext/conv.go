@@ -705,10 +705,11 @@ func (e *Engine) runGather(j gatherJob) error {
 			}
 		}
 		// Stream-K where streamK says so; otherwise an unsplit tile of
-		// two descriptions per block runs persistent blocks where there
-		// are more tiles than resident blocks: a block per SM (two for a
-		// tile of two blocks per SM) takes the next tile from a counter
-		// while it stores the last (gather_ws.cuh).
+		// two descriptions per block (two heads sharing one index where
+		// EnvSharedIndex is on) runs persistent blocks where there are
+		// more tiles than resident blocks: a block per SM (two for a tile
+		// of two blocks per SM) takes the next tile from a counter while
+		// it stores the last (gather_ws.cuh).
 		if skBlocks > 0 {
 			slots, err := d.allocPartials(int64(skBlocks) * int64(t.BM) * int64(t.BN))
 			if err != nil {
@@ -725,7 +726,8 @@ func (e *Engine) runGather(j gatherJob) error {
 		} else {
 			next := devPtr(0)
 			resident := d.info.SMs * t.BlocksPerSM(kernels.Gather, j.math)
-			if persistentGathers.Load() && splits == 1 && t.Descriptions(j.math) == 2 && tiles > int64(resident) {
+			twoDescriptions := t.Descriptions(j.math) == 2 && (t.Indices(j.math) == 2 || sharedIndex.Load())
+			if persistentGathers.Load() && splits == 1 && twoDescriptions && tiles > int64(resident) {
 				ctr, err := d.allocZeroI32(1)
 				if err != nil {
 					return err

@@ -550,6 +550,24 @@ const swappedWideDefault = true
 // EnvSwappedGathers, read by Open).
 var swappedWide atomic.Bool
 
+// EnvSharedIndex names the environment variable that, read when an engine
+// opens, runs the warp-specialised gathers whose blocks hold two
+// description heads sharing one index (kernels.Tile.Indices: the tf32
+// 256×128 tile, the 16-bit five-stage 192×128 one, the 128×64 four-stage
+// ones) as persistent blocks where EnvPersistentGathers is on too ("1"),
+// or a block per tile ("0"); unset, sharedIndexDefault. Off, those
+// gathers launch as they did when their blocks held one description, so
+// an A/B of the step runs both in one binary.
+const EnvSharedIndex = "FLEXGEMM_SHARED_INDEX"
+
+// sharedIndexDefault is EnvSharedIndex's setting when unset
+// (docs/PERF_NOTES.md step 134).
+const sharedIndexDefault = true
+
+// sharedIndex says whether the gathers of tiles with a shared description
+// index run persistent blocks (EnvSharedIndex, read by Open).
+var sharedIndex atomic.Bool
+
 // EnvTF32Narrow names the environment variable that, read when an engine
 // opens, gives the fixed heuristic's tf32 gathers of 64–255 columns the
 // tf32 warp-specialised Hopper tiles of 64 and 128 columns ("1") or the
@@ -734,6 +752,7 @@ var openSwitches = []openSwitch{
 	{EnvTF32Narrow, tf32NarrowDefault, &tf32Narrow},
 	{EnvTallMany, tallManyDefault, &tallMany},
 	{EnvSwappedWide, swappedWideDefault, &swappedWide},
+	{EnvSharedIndex, sharedIndexDefault, &sharedIndex},
 }
 
 // openSwitch is one of openSwitches: an environment variable, its

@@ -26,15 +26,19 @@
 // it visits (at most kWsMaxTaps: 3×3×3 kernels and smaller) are loaded
 // into a shared tile description once, by the producers, before they fill
 // its stages, so they read a row's source index from shared memory
-// instead of waiting for a global load at every tap. A block with room
-// for two descriptions (alone on its SM, or two per SM where both fit:
+// instead of waiting for a global load at every tap; they read the
+// indices row by row, as the table holds them. A block with room for two
+// descriptions (alone on its SM, or two per SM where both fit:
 // ws_descriptions) may be persistent (the engine launches as many blocks
 // as are resident at once when there are more tiles): its producers
 // describe the next tile, taken from a counter, and fill its first stages
 // while the consumers still multiply and store the last one, so a tile's
 // start (index loads, pipeline fill) and its stores overlap the
 // neighbouring tiles' products (session 22: RES 128 and 256 gathers 2–4 %
-// faster; session 34: the two-per-SM 128×64 tile 1–2 %).
+// faster; session 34: the two-per-SM 128×64 tile 1–2 %). Where only one
+// description's index fits beside two heads (the output rows and what
+// the consumers read), the two share it: the producers rewrite it once
+// they have issued the last tile's copies (PERF_NOTES step 134).
 //
 // A launch may instead be stream-K (the *_sk kernels): its blocks
 // form G groups, one block per column tile, and group g runs the
@@ -340,9 +344,19 @@ template <bool NoTrap> __device__ __forceinline__ void fail() {
     __trap();
 }
 
+// The source row of each tile row at one tap position: a column of a
+// tile description's neighbour indices (row-major, kWsMaxTaps apart; a
+// launch without a table has its output rows in column 0).
+struct RowSources {
+  const int* at;
+  __device__ __forceinline__ int operator[](int row) const { return at[row * kWsMaxTaps]; }
+  // The sources of rows from row on.
+  __device__ __forceinline__ RowSources offset(int row) const { return RowSources{at + row * kWsMaxTaps}; }
+};
+
 // Whether any of the 64 tile rows whose sources at one tap start at src
 // has one (src[i] ≥ 0): a vote of the calling warp.
-__device__ __forceinline__ bool rows64_live(const int* src, int lane) {
+__device__ __forceinline__ bool rows64_live(RowSources src, int lane) {
   return __any_sync(~0u, src[lane] >= 0 || src[lane + 32] >= 0);
 }
 
@@ -427,33 +441,34 @@ __device__ __forceinline__ void split_reduce(const GatherParams& p, const float 
   }
 }
 
-// One tile's description: its output rows, its taps, the neighbour
-// indices of every tap, four ints (iterations, first column, split, next
-// tile — a stream-K piece's role and first group instead) and its two
-// mbarriers (filled, handed back), rounded up to 16 bytes (the second
-// description's mbarriers stay aligned); a register-A tile's first K chunk
-// takes 4 of the bytes the rounding adds (WsMeta::kc0, the static_assert
-// in gather_gemm_ws).
-template <class C> __host__ __device__ constexpr int ws_meta_bytes() {
-  return (4 * C::BM + 4 * kWsMaxTaps * (C::BM + 1) + 32 + 15) / 16 * 16;
+// A tile's description is two parts: its head (two mbarriers, filled and
+// handed back; five ints: iterations, first column, split, next tile — a
+// stream-K piece's role and first group instead — and a register-A tile's
+// first K chunk; the output rows), 16-byte aligned so that the next
+// head's mbarriers stay aligned, and its index (the taps, and the
+// neighbour indices of every tap).
+template <class C> __host__ __device__ constexpr int ws_head_bytes() { return 4 * C::BM + 48; }
+template <class C> __host__ __device__ constexpr int ws_index_bytes() {
+  return (4 * kWsMaxTaps * (C::BM + 1) + 15) / 16 * 16;
 }
 
 // The dynamic shared memory of a warp-specialised gather block with MB
-// tile descriptions: stages, a full and an empty mbarrier per stage, the
-// descriptions and 1 KiB of swizzle alignment.
-template <class C> __host__ __device__ constexpr int ws_smem_bytes(int MB) {
-  return C::S * (C::BM + C::BN) * C::BK * C::kElem + 16 * C::S + MB * ws_meta_bytes<C>() + 1024;
+// description heads and MI indices: stages, a full and an empty mbarrier
+// per stage, the descriptions and 1 KiB of swizzle alignment.
+template <class C> __host__ __device__ constexpr int ws_smem_bytes(int MB, int MI) {
+  return C::S * (C::BM + C::BN) * C::BK * C::kElem + 16 * C::S + MB * ws_head_bytes<C>() + MI * ws_index_bytes<C>() +
+         1024;
 }
 
 // Shared-memory layout of a warp-specialised gather block (C a Hopper
-// TileCfg, PW producer warps, MB tile descriptions); Go mirror:
-// kernels.SmemBytes.
-template <class C, int PW, int MB> struct WsLayout {
+// TileCfg, PW producer warps, MB description heads and MI indices); Go
+// mirror: kernels.SmemBytes.
+template <class C, int PW, int MB, int MI> struct WsLayout {
   static constexpr int kProd = 32 * PW;  // producer threads
   static constexpr int kCons = C::kThreads;  // consumer threads (WM warps)
   static constexpr int ASt = C::BM * C::BK, BSt = C::BN * C::BK;  // elements per stage
-  static constexpr int kMeta = ws_meta_bytes<C>();
-  static constexpr int kSmem = ws_smem_bytes<C>(MB);
+  static constexpr int kHead = ws_head_bytes<C>(), kIndex = ws_index_bytes<C>();
+  static constexpr int kSmem = ws_smem_bytes<C>(MB, MI);
   // Copy layout of the producers: kThreadsPerRow threads per 128-byte K
   // row (kChunksPerThread 16-byte chunks each, q, q + kThreadsPerRow, …),
   // kProd / kThreadsPerRow rows per pass; a thread's rows are a multiple
@@ -466,27 +481,50 @@ template <class C, int PW, int MB> struct WsLayout {
   static_assert(C::kHopper && C::BK * C::kElem == 128, "a warp-specialised tile is a Hopper tile");
   static_assert(C::BM % kRowsPerPass == 0 && C::BN % kRowsPerPass == 0 && kRowsPerPass % 8 == 0,
                 "producer rows per pass must divide BM and BN and keep the swizzle");
-  static_assert(MB == 1 || MB == 2, "one or two tile descriptions");
+  static_assert((MB == 1 || MB == 2) && (MI == 1 || MI == MB), "one or two description heads, one index or one each");
   static_assert(kSmem <= 227 * 1024, "too much shared memory");
 };
 
-// The tile descriptions of a warp-specialised block of minBlocks blocks
-// per SM: two where it is alone on its SM and two fit in its shared
-// memory, or where two still fit beside its stages at two blocks per SM
-// (a persistent block describes its next tile while it stores the last),
-// else one (kernels.Tile.Descriptions mirrors the rule).
-template <class C, int PW> __host__ __device__ constexpr int ws_descriptions(int minBlocks) {
-  return minBlocks == 1 ? (ws_smem_bytes<C>(2) <= 227 * 1024 ? 2 : 1) : (2 * (ws_smem_bytes<C>(2) + 1024) <= 233472 ? 2 : 1);
+// Whether a warp-specialised block of minBlocks blocks per SM with MB
+// description heads and MI indices fits: in a block's shared memory where
+// it is alone on its SM, else two beside each other.
+template <class C> __host__ __device__ constexpr bool ws_fits(int minBlocks, int MB, int MI) {
+  return minBlocks == 1 ? ws_smem_bytes<C>(MB, MI) <= 227 * 1024 : 2 * (ws_smem_bytes<C>(MB, MI) + 1024) <= 233472;
 }
 
-// One tile's description in shared memory (WsLayout::kMeta bytes).
+// The description heads of a warp-specialised block of minBlocks blocks
+// per SM: two where two heads and one index still fit beside its stages
+// (a persistent block describes its next tile while it stores the last),
+// else one; and its indices (ws_indices): two where two whole
+// descriptions fit, else one, which the producers rewrite for the next
+// tile once they have issued the last one's copies (and, in a kernel
+// whose consumers read it, the half skip's and register A's, once those
+// have stored it). kernels.Tile.Descriptions mirrors the rule.
+template <class C, int PW> __host__ __device__ constexpr int ws_descriptions(int minBlocks) {
+  return ws_fits<C>(minBlocks, 2, 1) ? 2 : 1;
+}
+template <class C, int PW> __host__ __device__ constexpr int ws_indices(int minBlocks) {
+  return ws_fits<C>(minBlocks, 2, 2) ? 2 : 1;
+}
+
+// A tile description's head in shared memory (WsLayout::kHead bytes):
+// what the consumers read of it.
 template <class C> struct WsMeta {
   unsigned long long full, empty;  // described (producers) / done with (consumers)
   int nIter, n0, z, next;  // next: the producers' next tile, or (stream-K) 4 · first + role
-  int rows[C::BM];                 // output row of each tile row, or −1
-  int taps[kWsMaxTaps];            // table tap of each tap position
-  int idx[kWsMaxTaps * C::BM];     // [position][row] source row or −1
-  int kc0;  // RA: the K chunk of the first iteration (a split's share may start inside a tap)
+  int kc0;                 // RA: the K chunk of the first iteration (a split's share may start inside a tap)
+  int rows[C::BM];         // output row of each tile row, or −1
+};
+
+// A tile description's index in shared memory (WsLayout::kIndex bytes):
+// what the producers read of it (and the half skip's and register A's
+// consumers).
+template <class C> struct WsIndex {
+  int taps[kWsMaxTaps];         // table tap of each tap position
+  int idx[C::BM * kWsMaxTaps];  // [row][position] source row or −1 (row-major, as the table)
+  // The source rows of tap position pos (a launch with a table), or the
+  // output rows (without: column 0 holds them).
+  __device__ __forceinline__ RowSources sources(bool tbl, int pos) const { return RowSources{idx + (tbl ? pos : 0)}; }
 };
 
 // sw_store writes a swapped tile (gather_gemm_ws SW): acc holds Dᵀ, warp
@@ -613,15 +651,16 @@ __device__ __forceinline__ void sw_store(const GatherParams& p, const float (&ac
 // two 128 × 128 stages do 96, and writes the weight once for 256 rows
 // (step 127). The accumulators hold output columns g and g + 8 of a warp's
 // 16 for rows 2t and 2t + 1 of every 8; sw_store writes them.
-template <class C, int PW, bool WT, int MB, bool SK, bool HS = false, bool RA = false, bool SW = false>
+template <class C, int PW, bool WT, int MB, int MI, bool SK, bool HS = false, bool RA = false, bool SW = false>
 __device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMaps& maps, unsigned* next,
                                                const StreamK& sk) {
   using T = typename C::T;
   using Raw = typename C::Raw;
-  using L = WsLayout<C, PW, MB>;
+  using L = WsLayout<C, PW, MB, MI>;
   using Meta = WsMeta<C>;
+  using Index = WsIndex<C>;
   static_assert(!WT || C::kElem == 2, "a tf32 Hopper tile reads the weight as stored");
-  static_assert(sizeof(Meta) <= L::kMeta, "tile description layout");
+  static_assert(sizeof(Meta) <= L::kHead && sizeof(Index) <= L::kIndex, "tile description layout");
   static_assert(!RA || (C::kMath == Math::TF32 && !WT && !SK && !HS && C::BN == 128),
                 "register A: tf32, 128 columns, the weight as stored, no stream-K or half skip");
   static_assert(!SW || (!WT && !SK && !HS && !RA && ((C::BM == 128 && C::BN == 64) || (C::BM == 256 && C::BN == 128))),
@@ -637,7 +676,8 @@ __device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMa
   unsigned long long* full = reinterpret_cast<unsigned long long*>(Bs + S * L::BSt);
   unsigned long long* empty = full + S;
   unsigned char* metaBase = reinterpret_cast<unsigned char*>(empty + S);
-  auto meta = [&](int b) { return reinterpret_cast<Meta*>(metaBase + b * L::kMeta); };
+  auto meta = [&](int b) { return reinterpret_cast<Meta*>(metaBase + b * L::kHead); };
+  auto index = [&](int b) { return reinterpret_cast<Index*>(metaBase + MB * L::kHead + b * L::kIndex); };
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const long long tiles = ((p.M + BM - 1) / BM) * ((p.N + BN - 1) / BN);
@@ -681,9 +721,18 @@ __device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMa
     }
     for (int k = 0;; ++k) {
       Meta* m = meta(k % MB);
-      // The description's previous tile is stored (its first use passes).
+      Index* ix = index(k % MI);
+      // The head's previous tile is stored (its first use passes).
       FG_TL(5);
       mbar_wait(&m->empty, ((k / MB) & 1) ^ 1);
+      if constexpr (MI < MB) {
+        // One index for two heads: every producer has issued the last
+        // tile's copies, and consumers that read it have stored it.
+        if constexpr (HS || RA) {
+          if (k > 0) mbar_wait(&meta((k - 1) % MB)->empty, ((k - 1) / MB) & 1);
+        }
+        producers_sync(L::kProd);
+      }
       FG_TL(6);
       StreamKPiece pc;
       if (SK ? !cur.next(p, pc) : bx >= tiles) {
@@ -707,7 +756,7 @@ __device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMa
       if (nPos > kWsMaxTaps) fail<RA>();  // the engine never launches more taps (kernels.MaxSpecializedTaps)
       gather_rows<C>(p, m->rows, blk.m0, pt, L::kProd);
       for (int i = pt; i < nPos; i += L::kProd)
-        m->taps[i] = p.tile_taps ? p.tile_taps[blk.tapBase + vi0 + i] : vi0 + i;
+        ix->taps[i] = p.tile_taps ? p.tile_taps[blk.tapBase + vi0 + i] : vi0 + i;
       if (pt == 0) {
         m->nIter = nIter;
         m->n0 = (int)blk.n0;
@@ -723,15 +772,27 @@ __device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMa
       producers_sync(L::kProd);
       const long long nextTile = m->next;
       if (p.tbl) {
-        for (int c = pt; c < nPos * BM; c += L::kProd) {
-          const int i = c % BM, orow = m->rows[i];
+        // Row by row, as the table stores them: a warp's 32 entries lie in
+        // a few rows' 4·V bytes (a tap-major walk read a line per entry:
+        // PERF_NOTES step 133), and land in consecutive shared words.
+        const int np = max(nPos, 1), dRow = L::kProd / np, dPos = L::kProd - dRow * np;
+        int i = nPos > 0 ? pt / np : BM, pos = pt - i * np;
+        for (; i < BM; i += dRow, pos += dPos) {
+          if (pos >= nPos) {
+            pos -= nPos;
+            ++i;
+            if (i >= BM) break;
+          }
+          const int orow = m->rows[i];
           if (orow >= 0)
-            cp_async4(m->idx + c, tbl_entry(p, orow, m->taps[c / BM]), true);
+            cp_async4(ix->idx + i * kWsMaxTaps + pos, tbl_entry(p, orow, ix->taps[pos]), true);
           else
-            m->idx[c] = -1;
+            ix->idx[i * kWsMaxTaps + pos] = -1;
         }
         cp_async_commit();
         cp_async_wait<0>();
+      } else {
+        for (int i = pt; i < BM; i += L::kProd) ix->idx[i * kWsMaxTaps] = m->rows[i];
       }
       producers_sync(L::kProd);
       if (pt == 0) mbar_arrive(&m->full);  // release: the description, to the consumers
@@ -743,19 +804,19 @@ __device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMa
           if (kc == 0 && p.tbl && p.splits == 1) {
             live = 0;
 #pragma unroll
-            for (int g = 0; g < BM / 64; ++g) live |= (unsigned)rows64_live(m->idx + (vi - vi0) * BM + 64 * g, lane) << g;
+            for (int g = 0; g < BM / 64; ++g) live |= (unsigned)rows64_live(ix->sources(true, vi - vi0).offset(64 * g), lane) << g;
           }
         }
         FG_TL(0);
         mbar_wait(empty + s, parity);
         FG_TL(1);
         const int pos = vi - vi0;
-        const int v = m->taps[pos];
+        const int v = ix->taps[pos];
         const int wv = p.mirror ? (int)p.V - 1 - v : v;  // the weight's tap
         const long long col0 = (long long)kc * BK;
         T* as = As + s * L::ASt;
         T* bs = Bs + s * L::BSt;
-        const int* src = p.tbl ? m->idx + pos * BM : m->rows;  // each tile row's source row or −1
+        const RowSources src = ix->sources(p.tbl, pos);  // each tile row's source row or −1
         if constexpr (RA) {
           // The consumers load the rows: only the weight's stage here.
           if (pt == 0) {
@@ -961,7 +1022,7 @@ __device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMa
         per = (int)((p.Kc + BK - 1) / BK);
         const int nPos = per > 0 ? nIter / per : 0;
         live = 0;
-        for (int i = 0; i < nPos; ++i) live |= (unsigned)rows64_live(m->idx + i * BM + (warp >> 2) * 64, lane) << i;
+        for (int i = 0; i < nPos; ++i) live |= (unsigned)rows64_live(index(k % MI)->sources(true, i).offset((warp >> 2) * 64), lane) << i;
       }
       for (int it = 0; it < nIter; live >>= 1) {
         const int end = min(nIter, it + per);
@@ -986,8 +1047,9 @@ __device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMa
       constexpr int R = 4;
       unsigned ra[R][2][2][4];  // [slot][row g, g + 8][columns 4t…, 16 + 4t…][4]
       unsigned rm[R][2];        // [slot][row]: the tf32 bits, or 0 for an absent row
+      const Index* ix = index(k % MI);
       auto load = [&](unsigned(&a)[2][2][4], unsigned(&am)[2]) {
-        const int* src = p.tbl ? m->idx + lpos * BM : m->rows;
+        const RowSources src = ix->sources(p.tbl, lpos);
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           const int sr = src[ra0 + 8 * h];
@@ -1123,9 +1185,10 @@ __device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMa
     fg_await_prior_grid();                                                                                     \
     using Cfg = fg::TileCfg<MATH, BM, BN, BK, WM, 1, S, true>;                                                 \
     constexpr int kDescriptions = fg::ws_descriptions<Cfg, PW>(MINB);                                          \
-    static_assert(fg::WsLayout<Cfg, PW, kDescriptions>::kSmem == (SMEM),                                       \
+    constexpr int kIndices = fg::ws_indices<Cfg, PW>(MINB);                                                    \
+    static_assert(fg::WsLayout<Cfg, PW, kDescriptions, kIndices>::kSmem == (SMEM),                             \
                   "shared memory differs from the Go tile table");                                             \
-    fg::gather_gemm_ws<Cfg, PW, false, kDescriptions, false>(p, maps, next, fg::StreamK{});                    \
+    fg::gather_gemm_ws<Cfg, PW, false, kDescriptions, kIndices, false>(p, maps, next, fg::StreamK{});          \
   }
 #define FG_GATHER_WS_WT_KERNEL(NAME, MATH, BM, BN, BK, WM, S, PW, MINB)                                        \
   extern "C" __global__ void __launch_bounds__(32 * ((WM) + (PW)), MINB)                                       \
@@ -1133,7 +1196,8 @@ __device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMa
     fg_await_prior_grid();                                                                                     \
     using Cfg = fg::TileCfg<MATH, BM, BN, BK, WM, 1, S, true>;                                                 \
     constexpr int kDescriptions = fg::ws_descriptions<Cfg, PW>(MINB);                                          \
-    fg::gather_gemm_ws<Cfg, PW, true, kDescriptions, false>(p, maps, next, fg::StreamK{});                     \
+    constexpr int kIndices = fg::ws_indices<Cfg, PW>(MINB);                                                    \
+    fg::gather_gemm_ws<Cfg, PW, true, kDescriptions, kIndices, false>(p, maps, next, fg::StreamK{});           \
   }
 // The half-skip twin (kernels.HalfSkipName; the weight as stored).
 #define FG_GATHER_WS_HS_KERNEL(NAME, MATH, BM, BN, BK, WM, S, PW, MINB)                                        \
@@ -1142,7 +1206,8 @@ __device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMa
     fg_await_prior_grid();                                                                                     \
     using Cfg = fg::TileCfg<MATH, BM, BN, BK, WM, 1, S, true>;                                                 \
     constexpr int kDescriptions = fg::ws_descriptions<Cfg, PW>(MINB);                                          \
-    fg::gather_gemm_ws<Cfg, PW, false, kDescriptions, false, true>(p, maps, next, fg::StreamK{});              \
+    constexpr int kIndices = fg::ws_indices<Cfg, PW>(MINB);                                                    \
+    fg::gather_gemm_ws<Cfg, PW, false, kDescriptions, kIndices, false, true>(p, maps, next, fg::StreamK{});    \
   }
 // The register-A twin (kernels.RegisterAName; tf32, the weight as stored):
 // two consumer warpgroups and one producer warpgroup, which only describes
@@ -1155,9 +1220,10 @@ __device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMa
     static_assert((WM) == 8 && (MINB) == 1, "the register budget is two consumer warpgroups' and one producer's"); \
     using Cfg = fg::TileCfg<MATH, BM, BN, BK, WM, 1, S, true>;                                                 \
     constexpr int kDescriptions = fg::ws_descriptions<Cfg, 4>(MINB);                                           \
-    static_assert(fg::WsLayout<Cfg, 4, kDescriptions>::kSmem == (SMEM),                                        \
+    constexpr int kIndices = fg::ws_indices<Cfg, 4>(MINB);                                                     \
+    static_assert(fg::WsLayout<Cfg, 4, kDescriptions, kIndices>::kSmem == (SMEM),                              \
                   "shared memory differs from the Go tile table");                                             \
-    fg::gather_gemm_ws<Cfg, 4, false, kDescriptions, false, false, true>(p, maps, next, fg::StreamK{});        \
+    fg::gather_gemm_ws<Cfg, 4, false, kDescriptions, kIndices, false, false, true>(p, maps, next, fg::StreamK{}); \
   }
 // The swapped twin (kernels.SwappedName; 128×64 and 256×128 tiles, the
 // weight as stored): a consumer warpgroup per 64 columns beside the
@@ -1168,7 +1234,9 @@ __device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMa
     fg_await_prior_grid();                                                                                     \
     using Cfg = fg::TileCfg<MATH, BM, BN, BK, WM, 1, S, true>;                                                 \
     constexpr int kDescriptions = fg::ws_descriptions<Cfg, PW>(MINB);                                          \
-    fg::gather_gemm_ws<Cfg, PW, false, kDescriptions, false, false, false, true>(p, maps, next, fg::StreamK{}); \
+    constexpr int kIndices = fg::ws_indices<Cfg, PW>(MINB);                                                    \
+    fg::gather_gemm_ws<Cfg, PW, false, kDescriptions, kIndices, false, false, false, true>(p, maps, next,      \
+                                                                                          fg::StreamK{});      \
   }
 // The stream-K twins (MINB = 1 only: every block resident; WT as above).
 #define FG_GATHER_WS_SK_KERNEL(NAME, MATH, BM, BN, BK, WM, S, PW, WT)                                          \
@@ -1177,5 +1245,6 @@ __device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMa
     fg_await_prior_grid();                                                                                     \
     using Cfg = fg::TileCfg<MATH, BM, BN, BK, WM, 1, S, true>;                                                 \
     constexpr int kDescriptions = fg::ws_descriptions<Cfg, PW>(1);                                             \
-    fg::gather_gemm_ws<Cfg, PW, WT, kDescriptions, true>(p, maps, nullptr, sk);                                \
+    constexpr int kIndices = fg::ws_indices<Cfg, PW>(1);                                                       \
+    fg::gather_gemm_ws<Cfg, PW, WT, kDescriptions, kIndices, true>(p, maps, nullptr, sk);                      \
   }

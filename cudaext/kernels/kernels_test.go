@@ -196,11 +196,15 @@ func TestTileTableMirrorsCpp(t *testing.T) {
 	ws, err := os.ReadFile("gather_ws.cuh")
 	require.NoError(t, err)
 	for _, expr := range []string{
-		"return (4 * C::BM + 4 * kWsMaxTaps * (C::BM + 1) + 32 + 15) / 16 * 16;",
-		"return C::S * (C::BM + C::BN) * C::BK * C::kElem + 16 * C::S + MB * ws_meta_bytes<C>() + 1024;",
-		"return minBlocks == 1 ? (ws_smem_bytes<C>(2) <= 227 * 1024 ? 2 : 1) : (2 * (ws_smem_bytes<C>(2) + 1024) <= 233472 ? 2 : 1);",
+		"constexpr int ws_head_bytes() { return 4 * C::BM + 48; }",
+		"return (4 * kWsMaxTaps * (C::BM + 1) + 15) / 16 * 16;",
+		"return C::S * (C::BM + C::BN) * C::BK * C::kElem + 16 * C::S + MB * ws_head_bytes<C>() + MI * ws_index_bytes<C>() +",
+		"return minBlocks == 1 ? ws_smem_bytes<C>(MB, MI) <= 227 * 1024 : 2 * (ws_smem_bytes<C>(MB, MI) + 1024) <= 233472;",
+		"return ws_fits<C>(minBlocks, 2, 1) ? 2 : 1;",
+		"return ws_fits<C>(minBlocks, 2, 2) ? 2 : 1;",
 		"constexpr int kDescriptions = fg::ws_descriptions<Cfg, PW>(MINB);",
-		"WsLayout<Cfg, PW, kDescriptions>::kSmem == (SMEM)",
+		"constexpr int kIndices = fg::ws_indices<Cfg, PW>(MINB);",
+		"WsLayout<Cfg, PW, kDescriptions, kIndices>::kSmem == (SMEM)",
 		"ASt = C::BM * C::BK, BSt = C::BN * C::BK;",
 		fmt.Sprintf("constexpr int kWsMaxTaps = %d;", MaxSpecializedTaps),
 	} {
@@ -382,32 +386,39 @@ func TestTileTableMirrorsCpp(t *testing.T) {
 }
 
 // TestTileDescriptions checks the tile descriptions of the
-// warp-specialised blocks (fg::ws_descriptions): two where the block is
-// alone on its SM or two still fit beside its stages at two blocks per
-// SM, one otherwise, none for tiles without producers; and that the
-// shared memory holds the stages and that many descriptions.
+// warp-specialised blocks (fg::ws_descriptions, ws_indices): two heads
+// and two indices where the block is alone on its SM or two blocks still
+// fit an SM with them, two heads sharing one index where only that fits,
+// one of each otherwise, none for tiles without producers; and that the
+// shared memory holds the stages, the heads and the indices.
 func TestTileDescriptions(t *testing.T) {
 	for _, c := range []struct {
-		name   string
-		want   int
-		blocks int
+		name           string
+		math           Math
+		heads, indices int
+		blocks         int
 	}{
-		{"m128n256k64w8x1s4hp4", 2, 1},
-		{"m128n64k64w8x1s8hp8", 2, 1},
-		{"m128n64k64w8x1s4hp4", 1, 2},
-		{"m128n64k64w8x1s3hp4", 2, 2},
-		{"m128n64k64w8x1s4h", 0, 2},
-		{"m128n128k32w2x4s3", 0, 1},
+		{"m128n256k64w8x1s4hp4", F16, 2, 2, 1},
+		{"m128n64k64w8x1s8hp8", F16, 2, 2, 1},
+		{"m128n64k64w8x1s4hp4", F16, 2, 1, 2},
+		{"m128n64k64w8x1s3hp4", F16, 2, 2, 2},
+		{"m192n128k64w12x1s5hp4", F16, 2, 1, 1},
+		{"m256n128k32w16x1s4hp4", TF32, 2, 1, 1},
+		{"m128n64k64w8x1s4h", F16, 0, 0, 2},
+		{"m128n128k32w2x4s3", F16, 0, 0, 1},
 	} {
 		tile, err := ParseTile(c.name)
 		require.NoError(t, err)
-		require.Equal(t, c.want, tile.Descriptions(F16), c.name)
+		require.Equal(t, c.heads, tile.Descriptions(c.math), c.name)
+		require.Equal(t, c.indices, tile.Indices(c.math), c.name)
 		if tile.Producers == 0 {
 			continue
 		}
-		require.Equal(t, c.blocks, tile.BlocksPerSM(Gather, F16), c.name)
-		stages := tile.Stages*(tile.BM+tile.BN)*tile.BK*2 + 16*tile.Stages + 1024
-		require.Equal(t, stages+c.want*wsMeta(tile), SmemBytes(Gather, F16, tile), c.name)
+		require.Equal(t, c.blocks, tile.BlocksPerSM(Gather, c.math), c.name)
+		esz := c.math.ElemSize()
+		stages := tile.Stages*(tile.BM+tile.BN)*tile.BK*esz + 16*tile.Stages + 1024
+		head, index := 4*tile.BM+48, (4*27*(tile.BM+1)+15)/16*16
+		require.Equal(t, stages+c.heads*head+c.indices*index, SmemBytes(Gather, c.math, tile), c.name)
 	}
 }
 
@@ -590,9 +601,10 @@ var knownGEMMStackFrames = map[string]int{
 	"spconv_gather_bf16_m256n128k64w16x1s4h_wt": 32,
 	"spconv_pairs_f16_m256n128k64w16x1s4h":      8,
 	"spconv_pairs_bf16_m256n128k64w16x1s4h":     8,
-	// The plain kernel of the four-stage tf32 256×128 tile (640 threads,
-	// 96 registers; its swapped twin, which the engine runs, has none).
-	"spconv_gather_tf32_m256n128k32w16x1s4hp4": 16,
+	// The register-A twin of the tf32 128×128 tile (off by default,
+	// EnvRegisterA), since its rows' sources are read from the row-major
+	// description index (step 133).
+	"spconv_gather_tf32_m128n128k32w8x1s6hp4_ra": 16,
 }
 
 // readResources parses resources.txt: the kernels' usage by name and the

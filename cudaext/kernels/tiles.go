@@ -204,15 +204,16 @@ var HopperTiles = []Tile{
 	// threads cannot share a 128-row weight stage's 1,024 chunks evenly.
 	{BM: 192, BN: 128, BK: 64, WM: 12, WN: 1, Stages: 4, Hopper: true, Producers: 4},
 	// The same tile with five stages: 200 KiB of stages in flight instead
-	// of 160, with room for one tile description only (Descriptions),
-	// which is all a split launch's blocks use (one tile each). The RES 8
+	// of 160, with room for two description heads sharing one index
+	// (Descriptions, Indices); a split launch's blocks run one tile each. The RES 8
 	// gather waits on both operands' copies together (its inference step
 	// was 5.5 % faster without the row copies, 26 % without them and the
 	// weight's); a fifth stage in flight made its forward 33.4 → 31.3 µs
 	// and the step 5.3 % faster (docs/PERF_NOTES.md step 116). The engine
 	// takes it under cudaext's EnvTallDeep (the default).
 	{BM: 192, BN: 128, BK: 64, WM: 12, WN: 1, Stages: 5, Hopper: true, Producers: 4},
-	// Two blocks per SM (80 registers per thread).
+	// Two blocks per SM (80 registers per thread), two description heads
+	// sharing one index each.
 	{BM: 128, BN: 64, BK: 64, WM: 8, WN: 1, Stages: 4, Hopper: true, Producers: 4},
 	// Two blocks per SM with three stages: room for two tile
 	// descriptions each, so that a persistent block describes its next
@@ -238,10 +239,11 @@ var HopperTiles = []Tile{
 	// (HasSwapped): two consumer warpgroups, each multiplying its 64
 	// columns of the weight's stage by all 256 gathered rows (m64n256), read
 	// 80 KiB of shared memory a stage where two 128×128 stages read 96, and
-	// the weight is copied once for 256 rows; four stages of 48 KiB and one
-	// tile description, one block per SM. Three stages with two
-	// descriptions (persistent blocks) were 4.9 % slower: its copies wait
-	// on their loads (docs/PERF_NOTES.md step 127). Its plain kernel (four
+	// the weight is copied once for 256 rows; four stages of 48 KiB and two
+	// description heads sharing one index (persistent blocks: step 134),
+	// one block per SM. Three stages with two whole descriptions were
+	// 4.9 % slower: its copies wait on their loads (docs/PERF_NOTES.md
+	// step 127). Its plain kernel (four
 	// consumer warpgroups, 96 registers a thread) serves where the twin
 	// cannot: split or unaligned gathers.
 	{BM: 256, BN: 128, BK: 32, WM: 16, WN: 1, Stages: 4, Hopper: true, Producers: 4},
@@ -295,39 +297,75 @@ func (t Tile) ServesTaps(taps int64) bool {
 
 // Descriptions returns how many tile descriptions a block of the gather
 // kernel of a warp-specialised tile holds in arithmetic m (0 for other
-// tiles): two where they fit beside its stages at its blocks per SM or
-// where the block is alone on its SM anyway and two fit in a block's
-// shared memory, else one
-// (fg::ws_descriptions in gather_ws.cuh). With two, a persistent block's
-// producers describe its next tile while its consumers finish this one,
-// so the engine runs such a gather in persistent blocks (conv.go).
+// tiles): two where two description heads and one index fit beside its
+// stages at its blocks per SM, or where the block is alone on its SM
+// anyway and they fit in a block's shared memory, else one
+// (fg::ws_descriptions in gather_ws.cuh; Indices tells whether the two
+// share one index). With two, a persistent block's producers describe its
+// next tile while its consumers finish this one, so the engine runs such
+// a gather in persistent blocks (conv.go).
 func (t Tile) Descriptions(m Math) int {
 	if !t.Hopper || t.Producers == 0 {
 		return 0
 	}
-	if one, all := wsSmem(t, m); all == one {
-		return 1
-	}
-	return 2
+	heads, _ := wsDescriptions(t, m)
+	return heads
 }
 
-// wsMeta is the bytes of one tile description of warp-specialised tile t
-// (fg::WsLayout::kMeta): the tile's output rows, its taps, the neighbour
-// indices of every tap, four ints and two mbarriers, 16-byte aligned.
-func wsMeta(t Tile) int {
-	return (4*t.BM + 4*MaxSpecializedTaps*(t.BM+1) + 32 + 15) / 16 * 16
+// Indices returns how many description indices (a tile's taps and
+// neighbour indices) a block of the gather kernel of a warp-specialised
+// tile holds in arithmetic m (0 for other tiles): as many as its
+// Descriptions where they fit, else one, which the producers rewrite for
+// the next tile once they have issued the last one's copies
+// (fg::ws_indices).
+func (t Tile) Indices(m Math) int {
+	if !t.Hopper || t.Producers == 0 {
+		return 0
+	}
+	_, indices := wsDescriptions(t, m)
+	return indices
+}
+
+// wsHead and wsIndex are the bytes of a tile description's two parts in
+// warp-specialised tile t's gather block (fg::WsLayout::kHead, kIndex):
+// the head holds two mbarriers, five ints and the tile's output rows, 16
+// bytes a multiple; the index its taps and the neighbour indices of every
+// tap, rounded up to 16 bytes.
+func wsHead(t Tile) int  { return 4*t.BM + 48 }
+func wsIndex(t Tile) int { return (4*MaxSpecializedTaps*(t.BM+1) + 15) / 16 * 16 }
+
+// wsSmemWith returns the dynamic shared memory of warp-specialised tile
+// t's gather block with heads description heads and indices indices:
+// stages, a full and an empty mbarrier per stage, the descriptions and 1
+// KiB of swizzle alignment (fg::ws_smem_bytes).
+func wsSmemWith(t Tile, m Math, heads, indices int) int {
+	return t.Stages*(t.BM+t.BN)*t.BK*m.ElemSize() + 16*t.Stages + heads*wsHead(t) + indices*wsIndex(t) + 1024
+}
+
+// wsDescriptions returns the description heads and indices of
+// warp-specialised tile t's gather block: two of each, two heads and one
+// index, or one of each, the most that fit at the blocks per SM that one
+// of each allows (two where two such blocks fit an SM: a second block
+// beats a second description), as fg::ws_descriptions and ws_indices.
+func wsDescriptions(t Tile, m Math) (heads, indices int) {
+	fits := func(all int) bool { return all <= maxBlockSmem }
+	if twoPerSM(wsSmemWith(t, m, 1, 1)) {
+		fits = twoPerSM
+	}
+	switch {
+	case fits(wsSmemWith(t, m, 2, 2)):
+		return 2, 2
+	case fits(wsSmemWith(t, m, 2, 1)):
+		return 2, 1
+	}
+	return 1, 1
 }
 
 // wsSmem returns the dynamic shared memory of warp-specialised tile t's
-// gather block with one tile description (stages, a full and an empty
-// mbarrier per stage, the description and 1 KiB of swizzle alignment),
-// and with its Descriptions.
-func wsSmem(t Tile, m Math) (one, all int) {
-	one = t.Stages*(t.BM+t.BN)*t.BK*m.ElemSize() + 16*t.Stages + wsMeta(t) + 1024
-	if twoPerSM(one) && !twoPerSM(one+wsMeta(t)) || one+wsMeta(t) > maxBlockSmem {
-		return one, one
-	}
-	return one, one + wsMeta(t)
+// gather block with its Descriptions and Indices.
+func wsSmem(t Tile, m Math) int {
+	heads, indices := wsDescriptions(t, m)
+	return wsSmemWith(t, m, heads, indices)
 }
 
 // maxBlockSmem is the most dynamic shared memory one block may have on
@@ -479,8 +517,7 @@ func SmemBytes(f Family, m Math, t Tile) int {
 		if f == Gather && t.Producers > 0 {
 			// Stages, mbarriers and Descriptions tile descriptions
 			// (fg::WsLayout in gather_ws.cuh).
-			_, all := wsSmem(t, m)
-			return all
+			return wsSmem(t, m)
 		}
 		if f == Gather {
 			return t.Stages*(t.BM+t.BN)*t.BK*esz + 4*t.BM + 4*2*t.Stages*(t.BM+1) + 1024
