@@ -129,7 +129,9 @@
 //     them); unsplit
 //     twins alone on their SM run a persistent block per SM over more
 //     tiles than SMs, the next tile's start overlapping the last one's
-//     stores (FLEXGEMM_PERSISTENT_GATHERS=0: a block per tile); the split
+//     stores (FLEXGEMM_PERSISTENT_GATHERS=0: a block per tile; the tiles
+//     whose two tile descriptions share one index of neighbour indices,
+//     FLEXGEMM_SHARED_INDEX=0: a block per tile); the split
 //     algorithms' gathers of half a tile to FLEXGEMM_STREAMK_TILES_PER_SM
 //     (default 1, 0: never) tiles per SM run stream-K on those twins (the
 //     *_sk kernels): groups of the column tiles take equal shares of all
