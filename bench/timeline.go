@@ -22,6 +22,7 @@ import (
 // consumer's meaning of each.
 var timelineEvents = map[byte]map[int]string{
 	'P': {0: "stage: before the empty wait", 1: "stage: slot empty", 2: "stage: copies issued and arrived",
+		3: "tile: rows and taps read", 4: "tile: neighbour indices loaded",
 		5: "tile: before the description's wait", 6: "tile: description slot free", 7: "tile: stored"},
 	'C': {0: "stage: before the full wait", 1: "stage: full", 2: "stage: previous group retired",
 		5: "tile: before the description's wait", 6: "tile: described", 7: "tile: stored"},

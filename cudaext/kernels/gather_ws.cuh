@@ -93,7 +93,8 @@ __device__ long long fg_tl_buf[4][kTimelineStamps];  // [2 · (block 0 or the mi
 // stamp (clock64 << 4) | event, the row's count in its slot 0. Events: 0
 // before a stage's wait (empty / full), 1 after it; 2 producer: copies
 // issued and arrived, consumer: the previous group retired; 5 / 6 before /
-// after a tile description's wait; 7 consumer: tile stored.
+// after a tile description's wait; producer: 3 the tile's rows and taps
+// read, 4 its neighbour indices loaded; 7 consumer: tile stored.
 struct Timeline {
   long long* row;
   int n;
@@ -770,6 +771,7 @@ __device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMa
           m->next = next ? (int)gridDim.x + (int)atomicAdd(next, 1u) : (int)(bx + gridDim.x);
       }
       producers_sync(L::kProd);
+      FG_TL(3);
       const long long nextTile = m->next;
       if (p.tbl) {
         // Row by row, as the table stores them: a warp's 32 entries lie in
@@ -795,6 +797,7 @@ __device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMa
         for (int i = pt; i < BM; i += L::kProd) ix->idx[i * kWsMaxTaps] = m->rows[i];
       }
       producers_sync(L::kProd);
+      FG_TL(4);
       if (pt == 0) mbar_arrive(&m->full);  // release: the description, to the consumers
       const long long n0 = blk.n0;
       int vi = vi0, kc = (int)(blk.t0 - (long long)vi0 * nkc);
