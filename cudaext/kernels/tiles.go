@@ -515,8 +515,8 @@ func SmemBytes(f Family, m Math, t Tile) int {
 		// words, and 1 KiB to align the stages to the swizzle atom
 		// (fg::TileCfg with H = true).
 		if f == Gather && t.Producers > 0 {
-			// Stages, mbarriers and Descriptions tile descriptions
-			// (fg::WsLayout in gather_ws.cuh).
+			// Stages, mbarriers, Descriptions description heads and
+			// Indices indices (fg::WsLayout in gather_ws.cuh).
 			return wsSmem(t, m)
 		}
 		if f == Gather {
