@@ -91,7 +91,25 @@ const (
 	// useIm2colWGrad: the explicit weight gradient (pairs family over the
 	// im2col matrix, one tap): rows are Co, cols V·Ci.
 	useIm2colWGrad
+	// useGatherWT: a gather that reads the weight transposed (the 16-bit
+	// input gradients; tf32 ones multiply a transposed copy and are
+	// useGather): as useGather, but no swapped twin can run it, so the
+	// tiles that are there for their swapped twins are not its default.
+	useGatherWT
 )
+
+// gathers reports whether u is a gather GEMM (useGather, useGatherWT).
+func (u tileUse) gathers() bool { return u == useGather || u == useGatherWT }
+
+// gatherUse returns the tileUse of a gather in arithmetic mth that reads
+// the weight transposed when wt (an input gradient): useGatherWT for a
+// 16-bit one, else useGather.
+func gatherUse(mth kernels.Math, wt bool) tileUse {
+	if wt && mth.ElemSize() == 2 {
+		return useGatherWT
+	}
+	return useGather
+}
 
 // Default tiles of the 16-bit arithmetics at large C, measured on the
 // H200 (BenchmarkConvTiles, docs/PERF_NOTES.md step 5):
@@ -168,6 +186,11 @@ const (
 //     (kernels.Tile.ServesTaps). Where EnvTallDeep is on (the default) it
 //     is the tile's five-stage version (step 116: batched forward 0.0334 →
 //     0.0313 ms, input gradient 0.0343 → 0.0320);
+//   - 16-bit forward gather GEMMs (useGather) of 128–255 columns and at
+//     least tallManyRows rows over at most kernels.MaxSpecializedTaps
+//     taps, K a multiple of 8 (16-byte rows): the 16-bit 256×128
+//     warp-specialised tile, whose swapped twin runs them, where
+//     EnvSwappedWide16 is on (off by default; step 138);
 //   - 16-bit gather GEMMs of 128–255 columns and at least tallManyRows
 //     rows over at most kernels.MaxSpecializedTaps taps: the four-stage
 //     192×128 warp-specialised tile where EnvTallMany is on (step 118;
@@ -223,7 +246,7 @@ func hopperDefault(mth kernels.Math, use tileUse, rows, cols, kc, taps int64) st
 		}
 		return pick(bm, bn, stages, 0, kernels.Gather)
 	}
-	if use == useGather && cols >= 128 && rows > 128 && rows <= 192 && taps <= kernels.MaxSpecializedTaps &&
+	if use.gathers() && cols >= 128 && rows > 128 && rows <= 192 && taps <= kernels.MaxSpecializedTaps &&
 		specializedGathers.Load() && tallGathers.Load() {
 		stages := 4
 		if tallDeep.Load() {
@@ -233,13 +256,19 @@ func hopperDefault(mth kernels.Math, use tileUse, rows, cols, kc, taps int64) st
 			return h
 		}
 	}
-	if use == useGather && cols >= 128 && cols < 256 && rows >= tallManyRows && taps <= kernels.MaxSpecializedTaps &&
+	if use == useGather && mth.ElemSize() == 2 && cols >= 128 && cols < 256 && rows >= tallManyRows && kc%8 == 0 &&
+		taps <= kernels.MaxSpecializedTaps && specializedGathers.Load() && swappedWide16.Load() {
+		if h := pick(256, 128, 4, specializedProducers, kernels.Gather); h != "" {
+			return h
+		}
+	}
+	if use.gathers() && cols >= 128 && cols < 256 && rows >= tallManyRows && taps <= kernels.MaxSpecializedTaps &&
 		specializedGathers.Load() && tallMany.Load() {
 		if h := pick(192, 128, 4, specializedProducers, kernels.Gather); h != "" {
 			return h
 		}
 	}
-	if use == useGather && mth == kernels.TF32 && cols < 256 && !tf32Narrow.Load() {
+	if use.gathers() && mth == kernels.TF32 && cols < 256 && !tf32Narrow.Load() {
 		return ""
 	}
 	if use == useGather && mth == kernels.TF32 && cols >= 128 && cols < 256 && rows >= tallManyRows && kc%4 == 0 &&
@@ -249,16 +278,16 @@ func hopperDefault(mth kernels.Math, use tileUse, rows, cols, kc, taps int64) st
 		}
 	}
 	switch {
-	case use == useGather && cols >= 256:
+	case use.gathers() && cols >= 256:
 		return gather(128, 256, 0)
-	case use == useGather && cols >= 128:
+	case use.gathers() && cols >= 128:
 		if specializedGathers.Load() {
 			if h := pick(128, 128, 6, specializedProducers, kernels.Gather); h != "" {
 				return h
 			}
 		}
 		return gather(256, 128, 0)
-	case use == useGather && cols >= 64 && rows >= hopperNarrowRows:
+	case use.gathers() && cols >= 64 && rows >= hopperNarrowRows:
 		if narrowPersistent.Load() && mth.ElemSize() == 2 {
 			if h := gather(128, 64, 3); h != "" {
 				return h
@@ -329,7 +358,7 @@ func defaultTiles(mth kernels.Math, use tileUse, rows, cols, kc, taps, sms int64
 		}
 		return []string{"m64n64k32w2x2s4", "m128n64k32w2x2s4"}
 	case rows*((cols+127)/128) >= 128*sms:
-		if use == useGather && narrow && kc >= 64 {
+		if use.gathers() && narrow && kc >= 64 {
 			return []string{gatherDeepTile, "m128n128k32w2x4s3", "m128n64k32w2x2s4", "m64n64k32w2x2s4"}
 		}
 		return []string{"m128n128k32w2x4s3", "m128n64k32w2x2s4", "m64n64k32w2x2s4"}
@@ -367,11 +396,11 @@ func (e *Engine) chooseTile(o Options, mth kernels.Math, use tileUse, rows, cols
 		if o.TileRows > 0 && t.BM != o.TileRows {
 			return t, fmt.Errorf("%w: tile %s has %d rows but TileRows is %d", sparse.ErrShape, o.Tile, t.BM, o.TileRows)
 		}
-		if use != useGather && !t.Has(kernels.Pairs, mth) {
+		if !use.gathers() && !t.Has(kernels.Pairs, mth) {
 			o.Tile = ""
 			return e.chooseTile(o, mth, use, rows, cols, kc, taps)
 		}
-		if use == useGather && !t.ServesTaps(taps) {
+		if use.gathers() && !t.ServesTaps(taps) {
 			return t, errTooManyTaps(t, taps)
 		}
 		return t, nil
@@ -1384,7 +1413,7 @@ func (e *Engine) InputGrad(m *kmap.Map, dy, w sparse.Matrix, o Options) (sparse.
 	if alg == sparse.Explicit {
 		kc = V * co
 	}
-	tile, err := e.chooseTile(o, math, useGather, M, ci, kc, gatherTaps(alg, V))
+	tile, err := e.chooseTile(o, math, gatherUse(math, true), M, ci, kc, gatherTaps(alg, V))
 	if err != nil {
 		return sparse.Matrix{}, err
 	}

@@ -58,8 +58,9 @@ func Open(ordinal int) (*Engine, error) {
 	for i, sw := range openSwitches {
 		sw.to.Store(on[i])
 	}
-	// The 256×128 tf32 tile is there for its swapped twin.
+	// The 256×128 tiles are there for their swapped twins.
 	swappedWide.Store(swappedWide.Load() && d.swapped)
+	swappedWide16.Store(swappedWide16.Load() && d.swapped)
 	e := &Engine{d: d}
 	e.noHopper.Store(os.Getenv(EnvNoHopper) == "1")
 	e.src = &tableSource{e: e}

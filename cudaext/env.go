@@ -550,6 +550,27 @@ const swappedWideDefault = true
 // EnvSwappedGathers, read by Open).
 var swappedWide atomic.Bool
 
+// EnvSwappedWide16 names the environment variable that, read when an
+// engine opens, gives the fixed heuristic's 16-bit forward gathers of
+// 128–255 columns over at least tallManyRows rows (16-byte rows, at most
+// kernels.MaxSpecializedTaps taps) the 16-bit 256×128 warp-specialised
+// tile, whose swapped twin runs them where EnvSwappedGathers is on too
+// ("1"), or leaves them the 192×128 tile of EnvTallMany ("0"); unset,
+// swappedWide16Default. The input gradients, which read the weight
+// transposed (no swapped twin), keep the 192×128 tile either way
+// (docs/PERF_NOTES.md step 138).
+const EnvSwappedWide16 = "FLEXGEMM_SWAPPED_WIDE16"
+
+// swappedWide16Default is EnvSwappedWide16's setting when unset: off until
+// an A/B on the H200 shows the swapped 16-bit 256×128 gathers faster than
+// the 192×128 tile's (step 138).
+const swappedWide16Default = false
+
+// swappedWide16 says whether hopperDefault gives 16-bit forward gathers of
+// 128–255 columns over many rows the 256×128 tile (EnvSwappedWide16 and
+// EnvSwappedGathers, read by Open).
+var swappedWide16 atomic.Bool
+
 // EnvSharedIndex names the environment variable that, read when an engine
 // opens, runs the warp-specialised gathers whose blocks hold two
 // description heads sharing one index (kernels.Tile.Indices: the tf32
@@ -752,6 +773,7 @@ var openSwitches = []openSwitch{
 	{EnvTF32Narrow, tf32NarrowDefault, &tf32Narrow},
 	{EnvTallMany, tallManyDefault, &tallMany},
 	{EnvSwappedWide, swappedWideDefault, &swappedWide},
+	{EnvSwappedWide16, swappedWide16Default, &swappedWide16},
 	{EnvSharedIndex, sharedIndexDefault, &sharedIndex},
 }
 

@@ -269,7 +269,7 @@ func TestAutotuneCandidates(t *testing.T) {
 // that the tuner describes each launch to it as conv.go does.
 func TestAutotuneHeuristicMirrorsConv(t *testing.T) {
 	sms := int64(gpu.Info().SMs)
-	uses := []tileUse{useGather, usePairs, useIm2colWGrad}
+	uses := []tileUse{useGather, useGatherWT, usePairs, useIm2colWGrad}
 	for _, mth := range kernels.Maths {
 		for _, use := range uses {
 			for _, rows := range []int64{1, 63, 64, 100, 129, 192, 193, 255, 256, 1024, 5000, 33792, 33793, 70000, 1 << 20} {
@@ -280,7 +280,7 @@ func TestAutotuneHeuristicMirrorsConv(t *testing.T) {
 							want, err := gpu.chooseTile(Options{}, mth, use, rows, cols, kc, taps)
 							require.NoError(t, err, what)
 							require.True(t, want.Supports(mth), what)
-							require.True(t, use != useGather || want.ServesTaps(taps), what)
+							require.True(t, !use.gathers() || want.ServesTaps(taps), what)
 							g := gemmShape{use: use, rows: rows, cols: cols, kLen: kc, kTaps: taps}
 							require.Equal(t, want, heuristicTile(mth, g, sms, gpu.hopperDefaults(mth)), what)
 							require.Equal(t, want.Name(), preferredTiles(mth, g, sms, gpu.hopperDefaults(mth))[0], what)
@@ -308,10 +308,10 @@ func TestAutotuneHeuristicMirrorsConv(t *testing.T) {
 				want = launch{useGather, rows, 96, 27 * 13}
 			case dir == autotune.Fwd:
 				want = launch{useGather, rows, 96, 13}
-			case dir == autotune.DGrad && alg == sparse.Explicit:
-				want = launch{useGather, rows, 13, 27 * 96}
+			case dir == autotune.DGrad && alg == sparse.Explicit: // fp16: the weight read transposed
+				want = launch{useGatherWT, rows, 13, 27 * 96}
 			case dir == autotune.DGrad:
-				want = launch{useGather, rows, 13, 96}
+				want = launch{useGatherWT, rows, 13, 96}
 			case alg == sparse.Explicit:
 				want = launch{useIm2colWGrad, 96, 27 * 13, rows}
 			default:
@@ -498,6 +498,11 @@ func TestDefaultTiles(t *testing.T) {
 						if ws && tc.use == useGather && tallMany.Load() && tc.rows >= tallManyRows && tc.cols >= 128 && tc.cols < 256 && mth.ElemSize() == 2 {
 							want = "m192n128k64w12x1s4hp4"
 						}
+						// … and the 16-bit 256×128 tile where EnvSwappedWide16
+						// is on (off by default) and the rows are 16 bytes.
+						if ws && tc.use == useGather && swappedWide16.Load() && tc.rows >= tallManyRows && tc.cols >= 128 && tc.cols < 256 && tc.kc%8 == 0 && mth.ElemSize() == 2 {
+							want = "m256n128k64w16x1s4hp4"
+						}
 						got, err := gpu.chooseTile(Options{}, mth, tc.use, tc.rows, tc.cols, tc.kc, 27)
 						require.NoError(t, err)
 						require.Equal(t, want, got.Name(), "Hopper: %v use %d rows %d cols %d kc %d specialised %v narrow %v", mth, tc.use, tc.rows, tc.cols, tc.kc, ws, narrow)
@@ -539,6 +544,42 @@ func TestDefaultTiles(t *testing.T) {
 		}
 		specializedGathers.Store(true)
 		swappedWide.Store(swappedWideDefault)
+		// EnvSwappedWide16 (off by default): 16-bit forward gathers of
+		// 128–255 columns over at least tallManyRows rows and 16-byte rows
+		// take the 16-bit 256×128 tile (its swapped twin runs them); the
+		// input gradient (useGatherWT: the weight read transposed, no
+		// swapped twin), fewer rows, unaligned rows, more than 27 taps, tf32
+		// or the specialised tiles off keep the others.
+		swappedWide16.Store(true)
+		for _, tc := range []struct {
+			mth            kernels.Math
+			use            tileUse
+			rows, cols, kc int64
+			taps           int64
+			ws             bool
+			want           string
+		}{
+			{kernels.F16, useGather, 1026536, 128, 128, 27, true, "m256n128k64w16x1s4hp4"},
+			{kernels.BF16, useGather, 1026536, 200, 96, 27, true, "m256n128k64w16x1s4hp4"},
+			{kernels.F16, useGatherWT, 1026536, 128, 128, 27, true, "m192n128k64w12x1s4hp4"},
+			{kernels.F16, useGather, tallManyRows - 1, 128, 128, 27, true, "m128n128k64w8x1s6hp4"},
+			{kernels.F16, useGather, 1026536, 128, 100, 27, true, "m192n128k64w12x1s4hp4"},
+			{kernels.F16, useGather, 1026536, 128, 128, 28, true, "m128n128k64w8x1s6hp4"},
+			{kernels.F16, useGather, 1026536, 256, 128, 27, true, "m128n256k64w8x1s4hp4"},
+			{kernels.TF32, useGather, 1026536, 128, 128, 27, true, "m256n128k32w16x1s4hp4"},
+			{kernels.F16, useGather, 1026536, 128, 128, 27, false, ""}, // "": not the 256×128 tile
+		} {
+			specializedGathers.Store(tc.ws)
+			got, err := gpu.chooseTile(Options{}, tc.mth, tc.use, tc.rows, tc.cols, tc.kc, tc.taps)
+			require.NoError(t, err)
+			if tc.want == "" {
+				require.NotEqual(t, "m256n128k64w16x1s4hp4", got.Name(), "swapped wide 16: %+v", tc)
+				continue
+			}
+			require.Equal(t, tc.want, got.Name(), "swapped wide 16: %+v", tc)
+		}
+		specializedGathers.Store(true)
+		swappedWide16.Store(swappedWide16Default)
 		// The 192-row tile has no plain twin: a gather of more than 27
 		// taps keeps the 128-row tiles, a forced one is an error naming it,
 		// and EnvTallGathers off keeps them too.

@@ -51,3 +51,6 @@ FG_GATHER_WS_SW_KERNEL(spconv_gather_f16_m128n64k64w8x1s4hp4_sw, fg::Math::F16, 
 FG_GATHER_WS_KERNEL(spconv_gather_f16_m128n64k64w8x1s3hp4, fg::Math::F16, 128, 64, 64, 8, 3, 4, 2, 103792)
 FG_GATHER_WS_WT_KERNEL(spconv_gather_f16_m128n64k64w8x1s3hp4, fg::Math::F16, 128, 64, 64, 8, 3, 4, 2)
 FG_GATHER_WS_SW_KERNEL(spconv_gather_f16_m128n64k64w8x1s3hp4_sw, fg::Math::F16, 128, 64, 64, 8, 3, 4, 2)
+FG_GATHER_WS_KERNEL(spconv_gather_f16_m256n128k64w16x1s4hp4, fg::Math::F16, 256, 128, 64, 16, 4, 4, 1, 227600)
+FG_GATHER_WS_WT_KERNEL(spconv_gather_f16_m256n128k64w16x1s4hp4, fg::Math::F16, 256, 128, 64, 16, 4, 4, 1)
+FG_GATHER_WS_SW_KERNEL(spconv_gather_f16_m256n128k64w16x1s4hp4_sw, fg::Math::F16, 256, 128, 64, 16, 4, 4, 1)

@@ -306,7 +306,7 @@ func TestTileTableMirrorsCpp(t *testing.T) {
 				// The twins, each generated and in the manifest exactly where
 				// its rule says, with its threads per block.
 				inst := string(GenerateHopperInstances(m))
-				wide := tile.Supports(m) && m == TF32 && tile.BM == 256 && tile.BN == 128
+				wide := tile.Supports(m) && tile.BM == 256 && tile.BN == 128
 				for _, tw := range []struct {
 					macro, name     string
 					has, want       bool
@@ -320,7 +320,7 @@ func TestTileTableMirrorsCpp(t *testing.T) {
 					{"FG_GATHER_WS_RA_KERNEL", RegisterAName(m, tile), tile.HasRegisterA(m), tile.Supports(m) && m == TF32 && tile.BN == 128 && tile.BM == 128,
 						tile.RegisterAThreads(), 32 * (tile.WM + 4)},
 					// Swapped: tiles of 128 rows and 64 columns (one
-					// consumer warpgroup), and the tf32 256×128 one (two).
+					// consumer warpgroup), and the 256×128 ones (two).
 					{"FG_GATHER_WS_SW_KERNEL", SwappedName(m, tile), tile.HasSwapped(m), tile.Supports(m) && (tile.BM == 128 && tile.BN == 64 || wide),
 						tile.SwappedThreads(), 32 * (4*tile.BN/64 + tile.Producers)},
 				} {

@@ -247,6 +247,15 @@ var HopperTiles = []Tile{
 	// consumer warpgroups, 96 registers a thread) serves where the twin
 	// cannot: split or unaligned gathers.
 	{BM: 256, BN: 128, BK: 32, WM: 16, WN: 1, Stages: 4, Hopper: true, Producers: 4},
+	// Its 16-bit twin (BK 64: the same 48 KiB stages), for the swapped
+	// twin of the 16-bit forward gathers of 128–255 columns (step 138):
+	// 80 KiB of shared reads a stage where the 192×128 tile's reads 72 for
+	// three quarters of the rows, and the weight copied once per 256 rows.
+	// Its plain kernels (four consumer warpgroups) serve split and
+	// unaligned gathers and the input gradient, which reads the weight
+	// transposed; the plain m256n128k64w16x1s4h serves more than
+	// MaxSpecializedTaps taps.
+	{BM: 256, BN: 128, BK: 64, WM: 16, WN: 1, Stages: 4, Hopper: true, Producers: 4},
 }
 
 // Name returns the tile's short name, e.g. "m128n64k32w2x2s4"; a Hopper
@@ -554,17 +563,17 @@ func TransposedName(m Math, t Tile) string {
 
 // HasStreamK reports whether the gather of tile t in arithmetic m has
 // stream-K twins (StreamKName; gather_ws.cuh): a warp-specialised tile
-// whose block is alone on its SM, except the tf32 256×128 tile, which
-// exists for its swapped twin (wideSwapped).
+// whose block is alone on its SM, except the 256×128 tiles, which exist
+// for their swapped twins (wideSwapped).
 func (t Tile) HasStreamK(m Math) bool {
 	return t.Producers > 0 && t.Supports(m) && t.BlocksPerSM(Gather, m) == 1 && !t.wideSwapped(m)
 }
 
-// wideSwapped reports whether t is the tf32 warp-specialised tile of 256
-// rows and 128 columns, whose swapped twin is what it is for: it has no
-// stream-K, half-skip or register-A twin.
+// wideSwapped reports whether t is a warp-specialised tile of 256 rows
+// and 128 columns (tf32, or 16-bit), whose swapped twin is what it is
+// for: it has no stream-K, half-skip or register-A twin.
 func (t Tile) wideSwapped(m Math) bool {
-	return t.Producers > 0 && t.Supports(m) && m == TF32 && t.BM == 256 && t.BN == 128
+	return t.Producers > 0 && t.Supports(m) && t.BM == 256 && t.BN == 128
 }
 
 // HasHalfSkip reports whether the gather of tile t in arithmetic m has a
@@ -608,8 +617,8 @@ func (t Tile) RegisterAThreads() int { return 32 * (t.WM*t.WN + 4) }
 
 // HasSwapped reports whether the gather of tile t in arithmetic m has a
 // swapped twin (SwappedName; gather_ws.cuh SW): a warp-specialised tile
-// of 128 rows and 64 columns, or the tf32 one of 256 rows and 128
-// columns, whose consumer warpgroups (one per 64 columns) multiply the
+// of 128 rows and 64 columns, or one of 256 rows and 128 columns (tf32
+// and 16-bit), whose consumer warpgroups (one per 64 columns) multiply the
 // transposed tile (their columns of the weight's stage as wgmma's A, all
 // the gathered rows as its B), so that each stage's weight is read from
 // shared memory once instead of once per 64 rows. It reads the weight as
