@@ -127,7 +127,7 @@ type Device struct {
 	// registerALaunches counts those launches (a test instrument).
 	registerA         bool
 	registerALaunches int
-	// swapped: gathers of 128×64 tiles and of the tf32 256×128 tile run
+	// swapped: gathers of 128×64 tiles and of the 256×128 tiles run
 	// their tiles' swapped twins where the gather allows
 	// (EnvSwappedGathers); swappedLaunches counts
 	// those launches (a test instrument).

@@ -396,13 +396,14 @@ func registerAFromEnv() (bool, error) {
 
 // EnvSwappedGathers names the environment variable that, read when an
 // engine opens, runs the swapped twins of the warp-specialised gathers of
-// 128 rows and 64 columns, and of the tf32 tile of 256 rows and 128
-// columns (EnvSwappedWide), where the gather allows ("1";
+// 128 rows and 64 columns, and of the tiles of 256 rows and 128 columns
+// (tf32: EnvSwappedWide; 16-bit: EnvSwappedWide16), where the gather
+// allows ("1";
 // kernels.SwappedName: unsplit, no stream-K, the weight as stored — every
 // tf32 gather, the 16-bit forward ones —, 16-byte rows), or never
 // ("0"; unset: swappedGathersDefault, on). A consumer warpgroup per 64
 // output columns multiplies the transposed tile, reading each weight stage
-// from shared memory once (docs/PERF_NOTES.md, steps 125 and 127).
+// from shared memory once (docs/PERF_NOTES.md, steps 125, 127 and 138).
 const EnvSwappedGathers = "FLEXGEMM_SWAPPED_GATHERS"
 
 // swappedGathersDefault is EnvSwappedGathers's setting when unset.
@@ -556,15 +557,18 @@ var swappedWide atomic.Bool
 // kernels.MaxSpecializedTaps taps) the 16-bit 256×128 warp-specialised
 // tile, whose swapped twin runs them where EnvSwappedGathers is on too
 // ("1"), or leaves them the 192×128 tile of EnvTallMany ("0"); unset,
-// swappedWide16Default. The input gradients, which read the weight
+// swappedWide16Default (on). The input gradients, which read the weight
 // transposed (no swapped twin), keep the 192×128 tile either way
 // (docs/PERF_NOTES.md step 138).
 const EnvSwappedWide16 = "FLEXGEMM_SWAPPED_WIDE16"
 
-// swappedWide16Default is EnvSwappedWide16's setting when unset: off until
-// an A/B on the H200 shows the swapped 16-bit 256×128 gathers faster than
-// the 192×128 tile's (step 138).
-const swappedWide16Default = false
+// swappedWide16Default is EnvSwappedWide16's setting when unset. Measured
+// (H200, session 68, call 1, docs/PERF_NOTES.md step 138): the RES 512 C
+// 128 forward gather 1.058 → 0.965 device-ms (f16) and 1.036 → 0.948
+// (bf16) against the 192×128 tile (BenchmarkConvTiles, 20 calls); three
+// alternated rounds, medians: fp16 (512, 128, 2) inference 2.593 → 2.369
+// ms (−8.6 %), training 6.250 → 6.086 (−2.6 %); bf16 −10.3 % / −2.2 %.
+const swappedWide16Default = true
 
 // swappedWide16 says whether hopperDefault gives 16-bit forward gathers of
 // 128–255 columns over many rows the 256×128 tile (EnvSwappedWide16 and

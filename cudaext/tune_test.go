@@ -499,7 +499,7 @@ func TestDefaultTiles(t *testing.T) {
 							want = "m192n128k64w12x1s4hp4"
 						}
 						// … and the 16-bit 256×128 tile where EnvSwappedWide16
-						// is on (off by default) and the rows are 16 bytes.
+						// is on (the default) and the rows are 16 bytes.
 						if ws && tc.use == useGather && swappedWide16.Load() && tc.rows >= tallManyRows && tc.cols >= 128 && tc.cols < 256 && tc.kc%8 == 0 && mth.ElemSize() == 2 {
 							want = "m256n128k64w16x1s4hp4"
 						}
@@ -517,6 +517,7 @@ func TestDefaultTiles(t *testing.T) {
 		// swapped twin runs them); fewer rows, unaligned rows, more than
 		// 27 taps, 16 bits or the specialised tiles off keep the others.
 		swappedWide.Store(true)
+		swappedWide16.Store(false)
 		for _, tc := range []struct {
 			mth            kernels.Math
 			rows, cols, kc int64
@@ -530,8 +531,8 @@ func TestDefaultTiles(t *testing.T) {
 			{kernels.TF32, 1026536, 128, 126, 27, true, "m128n128k32w8x1s6hp4"},
 			{kernels.TF32, 1026536, 128, 128, 28, true, "m128n128k32w8x1s6hp4"}, // its plain twin serves the taps
 			{kernels.TF32, 1026536, 256, 128, 27, true, "m128n256k32w8x1s4hp4"},
-			{kernels.TF32, 1026536, 128, 128, 27, false, ""}, // "": not the 256×128 tile
-			{kernels.F16, 1026536, 128, 128, 27, true, "m192n128k64w12x1s4hp4"},
+			{kernels.TF32, 1026536, 128, 128, 27, false, ""},                    // "": not the 256×128 tile
+			{kernels.F16, 1026536, 128, 128, 27, true, "m192n128k64w12x1s4hp4"}, // EnvSwappedWide16 off here
 		} {
 			specializedGathers.Store(tc.ws)
 			got, err := gpu.chooseTile(Options{}, tc.mth, useGather, tc.rows, tc.cols, tc.kc, tc.taps)
@@ -544,7 +545,7 @@ func TestDefaultTiles(t *testing.T) {
 		}
 		specializedGathers.Store(true)
 		swappedWide.Store(swappedWideDefault)
-		// EnvSwappedWide16 (off by default): 16-bit forward gathers of
+		// EnvSwappedWide16 (on by default): 16-bit forward gathers of
 		// 128–255 columns over at least tallManyRows rows and 16-byte rows
 		// take the 16-bit 256×128 tile (its swapped twin runs them); the
 		// input gradient (useGatherWT: the weight read transposed, no
