@@ -193,7 +193,8 @@ const (
 //     EnvSwappedWide16 is on (step 138: the RES 512 C 128 forward
 //     0.965 against 1.058 device-ms for the 192×128 tile, f16; fp16
 //     (512, 128, 2) inference −8.6 %, training −2.6 %). The 16-bit input
-//     gradients (useGatherWT) keep the 192×128 tile;
+//     gradients (useGatherWT) take it only where EnvSwappedWT is on too
+//     (their swapped twins, step 139), else keep the 192×128 tile;
 //   - 16-bit gather GEMMs of 128–255 columns and at least tallManyRows
 //     rows over at most kernels.MaxSpecializedTaps taps: the four-stage
 //     192×128 warp-specialised tile where EnvTallMany is on (step 118;
@@ -259,8 +260,8 @@ func hopperDefault(mth kernels.Math, use tileUse, rows, cols, kc, taps int64) st
 			return h
 		}
 	}
-	if use == useGather && mth.ElemSize() == 2 && cols >= 128 && cols < 256 && rows >= tallManyRows && kc%8 == 0 &&
-		taps <= kernels.MaxSpecializedTaps && specializedGathers.Load() && swappedWide16.Load() {
+	if (use == useGather || use == useGatherWT && swappedWT.Load()) && mth.ElemSize() == 2 && cols >= 128 && cols < 256 &&
+		rows >= tallManyRows && kc%8 == 0 && taps <= kernels.MaxSpecializedTaps && specializedGathers.Load() && swappedWide16.Load() {
 		if h := pick(256, 128, 4, specializedProducers, kernels.Gather); h != "" {
 			return h
 		}
@@ -722,6 +723,13 @@ func (e *Engine) runGather(j gatherJob) error {
 		// The swapped twin (gather_ws.cuh SW): same arguments, a consumer
 		// warpgroup per 64 columns multiplying the transposed tile.
 		name, threads = kernels.SwappedName(j.math, t), t.SwappedThreads()
+		d.swappedLaunches++
+	}
+	if d.swapped && swappedWT.Load() && j.wt && name == kernels.TransposedName(j.math, t) && t.HasSwappedTransposed(j.math) &&
+		p.Vec == 1 && splits == 1 && skBlocks == 0 {
+		// The same for a 16-bit input gradient (EnvSwappedWT): the weight's
+		// MN-major stage is wgmma's A, read transposed.
+		name, threads = kernels.SwappedTransposedName(j.math, t), t.SwappedThreads()
 		d.swappedLaunches++
 	}
 	args := []any{&p}

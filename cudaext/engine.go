@@ -61,6 +61,7 @@ func Open(ordinal int) (*Engine, error) {
 	// The 256×128 tiles are there for their swapped twins.
 	swappedWide.Store(swappedWide.Load() && d.swapped)
 	swappedWide16.Store(swappedWide16.Load() && d.swapped)
+	swappedWT.Store(swappedWT.Load() && d.swapped)
 	e := &Engine{d: d}
 	e.noHopper.Store(os.Getenv(EnvNoHopper) == "1")
 	e.src = &tableSource{e: e}

@@ -570,6 +570,24 @@ const EnvSwappedWide16 = "FLEXGEMM_SWAPPED_WIDE16"
 // ms (−8.6 %), training 6.250 → 6.086 (−2.6 %); bf16 −10.3 % / −2.2 %.
 const swappedWide16Default = true
 
+// EnvSwappedWT names the environment variable that, read when an engine
+// opens, runs the swapped twins of the 16-bit input gradients (the gathers
+// that read the weight transposed: kernels.SwappedTransposedName) where
+// the gather allows, as EnvSwappedGathers does for the other gathers
+// ("1"), and then gives the fixed heuristic's 16-bit input gradients of
+// 128–255 columns over many rows the 256×128 tile too where
+// EnvSwappedWide16 is on; or neither ("0"); unset, swappedWTDefault
+// (docs/PERF_NOTES.md step 139). It needs EnvSwappedGathers on.
+const EnvSwappedWT = "FLEXGEMM_SWAPPED_WT"
+
+// swappedWTDefault is EnvSwappedWT's setting when unset: off until an A/B
+// on the H200 shows the swapped input gradients faster (step 139).
+const swappedWTDefault = false
+
+// swappedWT says whether the 16-bit input gradients run their tiles'
+// swapped twins (EnvSwappedWT and EnvSwappedGathers, read by Open).
+var swappedWT atomic.Bool
+
 // swappedWide16 says whether hopperDefault gives 16-bit forward gathers of
 // 128–255 columns over many rows the 256×128 tile (EnvSwappedWide16 and
 // EnvSwappedGathers, read by Open).
@@ -778,6 +796,7 @@ var openSwitches = []openSwitch{
 	{EnvTallMany, tallManyDefault, &tallMany},
 	{EnvSwappedWide, swappedWideDefault, &swappedWide},
 	{EnvSwappedWide16, swappedWide16Default, &swappedWide16},
+	{EnvSwappedWT, swappedWTDefault, &swappedWT},
 	{EnvSharedIndex, sharedIndexDefault, &sharedIndex},
 }
 

@@ -12,16 +12,17 @@ import (
 )
 
 // TestSwappedGathers checks the swapped twins of the warp-specialised
-// gathers of 128 rows and 64 columns and of the tf32 256×128 tile
-// (kernels.SwappedName, EnvSwappedGathers) in every arithmetic: forward with a bias and input
+// gathers of 128 rows and 64 columns and of the 256×128 tiles
+// (kernels.SwappedName, EnvSwappedGathers; the 16-bit input gradients'
+// kernels.SwappedTransposedName, EnvSwappedWT, switched on here) in every
+// arithmetic: forward with a bias and input
 // gradient of every tile that has one against the float64 reference, the
 // implicit and masked GEMMs and their split-K forms, on a small shell, a
 // random submanifold scene and a shell of more tiles than resident
 // blocks. Channel counts include output columns that are not whole
 // 64-column tiles (and odd ones: 16-bit element stores) and rows that are
 // not 16 bytes. The twin must run exactly where the gather allows it —
-// unsplit, over 16-byte rows, the weight as stored (every tf32 gather, the
-// 16-bit forward ones) — and leave the other gathers to the plain kernel;
+// unsplit, over 16-byte rows — and leave the other gathers to the plain kernel;
 // the result must be within the arithmetic's bound of the reference and
 // of the plain kernel's (the same products, summed by the other operand
 // order).
@@ -33,6 +34,8 @@ func TestSwappedGathers(t *testing.T) {
 	setSW := deviceSwitch(t, func(d *Device) *bool { return &d.swapped })
 	launches := deviceCounter(t, func(d *Device) int { return d.swappedLaunches })
 	deviceSwitch(t, func(d *Device) *bool { return &d.registerA })(false)
+	swappedWT.Store(true)
+	defer swappedWT.Store(swappedWTDefault)
 	withoutPerTapGathers(t)
 	defer gpu.SetTF32(false)
 	for _, sc := range scenes {
@@ -43,11 +46,11 @@ func TestSwappedGathers(t *testing.T) {
 				gpu.SetTF32(c.mth == kernels.TF32)
 				x, w, b, dy := ref.operands(t, sc.m, dtypeOf(c.mth))
 				// Forward reads rows of K = ci, the input gradient K = co
-				// (the 16-bit input gradient reads the weight transposed: the
-				// plain kernel's).
+				// (the 16-bit input gradient reads the weight transposed: its
+				// own twin, where the tile has one).
 				vec := 16 / c.mth.ElemSize()
 				ks := []int{ci, co}
-				if c.mth != kernels.TF32 {
+				if c.mth != kernels.TF32 && !c.tile.HasSwappedTransposed(c.mth) {
 					ks = ks[:1]
 				}
 				for _, a := range twinAlgorithms {

@@ -552,6 +552,7 @@ func TestDefaultTiles(t *testing.T) {
 		// swapped twin), fewer rows, unaligned rows, more than 27 taps, tf32
 		// or the specialised tiles off keep the others.
 		swappedWide16.Store(true)
+		swappedWT.Store(false)
 		for _, tc := range []struct {
 			mth            kernels.Math
 			use            tileUse
@@ -579,8 +580,24 @@ func TestDefaultTiles(t *testing.T) {
 			}
 			require.Equal(t, tc.want, got.Name(), "swapped wide 16: %+v", tc)
 		}
+		// EnvSwappedWT (off by default) gives the 16-bit input gradients
+		// the 256×128 tile too (their swapped twins run them), and only
+		// where EnvSwappedWide16 is on.
+		for _, c := range []struct {
+			wide16, wt bool
+			want       string
+		}{{true, true, "m256n128k64w16x1s4hp4"}, {true, false, "m192n128k64w12x1s4hp4"}, {false, true, "m192n128k64w12x1s4hp4"}} {
+			swappedWide16.Store(c.wide16)
+			swappedWT.Store(c.wt)
+			for _, mth := range []kernels.Math{kernels.F16, kernels.BF16} {
+				got, err := gpu.chooseTile(Options{}, mth, useGatherWT, 1026536, 128, 128, 27)
+				require.NoError(t, err)
+				require.Equal(t, c.want, got.Name(), "swapped input gradient: %v %+v", mth, c)
+			}
+		}
 		specializedGathers.Store(true)
 		swappedWide16.Store(swappedWide16Default)
+		swappedWT.Store(swappedWTDefault)
 		// The 192-row tile has no plain twin: a gather of more than 27
 		// taps keeps the 128-row tiles, a forced one is an error naming it,
 		// and EnvTallGathers off keeps them too.

@@ -641,8 +641,10 @@ __device__ __forceinline__ void sw_store(const GatherParams& p, const float (&ac
 // rows. The same products as the shared-memory kernel, in other K steps:
 // the sums may differ from its in the last bits.
 // SW: swapped operands (the *_sw kernels, kernels.SwappedName; tiles of
-// 128 rows and 64 columns or 256 rows and 128 columns, the weight as
-// stored, unsplit, no stream-K, 16-byte rows). A consumer warpgroup per 64
+// 128 rows and 64 columns or 256 rows and 128 columns, unsplit, no
+// stream-K, 16-byte rows; with WT, the 16-bit input gradients' *_wt_sw
+// kernels, kernels.SwappedTransposedName: the weight's MN-major stage is
+// wgmma's A, read transposed, PERF_NOTES step 139). A consumer warpgroup per 64
 // output columns multiplies its part of the transposed tile, Dᵀ (64 × BM)
 // = Wᵀ · Xᵀ: its 64 columns of the weight's stage (128 bytes of K each)
 // are wgmma's A and all the tile's gathered rows its B, in the stages the
@@ -664,8 +666,8 @@ __device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMa
   static_assert(sizeof(Meta) <= L::kHead && sizeof(Index) <= L::kIndex, "tile description layout");
   static_assert(!RA || (C::kMath == Math::TF32 && !WT && !SK && !HS && C::BN == 128),
                 "register A: tf32, 128 columns, the weight as stored, no stream-K or half skip");
-  static_assert(!SW || (!WT && !SK && !HS && !RA && ((C::BM == 128 && C::BN == 64) || (C::BM == 256 && C::BN == 128))),
-                "swapped operands: tiles of 128 rows and 64 columns or 256 and 128, the weight as stored, unsplit");
+  static_assert(!SW || (!SK && !HS && !RA && ((C::BM == 128 && C::BN == 64) || (C::BM == 256 && C::BN == 128))),
+                "swapped operands: tiles of 128 rows and 64 columns or 256 and 128, unsplit");
   // Consumer warps: the tile's WM, or the swapped kernels' warpgroup per
   // 64 output columns.
   constexpr int kConsWarps = SW ? 4 * C::BN / 64 : C::kWarps, kConsThreads = 32 * kConsWarps;
@@ -964,10 +966,13 @@ __device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMa
         mbar_wait(full + s, parity);
         FG_TL(1);
         fence_proxy_async();
-        // This warpgroup's 64 columns of the weight (one warpgroup: all).
+        // This warpgroup's 64 columns of the weight (one warpgroup: all):
+        // rows 64·wg … of a K-major stage, or the wg-th 64-column block
+        // of an MN-major one (WT: wgmma's A transposed), which start at
+        // the same element offset, 64·wg·BK.
         const int wcol = kConsWarps == 4 ? 0 : (warp >> 2) * 64;
-        wgmma_stage<CT, false, false>(&acc[0][0][0], smem_addr(Bs + s * L::BSt + wcol * BK), smem_addr(As + s * L::ASt),
-                                      16, 16);
+        wgmma_stage<CT, WT, false>(&acc[0][0][0], smem_addr(Bs + s * L::BSt + wcol * BK), smem_addr(As + s * L::ASt),
+                                   WT ? C::kMnLbo : 16, 16);
         wgmma_wait<1>();
         FG_TL(2);
         if (prev >= 0 && lane == 0) mbar_arrive(empty + prev);
@@ -1240,6 +1245,18 @@ __device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMa
     constexpr int kIndices = fg::ws_indices<Cfg, PW>(MINB);                                                    \
     fg::gather_gemm_ws<Cfg, PW, false, kDescriptions, kIndices, false, false, false, true>(p, maps, next,      \
                                                                                           fg::StreamK{});      \
+  }
+// The swapped twin of NAME_wt (kernels.SwappedTransposedName, 16-bit):
+// the weight read transposed, its MN-major stage wgmma's A.
+#define FG_GATHER_WS_SWT_KERNEL(NAME, MATH, BM, BN, BK, WM, S, PW, MINB)                                       \
+  extern "C" __global__ void __launch_bounds__(32 * (4 * (BN) / 64 + (PW)), MINB)                              \
+      NAME(const fg::GatherParams p, const __grid_constant__ fg::WsMaps maps, unsigned* next) {                \
+    fg_await_prior_grid();                                                                                     \
+    using Cfg = fg::TileCfg<MATH, BM, BN, BK, WM, 1, S, true>;                                                 \
+    constexpr int kDescriptions = fg::ws_descriptions<Cfg, PW>(MINB);                                          \
+    constexpr int kIndices = fg::ws_indices<Cfg, PW>(MINB);                                                    \
+    fg::gather_gemm_ws<Cfg, PW, true, kDescriptions, kIndices, false, false, false, true>(p, maps, next,       \
+                                                                                         fg::StreamK{});       \
   }
 // The stream-K twins (MINB = 1 only: every block resident; WT as above).
 #define FG_GATHER_WS_SK_KERNEL(NAME, MATH, BM, BN, BK, WM, S, PW, WT)                                          \

@@ -323,6 +323,10 @@ func TestTileTableMirrorsCpp(t *testing.T) {
 					// consumer warpgroup), and the 256×128 ones (two).
 					{"FG_GATHER_WS_SW_KERNEL", SwappedName(m, tile), tile.HasSwapped(m), tile.Supports(m) && (tile.BM == 128 && tile.BN == 64 || wide),
 						tile.SwappedThreads(), 32 * (4*tile.BN/64 + tile.Producers)},
+					// Swapped, weight read transposed: the same tiles, 16-bit.
+					{"FG_GATHER_WS_SWT_KERNEL", SwappedTransposedName(m, tile), tile.HasSwappedTransposed(m),
+						tile.Supports(m) && (tile.BM == 128 && tile.BN == 64 || wide) && m.ElemSize() == 2,
+						tile.SwappedThreads(), 32 * (4*tile.BN/64 + tile.Producers)},
 				} {
 					line := tw.macro + "(" + tw.name + ","
 					require.Equal(t, tw.want, tw.has, "%s: %s %v", tw.macro, tile.Name(), m)

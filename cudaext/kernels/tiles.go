@@ -622,8 +622,9 @@ func (t Tile) RegisterAThreads() int { return 32 * (t.WM*t.WN + 4) }
 // transposed tile (their columns of the weight's stage as wgmma's A, all
 // the gathered rows as its B), so that each stage's weight is read from
 // shared memory once instead of once per 64 rows. It reads the weight as
-// stored (16-bit input gradients, which read it transposed, keep the plain
-// kernel) and serves unsplit gathers over 16-byte rows only.
+// stored (16-bit input gradients, which read it transposed, have
+// HasSwappedTransposed twins) and serves unsplit gathers over 16-byte rows
+// only.
 func (t Tile) HasSwapped(m Math) bool {
 	return t.Producers > 0 && t.Supports(m) && (t.BM == 128 && t.BN == 64 || t.wideSwapped(m))
 }
@@ -632,6 +633,20 @@ func (t Tile) HasSwapped(m Math) bool {
 // of tile t (HasSwapped): KernelName(Gather, m, t) + "_sw".
 func SwappedName(m Math, t Tile) string {
 	return KernelName(Gather, m, t) + "_sw"
+}
+
+// HasSwappedTransposed reports whether the gather of tile t in arithmetic
+// m that reads its weight transposed (TransposedName) has a swapped twin
+// (SwappedTransposedName; gather_ws.cuh SW with WT): a tile with a
+// swapped twin (HasSwapped) in a 16-bit arithmetic, whose weight stage,
+// MN-major when read transposed, wgmma can take as a transposed A.
+func (t Tile) HasSwappedTransposed(m Math) bool { return t.HasSwapped(m) && t.HasTransposed(m) }
+
+// SwappedTransposedName returns the symbol of the swapped twin of the
+// gather kernel of tile t that reads its weight transposed
+// (HasSwappedTransposed): TransposedName(m, t) + "_sw".
+func SwappedTransposedName(m Math, t Tile) string {
+	return TransposedName(m, t) + "_sw"
 }
 
 // SwappedThreads returns the threads per block of tile t's swapped twin:
@@ -703,6 +718,10 @@ func GenerateHopperInstances(m Math) []byte {
 			}
 			if t.HasSwapped(m) {
 				fmt.Fprintf(&b, "FG_GATHER_WS_SW_KERNEL(%s, %s, %d, %d, %d, %d, %d, %d, %d)\n", SwappedName(m, t), m.cppName(),
+					t.BM, t.BN, t.BK, t.WM, t.Stages, t.Producers, blocks)
+			}
+			if t.HasSwappedTransposed(m) {
+				fmt.Fprintf(&b, "FG_GATHER_WS_SWT_KERNEL(%s, %s, %d, %d, %d, %d, %d, %d, %d)\n", SwappedTransposedName(m, t), m.cppName(),
 					t.BM, t.BN, t.BK, t.WM, t.Stages, t.Producers, blocks)
 			}
 			if t.HasStreamK(m) {
