@@ -727,8 +727,8 @@ func (e *Engine) runGather(j gatherJob) error {
 	}
 	if d.swapped && swappedWT.Load() && j.wt && name == kernels.TransposedName(j.math, t) && t.HasSwappedTransposed(j.math) &&
 		p.Vec == 1 && splits == 1 && skBlocks == 0 {
-		// The same for a 16-bit input gradient (EnvSwappedWT): the weight's
-		// MN-major stage is wgmma's A, read transposed.
+		// The same for a 16-bit input gradient (EnvSwappedWT, step 139):
+		// the weight's MN-major stage is wgmma's A, read transposed.
 		name, threads = kernels.SwappedTransposedName(j.math, t), t.SwappedThreads()
 		d.swappedLaunches++
 	}

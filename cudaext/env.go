@@ -576,13 +576,16 @@ const swappedWide16Default = true
 // the gather allows, as EnvSwappedGathers does for the other gathers
 // ("1"), and then gives the fixed heuristic's 16-bit input gradients of
 // 128–255 columns over many rows the 256×128 tile too where
-// EnvSwappedWide16 is on; or neither ("0"); unset, swappedWTDefault
-// (docs/PERF_NOTES.md step 139). It needs EnvSwappedGathers on.
+// EnvSwappedWide16 is on; or neither ("0"); unset, swappedWTDefault (on;
+// docs/PERF_NOTES.md step 139). It needs EnvSwappedGathers on.
 const EnvSwappedWT = "FLEXGEMM_SWAPPED_WT"
 
-// swappedWTDefault is EnvSwappedWT's setting when unset: off until an A/B
-// on the H200 shows the swapped input gradients faster (step 139).
-const swappedWTDefault = false
+// swappedWTDefault is EnvSwappedWT's setting when unset. Measured (H200,
+// session 68, call 4, docs/PERF_NOTES.md step 139; three alternated rounds,
+// medians): fp16 (512, 128, 2) training 6.131 → 5.851 ms (−4.6 %), bf16
+// −4.4 %, (1024, 64, 2) −2.9 / −2.1 %; the RES 1024 C 64 input gradient
+// 1.805 → 1.636 device-ms on its default tile (BenchmarkConvTiles, f16).
+const swappedWTDefault = true
 
 // swappedWT says whether the 16-bit input gradients run their tiles'
 // swapped twins (EnvSwappedWT and EnvSwappedGathers, read by Open).

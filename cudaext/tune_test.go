@@ -580,13 +580,14 @@ func TestDefaultTiles(t *testing.T) {
 			}
 			require.Equal(t, tc.want, got.Name(), "swapped wide 16: %+v", tc)
 		}
-		// EnvSwappedWT (off by default) gives the 16-bit input gradients
+		// EnvSwappedWT (on by default) gives the 16-bit input gradients
 		// the 256×128 tile too (their swapped twins run them), and only
 		// where EnvSwappedWide16 is on.
 		for _, c := range []struct {
 			wide16, wt bool
 			want       string
 		}{{true, true, "m256n128k64w16x1s4hp4"}, {true, false, "m192n128k64w12x1s4hp4"}, {false, true, "m192n128k64w12x1s4hp4"}} {
+			specializedGathers.Store(true)
 			swappedWide16.Store(c.wide16)
 			swappedWT.Store(c.wt)
 			for _, mth := range []kernels.Math{kernels.F16, kernels.BF16} {
