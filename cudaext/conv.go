@@ -93,19 +93,21 @@ const (
 	useIm2colWGrad
 	// useGatherWT: a gather that reads the weight transposed (the 16-bit
 	// input gradients; tf32 ones multiply a transposed copy and are
-	// useGather): as useGather, but no swapped twin can run it, so the
-	// tiles that are there for their swapped twins are not its default.
+	// useGather): as useGather, but only the swapped twins of EnvSwappedWT
+	// can run it, so the tiles that are there for their swapped twins are
+	// its default only where that switch is on.
 	useGatherWT
 )
 
 // gathers reports whether u is a gather GEMM (useGather, useGatherWT).
 func (u tileUse) gathers() bool { return u == useGather || u == useGatherWT }
 
-// gatherUse returns the tileUse of a gather in arithmetic mth that reads
-// the weight transposed when wt (an input gradient): useGatherWT for a
-// 16-bit one, else useGather.
-func gatherUse(mth kernels.Math, wt bool) tileUse {
-	if wt && mth.ElemSize() == 2 {
+// gatherUse returns the tileUse of a gather of esz-byte elements that is
+// an input gradient when wt: useGatherWT for a 16-bit one (it reads the
+// weight transposed), else useGather. InputGrad and the autotuner's
+// shapeOf both ask it.
+func gatherUse(esz int, wt bool) tileUse {
+	if wt && esz == 2 {
 		return useGatherWT
 	}
 	return useGather
@@ -718,19 +720,22 @@ func (e *Engine) runGather(j gatherJob) error {
 		name, threads = kernels.RegisterAName(j.math, t), t.RegisterAThreads()
 		d.registerALaunches++
 	}
-	if d.swapped && name == plain && t.HasSwapped(j.math) && !j.wt &&
-		p.Vec == 1 && splits == 1 && skBlocks == 0 {
+	if d.swapped && p.Vec == 1 && splits == 1 && skBlocks == 0 {
 		// The swapped twin (gather_ws.cuh SW): same arguments, a consumer
-		// warpgroup per 64 columns multiplying the transposed tile.
-		name, threads = kernels.SwappedName(j.math, t), t.SwappedThreads()
-		d.swappedLaunches++
-	}
-	if d.swapped && swappedWT.Load() && j.wt && name == kernels.TransposedName(j.math, t) && t.HasSwappedTransposed(j.math) &&
-		p.Vec == 1 && splits == 1 && skBlocks == 0 {
-		// The same for a 16-bit input gradient (EnvSwappedWT, step 139):
-		// the weight's MN-major stage is wgmma's A, read transposed.
-		name, threads = kernels.SwappedTransposedName(j.math, t), t.SwappedThreads()
-		d.swappedLaunches++
+		// warpgroup per 64 columns multiplying the transposed tile; for a
+		// 16-bit input gradient (EnvSwappedWT, step 139) the weight's
+		// MN-major stage is wgmma's A, read transposed.
+		sw := ""
+		switch {
+		case !j.wt && name == plain && t.HasSwapped(j.math):
+			sw = kernels.SwappedName(j.math, t)
+		case j.wt && swappedWT.Load() && name == kernels.TransposedName(j.math, t) && t.HasSwappedTransposed(j.math):
+			sw = kernels.SwappedTransposedName(j.math, t)
+		}
+		if sw != "" {
+			name, threads = sw, t.SwappedThreads()
+			d.swappedLaunches++
+		}
 	}
 	args := []any{&p}
 	grid := dim3{X: int(tiles), Y: splits}
@@ -1424,7 +1429,7 @@ func (e *Engine) InputGrad(m *kmap.Map, dy, w sparse.Matrix, o Options) (sparse.
 	if alg == sparse.Explicit {
 		kc = V * co
 	}
-	tile, err := e.chooseTile(o, math, gatherUse(math, true), M, ci, kc, gatherTaps(alg, V))
+	tile, err := e.chooseTile(o, math, gatherUse(math.ElemSize(), true), M, ci, kc, gatherTaps(alg, V))
 	if err != nil {
 		return sparse.Matrix{}, err
 	}

@@ -400,7 +400,8 @@ func registerAFromEnv() (bool, error) {
 // (tf32: EnvSwappedWide; 16-bit: EnvSwappedWide16), where the gather
 // allows ("1";
 // kernels.SwappedName: unsplit, no stream-K, the weight as stored — every
-// tf32 gather, the 16-bit forward ones —, 16-byte rows), or never
+// tf32 gather, the 16-bit forward ones; the 16-bit input gradients' under
+// EnvSwappedWT —, 16-byte rows), or never
 // ("0"; unset: swappedGathersDefault, on). A consumer warpgroup per 64
 // output columns multiplies the transposed tile, reading each weight stage
 // from shared memory once (docs/PERF_NOTES.md, steps 125, 127 and 138).
@@ -558,8 +559,8 @@ var swappedWide atomic.Bool
 // tile, whose swapped twin runs them where EnvSwappedGathers is on too
 // ("1"), or leaves them the 192×128 tile of EnvTallMany ("0"); unset,
 // swappedWide16Default (on). The input gradients, which read the weight
-// transposed (no swapped twin), keep the 192×128 tile either way
-// (docs/PERF_NOTES.md step 138).
+// transposed, take it only where EnvSwappedWT runs their swapped twins
+// too (docs/PERF_NOTES.md steps 138 and 139).
 const EnvSwappedWide16 = "FLEXGEMM_SWAPPED_WIDE16"
 
 // swappedWide16Default is EnvSwappedWide16's setting when unset. Measured

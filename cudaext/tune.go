@@ -538,13 +538,10 @@ func shapeOf(k autotune.Key, alg sparse.Algorithm, rows int64, esz int) gemmShap
 		return gemmShape{family: kernels.Pairs, use: usePairs, rows: co, cols: ci, taps: V, kLen: rows, kTaps: 1}
 	}
 	cols, kc := co, ci
-	use := useGather
 	if k.Dir == autotune.DGrad {
 		cols, kc = ci, co
-		if esz == 2 {
-			use = useGatherWT // the 16-bit input gradient reads the weight transposed
-		}
 	}
+	use := gatherUse(esz, k.Dir == autotune.DGrad)
 	if alg == sparse.Explicit {
 		return gemmShape{family: kernels.Gather, use: use, rows: rows, cols: cols, taps: 1, kLen: V * kc, kTaps: 1,
 			im2col: float64(rows) * float64(V*kc) * float64(esz)}

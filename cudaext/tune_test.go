@@ -512,73 +512,51 @@ func TestDefaultTiles(t *testing.T) {
 			specializedGathers.Store(true)
 			narrowPersistent.Store(narrowPersistentDefault)
 		}
-		// EnvSwappedWide (on by default): tf32 gathers of 128–255 columns over at least
-		// tallManyRows rows and 16-byte rows take the 256×128 tile (its
-		// swapped twin runs them); fewer rows, unaligned rows, more than
-		// 27 taps, 16 bits or the specialised tiles off keep the others.
+		// EnvSwappedWide and EnvSwappedWide16 (on by default): tf32 and
+		// 16-bit forward gathers of 128–255 columns over at least
+		// tallManyRows rows and 16-byte rows take their arithmetic's
+		// 256×128 tile (its swapped twin runs them); the 16-bit input
+		// gradient (useGatherWT: the weight read transposed, its twin off
+		// here), fewer rows, unaligned rows, more than 27 taps, the 16-bit
+		// switch off or the specialised tiles off keep the others. want ""
+		// is any tile but the arithmetic's 256×128 one.
 		swappedWide.Store(true)
-		swappedWide16.Store(false)
-		for _, tc := range []struct {
-			mth            kernels.Math
-			rows, cols, kc int64
-			taps           int64
-			ws             bool
-			want           string
-		}{
-			{kernels.TF32, 1026536, 128, 128, 27, true, "m256n128k32w16x1s4hp4"},
-			{kernels.TF32, 1026536, 200, 96, 27, true, "m256n128k32w16x1s4hp4"},
-			{kernels.TF32, tallManyRows - 1, 128, 128, 27, true, "m128n128k32w8x1s6hp4"},
-			{kernels.TF32, 1026536, 128, 126, 27, true, "m128n128k32w8x1s6hp4"},
-			{kernels.TF32, 1026536, 128, 128, 28, true, "m128n128k32w8x1s6hp4"}, // its plain twin serves the taps
-			{kernels.TF32, 1026536, 256, 128, 27, true, "m128n256k32w8x1s4hp4"},
-			{kernels.TF32, 1026536, 128, 128, 27, false, ""},                    // "": not the 256×128 tile
-			{kernels.F16, 1026536, 128, 128, 27, true, "m192n128k64w12x1s4hp4"}, // EnvSwappedWide16 off here
-		} {
-			specializedGathers.Store(tc.ws)
-			got, err := gpu.chooseTile(Options{}, tc.mth, useGather, tc.rows, tc.cols, tc.kc, tc.taps)
-			require.NoError(t, err)
-			if tc.want == "" {
-				require.NotEqual(t, "m256n128k32w16x1s4hp4", got.Name(), "swapped wide: %+v", tc)
-				continue
-			}
-			require.Equal(t, tc.want, got.Name(), "swapped wide: %+v", tc)
-		}
-		specializedGathers.Store(true)
-		swappedWide.Store(swappedWideDefault)
-		// EnvSwappedWide16 (on by default): 16-bit forward gathers of
-		// 128–255 columns over at least tallManyRows rows and 16-byte rows
-		// take the 16-bit 256×128 tile (its swapped twin runs them); the
-		// input gradient (useGatherWT: the weight read transposed, no
-		// swapped twin), fewer rows, unaligned rows, more than 27 taps, tf32
-		// or the specialised tiles off keep the others.
-		swappedWide16.Store(true)
 		swappedWT.Store(false)
 		for _, tc := range []struct {
 			mth            kernels.Math
 			use            tileUse
 			rows, cols, kc int64
 			taps           int64
-			ws             bool
+			ws, wide16     bool
 			want           string
 		}{
-			{kernels.F16, useGather, 1026536, 128, 128, 27, true, "m256n128k64w16x1s4hp4"},
-			{kernels.BF16, useGather, 1026536, 200, 96, 27, true, "m256n128k64w16x1s4hp4"},
-			{kernels.F16, useGatherWT, 1026536, 128, 128, 27, true, "m192n128k64w12x1s4hp4"},
-			{kernels.F16, useGather, tallManyRows - 1, 128, 128, 27, true, "m128n128k64w8x1s6hp4"},
-			{kernels.F16, useGather, 1026536, 128, 100, 27, true, "m192n128k64w12x1s4hp4"},
-			{kernels.F16, useGather, 1026536, 128, 128, 28, true, "m128n128k64w8x1s6hp4"},
-			{kernels.F16, useGather, 1026536, 256, 128, 27, true, "m128n256k64w8x1s4hp4"},
-			{kernels.TF32, useGather, 1026536, 128, 128, 27, true, "m256n128k32w16x1s4hp4"},
-			{kernels.F16, useGather, 1026536, 128, 128, 27, false, ""}, // "": not the 256×128 tile
+			{kernels.TF32, useGather, 1026536, 128, 128, 27, true, false, "m256n128k32w16x1s4hp4"},
+			{kernels.TF32, useGather, 1026536, 200, 96, 27, true, false, "m256n128k32w16x1s4hp4"},
+			{kernels.TF32, useGather, tallManyRows - 1, 128, 128, 27, true, false, "m128n128k32w8x1s6hp4"},
+			{kernels.TF32, useGather, 1026536, 128, 126, 27, true, false, "m128n128k32w8x1s6hp4"},
+			{kernels.TF32, useGather, 1026536, 128, 128, 28, true, false, "m128n128k32w8x1s6hp4"}, // its plain twin serves the taps
+			{kernels.TF32, useGather, 1026536, 256, 128, 27, true, false, "m128n256k32w8x1s4hp4"},
+			{kernels.TF32, useGather, 1026536, 128, 128, 27, false, false, ""},
+			{kernels.F16, useGather, 1026536, 128, 128, 27, true, false, "m192n128k64w12x1s4hp4"}, // EnvSwappedWide16 off
+			{kernels.F16, useGather, 1026536, 128, 128, 27, true, true, "m256n128k64w16x1s4hp4"},
+			{kernels.BF16, useGather, 1026536, 200, 96, 27, true, true, "m256n128k64w16x1s4hp4"},
+			{kernels.F16, useGatherWT, 1026536, 128, 128, 27, true, true, "m192n128k64w12x1s4hp4"},
+			{kernels.F16, useGather, tallManyRows - 1, 128, 128, 27, true, true, "m128n128k64w8x1s6hp4"},
+			{kernels.F16, useGather, 1026536, 128, 100, 27, true, true, "m192n128k64w12x1s4hp4"},
+			{kernels.F16, useGather, 1026536, 128, 128, 28, true, true, "m128n128k64w8x1s6hp4"},
+			{kernels.F16, useGather, 1026536, 256, 128, 27, true, true, "m128n256k64w8x1s4hp4"},
+			{kernels.TF32, useGather, 1026536, 128, 128, 27, true, true, "m256n128k32w16x1s4hp4"},
+			{kernels.F16, useGather, 1026536, 128, 128, 27, false, true, ""},
 		} {
 			specializedGathers.Store(tc.ws)
+			swappedWide16.Store(tc.wide16)
 			got, err := gpu.chooseTile(Options{}, tc.mth, tc.use, tc.rows, tc.cols, tc.kc, tc.taps)
 			require.NoError(t, err)
 			if tc.want == "" {
-				require.NotEqual(t, "m256n128k64w16x1s4hp4", got.Name(), "swapped wide 16: %+v", tc)
+				require.NotEqual(t, fmt.Sprintf("m256n128k%dw16x1s4hp4", 128/tc.mth.ElemSize()), got.Name(), "swapped wide: %+v", tc)
 				continue
 			}
-			require.Equal(t, tc.want, got.Name(), "swapped wide 16: %+v", tc)
+			require.Equal(t, tc.want, got.Name(), "swapped wide: %+v", tc)
 		}
 		// EnvSwappedWT (on by default) gives the 16-bit input gradients
 		// the 256×128 tile too (their swapped twins run them), and only
@@ -597,6 +575,7 @@ func TestDefaultTiles(t *testing.T) {
 			}
 		}
 		specializedGathers.Store(true)
+		swappedWide.Store(swappedWideDefault)
 		swappedWide16.Store(swappedWide16Default)
 		swappedWT.Store(swappedWTDefault)
 		// The 192-row tile has no plain twin: a gather of more than 27
