@@ -1,0 +1,75 @@
+package cudaext
+
+// The tap-pairs weight gradient's launch plan (tappairs.go): its kernels,
+// their shared memory and the split heuristic. No build tag, so the tests
+// of the heuristic run without a GPU.
+
+import (
+	"fmt"
+
+	"github.com/flexgemm-go/flexgemm/cudaext/kernels"
+)
+
+const (
+	// tapPairsModule is the module of the kernels.
+	tapPairsModule = "tappairs_sm90a"
+	// tapPairsBK, tapPairsStages: the kernels' rows a stage and stages
+	// (fg::TileCfg BK, S).
+	tapPairsBK, tapPairsStages = 64, 4
+	// tapPairsList is fg::kTapPairsList: the most row tiles one block's
+	// split may span.
+	tapPairsList = 1024
+	// tapPairsWaves is the heuristic's blocks per SM (one block fits an
+	// SM at the 128 edge, two at 64): the splits of the pairs whose tiles
+	// hold fewer of their taps end early, and the later waves fill in.
+	tapPairsWaves = 4
+	// tapPairsPartBytes caps the float32 partials.
+	tapPairsPartBytes = 256 << 20
+)
+
+// tapPairsEdge returns the kernel's tile edge (its BM = BN) for a weight
+// gradient of co output and ci input channels: 128 where both are
+// multiples of 128, 64 where both are of 64, else 0 (no kernel).
+func tapPairsEdge(co, ci int64) int64 {
+	switch {
+	case co%128 == 0 && ci%128 == 0:
+		return 128
+	case co%64 == 0 && ci%64 == 0:
+		return 64
+	}
+	return 0
+}
+
+// tapPairsSmem mirrors fg::TapPairsCfg::kSmem for the tile edge: the
+// stages (dy and two taps of x, 16-bit), three index rings of 2·S slots,
+// the tile list and its count, and the 1 KiB alignment of the stages.
+func tapPairsSmem(edge int64) int {
+	const bk, s = tapPairsBK, tapPairsStages
+	return int(s*(bk*edge+2*bk*edge)*2 + 3*2*s*bk*4 + tapPairsList*4 + 16 + 1024)
+}
+
+// tapPairsKernel is the kernel of arithmetic m and tile edge.
+func tapPairsKernel(m kernels.Math, edge int64) string {
+	return fmt.Sprintf("spconv_tappairs_%v_m%dn%dk%ds%d", m, edge, edge, tapPairsBK, tapPairsStages)
+}
+
+// tapPairsSplits returns the split slices per pair of taps: blocks for
+// waves per SM over pairs·cols (pair, column tile) slices, at least the
+// slices that keep each under tapPairsList of the nt row tiles and at most
+// nt, and float32 partials (partElems per slice) within partBytes; 0 when
+// those bounds cross (the pairs kernels then run). user > 0 is taken as
+// it is, within the same bounds.
+func tapPairsSplits(user int, nt, pairs, cols, partElems, sms, waves, partBytes int64) int64 {
+	least := max((nt+tapPairsList-1)/tapPairsList, 1)
+	most := min(max(nt, 1), partBytes/max(4*partElems, 1))
+	per := max(pairs*cols, 1)
+	s := (waves*sms + per - 1) / per
+	if user > 0 {
+		s = int64(user)
+	}
+	s = min(max(s, least), most)
+	if s < least || s > 65535 {
+		return 0
+	}
+	return s
+}

@@ -1,0 +1,57 @@
+package cudaext
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestTapPairsSplits checks the tap-pairs split heuristic's bounds: the
+// waves' blocks where they fit, at least the slices that keep a block's
+// tiles within the kernel's list, at most one slice a tile, partials
+// within their cap, and 0 where those bounds cross.
+func TestTapPairsSplits(t *testing.T) {
+	for _, tc := range []struct {
+		name                                                    string
+		user                                                    int
+		nt, pairs, cols, partElems, sms, waves, partBytes, want int64
+	}{
+		{"waves", 0, 5000, 14, 1, 1000, 132, 4, 1 << 30, 38},
+		{"few tiles", 0, 20, 14, 1, 1000, 132, 4, 1 << 30, 20},
+		{"list bound", 0, 100000, 14, 1, 1000, 132, 4, 1 << 30, 98},
+		{"user", 3, 5000, 14, 1, 1000, 132, 4, 1 << 30, 5},
+		{"user within", 7, 5000, 14, 1, 1000, 132, 4, 1 << 30, 7},
+		{"user past tiles", 90, 50, 14, 1, 1000, 132, 4, 1 << 30, 50},
+		{"partials cap", 0, 5000, 14, 1, 1 << 20, 132, 4, 32 << 20, 8},
+		{"bounds cross", 0, 100000, 14, 1, 1 << 20, 132, 4, 16 << 20, 0},
+		{"column tiles", 0, 5000, 14, 4, 1000, 132, 4, 1 << 30, 10},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := tapPairsSplits(tc.user, tc.nt, tc.pairs, tc.cols, tc.partElems, tc.sms, tc.waves, tc.partBytes)
+			require.Equal(t, tc.want, got)
+		})
+	}
+}
+
+// TestTapPairsMirrorsCpp checks the constants tapPairsSmem mirrors against
+// kernels/tappairs_sm90a.cu.
+func TestTapPairsMirrorsCpp(t *testing.T) {
+	src, err := os.ReadFile(filepath.Join("kernels", "tappairs_sm90a.cu"))
+	require.NoError(t, err)
+	for _, expr := range []string{
+		"constexpr int kTapPairsList = 1024;",
+		"static constexpr int R = 2 * C::S;",
+		"C::S * (kASt + 2 * kBSt) * C::kElem + 3 * R * C::BK * 4 + kTapPairsList * 4 + 16 + 1024;",
+		"fg::TileCfg<MATH, BM, BN, 64, WM, 1, S, true>",
+		"FG_TAPPAIRS_KERNEL(spconv_tappairs_f16_m128n128k64s4, fg::Math::F16, 128, 128, 8, 4)",
+	} {
+		require.Containsf(t, string(src), expr, "tappairs_sm90a.cu changed what tappairs_plan.go mirrors")
+	}
+	require.Equal(t, 1024, tapPairsList)
+	require.Equal(t, 64, tapPairsBK)
+	require.Equal(t, 4, tapPairsStages)
+	// 128 edge: stages 4·(8 + 16 KiB)·2, rings 3·8·64·4, list 4 KiB, 16, 1 KiB.
+	require.Equal(t, 196608+6144+4096+16+1024, tapPairsSmem(128))
+}
