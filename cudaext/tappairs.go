@@ -134,7 +134,7 @@ func (e *Engine) runTapPairs(t tapPairsTables, math kernels.Math, x, dy devPtr, 
 		TileBits: uint64(bits.ptr), M: rows, Co: co, Ci: ci, V: V, H: H, Nt: nt, Splits: splits,
 	}
 	name := tapPairsKernel(math, edge)
-	if err := d.launch(name, dim3{X: int(pairs), Y: int(splits), Z: int(cols)}, dim3{X: int(edge / 16 * 32)}, tapPairsSmem(edge), &p); err != nil {
+	if err := d.launch(name, dim3{X: int(pairs), Y: int(splits), Z: int(cols)}, dim3{X: tapPairsThreads(edge)}, tapPairsSmem(edge), &p); err != nil {
 		return err
 	}
 	d.tapPairsLaunches++

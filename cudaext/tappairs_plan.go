@@ -16,6 +16,8 @@ const (
 	// tapPairsBK, tapPairsStages: the kernels' rows a stage and stages
 	// (fg::TileCfg BK, S).
 	tapPairsBK, tapPairsStages = 64, 4
+	// tapPairsProducers is the kernels' producer warps.
+	tapPairsProducers = 4
 	// tapPairsList is fg::kTapPairsList: the most row tiles one block's
 	// split may span.
 	tapPairsList = 1024
@@ -41,16 +43,21 @@ func tapPairsEdge(co, ci int64) int64 {
 }
 
 // tapPairsSmem mirrors fg::TapPairsCfg::kSmem for the tile edge: the
-// stages (dy and two taps of x, 16-bit), three index rings of 2·S slots,
-// the tile list and its count, and the 1 KiB alignment of the stages.
+// stages (dy and two taps of x, 16-bit), three index rings of 3·S slots,
+// the tile list, the stages' full and empty barriers, the list's count,
+// and the 1 KiB alignment of the stages.
 func tapPairsSmem(edge int64) int {
 	const bk, s = tapPairsBK, tapPairsStages
-	return int(s*(bk*edge+2*bk*edge)*2 + 3*2*s*bk*4 + tapPairsList*4 + 16 + 1024)
+	return int(s*(bk*edge+2*bk*edge)*2 + 3*3*s*bk*4 + tapPairsList*4 + 16*s + 16 + 1024)
 }
+
+// tapPairsThreads is the kernel's block for the tile edge: a consumer
+// warpgroup per 64 rows of dy's columns and tapPairsProducers warps.
+func tapPairsThreads(edge int64) int { return int(edge/64*128 + 32*tapPairsProducers) }
 
 // tapPairsKernel is the kernel of arithmetic m and tile edge.
 func tapPairsKernel(m kernels.Math, edge int64) string {
-	return fmt.Sprintf("spconv_tappairs_%v_m%dn%dk%ds%d", m, edge, edge, tapPairsBK, tapPairsStages)
+	return fmt.Sprintf("spconv_tappairs_%v_m%dn%dk%ds%dp%d", m, edge, edge, tapPairsBK, tapPairsStages, tapPairsProducers)
 }
 
 // tapPairsSplits returns the split slices per pair of taps: blocks for

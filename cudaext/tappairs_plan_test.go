@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/flexgemm-go/flexgemm/cudaext/kernels"
 	"github.com/stretchr/testify/require"
 )
 
@@ -42,16 +43,22 @@ func TestTapPairsMirrorsCpp(t *testing.T) {
 	require.NoError(t, err)
 	for _, expr := range []string{
 		"constexpr int kTapPairsList = 1024;",
-		"static constexpr int R = 2 * C::S;",
-		"C::S * (kASt + 2 * kBSt) * C::kElem + 3 * R * C::BK * 4 + kTapPairsList * 4 + 16 + 1024;",
-		"fg::TileCfg<MATH, BM, BN, 64, WM, 1, S, true>",
-		"FG_TAPPAIRS_KERNEL(spconv_tappairs_f16_m128n128k64s4, fg::Math::F16, 128, 128, 8, 4)",
+		"static constexpr int R = 3 * C::S;",
+		"C::S * (kASt + 2 * kBSt) * C::kElem + 3 * R * C::BK * 4 + kTapPairsList * 4 + 16 * C::S + 16 + 1024;",
+		"fg::TileCfg<MATH, BM, BN, 64, WM, 1, S, true>, PW>",
+		"__launch_bounds__(32 * ((WM) + (PW)), 1)",
+		"FG_TAPPAIRS_KERNEL(spconv_tappairs_f16_m128n128k64s4p4, fg::Math::F16, 128, 128, 8, 4, 4)",
+		"FG_TAPPAIRS_KERNEL(spconv_tappairs_bf16_m64n64k64s4p4, fg::Math::BF16, 64, 64, 4, 4, 4)",
 	} {
 		require.Containsf(t, string(src), expr, "tappairs_sm90a.cu changed what tappairs_plan.go mirrors")
 	}
 	require.Equal(t, 1024, tapPairsList)
 	require.Equal(t, 64, tapPairsBK)
 	require.Equal(t, 4, tapPairsStages)
-	// 128 edge: stages 4·(8 + 16 KiB)·2, rings 3·8·64·4, list 4 KiB, 16, 1 KiB.
-	require.Equal(t, 196608+6144+4096+16+1024, tapPairsSmem(128))
+	// 128 edge: stages 4·(8 + 16 Ki elements)·2, rings 3·12·64·4, list 4 KiB,
+	// barriers 4·16, count 16, alignment 1 KiB.
+	require.Equal(t, 196608+9216+4096+64+16+1024, tapPairsSmem(128))
+	require.Equal(t, 384, tapPairsThreads(128))
+	require.Equal(t, 256, tapPairsThreads(64))
+	require.Equal(t, "spconv_tappairs_bf16_m64n64k64s4p4", tapPairsKernel(kernels.BF16, 64))
 }
