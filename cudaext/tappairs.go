@@ -111,7 +111,8 @@ func (e *Engine) runTapPairs(t tapPairsTables, math kernels.Math, x, dy devPtr, 
 	if edge == 64 {
 		perSM = 2
 	}
-	splits := tapPairsSplits(d.tapPairsSplits, nt, pairs, cols, co*V*ci, int64(d.info.SMs), tapPairsWaves*perSM, tapPairsPartBytes)
+	window := int64(windowPairsSplits(rows, co, ci, 2, co*V*ci, d.pairsWindowMin, d.pairsWindowRows))
+	splits := tapPairsSplits(d.tapPairsSplits, nt, pairs, cols, co*V*ci, int64(d.info.SMs), tapPairsWaves*perSM, tapPairsPartBytes, window)
 	if splits == 0 {
 		return fmt.Errorf("cudaext: tap-pairs weight gradient: %d row tiles of %d rows exceed the kernel's splits", nt, H)
 	}

@@ -43,12 +43,12 @@ func tapPairsEdge(co, ci int64) int64 {
 }
 
 // tapPairsSmem mirrors fg::TapPairsCfg::kSmem for the tile edge: the
-// stages (dy and two taps of x, 16-bit), three index rings of 3·S slots,
+// stages (dy and two taps of x, 16-bit), three index rings of 8·S slots,
 // the tile list, the stages' full and empty barriers, the list's count,
 // and the 1 KiB alignment of the stages.
 func tapPairsSmem(edge int64) int {
 	const bk, s = tapPairsBK, tapPairsStages
-	return int(s*(bk*edge+2*bk*edge)*2 + 3*3*s*bk*4 + tapPairsList*4 + 16*s + 16 + 1024)
+	return int(s*(bk*edge+2*bk*edge)*2 + 3*8*s*bk*4 + tapPairsList*4 + 16*s + 16 + 1024)
 }
 
 // tapPairsThreads is the kernel's block for the tile edge: a consumer
@@ -61,16 +61,19 @@ func tapPairsKernel(m kernels.Math, edge int64) string {
 }
 
 // tapPairsSplits returns the split slices per pair of taps: blocks for
-// waves per SM over pairs·cols (pair, column tile) slices, at least the
-// slices that keep each under tapPairsList of the nt row tiles and at most
-// nt, and float32 partials (partElems per slice) within partBytes; 0 when
-// those bounds cross (the pairs kernels then run). user > 0 is taken as
-// it is, within the same bounds.
-func tapPairsSplits(user int, nt, pairs, cols, partElems, sms, waves, partBytes int64) int64 {
+// waves per SM over pairs·cols (pair, column tile) slices, or atLeast
+// where that is more (the weight gradient's row windows, which keep the
+// blocks resident at a time on the rows of a few windows: L2 locality,
+// windowPairsSplits); at least the slices that keep each under
+// tapPairsList of the nt row tiles and at most nt, and float32 partials
+// (partElems per slice) within partBytes; 0 when those bounds cross (the
+// pairs kernels then run). user > 0 is taken as it is, within the same
+// bounds.
+func tapPairsSplits(user int, nt, pairs, cols, partElems, sms, waves, partBytes, atLeast int64) int64 {
 	least := max((nt+tapPairsList-1)/tapPairsList, 1)
 	most := min(max(nt, 1), partBytes/max(4*partElems, 1))
 	per := max(pairs*cols, 1)
-	s := (waves*sms + per - 1) / per
+	s := max((waves*sms+per-1)/per, atLeast)
 	if user > 0 {
 		s = int64(user)
 	}

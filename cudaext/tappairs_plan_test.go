@@ -15,22 +15,24 @@ import (
 // within their cap, and 0 where those bounds cross.
 func TestTapPairsSplits(t *testing.T) {
 	for _, tc := range []struct {
-		name                                                    string
-		user                                                    int
-		nt, pairs, cols, partElems, sms, waves, partBytes, want int64
+		name                                                             string
+		user                                                             int
+		nt, pairs, cols, partElems, sms, waves, partBytes, atLeast, want int64
 	}{
-		{"waves", 0, 5000, 14, 1, 1000, 132, 4, 1 << 30, 38},
-		{"few tiles", 0, 20, 14, 1, 1000, 132, 4, 1 << 30, 20},
-		{"list bound", 0, 100000, 14, 1, 1000, 132, 4, 1 << 30, 98},
-		{"user", 3, 5000, 14, 1, 1000, 132, 4, 1 << 30, 5},
-		{"user within", 7, 5000, 14, 1, 1000, 132, 4, 1 << 30, 7},
-		{"user past tiles", 90, 50, 14, 1, 1000, 132, 4, 1 << 30, 50},
-		{"partials cap", 0, 5000, 14, 1, 1 << 20, 132, 4, 32 << 20, 8},
-		{"bounds cross", 0, 100000, 14, 1, 1 << 20, 132, 4, 16 << 20, 0},
-		{"column tiles", 0, 5000, 14, 4, 1000, 132, 4, 1 << 30, 10},
+		{"waves", 0, 5000, 14, 1, 1000, 132, 4, 1 << 30, 0, 38},
+		{"few tiles", 0, 20, 14, 1, 1000, 132, 4, 1 << 30, 0, 20},
+		{"list bound", 0, 100000, 14, 1, 1000, 132, 4, 1 << 30, 0, 98},
+		{"user", 3, 5000, 14, 1, 1000, 132, 4, 1 << 30, 0, 5},
+		{"user within", 7, 5000, 14, 1, 1000, 132, 4, 1 << 30, 0, 7},
+		{"user past tiles", 90, 50, 14, 1, 1000, 132, 4, 1 << 30, 0, 50},
+		{"partials cap", 0, 5000, 14, 1, 1 << 20, 132, 4, 32 << 20, 0, 8},
+		{"bounds cross", 0, 100000, 14, 1, 1 << 20, 132, 4, 16 << 20, 0, 0},
+		{"column tiles", 0, 5000, 14, 4, 1000, 132, 4, 1 << 30, 0, 10},
+		{"windows", 0, 5000, 14, 1, 1000, 132, 4, 1 << 30, 126, 126},
+		{"windows past tiles", 0, 100, 14, 1, 1000, 132, 4, 1 << 30, 126, 100},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := tapPairsSplits(tc.user, tc.nt, tc.pairs, tc.cols, tc.partElems, tc.sms, tc.waves, tc.partBytes)
+			got := tapPairsSplits(tc.user, tc.nt, tc.pairs, tc.cols, tc.partElems, tc.sms, tc.waves, tc.partBytes, tc.atLeast)
 			require.Equal(t, tc.want, got)
 		})
 	}
@@ -43,7 +45,8 @@ func TestTapPairsMirrorsCpp(t *testing.T) {
 	require.NoError(t, err)
 	for _, expr := range []string{
 		"constexpr int kTapPairsList = 1024;",
-		"static constexpr int R = 3 * C::S;",
+		"static constexpr int R = 8 * C::S;",
+		"static constexpr int D = 2 * C::S;",
 		"C::S * (kASt + 2 * kBSt) * C::kElem + 3 * R * C::BK * 4 + kTapPairsList * 4 + 16 * C::S + 16 + 1024;",
 		"fg::TileCfg<MATH, BM, BN, 64, WM, 1, S, true>, PW>",
 		"__launch_bounds__(32 * ((WM) + (PW)), 1)",
@@ -55,9 +58,9 @@ func TestTapPairsMirrorsCpp(t *testing.T) {
 	require.Equal(t, 1024, tapPairsList)
 	require.Equal(t, 64, tapPairsBK)
 	require.Equal(t, 4, tapPairsStages)
-	// 128 edge: stages 4·(8 + 16 Ki elements)·2, rings 3·12·64·4, list 4 KiB,
+	// 128 edge: stages 4·(8 + 16 Ki elements)·2, rings 3·32·64·4, list 4 KiB,
 	// barriers 4·16, count 16, alignment 1 KiB.
-	require.Equal(t, 196608+9216+4096+64+16+1024, tapPairsSmem(128))
+	require.Equal(t, 196608+24576+4096+64+16+1024, tapPairsSmem(128))
 	require.Equal(t, 384, tapPairsThreads(128))
 	require.Equal(t, 256, tapPairsThreads(64))
 	require.Equal(t, "spconv_tappairs_bf16_m64n64k64s4p4", tapPairsKernel(kernels.BF16, 64))

@@ -53,8 +53,8 @@ template <class C, int PW> struct TapPairsCfg {
   static constexpr int kPT = 32 * PW;                 // producer threads
   static constexpr int kCT = C::kThreads;             // consumer threads
   static constexpr int kNT = kCT + kPT;               // threads
-  static constexpr int D = C::S - 1;                  // stages the producers load ahead of their index rings
-  static constexpr int R = 3 * C::S;                  // index ring slots (≥ 3·D + 1)
+  static constexpr int D = 2 * C::S;                  // iterations the table entries are loaded ahead
+  static constexpr int R = 8 * C::S;                  // index ring slots (≥ 3·D + 1)
   static_assert(R >= 3 * D + 1, "index ring too short");
   static constexpr int kASt = C::BK * C::BM, kBSt = C::BK * C::BN;  // elements per stage and operand
   static constexpr int kSmem =
