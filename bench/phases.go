@@ -132,7 +132,7 @@ func kernelKind(phase, name string) string {
 		return "transpose"
 	case strings.HasPrefix(name, "spconv_bias_grad"):
 		return "bias"
-	case strings.HasPrefix(name, "spconv_pairs_"), strings.HasPrefix(name, "spconv_tappairs_") && name != "spconv_tappairs_bits":
+	case strings.HasPrefix(name, "spconv_pairs_"):
 		return "gemm_wgrad"
 	case strings.HasPrefix(name, "spconv_gather_") && strings.HasPrefix(phase, "dgrad"):
 		return "gemm_dgrad"

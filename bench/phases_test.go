@@ -198,19 +198,3 @@ func TestProfileStepsChained(t *testing.T) {
 	chained.Chained = false
 	require.Equal(t, one, chained)
 }
-
-// TestKernelKind checks kernelKind's classes, the weight gradient's GEMMs
-// of both kernels (pairs lists, tap pairs) among them.
-func TestKernelKind(t *testing.T) {
-	for _, tc := range []struct{ phase, name, want string }{
-		{"wgrad0", "spconv_pairs_f16_m128n128k64w8x1s6h", "gemm_wgrad"},
-		{"wgrad0", "spconv_tappairs_bf16_m128n128k64s4p4", "gemm_wgrad"},
-		{"wgrad0", "spconv_tappairs_bits", "other"},
-		{"wgrad0", "spconv_reduce_f32", "reduce"},
-		{"dgrad1", "spconv_gather_f16_m256n128k64w16x1s4hp4_wt_sw", "gemm_dgrad"},
-		{"fwd1", "spconv_gather_f16_m256n128k64w16x1s4hp4_sw", "gemm_fwd"},
-		{"map", "kmap_nbr_fine", "kmap"},
-	} {
-		require.Equal(t, tc.want, kernelKind(tc.phase, tc.name), "%s in %s", tc.name, tc.phase)
-	}
-}

@@ -1599,18 +1599,6 @@ func (e *Engine) paramGrads(op string, m *kmap.Map, x, dy sparse.Matrix, o Optio
 				return biasAfter()
 			})
 		}
-		if e.useTapPairs(m, alg, math, co, ci) {
-			t, err := e.tapPairsTablesFor(m)
-			if err != nil {
-				return err
-			}
-			return e.d.onSide(rows, func() error {
-				if err := e.runTapPairs(t, math, xb.ptr, db.ptr, rows, V, co, ci, out); err != nil {
-					return err
-				}
-				return biasAfter()
-			})
-		}
 		pl, err := e.pairTables(m)
 		if err != nil {
 			return err

@@ -208,14 +208,6 @@ type Device struct {
 	// instrument).
 	hybridShare    float64
 	hybridLaunches int
-	// tapPairs: masked 16-bit weight gradients run the tap-pairs kernel
-	// (tappairs.go; EnvTapPairs) with tapPairsSplits split slices per pair
-	// (EnvTapPairsSplits, 0: tapPairsSplits chooses) over the forward's
-	// tiles of tapPairsRows rows (EnvTapPairsRows, 0: the least cached
-	// height); tapPairsLaunches counts its launches (a test instrument).
-	tapPairs                     bool
-	tapPairsSplits, tapPairsRows int
-	tapPairsLaunches             int
 	// statusHost (page-locked, stWords int32) and statusEv receive a status
 	// array without draining the stream (hashCoordsThen); made on first
 	// use.
@@ -324,26 +316,11 @@ func openDevice(ordinal int) (*Device, error) {
 	if err != nil {
 		return nil, err
 	}
-	tapPairs, err := tapPairsFromEnv()
-	if err != nil {
-		return nil, err
-	}
-	tapPairsSplits, err := tapPairsSplitsFromEnv()
-	if err != nil {
-		return nil, err
-	}
-	tapPairsRows, err := tapPairsRowsFromEnv()
-	if err != nil {
-		return nil, err
-	}
 	d := &Device{
 		cubSortFrom:                cubSortFrom,
 		halfSkip:                   halfSkip,
 		registerA:                  registerA,
 		swapped:                    swapped,
-		tapPairs:                   tapPairs,
-		tapPairsSplits:             tapPairsSplits,
-		tapPairsRows:               tapPairsRows,
 		occupancyCap:               occCap,
 		pdl:                        pdl,
 		perTapMaxBytes:             perTapMax,

@@ -784,44 +784,6 @@ func switchFromEnv(key string, def bool) (bool, error) {
 	}
 }
 
-// EnvTapPairs names the environment variable that, read when an engine
-// opens, runs masked 16-bit weight gradients on Hopper by the tap-pairs
-// kernel ("1": two taps a stage over the forward's masked row tiles, no
-// pair lists; cudaext tappairs.go) or by the pairs kernels ("0"); unset,
-// tapPairsDefault.
-const EnvTapPairs = "FLEXGEMM_TAP_PAIRS"
-
-// tapPairsDefault is EnvTapPairs's setting when unset.
-const tapPairsDefault = false
-
-// tapPairsFromEnv returns EnvTapPairs's setting.
-func tapPairsFromEnv() (bool, error) { return switchFromEnv(EnvTapPairs, tapPairsDefault) }
-
-// EnvTapPairsSplits names the environment variable that, read when an
-// engine opens, sets the split slices per pair of taps of the tap-pairs
-// weight gradient (a non-negative integer; 0 or unset: the engine
-// chooses), within the kernel's bounds.
-const EnvTapPairsSplits = "FLEXGEMM_TAP_PAIRS_SPLITS"
-
-// EnvTapPairsRows names the environment variable that, read when an engine
-// opens, sets the row-tile height the tap-pairs weight gradient walks (a
-// multiple of 64; 0 or unset: the least height the forward's masked tables
-// already have).
-const EnvTapPairsRows = "FLEXGEMM_TAP_PAIRS_ROWS"
-
-// tapPairsSplitsFromEnv returns EnvTapPairsSplits's value (0 when unset).
-func tapPairsSplitsFromEnv() (int, error) { return nonNegativeFromEnv(EnvTapPairsSplits, 0, "splits") }
-
-// tapPairsRowsFromEnv returns EnvTapPairsRows's value (0 when unset): a
-// multiple of 64, or an error naming the variable.
-func tapPairsRowsFromEnv() (int, error) {
-	r, err := nonNegativeFromEnv(EnvTapPairsRows, 0, "rows")
-	if err == nil && r%64 != 0 {
-		return 0, fmt.Errorf("cudaext: %s=%d: want a multiple of 64 rows", EnvTapPairsRows, r)
-	}
-	return r, err
-}
-
 // openSwitches are the on/off switches Open reads from the environment
 // (switchFromEnv) and stores in the package's switches the tile
 // heuristic and the gather launches read: each variable, its setting when

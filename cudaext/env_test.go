@@ -128,7 +128,6 @@ func TestSwitchesFromEnv(t *testing.T) {
 		{EnvFusedSplitReduce, fromOpen(EnvFusedSplitReduce), fusedSplitReduceDefault},
 		{EnvProgrammaticLaunch, programmaticLaunchFromEnv, programmaticLaunchDefault},
 		{EnvTF32Clear, fromOpen(EnvTF32Clear), tf32ClearDefault},
-		{EnvTapPairs, tapPairsFromEnv, tapPairsDefault},
 	} {
 		t.Run(c.key, func(t *testing.T) {
 			cases := []envCase[bool]{
@@ -143,23 +142,6 @@ func TestSwitchesFromEnv(t *testing.T) {
 			checkEnvParse(t, c.key, c.parse, cases)
 		})
 	}
-}
-
-// TestTapPairsKnobsFromEnv checks the parsing of EnvTapPairsSplits and
-// EnvTapPairsRows.
-func TestTapPairsKnobsFromEnv(t *testing.T) {
-	checkEnvParse(t, EnvTapPairsSplits, tapPairsSplitsFromEnv, []envCase[int]{
-		{set: false, want: 0},
-		{value: "24", set: true, want: 24},
-		{value: "-1", set: true, bad: true},
-		{value: "some", set: true, bad: true},
-	})
-	checkEnvParse(t, EnvTapPairsRows, tapPairsRowsFromEnv, []envCase[int]{
-		{set: false, want: 0},
-		{value: "192", set: true, want: 192},
-		{value: "100", set: true, bad: true},
-		{value: "-64", set: true, bad: true},
-	})
 }
 
 // TestPerTapMaxBytesFromEnv checks the parsing of EnvPerTapMaxMB.

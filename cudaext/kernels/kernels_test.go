@@ -494,7 +494,7 @@ func TestImagesHopperForm(t *testing.T) {
 					require.Truef(t, bytes.HasPrefix(im.Data, []byte("\x7fELF")), "%s: not the cubin", im.Name)
 				}
 			}
-			require.Equal(t, len(HopperMaths())+1, hopper, "one Hopper module per arithmetic with Hopper tiles, and tappairs_sm90a")
+			require.Equal(t, len(HopperMaths()), hopper, "one Hopper module per arithmetic with Hopper tiles")
 			if names == nil {
 				names = got
 			}
