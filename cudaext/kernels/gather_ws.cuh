@@ -1175,6 +1175,22 @@ __device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMa
   FG_TL_FINISH();
 }
 
+// ws_gather is the body every warp-specialised gather kernel below runs
+// after its fg_await_prior_grid(): the tile's descriptions and indices at
+// MINB blocks per SM (ws_descriptions, ws_indices; where SMEM is not 0,
+// checked against the Go tile table's shared memory, SmemBytes), then
+// gather_gemm_ws with the kernel's twin flags.
+template <Math M, int BM, int BN, int BK, int WM, int S, int PW, int MINB, int SMEM, bool WT, bool SK, bool HS = false,
+          bool RA = false, bool SW = false>
+__device__ __forceinline__ void ws_gather(const GatherParams& p, const WsMaps& maps, unsigned* next, const StreamK& sk) {
+  using Cfg = TileCfg<M, BM, BN, BK, WM, 1, S, true>;
+  constexpr int kDescriptions = ws_descriptions<Cfg, PW>(MINB);
+  constexpr int kIndices = ws_indices<Cfg, PW>(MINB);
+  static_assert(SMEM == 0 || WsLayout<Cfg, PW, kDescriptions, kIndices>::kSmem == SMEM,
+                "shared memory differs from the Go tile table");
+  gather_gemm_ws<Cfg, PW, WT, kDescriptions, kIndices, SK, HS, RA, SW>(p, maps, next, sk);
+}
+
 }  // namespace fg
 
 // Warp-specialised Hopper gather kernels (tiles.go, Producers = PW, MINB
@@ -1191,31 +1207,20 @@ __device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMa
   extern "C" __global__ void __launch_bounds__(32 * ((WM) + (PW)), MINB)                                       \
       NAME(const fg::GatherParams p, const __grid_constant__ fg::WsMaps maps, unsigned* next) {                \
     fg_await_prior_grid();                                                                                     \
-    using Cfg = fg::TileCfg<MATH, BM, BN, BK, WM, 1, S, true>;                                                 \
-    constexpr int kDescriptions = fg::ws_descriptions<Cfg, PW>(MINB);                                          \
-    constexpr int kIndices = fg::ws_indices<Cfg, PW>(MINB);                                                    \
-    static_assert(fg::WsLayout<Cfg, PW, kDescriptions, kIndices>::kSmem == (SMEM),                             \
-                  "shared memory differs from the Go tile table");                                             \
-    fg::gather_gemm_ws<Cfg, PW, false, kDescriptions, kIndices, false>(p, maps, next, fg::StreamK{});          \
+    fg::ws_gather<MATH, BM, BN, BK, WM, S, PW, MINB, SMEM, false, false>(p, maps, next, fg::StreamK{});        \
   }
 #define FG_GATHER_WS_WT_KERNEL(NAME, MATH, BM, BN, BK, WM, S, PW, MINB)                                        \
   extern "C" __global__ void __launch_bounds__(32 * ((WM) + (PW)), MINB)                                       \
       NAME##_wt(const fg::GatherParams p, const __grid_constant__ fg::WsMaps maps, unsigned* next) {           \
     fg_await_prior_grid();                                                                                     \
-    using Cfg = fg::TileCfg<MATH, BM, BN, BK, WM, 1, S, true>;                                                 \
-    constexpr int kDescriptions = fg::ws_descriptions<Cfg, PW>(MINB);                                          \
-    constexpr int kIndices = fg::ws_indices<Cfg, PW>(MINB);                                                    \
-    fg::gather_gemm_ws<Cfg, PW, true, kDescriptions, kIndices, false>(p, maps, next, fg::StreamK{});           \
+    fg::ws_gather<MATH, BM, BN, BK, WM, S, PW, MINB, 0, true, false>(p, maps, next, fg::StreamK{});            \
   }
 // The half-skip twin (kernels.HalfSkipName; the weight as stored).
 #define FG_GATHER_WS_HS_KERNEL(NAME, MATH, BM, BN, BK, WM, S, PW, MINB)                                        \
   extern "C" __global__ void __launch_bounds__(32 * ((WM) + (PW)), MINB)                                       \
       NAME(const fg::GatherParams p, const __grid_constant__ fg::WsMaps maps, unsigned* next) {                \
     fg_await_prior_grid();                                                                                     \
-    using Cfg = fg::TileCfg<MATH, BM, BN, BK, WM, 1, S, true>;                                                 \
-    constexpr int kDescriptions = fg::ws_descriptions<Cfg, PW>(MINB);                                          \
-    constexpr int kIndices = fg::ws_indices<Cfg, PW>(MINB);                                                    \
-    fg::gather_gemm_ws<Cfg, PW, false, kDescriptions, kIndices, false, true>(p, maps, next, fg::StreamK{});    \
+    fg::ws_gather<MATH, BM, BN, BK, WM, S, PW, MINB, 0, false, false, true>(p, maps, next, fg::StreamK{});     \
   }
 // The register-A twin (kernels.RegisterAName; tf32, the weight as stored):
 // two consumer warpgroups and one producer warpgroup, which only describes
@@ -1226,45 +1231,23 @@ __device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMa
       NAME(const fg::GatherParams p, const __grid_constant__ fg::WsMaps maps, unsigned* next) {                \
     fg_await_prior_grid();                                                                                     \
     static_assert((WM) == 8 && (MINB) == 1, "the register budget is two consumer warpgroups' and one producer's"); \
-    using Cfg = fg::TileCfg<MATH, BM, BN, BK, WM, 1, S, true>;                                                 \
-    constexpr int kDescriptions = fg::ws_descriptions<Cfg, 4>(MINB);                                           \
-    constexpr int kIndices = fg::ws_indices<Cfg, 4>(MINB);                                                     \
-    static_assert(fg::WsLayout<Cfg, 4, kDescriptions, kIndices>::kSmem == (SMEM),                              \
-                  "shared memory differs from the Go tile table");                                             \
-    fg::gather_gemm_ws<Cfg, 4, false, kDescriptions, kIndices, false, false, true>(p, maps, next, fg::StreamK{}); \
+    fg::ws_gather<MATH, BM, BN, BK, WM, S, 4, MINB, SMEM, false, false, false, true>(p, maps, next, fg::StreamK{}); \
   }
-// The swapped twin (kernels.SwappedName; 128×64 and 256×128 tiles, the
-// weight as stored): a consumer warpgroup per 64 columns beside the
-// producers.
-#define FG_GATHER_WS_SW_KERNEL(NAME, MATH, BM, BN, BK, WM, S, PW, MINB)                                        \
+// The swapped twins (kernels.SwappedName; 128×64 and 256×128 tiles): a
+// consumer warpgroup per 64 columns beside the producers. With WT, the
+// twin of NAME_wt (kernels.SwappedTransposedName, 16-bit): the weight read
+// transposed, its MN-major stage wgmma's A.
+#define FG_GATHER_WS_SW_KERNEL(NAME, MATH, BM, BN, BK, WM, S, PW, MINB, WT)                                    \
   extern "C" __global__ void __launch_bounds__(32 * (4 * (BN) / 64 + (PW)), MINB)                              \
       NAME(const fg::GatherParams p, const __grid_constant__ fg::WsMaps maps, unsigned* next) {                \
     fg_await_prior_grid();                                                                                     \
-    using Cfg = fg::TileCfg<MATH, BM, BN, BK, WM, 1, S, true>;                                                 \
-    constexpr int kDescriptions = fg::ws_descriptions<Cfg, PW>(MINB);                                          \
-    constexpr int kIndices = fg::ws_indices<Cfg, PW>(MINB);                                                    \
-    fg::gather_gemm_ws<Cfg, PW, false, kDescriptions, kIndices, false, false, false, true>(p, maps, next,      \
-                                                                                          fg::StreamK{});      \
-  }
-// The swapped twin of NAME_wt (kernels.SwappedTransposedName, 16-bit):
-// the weight read transposed, its MN-major stage wgmma's A.
-#define FG_GATHER_WS_SWT_KERNEL(NAME, MATH, BM, BN, BK, WM, S, PW, MINB)                                       \
-  extern "C" __global__ void __launch_bounds__(32 * (4 * (BN) / 64 + (PW)), MINB)                              \
-      NAME(const fg::GatherParams p, const __grid_constant__ fg::WsMaps maps, unsigned* next) {                \
-    fg_await_prior_grid();                                                                                     \
-    using Cfg = fg::TileCfg<MATH, BM, BN, BK, WM, 1, S, true>;                                                 \
-    constexpr int kDescriptions = fg::ws_descriptions<Cfg, PW>(MINB);                                          \
-    constexpr int kIndices = fg::ws_indices<Cfg, PW>(MINB);                                                    \
-    fg::gather_gemm_ws<Cfg, PW, true, kDescriptions, kIndices, false, false, false, true>(p, maps, next,       \
-                                                                                         fg::StreamK{});       \
+    fg::ws_gather<MATH, BM, BN, BK, WM, S, PW, MINB, 0, WT, false, false, false, true>(p, maps, next,          \
+                                                                                      fg::StreamK{});          \
   }
 // The stream-K twins (MINB = 1 only: every block resident; WT as above).
 #define FG_GATHER_WS_SK_KERNEL(NAME, MATH, BM, BN, BK, WM, S, PW, WT)                                          \
   extern "C" __global__ void __launch_bounds__(32 * ((WM) + (PW)), 1)                                          \
       NAME(const fg::GatherParams p, const __grid_constant__ fg::WsMaps maps, const fg::StreamK sk) {          \
     fg_await_prior_grid();                                                                                     \
-    using Cfg = fg::TileCfg<MATH, BM, BN, BK, WM, 1, S, true>;                                                 \
-    constexpr int kDescriptions = fg::ws_descriptions<Cfg, PW>(1);                                             \
-    constexpr int kIndices = fg::ws_indices<Cfg, PW>(1);                                                       \
-    fg::gather_gemm_ws<Cfg, PW, WT, kDescriptions, kIndices, true>(p, maps, nullptr, sk);                      \
+    fg::ws_gather<MATH, BM, BN, BK, WM, S, PW, 1, 0, WT, true>(p, maps, nullptr, sk);                          \
   }

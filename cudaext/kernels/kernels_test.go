@@ -202,9 +202,9 @@ func TestTileTableMirrorsCpp(t *testing.T) {
 		"return minBlocks == 1 ? ws_smem_bytes<C>(MB, MI) <= 227 * 1024 : 2 * (ws_smem_bytes<C>(MB, MI) + 1024) <= 233472;",
 		"return ws_fits<C>(minBlocks, 2, 1) ? 2 : 1;",
 		"return ws_fits<C>(minBlocks, 2, 2) ? 2 : 1;",
-		"constexpr int kDescriptions = fg::ws_descriptions<Cfg, PW>(MINB);",
-		"constexpr int kIndices = fg::ws_indices<Cfg, PW>(MINB);",
-		"WsLayout<Cfg, PW, kDescriptions, kIndices>::kSmem == (SMEM)",
+		"constexpr int kDescriptions = ws_descriptions<Cfg, PW>(MINB);",
+		"constexpr int kIndices = ws_indices<Cfg, PW>(MINB);",
+		"WsLayout<Cfg, PW, kDescriptions, kIndices>::kSmem == SMEM",
 		"ASt = C::BM * C::BK, BSt = C::BN * C::BK;",
 		fmt.Sprintf("constexpr int kWsMaxTaps = %d;", MaxSpecializedTaps),
 	} {
@@ -324,7 +324,7 @@ func TestTileTableMirrorsCpp(t *testing.T) {
 					{"FG_GATHER_WS_SW_KERNEL", SwappedName(m, tile), tile.HasSwapped(m), tile.Supports(m) && (tile.BM == 128 && tile.BN == 64 || wide),
 						tile.SwappedThreads(), 32 * (4*tile.BN/64 + tile.Producers)},
 					// Swapped, weight read transposed: the same tiles, 16-bit.
-					{"FG_GATHER_WS_SWT_KERNEL", SwappedTransposedName(m, tile), tile.HasSwappedTransposed(m),
+					{"FG_GATHER_WS_SW_KERNEL", SwappedTransposedName(m, tile), tile.HasSwappedTransposed(m),
 						tile.Supports(m) && (tile.BM == 128 && tile.BN == 64 || wide) && m.ElemSize() == 2,
 						tile.SwappedThreads(), 32 * (4*tile.BN/64 + tile.Producers)},
 				} {

@@ -716,13 +716,15 @@ func GenerateHopperInstances(m Math) []byte {
 				fmt.Fprintf(&b, "FG_GATHER_WS_RA_KERNEL(%s, %s, %d, %d, %d, %d, %d, %d, %d)\n", RegisterAName(m, t), m.cppName(),
 					t.BM, t.BN, t.BK, t.WM, t.Stages, blocks, SmemBytes(Gather, m, t))
 			}
-			if t.HasSwapped(m) {
-				fmt.Fprintf(&b, "FG_GATHER_WS_SW_KERNEL(%s, %s, %d, %d, %d, %d, %d, %d, %d)\n", SwappedName(m, t), m.cppName(),
-					t.BM, t.BN, t.BK, t.WM, t.Stages, t.Producers, blocks)
-			}
-			if t.HasSwappedTransposed(m) {
-				fmt.Fprintf(&b, "FG_GATHER_WS_SWT_KERNEL(%s, %s, %d, %d, %d, %d, %d, %d, %d)\n", SwappedTransposedName(m, t), m.cppName(),
-					t.BM, t.BN, t.BK, t.WM, t.Stages, t.Producers, blocks)
+			for _, tw := range []struct {
+				has  bool
+				name string
+				wt   bool
+			}{{t.HasSwapped(m), SwappedName(m, t), false}, {t.HasSwappedTransposed(m), SwappedTransposedName(m, t), true}} {
+				if tw.has {
+					fmt.Fprintf(&b, "FG_GATHER_WS_SW_KERNEL(%s, %s, %d, %d, %d, %d, %d, %d, %d, %v)\n", tw.name, m.cppName(),
+						t.BM, t.BN, t.BK, t.WM, t.Stages, t.Producers, blocks, tw.wt)
+				}
 			}
 			if t.HasStreamK(m) {
 				for _, wt := range []bool{false, true} {
