@@ -22,10 +22,6 @@ import (
 
 func init() { openers[deviceCUDA] = openCUDA }
 
-// h200TFLOPS is the H200's measured dense bf16 tensor-core rate
-// (reference/GPU.md), the denominator of Record.PctPeak.
-const h200TFLOPS = 790
-
 // openCUDA opens GPU o.gpu with the CUDA engine (which registers itself
 // with package sparse, so sparse.Conv routes device matrices to it).
 func openCUDA(o *runOptions) (*backend, error) {

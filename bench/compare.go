@@ -311,8 +311,10 @@ func compareMain(args []string, stdout, stderr io.Writer) error {
 	base := fs.String("base", "flexgemm", "impl of the baseline records")
 	png := fs.String("png", "", "write a bar chart of the ratios to this PNG file")
 	target := fs.Float64("target", 0, "with -png, also draw a dashed line at this ratio (a goal, e.g. 1.5; 0: none)")
+	readme := fs.Bool("readme", false, "print the README's performance table of -impl against -base and the geometric means of the ratios instead of the full table")
+	impl := fs.String("impl", "flexgemm-go", "with -readme, the impl of the table's \"ours\" columns")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: go run ./bench compare [-base impl] [-png file.png [-target ratio]] results.jsonl …")
+		fmt.Fprintln(stderr, "usage: go run ./bench compare [-base impl] [-readme [-impl impl]] [-png file.png [-target ratio]] results.jsonl …")
 		fs.PrintDefaults()
 	}
 	all, err := recordArgs(fs, args)
@@ -334,7 +336,13 @@ func compareMain(args []string, stdout, stderr io.Writer) error {
 	if len(rows) == 0 {
 		return fmt.Errorf("compare: no record has a %q baseline of the same op, mode, dtype, RES, C and L", *base)
 	}
-	writeRatioTable(stdout, rows, *base)
+	if *readme {
+		if err := writeReadmeTable(stdout, recs, *impl, *base); err != nil {
+			return err
+		}
+	} else {
+		writeRatioTable(stdout, rows, *base)
+	}
 	for _, r := range unmatched {
 		fmt.Fprintf(stderr, "compare: no %s record for %s %s %s %s %s\n", *base, r.Impl, r.OpOrDefault(), r.Mode, r.DType, keyOf(r).label())
 	}

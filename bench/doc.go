@@ -5,7 +5,7 @@
 //
 //	go run ./bench [flags]                     # measure; JSON lines on stdout
 //	go run ./bench -o bench/results/x.jsonl    # … and append them to a file
-//	go run ./bench compare [-png r.png [-target 1.5]] ours.jsonl flexgemm.jsonl
+//	go run ./bench compare [-readme] [-png r.png [-target 1.5]] ours.jsonl flexgemm.jsonl
 //	go build -tags cudaext -o .gpu/bench ./bench && .gpu/bench -device cuda
 //	bash bench/gpu_run.sh build   # here; then on the GPU machine:
 //	bash bench/gpu_run.sh         # ours and FlexGEMM side by side, ratio table last
@@ -122,6 +122,11 @@
 // labelled with its ratio, with a dashed line at 1 and, with -target, one
 // at a goal (bench/gpu_run.sh draws 1.5); a panel whose tallest bar stands
 // more than 3× above its median has its axis cut, the cut bars labelled
-// with their full ratio. Compare
+// with their full ratio. With -readme it prints instead the README's
+// performance table (ours, -impl flexgemm-go, against the baseline: ms,
+// ratio, useful TFLOP/s, % of 790, peak memory; training then inference,
+// fp16, bf16, tf32, by RES) and each mode and dtype's geometric mean of
+// the ratios; a test checks that the README's table is this output for
+// the records its command line names. Compare
 // numbers measured in one run on one machine only.
 package main

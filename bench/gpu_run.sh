@@ -16,12 +16,13 @@
 #   3. with what is left of the budget, ours again on the two configs in
 #      fp16 with kernel maps built on the host (impl flexgemm-go/kmap-cpu),
 #      to show what the GPU map builder saves;
-#   4. the ratio table (FlexGEMM ms / our ms) and a bar chart.
+#   4. the ratio table (FlexGEMM ms / our ms), a bar chart, and the
+#      README's table with the geometric means (compare -readme).
 # Every step runs under timeout, capped by what is left of BUDGET seconds
 # (default 440), so a hang or a slow first compile cannot eat the call;
 # ours runs first and does not depend on FlexGEMM. Files in $OUT (or
-# /tmp/flexgemm-bench), 7 in all: env.txt, ours.jsonl, ours.log,
-# flexgemm.jsonl, flexgemm.log, compare.md, ratios.png.
+# /tmp/flexgemm-bench), 8 in all: env.txt, ours.jsonl, ours.log,
+# flexgemm.jsonl, flexgemm.log, compare.md, ratios.png, readme.md.
 # Knobs (environment): BUDGET, OURS_WARM_TIMEOUT (150: the untimed first
 # run, which JIT-compiles the Hopper PTX under FLEXGEMM_HOPPER_PTX=1), OURS_CFG_TIMEOUT (60), OURS_GRID_TIMEOUT
 # (140), OURS_EXTRA_TIMEOUT (40), FLEX_FP16_TIMEOUT (150), FLEX_CFG_TIMEOUT
@@ -163,6 +164,7 @@ echo "== ours: $(count "$OUT/ours.jsonl") records, flexgemm: $(count "$OUT/flexg
 grep -m1 "kernel maps:" "$OUT/ours.log" 2>/dev/null
 if [[ -x $BENCH && -s "$OUT/ours.jsonl" && -s "$OUT/flexgemm.jsonl" ]]; then
   $BENCH compare -png "$OUT/ratios.png" -target 1.5 "$OUT/ours.jsonl" "$OUT/flexgemm.jsonl" 2>&1 | tee "$OUT/compare.md"
+  $BENCH compare -readme "$OUT/ours.jsonl" "$OUT/flexgemm.jsonl" > "$OUT/readme.md" 2>&1
 else
   echo "nothing to compare"
 fi
