@@ -48,6 +48,9 @@ type ratioRow struct {
 	TFLOPS, BaseTFLOPS float64
 	// Ratio is BaseMS / MS: our speed relative to the baseline.
 	Ratio float64
+	// Peak and BasePeak are the records' peak memory (GB), nil when not
+	// measured.
+	Peak, BasePeak *float64
 }
 
 // series names the bar series of a row in the chart.
@@ -86,7 +89,7 @@ func compareRecords(recs []Record, base string) (rows []ratioRow, unmatched []Re
 			continue
 		}
 		rows = append(rows, ratioRow{Key: ik.k, Impl: r.Impl, Algo: r.Algo, N: r.N, BaseN: b.N, MS: r.MS, BaseMS: b.MS,
-			TFLOPS: r.TFLOPS, BaseTFLOPS: b.TFLOPS, Ratio: b.MS / r.MS})
+			TFLOPS: r.TFLOPS, BaseTFLOPS: b.TFLOPS, Ratio: b.MS / r.MS, Peak: r.PeakMemGB, BasePeak: b.PeakMemGB})
 	}
 	slices.SortStableFunc(rows, func(a, b ratioRow) int {
 		return cmp.Or(compareKeys(a.Key, b.Key), cmp.Compare(a.Impl, b.Impl), cmp.Compare(a.Algo, b.Algo))
@@ -337,7 +340,7 @@ func compareMain(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("compare: no record has a %q baseline of the same op, mode, dtype, RES, C and L", *base)
 	}
 	if *readme {
-		if err := writeReadmeTable(stdout, recs, *impl, *base); err != nil {
+		if err := writeReadmeTable(stdout, rows, *impl); err != nil {
 			return err
 		}
 	} else {

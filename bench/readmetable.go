@@ -34,12 +34,6 @@ func rankIn(order []string, v string) int {
 	return len(order)
 }
 
-// readmePair is one configuration measured by both sides.
-type readmePair struct {
-	key        cfgKey
-	ours, base Record
-}
-
 // readmeRatio is how the table writes a speed ratio: three decimals below
 // 1.7× (the rows that a 1.5× target decides), two above.
 func readmeRatio(r float64) string {
@@ -62,68 +56,64 @@ func optionalF(v *float64, format string) string {
 // longer dominates its step).
 const readmeLowRES = 32
 
-// writeReadmeTable prints the README's table of impl ours against impl
-// base from recs (the last record of a configuration counts; failed
-// records must have been removed), then one line per (mode, dtype): the
-// geometric mean of the ratios over all its configurations and over those
-// from RES readmeLowRES up, and the lowest ratio. It is an error when no
-// configuration has both sides.
-func writeReadmeTable(w io.Writer, recs []Record, ours, base string) error {
-	sides := map[string]map[cfgKey]Record{ours: {}, base: {}}
-	for _, r := range recs {
-		if side, ok := sides[r.Impl]; ok && r.OpOrDefault() == opSubm {
-			side[keyOf(r)] = r
+// writeReadmeTable prints the README's table of impl ours's rows of
+// compareRecords (subm_conv only; the baseline's impl is compareRecords'),
+// then one line per (mode, dtype): the geometric mean of the ratios over
+// all its configurations and over those from RES readmeLowRES up, and the
+// lowest ratio. It is an error when ours has no such row, or two for one
+// configuration (two algorithms: which would the table show?).
+func writeReadmeTable(w io.Writer, rows []ratioRow, ours string) error {
+	var mine []ratioRow
+	for _, r := range rows {
+		if r.Impl != ours || r.Key.Op != opSubm {
+			continue
 		}
-	}
-	var pairs []readmePair
-	for k, o := range sides[ours] {
-		if b, ok := sides[base][k]; ok {
-			pairs = append(pairs, readmePair{k, o, b})
+		if len(mine) > 0 && mine[len(mine)-1].Key == r.Key { // compareRecords sorts by key first
+			return fmt.Errorf("compare: %q has two algorithms (%s, %s) at %s %s %s", ours, mine[len(mine)-1].Algo, r.Algo, r.Key.Mode, r.Key.DType, r.Key.label())
 		}
+		mine = append(mine, r)
 	}
-	if len(pairs) == 0 {
-		return fmt.Errorf("compare: no submanifold-convolution configuration has both a %q and a %q record", ours, base)
+	if len(mine) == 0 {
+		return fmt.Errorf("compare: no submanifold-convolution configuration of %q has a baseline record", ours)
 	}
-	slices.SortFunc(pairs, func(a, b readmePair) int {
-		return cmp.Or(cmp.Compare(rankIn(readmeModes, a.key.Mode), rankIn(readmeModes, b.key.Mode)), cmp.Compare(a.key.Mode, b.key.Mode),
-			cmp.Compare(rankIn(readmeDTypes, a.key.DType), rankIn(readmeDTypes, b.key.DType)), cmp.Compare(a.key.DType, b.key.DType),
-			cmp.Compare(a.key.RES, b.key.RES), cmp.Compare(a.key.C, b.key.C), cmp.Compare(a.key.L, b.key.L))
+	slices.SortFunc(mine, func(a, b ratioRow) int {
+		return cmp.Or(cmp.Compare(rankIn(readmeModes, a.Key.Mode), rankIn(readmeModes, b.Key.Mode)), cmp.Compare(a.Key.Mode, b.Key.Mode),
+			cmp.Compare(rankIn(readmeDTypes, a.Key.DType), rankIn(readmeDTypes, b.Key.DType)), cmp.Compare(a.Key.DType, b.Key.DType),
+			cmp.Compare(a.Key.RES, b.Key.RES), cmp.Compare(a.Key.C, b.Key.C), cmp.Compare(a.Key.L, b.Key.L))
 	})
 	fmt.Fprintln(w, "| mode | dtype | RES, C, L | ours ms | FlexGEMM ms | speed vs FlexGEMM | ours useful TFLOP/s | % of 790 | ours / FlexGEMM peak GiB |")
 	fmt.Fprintln(w, "|---|---|---|---:|---:|---:|---:|---:|---:|")
 	type group struct{ mode, dtype string }
 	var groups []group
-	ratios := map[group][]readmePair{}
-	for _, p := range pairs {
-		r := p.base.MS / p.ours.MS
-		fmt.Fprintf(w, "| %s | %s | %d, %d, %d | %.2f | %.2f | %s | %.0f | %.1f %% | %s / %s |\n", p.key.Mode, p.key.DType,
-			p.key.RES, p.key.C, p.key.L, p.ours.MS, p.base.MS, readmeRatio(r), p.ours.TFLOPS, 100*p.ours.TFLOPS/h200TFLOPS,
-			optionalF(p.ours.PeakMemGB, "%.4f"), optionalF(p.base.PeakMemGB, "%.3f"))
-		g := group{p.key.Mode, p.key.DType}
-		if _, ok := ratios[g]; !ok {
+	byGroup := map[group][]ratioRow{}
+	for _, r := range mine {
+		fmt.Fprintf(w, "| %s | %s | %d, %d, %d | %.2f | %.2f | %s | %.0f | %.1f %% | %s / %s |\n", r.Key.Mode, r.Key.DType,
+			r.Key.RES, r.Key.C, r.Key.L, r.MS, r.BaseMS, readmeRatio(r.Ratio), r.TFLOPS, 100*r.TFLOPS/h200TFLOPS,
+			optionalF(r.Peak, "%.4f"), optionalF(r.BasePeak, "%.3f"))
+		g := group{r.Key.Mode, r.Key.DType}
+		if _, ok := byGroup[g]; !ok {
 			groups = append(groups, g)
 		}
-		ratios[g] = append(ratios[g], p)
+		byGroup[g] = append(byGroup[g], r)
 	}
 	fmt.Fprintln(w)
 	for _, g := range groups {
 		var all, high []float64
-		low := ratios[g][0]
-		for _, p := range ratios[g] {
-			r := p.base.MS / p.ours.MS
-			all = append(all, r)
-			if p.key.RES >= readmeLowRES {
-				high = append(high, r)
+		low := byGroup[g][0]
+		for _, r := range byGroup[g] {
+			all = append(all, r.Ratio)
+			if r.Key.RES >= readmeLowRES {
+				high = append(high, r.Ratio)
 			}
-			if r < low.base.MS/low.ours.MS {
-				low = p
+			if r.Ratio < low.Ratio {
+				low = r
 			}
 		}
 		fmt.Fprintf(w, "%s %s: geometric mean %.3f× over %d configurations", g.mode, g.dtype, geomean(all), len(all))
 		if len(high) > 0 && len(high) < len(all) {
 			fmt.Fprintf(w, " (%.3f× over the %d from RES %d up)", geomean(high), len(high), readmeLowRES)
 		}
-		fmt.Fprintf(w, "; lowest %.3f× at (%d, %d, %d)\n", low.base.MS/low.ours.MS, low.key.RES, low.key.C, low.key.L)
+		fmt.Fprintf(w, "; lowest %.3f× at (%d, %d, %d)\n", low.Ratio, low.Key.RES, low.Key.C, low.Key.L)
 	}
 	return nil
 }

@@ -30,8 +30,9 @@ func TestWriteReadmeTable(t *testing.T) {
 		{Impl: "flexgemm-go", Op: opDown, Mode: "train", DType: "fp16", RES: 16, C: 64, L: 2, MS: 1}, // not subm_conv
 		{Impl: "flexgemm", Op: opDown, Mode: "train", DType: "fp16", RES: 16, C: 64, L: 2, MS: 2},
 	}
+	rows, _ := compareRecords(recs, "flexgemm")
 	var buf bytes.Buffer
-	require.NoError(t, writeReadmeTable(&buf, recs, "flexgemm-go", "flexgemm"))
+	require.NoError(t, writeReadmeTable(&buf, rows, "flexgemm-go"))
 	want := `| mode | dtype | RES, C, L | ours ms | FlexGEMM ms | speed vs FlexGEMM | ours useful TFLOP/s | % of 790 | ours / FlexGEMM peak GiB |
 |---|---|---|---:|---:|---:|---:|---:|---:|
 | train | fp16 | 16, 64, 2 | 1.00 | 4.00 | 4.00× | 8 | 1.0 % | 0.1000 / 0.100 |
@@ -44,7 +45,10 @@ train tf32: geometric mean 1.800× over 1 configurations; lowest 1.800× at (64,
 infer fp16: geometric mean 1.500× over 1 configurations; lowest 1.500× at (8, 64, 2)
 `
 	require.Equal(t, want, buf.String())
-	require.Error(t, writeReadmeTable(&buf, recs, "nobody", "flexgemm"))
+	require.Error(t, writeReadmeTable(&buf, rows, "nobody"))
+	// Two algorithms of ours at one configuration: ambiguous.
+	two, _ := compareRecords(append(recs, Record{Impl: "flexgemm-go", Algo: "explicit_gemm", Mode: "train", DType: "fp16", RES: 16, C: 64, L: 2, MS: 2}), "flexgemm")
+	require.Error(t, writeReadmeTable(&buf, two, "flexgemm-go"))
 }
 
 // TestReadmeTableFromItsRecords checks that the README's performance table
@@ -71,8 +75,9 @@ func TestReadmeTableFromItsRecords(t *testing.T) {
 			ok = append(ok, r)
 		}
 	}
+	rows, _ := compareRecords(ok, "flexgemm")
 	var buf bytes.Buffer
-	require.NoError(t, writeReadmeTable(&buf, ok, "flexgemm-go", "flexgemm"))
+	require.NoError(t, writeReadmeTable(&buf, rows, "flexgemm-go"))
 	table, _, _ := strings.Cut(buf.String(), "\n\n")
 	require.Contains(t, text, table+"\n\n", "the README's table is not %q's output", cmd)
 }
