@@ -9,7 +9,8 @@ package cudaext
 //	bash .gpu/run.sh                # there: sanitizers, full test, table, benchmarks
 //
 // Without a GPU every test is skipped (TestMain), unless
-// FLEXGEMM_REQUIRE_GPU=1 makes that a failure.
+// FLEXGEMM_REQUIRE_GPU=1 makes that a failure, or FLEXGEMM_HOST_TESTS=1
+// runs the tests that need no device (hosttests_test.go).
 
 import (
 	"errors"
@@ -40,6 +41,18 @@ var gpu *Engine
 
 func TestMain(m *testing.M) {
 	e, err := Open(0)
+	if err != nil && errors.Is(err, ErrNoDevice) && os.Getenv(EnvHostTests) == "1" {
+		// No device: the tests that need none, against a host-only engine.
+		if gpu, err = hostEngine(); err == nil {
+			err = runHostTests()
+		}
+		if err != nil {
+			fmt.Println("cudaext:", err)
+			os.Exit(1)
+		}
+		fmt.Printf("cudaext: no device (%v); running the host tests against %s\n", ErrNoDevice, gpu.d.info.Name)
+		os.Exit(m.Run())
+	}
 	if err != nil {
 		if errors.Is(err, ErrNoDevice) && os.Getenv("FLEXGEMM_REQUIRE_GPU") != "1" {
 			fmt.Println("cudaext: GPU tests skipped:", err)
