@@ -41,8 +41,10 @@ var gpu *Engine
 
 func TestMain(m *testing.M) {
 	e, err := Open(0)
-	if err != nil && errors.Is(err, ErrNoDevice) && os.Getenv(EnvHostTests) == "1" {
-		// No device: the tests that need none, against a host-only engine.
+	if err != nil && os.Getenv(EnvHostTests) == "1" {
+		// No usable device: the tests that need none, against a host-only
+		// engine.
+		fmt.Printf("cudaext: Open(0): %v; running the host tests\n", err)
 		if gpu, err = hostEngine(); err == nil {
 			err = runHostTests()
 		}
@@ -50,7 +52,6 @@ func TestMain(m *testing.M) {
 			fmt.Println("cudaext:", err)
 			os.Exit(1)
 		}
-		fmt.Printf("cudaext: no device (%v); running the host tests against %s\n", ErrNoDevice, gpu.d.info.Name)
 		os.Exit(m.Run())
 	}
 	if err != nil {

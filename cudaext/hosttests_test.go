@@ -10,8 +10,9 @@ import (
 	"github.com/flexgemm-go/flexgemm/cudaext/kernels"
 )
 
-// EnvHostTests names the environment variable that, set to "1" on a
-// machine without a GPU, makes TestMain run the tests of hostTests — those
+// EnvHostTests names the environment variable that, set to "1" where
+// Open(0) fails (no GPU, or no usable driver), makes TestMain run the
+// tests of hostTests — those
 // that need no device: the switches' parsing, the fixed tile heuristic and
 // the tuner's candidates and ranking, the split and slice rules, the
 // mirrors of the C++ parameter structs — against hostEngine instead of
