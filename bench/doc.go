@@ -18,7 +18,7 @@
 //	                              # offline autotuning of a shell grid (GPU build)
 //	go run ./bench padding [-res 8,…,1024] [-rows 64,128,256] [-regroup W [-windows [-fullfirst]]] [-merge] [-halo]
 //	                       [-bytes C] [-wgrad G,…] [-halves V,…]
-//	                       [-graywindows W,… [-wavetiles T] [-cachemb M]] [-sparsetaps F,…]
+//	                       [-graywindows W,… [-wavetiles T] [-cachemb M]] [-sparsetaps F,…] [-graydrop K,…]
 //	                              # masked-GEMM padding of the benchmark shells, and the
 //	                              # rows and bytes a gather reads per tile order (CPU)
 //	go run ./bench timeline stderr.txt   # where one block's stage hand-overs spend their

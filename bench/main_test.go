@@ -559,6 +559,21 @@ func TestPaddingWgradColumns(t *testing.T) {
 	}
 }
 
+// TestPaddingGrayDropColumns checks the -graydrop columns of `bench
+// padding`: the Gray order sorted by fewer rank bits pads at least as much
+// as the whole rank's order on the RES 16 shell, more bits dropped no less,
+// and a bad list is an error.
+func TestPaddingGrayDropColumns(t *testing.T) {
+	header, rows := paddingTable(t, 1, 8, "-res", "16", "-rows", "64", "-graydrop", "5,27")
+	require.Contains(t, header, "Gray without 5 low rank bits, padding BM 64")
+	gray, five, all := factorCell(t, rows[0][4]), factorCell(t, rows[0][6]), factorCell(t, rows[0][7])
+	require.GreaterOrEqual(t, five, gray)
+	require.GreaterOrEqual(t, all, five)
+	var out, errb bytes.Buffer
+	require.Equal(t, 1, runMain([]string{"padding", "-graydrop", "x"}, &out, &errb))
+	require.Contains(t, errb.String(), "-graydrop")
+}
+
 // TestPaddingHaloColumns checks the -halo columns of `bench padding`: the
 // z-order's padding (≥ 1), and the rows read per pair of tiles in Gray
 // order (at most 1) and in z-order (fewer).

@@ -43,7 +43,9 @@ import (
 // multi-tap weight gradient over the Gray order (multiTapTraffic, a
 // design) relative to the pairs kernels; with -brickwindow W the locality
 // of the GPU brick search's windows of W bricks in claim order and in
-// z-order (brickWindowLocality).
+// z-order (brickWindowLocality); with -graydrop K,… the padding of Gray
+// orders sorted by the ranks' high bits only, their K lowest dropped
+// (grayDropping: a radix sort of fewer passes).
 func paddingMain(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("bench padding", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -62,6 +64,7 @@ func paddingMain(args []string, stdout, stderr io.Writer) error {
 	waveTiles := fs.Int("wavetiles", 264, "tiles a gather runs at once, for -graywindows (264: two blocks per SM on 132 SMs)")
 	cacheMB := fs.Int("cachemb", 40, "MB of L2 that keep input rows between waves, for -graywindows")
 	brickWindow := fs.Int("brickwindow", 0, "also report, for the GPU brick search's windows of `W` consecutive bricks (5280: 8 warps × 5 blocks × 132 SMs), the share of the bricks' neighbours outside their window and of the neighbour table's 32-byte sectors a window writes in part, with the bricks in claim order and in z-order (brickWindowLocality; 0: off)")
+	grayDrop := fs.String("graydrop", "", "also report, for each `K,…`, the padding of the Gray order sorted by the rows' Gray ranks without their K lowest bits, rows of equal high bits in index order (grayDropping: what a radix sort of fewer passes would cost)")
 	sparseTaps := fs.String("sparsetaps", "", "also report, for tiles of the engines' order and each fraction `F,…`, a hybrid gather that moves the taps fewer than F of a tile's rows hold out of the masked tile into per-tap slots (sparseTapSplit): the share of the padding it removes, the share of the pairs it moves, and the products of both parts relative to the pairs")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -184,6 +187,17 @@ func paddingMain(args []string, stdout, stderr io.Writer) error {
 			cols = append(cols, fmt.Sprintf("halves' balance BM %d", bm))
 			if *bytesC > 0 {
 				cols = append(cols, fmt.Sprintf("GB read C %d, resident halves BM %d (rows)", *bytesC, bm))
+			}
+		}
+	}
+	var drops []int
+	if *grayDrop != "" {
+		if drops, err = parseInts(*grayDrop); err != nil {
+			return fmt.Errorf("-graydrop: %w", err)
+		}
+		for _, k := range drops {
+			for _, bm := range bms {
+				cols = append(cols, fmt.Sprintf("Gray without %d low rank bits, padding BM %d", k, bm))
 			}
 		}
 	}
@@ -340,6 +354,16 @@ func paddingMain(args []string, stdout, stderr io.Writer) error {
 					rows, _ := gatherBytes(st.Pairs, tiles, *bytesC, 2)
 					fmt.Fprintf(stdout, " %.2f |", float64(rows)/1e9)
 				}
+			}
+		}
+		for _, k := range drops {
+			ms := m.Masked()
+			order, err := grayDropping(ms, k)
+			if err != nil {
+				return fmt.Errorf("RES %d: %w", r, err)
+			}
+			for _, bm := range bms {
+				fmt.Fprintf(stdout, " %.3f× |", float64(orderWork(ms, order, bm))/float64(max(st.Pairs, 1)))
 			}
 		}
 		for _, f := range fracs {
