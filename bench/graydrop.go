@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 
@@ -46,18 +47,8 @@ func grayDropping(ms *kmap.Masked, drop int) ([]int32, error) {
 	order := make([]int32, n)
 	for r := range order {
 		order[r] = int32(r)
-		if drop < 64 {
-			keys[r] = grayRankKey(ms, int32(r)) >> uint(drop)
-		}
+		keys[r] = grayRankKey(ms, int32(r)) >> uint(drop) // 0 when drop is 64
 	}
-	slices.SortStableFunc(order, func(a, b int32) int {
-		switch ka, kb := keys[a], keys[b]; {
-		case ka < kb:
-			return -1
-		case ka > kb:
-			return 1
-		}
-		return 0
-	})
+	slices.SortStableFunc(order, func(a, b int32) int { return cmp.Compare(keys[a], keys[b]) })
 	return order, nil
 }
