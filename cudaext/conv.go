@@ -964,7 +964,21 @@ func (e *Engine) runPairs(j pairsJob) error {
 		p.Vec = 1
 	}
 	var part rawBuf
+	ordered := d.orderedSplits(j, t, splits, chunk)
 	switch {
+	case ordered:
+		// The splits add into the float32 result in split order
+		// (PairsParams.tickets): no partials, no reduction.
+		tk, err := d.allocTemp(4 * j.V * tiles)
+		if err != nil {
+			return err
+		}
+		defer d.freeTemp(tk)
+		if err := memsetD8(tk.ptr, 0, tk.size, d.stream); err != nil {
+			return err
+		}
+		p.Part, p.Tickets = uint64(j.out.ptr), uint64(tk.ptr)
+		d.orderedSplitLaunches++
 	case splits > 1:
 		var err error
 		if part, err = d.allocPartials(int64(splits) * j.M * j.V * j.N); err != nil {
@@ -1007,6 +1021,8 @@ func (e *Engine) runPairs(j pairsJob) error {
 		}
 	}
 	switch {
+	case ordered:
+		return nil
 	case splits > 1 && chunk > 0:
 		// The balanced split: each tap's own slices only.
 		return e.reduceTaps(part.ptr, j.out, p, int64(t.BK))
@@ -1015,6 +1031,18 @@ func (e *Engine) runPairs(j pairsJob) error {
 		return e.reduce(part.ptr, j.out, 0, j.M, j.V*j.N, splits)
 	}
 	return nil
+}
+
+// orderedSplits reports whether pairs job j, launched on tile t with
+// splits split slices (chunk: the balanced split's, 0 otherwise), adds its
+// slices into its float32 result in split order in the kernel
+// (fg::pairs_store_ordered) instead of writing partials for
+// spconv_reduce: with Device.orderedPairs (EnvOrderedSplits), a 16-bit
+// Hopper tile of at most 8 warps, every tap using every slice (chunk 0), a float32 result
+// and whole tiles whose rows the kernel stores 16 bytes at a time.
+func (d *Device) orderedSplits(j pairsJob, t kernels.Tile, splits int, chunk int64) bool {
+	return d.orderedPairs && splits > 1 && chunk == 0 && t.Hopper && t.WM*t.WN <= 8 && j.math.ElemSize() == 2 &&
+		j.out.dtype == sparse.Float32 && j.M%int64(t.BM) == 0 && j.N%int64(t.BN) == 0 && j.N%4 == 0
 }
 
 // reduceTaps sums the float32 partials of a weight gradient launched with

@@ -177,6 +177,12 @@ type Device struct {
 	// gathers that summed their partials in the kernel (a test instrument).
 	splitCtr           devPtr
 	fusedSplitLaunches int
+	// orderedPairs: split weight gradients of 16-bit Hopper tiles add
+	// their slices into the float32 result in split order in the kernel
+	// (EnvOrderedSplits; Device.orderedSplits says where);
+	// orderedSplitLaunches counts them (a test instrument).
+	orderedPairs         bool
+	orderedSplitLaunches int
 	// pdl: kernels that wait for the grids ahead of them are launched
 	// with programmatic stream serialization (EnvProgrammaticLaunch,
 	// compute capability 9.0 and up; the tests switch it); pdlLaunches
@@ -316,11 +322,16 @@ func openDevice(ordinal int) (*Device, error) {
 	if err != nil {
 		return nil, err
 	}
+	orderedPairs, err := orderedSplitsFromEnv()
+	if err != nil {
+		return nil, err
+	}
 	d := &Device{
 		cubSortFrom:                cubSortFrom,
 		halfSkip:                   halfSkip,
 		registerA:                  registerA,
 		swapped:                    swapped,
+		orderedPairs:               orderedPairs,
 		occupancyCap:               occCap,
 		pdl:                        pdl,
 		perTapMaxBytes:             perTapMax,

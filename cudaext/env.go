@@ -784,6 +784,22 @@ func switchFromEnv(key string, def bool) (bool, error) {
 	}
 }
 
+// EnvOrderedSplits names the environment variable that, read when an
+// engine opens, makes the split weight gradients of the 16-bit Hopper
+// tiles add their split slices into the float32 result in split order in
+// the kernel ("1": PairsParams.tickets, no partials and no reduction
+// launch; the same bits) or write partials for spconv_reduce ("0");
+// unset, orderedSplitsDefault.
+const EnvOrderedSplits = "FLEXGEMM_ORDERED_SPLITS"
+
+// orderedSplitsDefault is EnvOrderedSplits's setting when unset.
+const orderedSplitsDefault = false
+
+// orderedSplitsFromEnv returns EnvOrderedSplits's setting.
+func orderedSplitsFromEnv() (bool, error) {
+	return switchFromEnv(EnvOrderedSplits, orderedSplitsDefault)
+}
+
 // openSwitches are the on/off switches Open reads from the environment
 // (switchFromEnv) and stores in the package's switches the tile
 // heuristic and the gather launches read: each variable, its setting when

@@ -128,6 +128,7 @@ func TestSwitchesFromEnv(t *testing.T) {
 		{EnvFusedSplitReduce, fromOpen(EnvFusedSplitReduce), fusedSplitReduceDefault},
 		{EnvProgrammaticLaunch, programmaticLaunchFromEnv, programmaticLaunchDefault},
 		{EnvTF32Clear, fromOpen(EnvTF32Clear), tf32ClearDefault},
+		{EnvOrderedSplits, orderedSplitsFromEnv, orderedSplitsDefault},
 	} {
 		t.Run(c.key, func(t *testing.T) {
 			cases := []envCase[bool]{

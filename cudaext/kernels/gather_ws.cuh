@@ -278,15 +278,6 @@ template <class C> struct StreamKCursor {
   }
 };
 
-// Global-memory flag handshakes across blocks (GPU scope).
-__device__ __forceinline__ void st_release(unsigned* f, unsigned v) {
-  asm volatile("st.release.gpu.global.u32 [%0], %1;\n" ::"l"(f), "r"(v) : "memory");
-}
-__device__ __forceinline__ unsigned ld_acquire(const unsigned* f) {
-  unsigned v;
-  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(f) : "memory");
-  return v;
-}
 
 // Named barrier 2 over the consumer warps only (n threads).
 __device__ __forceinline__ void consumers_sync(int n) { asm volatile("bar.sync 2, %0;\n" ::"r"(n) : "memory"); }

@@ -240,8 +240,14 @@ struct PairsParams {
                           // splits, each group's taps by the length of their offset (centre,
                           // faces, edges, corners), its splits, then its tiles (pairs_block_of);
                           // 0: the launch order (tile, tap, split)
+  unsigned* tickets;      // null, or with splits > 1, whole Hopper tiles of at most 8 warps (16 would
+                          // spill) and part the float32 [M, V, N]
+                          // result itself: [V][tiles] counters, zero between launches; split z of
+                          // (tap, tile) adds its products into part once the counter reads z, then
+                          // sets it to z + 1 (0 after the last split): the reduction kernel's sums in
+                          // its order, no partials (pairs_store_ordered)
 };
-static_assert(sizeof(PairsParams) == 20 * 8, "PairsParams layout");
+static_assert(sizeof(PairsParams) == 21 * 8, "PairsParams layout");
 
 // ---- PTX wrappers -----------------------------------------------------------
 
@@ -290,6 +296,15 @@ template <int N> __device__ __forceinline__ void lds_ints(const int* p, unsigned
 __device__ __forceinline__ void cp_async4(void* dst, const void* src, bool valid) {
   int n = valid ? 4 : 0;
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(n));
+}
+// Global-memory flag handshakes across blocks (GPU scope).
+__device__ __forceinline__ void st_release(unsigned* f, unsigned v) {
+  asm volatile("st.release.gpu.global.u32 [%0], %1;\n" ::"l"(f), "r"(v) : "memory");
+}
+__device__ __forceinline__ unsigned ld_acquire(const unsigned* f) {
+  unsigned v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(f) : "memory");
+  return v;
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N> __device__ __forceinline__ void cp_async_wait() {
@@ -1257,6 +1272,60 @@ __device__ __forceinline__ void pairs_store_staged(OT* out, const PairsParams& p
   }
 }
 
+// pairs_store_ordered ends block (tile (m0, n0), tap v, split z) of a
+// Hopper pairs kernel launched with PairsParams.tickets (whole tiles, part
+// the float32 [M, V, N] result): its fragments go to shared memory at
+// stage (as pairs_store_staged), then, once split z − 1 of the same (tap,
+// tile) has added its products (the tap's ticket reads z), every thread
+// adds its 16-byte runs of the tile into part (split 0 into zeros) and the
+// block sets the ticket to z + 1, or back to 0 after the last split. So
+// part holds ((0 + p₀) + p₁) + … in split order: what spconv_reduce
+// computes from the partials, bit for bit, with no partials and no
+// reduction launch. The blocks run split-major (the launch order, or
+// pairs_block_of's groups, which keep a (tap, tile)'s splits in order), so
+// split z − 1 was dispatched before split z and never waits for it: the
+// wait ends. One that does not (a dispatch out of order) traps rather than
+// hangs.
+template <class C>
+__device__ __forceinline__ void pairs_store_ordered(const PairsParams& p, const float (&acc)[C::MI][C::NI][4],
+                                                    long long m0, long long n0, int v, int z, int wm, int lane,
+                                                    int tid, unsigned char* stage) {
+  static_assert(C::WN == 1, "a Hopper tile's warps own whole rows");
+  constexpr int kLd = C::BN + 4, kCpr = C::BN / 4;
+  static_assert(C::BM * kLd * 4 <= C::S * (C::kPairsAStage + C::kPairsBStage) * C::kElem,
+                "a staged tile fits the pipeline stages");
+  float* st = reinterpret_cast<float*>(stage);
+  const int g = lane >> 2, t4 = lane & 3;
+  store_frags<C>(st + (wm * C::WTM + g) * kLd + 2 * t4, kLd, acc);
+  const long long tilesN = (p.N + C::BN - 1) / C::BN, tiles = (p.M + C::BM - 1) / C::BM * tilesN;
+  unsigned* ticket = p.tickets + (long long)v * tiles + m0 / C::BM * tilesN + n0 / C::BN;
+  if (tid == 0) {
+    long long spins = 0;
+    while (ld_acquire(ticket) != (unsigned)z) {
+      if (++spins > (1ll << 26)) __trap();  // split z − 1 never added: fail, do not hang
+      __nanosleep(64);
+    }
+  }
+  __syncthreads();
+  const long long ldo = p.V * p.N;
+  float* o = p.part + m0 * ldo + (long long)v * p.N + n0;
+#pragma unroll 4
+  for (int c = tid; c < C::BM * kCpr; c += C::kThreads) {
+    const int r = c / kCpr, q = c % kCpr;
+    float4* dst = reinterpret_cast<float4*>(o + r * ldo + q * 4);
+    const float4 a = *reinterpret_cast<const float4*>(st + r * kLd + q * 4);
+    float4 sum = z == 0 ? make_float4(0.f, 0.f, 0.f, 0.f) : __ldcg(dst);
+    sum.x += a.x;
+    sum.y += a.y;
+    sum.z += a.z;
+    sum.w += a.w;
+    __stcg(dst, sum);
+  }
+  __threadfence();
+  __syncthreads();
+  if (tid == 0) st_release(ticket, z + 1 == p.splits ? 0u : (unsigned)z + 1);
+}
+
 // Epilogue of a pairs GEMM: warp (wm, wn)'s accumulator fragments
 // (mma.sync C-fragment order) to rows m0 … and columns n0 … of tap v of
 // the [M, V, N] result, or to split z's float32 partials.
@@ -1547,14 +1616,19 @@ template <class C> __device__ __forceinline__ void pairs_gemm(const PairsParams&
         // every warpgroup's products are done), then 16-byte stores of
         // whole rows.
         __syncthreads();
-        if (p.part == nullptr)
+        if (C::kWarps <= 8 && p.tickets != nullptr)
+          pairs_store_ordered<C>(p, acc, m0, n0, v, z, wm, lane, tid, base);
+        else if (p.part == nullptr)
           pairs_store_staged<C>(reinterpret_cast<T*>(p.out), p, acc, m0, n0, v, wm, lane, tid, base);
         else
           pairs_store_staged<C>(p.part + (long long)z * p.M * p.V * p.N, p, acc, m0, n0, v, wm, lane, tid, base);
         staged = true;
       }
     }
-    if (!staged) pairs_store<C>(p, acc, m0, n0, v, z, wm, wn, lane);
+    if (!staged) {
+      if (p.tickets != nullptr) __trap();  // the engine sets tickets for whole Hopper tiles of 8 warps at most only
+      pairs_store<C>(p, acc, m0, n0, v, z, wm, wn, lane);
+    }
     if constexpr (SUM) {
       // The kStep threads of each column chunk add their sums in the
       // order of their first lines, through shared memory (the A stages:
