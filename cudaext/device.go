@@ -155,6 +155,12 @@ type Device struct {
 	// noBrickBallotMask: the brick search forms the tap masks by a loop
 	// of shared-memory reads (EnvNoBrickBallotMask).
 	noBrickBallotMask bool
+	// pairsFromTable: the pair lists are counted from the neighbour table
+	// even where its tap masks are at hand (EnvPairsCountFromTable);
+	// maskPairCounts counts the counts taken from masks (a test
+	// instrument).
+	pairsFromTable bool
+	maskPairCounts int
 	// reduceVecMin: the split-K reductions sum four elements per thread
 	// from this many elements per slice on (reduceVecMinElems; the tests
 	// lower it).
@@ -361,6 +367,7 @@ func openDevice(ordinal int) (*Device, error) {
 		noBrickGuess:               os.Getenv(EnvNoBrickGuess) == "1",
 		noBrickFusedScatter:        os.Getenv(EnvNoBrickFusedScatter) == "1",
 		noBrickBallotMask:          os.Getenv(EnvNoBrickBallotMask) == "1",
+		pairsFromTable:             os.Getenv(EnvPairsCountFromTable) == "1",
 	}
 	d.mem.free = map[int64][]devPtr{}
 	runtime.LockOSThread()

@@ -867,6 +867,13 @@ const EnvNoBrickFusedScatter = "FLEXGEMM_NO_BRICK_FUSED_SCATTER"
 // instead of the ballot of the row's table entries as it writes them.
 const EnvNoBrickBallotMask = "FLEXGEMM_NO_BRICK_BALLOT_MASK"
 
+// EnvPairsCountFromTable names the environment variable that, set to "1"
+// when an engine opens, makes the pair lists' counts read the neighbour
+// table (kmap_pairs_count, as before session 70) where the rows' tap masks
+// are at hand (kmap_pairs_count_masks: 8 bytes a row instead of 108 for
+// 3×3×3 maps).
+const EnvPairsCountFromTable = "FLEXGEMM_PAIRS_COUNT_FROM_TABLE"
+
 // EnvNoWaveSort names the environment variable that, set to "1" when an
 // engine opens, sorts keys whose tiles would all be resident at once by
 // the onesweep sort (up to onesweepMaxTiles tiles) or the classic passes,

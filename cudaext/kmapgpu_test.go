@@ -882,6 +882,86 @@ func TestGPUBrickPoolGuess(t *testing.T) {
 	}
 }
 
+// TestGPUPairsCountFromMasks counts pair lists from the rows' tap masks
+// (kmap_pairs_count_masks) wherever a map's masks are at hand when its
+// lists are counted — the hash path's Gray tables (V ≤ 32), the brick
+// search's masks (more than kmap.BalancedKeyMaxRows rows), Gray tables
+// derived before the lists (two and three mask words a row: taps beyond
+// the first word) — and from the table where they are not (a brick search
+// of fewer rows, a strided map) or with EnvPairsCountFromTable; every
+// map's derived tables are compared with kmap's.
+func TestGPUPairsCountFromMasks(t *testing.T) {
+	e := gxEngine(t)
+	defer func() {
+		require.NoError(t, e.d.do(func() error { e.d.brickMinRows, e.d.pairsFromTable = brickMinRows, false; return nil }))
+	}()
+	small, smallExt := synth.SphereShell(24, 1)
+	large, largeExt := synth.SphereShell(192, 1)
+	require.Greater(t, len(large)/4, max(kmap.BalancedKeyMaxRows, brickMinRows))
+	require.Less(t, len(small)/4, min(kmap.BalancedKeyMaxRows, brickMinRows))
+	d1 := [3]int{1, 1, 1}
+	cases := []struct {
+		name      string
+		coords    []int32
+		ext       grid.Extent
+		k         [3]int
+		bricks    bool // the brick search at any size
+		grayFirst bool // the Gray tables derived before the lists
+		fromTable bool // EnvPairsCountFromTable
+		fromMasks bool // expected: counted from masks
+		strided   bool // a strided map of stride 2 instead
+	}{
+		{"hash path, its Gray tables", small, smallExt, [3]int{3, 3, 3}, false, false, false, true, false},
+		{"hash path, from the table", small, smallExt, [3]int{3, 3, 3}, false, false, true, false, false},
+		{"brick search, its masks", large, largeExt, [3]int{3, 3, 3}, true, false, false, true, false},
+		{"brick search, from the table", large, largeExt, [3]int{3, 3, 3}, true, false, true, false, false},
+		{"brick search of few rows: no masks", small, smallExt, [3]int{3, 3, 3}, true, false, false, false, false},
+		{"5×5×5 (V 125): Gray tables first", small, smallExt, [3]int{5, 5, 5}, false, true, false, true, false},
+		{"5×5×5 (V 125): no masks yet", small, smallExt, [3]int{5, 5, 5}, false, false, false, false, false},
+		{"7×7×3 (V 147, 73 taps): Gray tables first", small, smallExt, [3]int{7, 7, 3}, false, true, false, true, false},
+		{"strided", small, smallExt, [3]int{2, 2, 2}, false, false, false, false, true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			require.NoError(t, e.d.do(func() error {
+				e.d.brickMinRows, e.d.pairsFromTable = brickMinRows, c.fromTable
+				if c.bricks {
+					e.d.brickMinRows = 0
+				}
+				return nil
+			}))
+			var cpu, gpu *kmap.Map
+			var err error
+			if c.strided {
+				st := grid.Cube(2, 2, 0, 1)
+				cpu, err = kmap.NewStrided(c.coords, c.ext, st, nil)
+				require.NoError(t, err)
+				gpu = gxBuild(t, e, func() (*kmap.Map, error) {
+					return e.StridedMap(gxCoords(t, e, c.coords), c.ext, st, sparse.Matrix{})
+				})
+			} else {
+				cpu, err = kmap.NewSubmanifold(c.coords, c.ext, c.k, d1)
+				require.NoError(t, err)
+				gpu = gxBuild(t, e, func() (*kmap.Map, error) {
+					return e.SubmanifoldMap(gxCoords(t, e, c.coords), c.ext, c.k, d1)
+				})
+			}
+			var before, after int
+			require.NoError(t, e.d.do(func() error { before = e.d.maskPairCounts; return nil }))
+			if c.grayFirst {
+				require.NoError(t, e.DeriveTables(gpu, TableMasked))
+			}
+			gxSameDerived(t, e, gpu, cpu)
+			require.NoError(t, e.d.do(func() error { after = e.d.maskPairCounts; return nil }))
+			want := 0
+			if c.fromMasks {
+				want = 1
+			}
+			require.Equal(t, want, after-before, "lists counted from masks")
+		})
+	}
+}
+
 // TestGPUMapEmpty builds every kind of map over no voxels.
 func TestGPUMapEmpty(t *testing.T) {
 	e := gxEngine(t)

@@ -52,6 +52,10 @@
 //                      the taps before the centre only, see PairsParams):
 //                      a warp per 32 rows copies them to shared memory
 //                      coalesced (tables of ≤ 32 taps), one ballot per tap
+//   kmap_pairs_count_masks  the same counts from the rows' tap masks
+//                      ([n_out, W] uint64: masks_build's or the brick
+//                      search's), 8·W bytes a row instead of the 4·V of
+//                      its table entries
 //   kmap_pairs_seg     Seg[v] = first pair of tap v
 //   kmap_pairs_write   pair lists: a row's place is a ballot rank in its
 //                      warp plus the counts of the warps before it
@@ -623,6 +627,33 @@ __device__ void pairs_count(const int* nbr, i64 n_out, int V, int taps, int* cnt
   }
 }
 
+// pairs_count_masks is pairs_count from the rows' tap masks [n_out, W]
+// (bit b of word w: tap 64w + b present), a lane per row: the same counts
+// (a mask bit is set exactly where the table entry is ≥ 0), the rows read
+// as one word each instead of V entries.
+__device__ void pairs_count_masks(const u64* mask, i64 n_out, int W, int taps, int* cnt, i64 nc) {
+  __shared__ int wc[kChunkWarps][32];
+  const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const i64 o = (i64)blockIdx.x * kChunk + threadIdx.x;
+  for (int v0 = 0; v0 < taps; v0 += 32) {
+    const int nt = min(32, taps - v0);
+    // Taps v0 … v0 + 31 lie in one word: v0 is a multiple of 32.
+    const u32 bits = o < n_out ? (u32)(mask[o * W + (v0 >> 6)] >> (v0 & 63)) : 0u;
+    for (int t = 0; t < nt; ++t) {
+      const int c = __popc(__ballot_sync(0xffffffffu, bits >> t & 1u));
+      if (lane == 0) wc[w][t] = c;
+    }
+    __syncthreads();
+    if (threadIdx.x < nt) {
+      int c = 0;
+#pragma unroll
+      for (int k = 0; k < kChunkWarps; ++k) c += wc[k][threadIdx.x];
+      cnt[(i64)(v0 + threadIdx.x) * nc + blockIdx.x] = c;
+    }
+    __syncthreads();
+  }
+}
+
 __device__ void pairs_seg(const i64* off, i64 nc, int V, i64* seg) {
   for (i64 v = gtid(); v < V; v += gstride()) seg[v] = off[v * nc];
 }
@@ -736,6 +767,11 @@ __global__ void __launch_bounds__(fgk::kChunk) kmap_pairs_count(const int* nbr, 
                                                                 int* cnt, long long nc) {
   fg_await_prior_grid();
   fgk::pairs_count(nbr, n_out, V, taps, cnt, nc);
+}
+__global__ void __launch_bounds__(fgk::kChunk) kmap_pairs_count_masks(const unsigned long long* mask, long long n_out,
+                                                                      int W, int taps, int* cnt, long long nc) {
+  fg_await_prior_grid();
+  fgk::pairs_count_masks(mask, n_out, W, taps, cnt, nc);
 }
 __global__ void kmap_pairs_seg(const long long* off, long long nc, int V, long long* seg) {
   fg_await_prior_grid();
