@@ -660,23 +660,27 @@ __device__ void pairs_seg(const i64* off, i64 nc, int V, i64* seg) {
 
 // pairs_write writes the chunk's pairs of each of the first taps taps at
 // off[v·nc + chunk] on: in row order, a lane's place is the rows before it
-// in its warp (ballot) and in the warps before (their counts).
+// in its warp (ballot) and in the warps before (their counts). The chunk's
+// offsets are read into shared memory before the counts' barrier, so that
+// no tap's stores wait on a global load.
 __device__ void pairs_write(const int* nbr, i64 n_out, int V, int taps, const i64* off, i64 nc, int* pin,
                             int* pout) {
   __shared__ int stage[kChunkWarps][32 * kStagedTaps];
   __shared__ int wc[kChunkWarps][32];
+  __shared__ i64 first[32];
   const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const unsigned below = (1u << lane) - 1;
   const PairRows rows(nbr, n_out, V, stage[w]);
   for (int v0 = 0; v0 < taps; v0 += 32) {
     const int nt = min(32, taps - v0);
+    if (threadIdx.x < nt) first[threadIdx.x] = off[(i64)(v0 + threadIdx.x) * nc + blockIdx.x];
     rows.count(v0, nt, wc[w]);
     __syncthreads();
     for (int t = 0; t < nt; ++t) {
       const int i = rows.at(v0 + t);
       const unsigned b = __ballot_sync(0xffffffffu, i >= 0);
       if (i >= 0) {
-        i64 p = off[(i64)(v0 + t) * nc + blockIdx.x] + __popc(b & below);
+        i64 p = first[t] + __popc(b & below);
         for (int k = 0; k < w; ++k) p += wc[k][t];
         pin[p] = i;
         pout[p] = (int)rows.o;
