@@ -92,7 +92,8 @@ const (
 	// im2col matrix, one tap): rows are Co, cols V·Ci.
 	useIm2colWGrad
 	// useGatherWT: a gather that reads the weight transposed (the 16-bit
-	// input gradients; tf32 ones multiply a transposed copy and are
+	// input gradients of the implicit and masked algorithms; tf32 ones and
+	// the explicit algorithm's multiply a transposed copy and are
 	// useGather): as useGather, but only the swapped twins of EnvSwappedWT
 	// can run it, so the tiles that are there for their swapped twins are
 	// its default only where that switch is on.
@@ -102,10 +103,11 @@ const (
 // gathers reports whether u is a gather GEMM (useGather, useGatherWT).
 func (u tileUse) gathers() bool { return u == useGather || u == useGatherWT }
 
-// gatherUse returns the tileUse of a gather of esz-byte elements that is
-// an input gradient when wt: useGatherWT for a 16-bit one (it reads the
-// weight transposed), else useGather. InputGrad and the autotuner's
-// shapeOf both ask it.
+// gatherUse returns the tileUse of a gather of esz-byte elements that
+// reads its weight transposed when wt (the input gradients of the
+// implicit and masked algorithms; the explicit one multiplies a
+// materialised transpose): useGatherWT for a 16-bit one, else useGather.
+// InputGrad and the autotuner's shapeOf both ask it.
 func gatherUse(esz int, wt bool) tileUse {
 	if wt && esz == 2 {
 		return useGatherWT
@@ -1457,7 +1459,7 @@ func (e *Engine) InputGrad(m *kmap.Map, dy, w sparse.Matrix, o Options) (sparse.
 	if alg == sparse.Explicit {
 		kc = V * co
 	}
-	tile, err := e.chooseTile(o, math, gatherUse(math.ElemSize(), true), M, ci, kc, gatherTaps(alg, V))
+	tile, err := e.chooseTile(o, math, gatherUse(math.ElemSize(), alg != sparse.Explicit), M, ci, kc, gatherTaps(alg, V))
 	if err != nil {
 		return sparse.Matrix{}, err
 	}

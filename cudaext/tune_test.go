@@ -308,9 +308,9 @@ func TestAutotuneHeuristicMirrorsConv(t *testing.T) {
 				want = launch{useGather, rows, 96, 27 * 13}
 			case dir == autotune.Fwd:
 				want = launch{useGather, rows, 96, 13}
-			case dir == autotune.DGrad && alg == sparse.Explicit: // fp16: the weight read transposed
-				want = launch{useGatherWT, rows, 13, 27 * 96}
-			case dir == autotune.DGrad:
+			case dir == autotune.DGrad && alg == sparse.Explicit: // a materialised transpose
+				want = launch{useGather, rows, 13, 27 * 96}
+			case dir == autotune.DGrad: // fp16: the weight read transposed
 				want = launch{useGatherWT, rows, 13, 96}
 			case alg == sparse.Explicit:
 				want = launch{useIm2colWGrad, 96, 27 * 13, rows}
