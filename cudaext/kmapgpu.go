@@ -1014,13 +1014,8 @@ func (e *Engine) DeriveTables(m *kmap.Map, which Tables, tileRows ...int) error 
 				return err
 			}
 		}
-		// The masked gathers of a map small enough to run per tap read
-		// the pair lists: counted ahead too, so that they need no wait.
-		if which&TablePairs != 0 || which&TableMasked != 0 && e.mayRunPerTap(m) {
-			if _, err := e.countPairs(m, true); err != nil {
-				return err
-			}
-		}
+		// The Gray tables first: the pair lists are then counted from
+		// the forward table's masks (Device.pairsCount).
 		for _, reverse := range []bool{false, true} {
 			if which&TableMasked == 0 && !reverse || which&TableReverseMasked == 0 && reverse {
 				continue
@@ -1032,6 +1027,13 @@ func (e *Engine) DeriveTables(m *kmap.Map, which Tables, tileRows ...int) error 
 				if _, err := e.maskedTablesFor(m, reverse, rows); err != nil {
 					return err
 				}
+			}
+		}
+		// The masked gathers of a map small enough to run per tap read
+		// the pair lists: counted ahead too, so that they need no wait.
+		if which&TablePairs != 0 || which&TableMasked != 0 && e.mayRunPerTap(m) {
+			if _, err := e.countPairs(m, true); err != nil {
+				return err
 			}
 		}
 		return nil

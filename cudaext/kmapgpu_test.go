@@ -883,13 +883,15 @@ func TestGPUBrickPoolGuess(t *testing.T) {
 }
 
 // TestGPUPairsCountFromMasks counts pair lists from the rows' tap masks
-// (kmap_pairs_count_masks) wherever a map's masks are at hand when its
-// lists are counted — the hash path's Gray tables (V ≤ 32), the brick
-// search's masks (more than kmap.BalancedKeyMaxRows rows), Gray tables
-// derived before the lists (two and three mask words a row: taps beyond
-// the first word) — and from the table where they are not (a brick search
-// of fewer rows, a strided map) or with EnvPairsCountFromTable; every
-// map's derived tables are compared with kmap's.
+// (kmap_pairs_count_masks) wherever a map's forward masks are at hand when
+// its lists are counted — the hash path's Gray tables (3×3×3), the brick
+// search's masks (more than kmap.BalancedKeyMaxRows rows), Gray tables that
+// DeriveTables derives before the lists (a brick search of few rows; two
+// and three mask words a row at V 125 and 147, 62 and 73 listed taps: bits
+// from the second word on; a strided map, all its taps listed) — and from
+// the table where they are not (the lists derived alone first) or with
+// EnvPairsCountFromTable; every map's derived tables are compared with
+// kmap's.
 func TestGPUPairsCountFromMasks(t *testing.T) {
 	e := gxEngine(t)
 	defer func() {
@@ -900,26 +902,30 @@ func TestGPUPairsCountFromMasks(t *testing.T) {
 	require.Greater(t, len(large)/4, max(kmap.BalancedKeyMaxRows, brickMinRows))
 	require.Less(t, len(small)/4, min(kmap.BalancedKeyMaxRows, brickMinRows))
 	d1 := [3]int{1, 1, 1}
+	k3 := [3]int{3, 3, 3}
 	cases := []struct {
-		name      string
-		coords    []int32
-		ext       grid.Extent
-		k         [3]int
-		bricks    bool // the brick search at any size
-		grayFirst bool // the Gray tables derived before the lists
-		fromTable bool // EnvPairsCountFromTable
-		fromMasks bool // expected: counted from masks
-		strided   bool // a strided map of stride 2 instead
+		name       string
+		coords     []int32
+		ext        grid.Extent
+		k          [3]int
+		strided    bool // a strided map of stride 2 (k unused)
+		bricks     bool // the brick search at any size
+		pairsFirst bool // DeriveTables(TablePairs) alone before the rest
+		fromTable  bool // EnvPairsCountFromTable
+		fromMasks  bool // expected: counted from masks
 	}{
-		{"hash path, its Gray tables", small, smallExt, [3]int{3, 3, 3}, false, false, false, true, false},
-		{"hash path, from the table", small, smallExt, [3]int{3, 3, 3}, false, false, true, false, false},
-		{"brick search, its masks", large, largeExt, [3]int{3, 3, 3}, true, false, false, true, false},
-		{"brick search, from the table", large, largeExt, [3]int{3, 3, 3}, true, false, true, false, false},
-		{"brick search of few rows: no masks", small, smallExt, [3]int{3, 3, 3}, true, false, false, false, false},
-		{"5×5×5 (V 125): Gray tables first", small, smallExt, [3]int{5, 5, 5}, false, true, false, true, false},
-		{"5×5×5 (V 125): no masks yet", small, smallExt, [3]int{5, 5, 5}, false, false, false, false, false},
-		{"7×7×3 (V 147, 73 taps): Gray tables first", small, smallExt, [3]int{7, 7, 3}, false, true, false, true, false},
-		{"strided", small, smallExt, [3]int{2, 2, 2}, false, false, false, false, true},
+		{"hash path, its Gray tables", small, smallExt, k3, false, false, false, false, true},
+		{"hash path, the lists first", small, smallExt, k3, false, false, true, false, true},
+		{"hash path, from the table", small, smallExt, k3, false, false, false, true, false},
+		{"brick search, its masks", large, largeExt, k3, false, true, true, false, true},
+		{"brick search, from the table", large, largeExt, k3, false, true, false, true, false},
+		{"brick search of few rows, the Gray tables", small, smallExt, k3, false, true, false, false, true},
+		{"brick search of few rows, the lists first", small, smallExt, k3, false, true, true, false, false},
+		{"5×5×5 (V 125), the Gray tables", small, smallExt, [3]int{5, 5, 5}, false, false, false, false, true},
+		{"5×5×5 (V 125), the lists first", small, smallExt, [3]int{5, 5, 5}, false, false, true, false, false},
+		{"7×7×3 (V 147, 73 taps), the Gray tables", small, smallExt, [3]int{7, 7, 3}, false, false, false, false, true},
+		{"strided, the Gray tables", small, smallExt, k3, true, false, false, false, true},
+		{"strided, the lists first", small, smallExt, k3, true, false, true, false, false},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -948,8 +954,8 @@ func TestGPUPairsCountFromMasks(t *testing.T) {
 			}
 			var before, after int
 			require.NoError(t, e.d.do(func() error { before = e.d.maskPairCounts; return nil }))
-			if c.grayFirst {
-				require.NoError(t, e.DeriveTables(gpu, TableMasked))
+			if c.pairsFirst {
+				require.NoError(t, e.DeriveTables(gpu, TablePairs))
 			}
 			gxSameDerived(t, e, gpu, cpu)
 			require.NoError(t, e.d.do(func() error { after = e.d.maskPairCounts; return nil }))
