@@ -969,8 +969,10 @@ func (e *Engine) runPairs(j pairsJob) error {
 	ordered := d.orderedSplits(j, t, splits, chunk)
 	switch {
 	case ordered:
-		// The splits add into the float32 result in split order
-		// (PairsParams.tickets): no partials, no reduction.
+		// The splits add into a float32 sum in split order
+		// (PairsParams.tickets): the float32 result itself, or a scratch
+		// sum [M, V, N] whose last split rounds into the 16-bit result;
+		// no partials, no reduction.
 		tk, err := d.allocTemp(4 * j.V * tiles)
 		if err != nil {
 			return err
@@ -980,6 +982,15 @@ func (e *Engine) runPairs(j pairsJob) error {
 			return err
 		}
 		p.Part, p.Tickets = uint64(j.out.ptr), uint64(tk.ptr)
+		if j.out.dtype != sparse.Float32 {
+			// Split 0 writes 0 + its products: the scratch needs no
+			// zeros (and poisoned partials show a read of it).
+			if part, err = d.allocPartials(j.M * j.V * j.N); err != nil {
+				return err
+			}
+			defer d.freeTemp(part)
+			p.Part = uint64(part.ptr)
+		}
 		d.orderedSplitLaunches++
 	case splits > 1:
 		var err error
@@ -1037,14 +1048,15 @@ func (e *Engine) runPairs(j pairsJob) error {
 
 // orderedSplits reports whether pairs job j, launched on tile t with
 // splits split slices (chunk: the balanced split's, 0 otherwise), adds its
-// slices into its float32 result in split order in the kernel
+// slices into a float32 sum in split order in the kernel
 // (fg::pairs_store_ordered) instead of writing partials for
 // spconv_reduce: with Device.orderedPairs (EnvOrderedSplits), a 16-bit
-// Hopper tile of at most 8 warps, every tap using every slice (chunk 0), a float32 result
-// and whole tiles whose rows the kernel stores 16 bytes at a time.
+// Hopper tile of at most 8 warps, every tap using every slice (chunk 0),
+// and whole tiles whose rows the kernel stores 16 bytes at a time; the
+// result float32 or in the operands' type (rounded by the last split).
 func (d *Device) orderedSplits(j pairsJob, t kernels.Tile, splits int, chunk int64) bool {
 	return d.orderedPairs && splits > 1 && chunk == 0 && t.Hopper && t.WM*t.WN <= 8 && j.math.ElemSize() == 2 &&
-		j.out.dtype == sparse.Float32 && j.M%int64(t.BM) == 0 && j.N%int64(t.BN) == 0 && j.N%4 == 0
+		j.M%int64(t.BM) == 0 && j.N%int64(t.BN) == 0 && j.N%4 == 0
 }
 
 // reduceTaps sums the float32 partials of a weight gradient launched with

@@ -786,10 +786,11 @@ func switchFromEnv(key string, def bool) (bool, error) {
 
 // EnvOrderedSplits names the environment variable that, read when an
 // engine opens, makes the split weight gradients of the 16-bit Hopper
-// tiles add their split slices into the float32 result in split order in
-// the kernel ("1": PairsParams.tickets, no partials and no reduction
-// launch; the same bits) or write partials for spconv_reduce ("0");
-// unset, orderedSplitsDefault.
+// tiles add their split slices into a float32 sum in split order in the
+// kernel ("1": PairsParams.tickets; the float32 result itself, or a
+// scratch sum the last slice rounds into a 16-bit result; no partials and
+// no reduction launch; the same bits) or write partials for spconv_reduce
+// ("0"); unset, orderedSplitsDefault.
 const EnvOrderedSplits = "FLEXGEMM_ORDERED_SPLITS"
 
 // orderedSplitsDefault is EnvOrderedSplits's setting when unset.

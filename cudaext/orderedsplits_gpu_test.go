@@ -15,16 +15,18 @@ import (
 )
 
 // TestWeightGradOrderedSplits checks the split weight gradients that add
-// their slices into the float32 result in split order in the kernel
+// their slices into a float32 sum in split order in the kernel
 // (EnvOrderedSplits, fg::pairs_store_ordered): on the window split of
 // small maps (thresholds lowered; windows of 64 and 1000 rows), in both
 // 16-bit arithmetics, with the 64×64 and 128×128 Hopper tiles over one
-// and two column tiles, the result must be the partials-and-reduction
-// result bit for bit (the same sums in the same order), also with the
-// bias gradient beside it and with the blocks run in groups of splits
-// (PairsParams.order_groups); the kernel must take the path exactly where
-// it applies (more than one slice, whole tiles, a float32 result) and
-// leave the narrow result on request and partial tiles to the partials.
+// and two column tiles, the float32 result must be the
+// partials-and-reduction result bit for bit (the same sums in the same
+// order), also with the bias gradient beside it and with the blocks run in
+// groups of splits (PairsParams.order_groups), and the narrow result (a
+// scratch sum, rounded by the last split) that float32 result rounded, as
+// the reduction rounds it; the kernel must take the path exactly where it
+// applies (more than one slice, whole tiles) and leave partial tiles to
+// the partials.
 func TestWeightGradOrderedSplits(t *testing.T) {
 	skipWithoutHopper(t)
 	rng := rand.New(rand.NewPCG(69, 70))
@@ -102,17 +104,25 @@ func TestWeightGradOrderedSplits(t *testing.T) {
 						gpu.Free(dw)
 					}
 					setOrder(0)
-					// The narrow result on request keeps the partials.
-					before = launches()
+					// The narrow result on request, by the partials and
+					// by the ordered splits: the float32 sums rounded.
 					on := o
 					on.NarrowWeightGrad = true
-					dwN, err := gpu.WeightGrad(m, x, dy, on)
-					require.NoError(t, err, name)
-					require.Equal(t, 0, launches()-before, "%s: narrow result", name)
-					hN := host(t, dwN)
-					gpu.Free(dwN)
-					for i, v := range got {
-						require.Equalf(t, roundTo(mth, v), hN[i], "%s: narrow element %d", name, i)
+					for _, ordered := range []bool{false, true} {
+						setOrdered(ordered)
+						before = launches()
+						dwN, err := gpu.WeightGrad(m, x, dy, on)
+						require.NoError(t, err, name)
+						runs := 0
+						if ordered {
+							runs = wantRuns
+						}
+						require.Equal(t, runs, launches()-before, "%s: narrow result, ordered %v: ordered launches", name, ordered)
+						hN := host(t, dwN)
+						gpu.Free(dwN)
+						for i, v := range got {
+							require.Equalf(t, roundTo(mth, v), hN[i], "%s: narrow element %d, ordered %v", name, i, ordered)
+						}
 					}
 				}
 				gpu.Free(x, dy)

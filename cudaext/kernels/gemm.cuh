@@ -240,12 +240,13 @@ struct PairsParams {
                           // splits, each group's taps by the length of their offset (centre,
                           // faces, edges, corners), its splits, then its tiles (pairs_block_of);
                           // 0: the launch order (tile, tap, split)
-  unsigned* tickets;      // null, or with splits > 1, whole Hopper tiles of at most 8 warps (16 would
-                          // spill) and part the float32 [M, V, N]
-                          // result itself: [V][tiles] counters, zero between launches; split z of
-                          // (tap, tile) adds its products into part once the counter reads z, then
-                          // sets it to z + 1 (0 after the last split): the reduction kernel's sums in
-                          // its order, no partials (pairs_store_ordered)
+  unsigned* tickets;      // null, or with splits > 1 and whole Hopper tiles of at most 8 warps (16 would
+                          // spill): [V][tiles] counters, zero between launches; split z of (tap, tile)
+                          // adds its products into part, a float32 [M, V, N] sum, once the counter
+                          // reads z, then sets it to z + 1 (0 after the last split): the reduction
+                          // kernel's sums in its order, no partials (pairs_store_ordered). part is
+                          // the float32 result itself (== out), or a scratch sum whose last split
+                          // rounds into out, in T
 };
 static_assert(sizeof(PairsParams) == 21 * 8, "PairsParams layout");
 
@@ -1274,14 +1275,16 @@ __device__ __forceinline__ void pairs_store_staged(OT* out, const PairsParams& p
 
 // pairs_store_ordered ends block (tile (m0, n0), tap v, split z) of a
 // Hopper pairs kernel launched with PairsParams.tickets (whole tiles, part
-// the float32 [M, V, N] result): its fragments go to shared memory at
-// stage (as pairs_store_staged), then, once split z − 1 of the same (tap,
-// tile) has added its products (the tap's ticket reads z), every thread
-// adds its 16-byte runs of the tile into part (split 0 into zeros) and the
-// block sets the ticket to z + 1, or back to 0 after the last split. So
-// part holds ((0 + p₀) + p₁) + … in split order: what spconv_reduce
-// computes from the partials, bit for bit, with no partials and no
-// reduction launch. The blocks run split-major (the launch order, or
+// a float32 [M, V, N] sum): its fragments go to shared memory at stage (as
+// pairs_store_staged), then, once split z − 1 of the same (tap, tile) has
+// added its products (the tap's ticket reads z), every thread adds its
+// 16-byte runs of the tile into part (split 0 into zeros) and the block
+// sets the ticket to z + 1, or back to 0 after the last split. So part
+// holds ((0 + p₀) + p₁) + … in split order: what spconv_reduce computes
+// from the partials, bit for bit, with no partials and no reduction
+// launch. When part is a scratch sum (out is in T, not float32: part !=
+// out) the last split writes its sums rounded to T into out instead, as
+// spconv_reduce rounds them. The blocks run split-major (the launch order, or
 // pairs_block_of's groups, which keep a (tap, tile)'s splits in order), so
 // split z − 1 was dispatched before split z and never waits for it: the
 // wait ends. One that does not (a dispatch out of order) traps rather than
@@ -1307,8 +1310,11 @@ __device__ __forceinline__ void pairs_store_ordered(const PairsParams& p, const 
     }
   }
   __syncthreads();
-  const long long ldo = p.V * p.N;
-  float* o = p.part + m0 * ldo + (long long)v * p.N + n0;
+  const long long ldo = p.V * p.N, at = m0 * ldo + (long long)v * p.N + n0;
+  float* o = p.part + at;
+  // The last split of a narrow result rounds its sums into out.
+  using T = typename C::T;
+  T* narrow = z + 1 == p.splits && static_cast<const void*>(p.part) != p.out ? reinterpret_cast<T*>(p.out) + at : nullptr;
 #pragma unroll 4
   for (int c = tid; c < C::BM * kCpr; c += C::kThreads) {
     const int r = c / kCpr, q = c % kCpr;
@@ -1319,7 +1325,20 @@ __device__ __forceinline__ void pairs_store_ordered(const PairsParams& p, const 
     sum.y += a.y;
     sum.z += a.z;
     sum.w += a.w;
-    __stcg(dst, sum);
+    if (narrow) {
+      static_assert(sizeof(T) == 2, "Hopper pairs tiles are 16-bit");
+      union {
+        T h[4];
+        uint2 u;
+      } w;
+      w.h[0] = from_f32<T>(sum.x);
+      w.h[1] = from_f32<T>(sum.y);
+      w.h[2] = from_f32<T>(sum.z);
+      w.h[3] = from_f32<T>(sum.w);
+      *reinterpret_cast<uint2*>(narrow + r * ldo + q * 4) = w.u;
+    } else {
+      __stcg(dst, sum);
+    }
   }
   __threadfence();
   __syncthreads();
