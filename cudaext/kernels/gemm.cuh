@@ -1305,7 +1305,7 @@ __device__ __forceinline__ void pairs_store_ordered(const PairsParams& p, const 
   if (tid == 0) {
     long long spins = 0;
     while (ld_acquire(ticket) != (unsigned)z) {
-      if (++spins > (1ll << 26)) __trap();  // split z − 1 never added: fail, do not hang
+      if (++spins > (1ll << 22)) __trap();  // split z − 1 never added (seconds, against a block's µs to ms): fail, do not hang
       __nanosleep(64);
     }
   }
