@@ -131,3 +131,51 @@ func TestWeightGradOrderedSplits(t *testing.T) {
 	}
 	require.Greater(t, ran, 0, "no case ran the ordered splits")
 }
+
+// TestOrderedSplitsWhere checks where Device.orderedSplits takes the
+// ordered accumulation: the benchmark's fp16 and bf16 training steps'
+// weight gradients ((512, 128, 2) on the 128×128 Hopper tile, (1024, 64, 2)
+// on the 64×64 one, window splits, 16-bit results as FlexGEMM's .grad)
+// must qualify, float32 results too; not the 16-warp tile, mma.sync tiles,
+// tf32, the balanced split, one slice, partial tiles or the switch off.
+func TestOrderedSplitsWhere(t *testing.T) {
+	tile := func(name string) kernels.Tile {
+		tl, err := kernels.ParseTile(name)
+		require.NoError(t, err, name)
+		return tl
+	}
+	h128, h64, h256 := tile("m128n128k64w8x1s6h"), tile("m64n64k64w4x1s4h"), tile("m256n128k64w16x1s4h")
+	mma := kernels.Tiles[0]
+	job := func(mth kernels.Math, out sparse.DType, m, n int64) pairsJob {
+		return pairsJob{math: mth, M: m, N: n, V: 27, out: &Buffer{dtype: out}}
+	}
+	d := &Device{orderedPairs: true}
+	cases := []struct {
+		name   string
+		j      pairsJob
+		t      kernels.Tile
+		splits int
+		chunk  int64
+		on     bool // orderedPairs
+		want   bool
+	}{
+		{"fp16 (512, 128, 2), fp16 result", job(kernels.F16, sparse.Float16, 128, 128), h128, 126, 0, true, true},
+		{"bf16 (512, 128, 2), bf16 result", job(kernels.BF16, sparse.BFloat16, 128, 128), h128, 126, 0, true, true},
+		{"fp16 (1024, 64, 2), fp16 result", job(kernels.F16, sparse.Float16, 64, 64), h64, 100, 0, true, true},
+		{"fp16, float32 result", job(kernels.F16, sparse.Float32, 128, 128), h128, 126, 0, true, true},
+		{"switch off", job(kernels.F16, sparse.Float16, 128, 128), h128, 126, 0, false, false},
+		{"one slice", job(kernels.F16, sparse.Float16, 128, 128), h128, 1, 0, true, false},
+		{"balanced split", job(kernels.F16, sparse.Float16, 128, 128), h128, 8, 3, true, false},
+		{"16-warp tile", job(kernels.F16, sparse.Float16, 256, 128), h256, 126, 0, true, false},
+		{"partial tile rows", job(kernels.F16, sparse.Float16, 96, 128), h128, 126, 0, true, false},
+		{"partial tile columns", job(kernels.F16, sparse.Float16, 128, 100), h128, 126, 0, true, false},
+		{"mma.sync tile", job(kernels.F16, sparse.Float16, 128, 128), mma, 126, 0, true, false},
+		{"tf32", job(kernels.TF32, sparse.Float32, 128, 128), h128, 126, 0, true, false},
+	}
+	for _, c := range cases {
+		d.orderedPairs = c.on
+		require.Equal(t, c.want, d.orderedSplits(c.j, c.t, c.splits, c.chunk), c.name)
+	}
+	require.False(t, mma.Hopper)
+	require.Equal(t, 16, h256.WM*h256.WN)
+}
