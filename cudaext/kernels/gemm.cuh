@@ -1327,15 +1327,7 @@ __device__ __forceinline__ void pairs_store_ordered(const PairsParams& p, const 
     sum.w += a.w;
     if (narrow) {
       static_assert(sizeof(T) == 2, "Hopper pairs tiles are 16-bit");
-      union {
-        T h[4];
-        uint2 u;
-      } w;
-      w.h[0] = from_f32<T>(sum.x);
-      w.h[1] = from_f32<T>(sum.y);
-      w.h[2] = from_f32<T>(sum.z);
-      w.h[3] = from_f32<T>(sum.w);
-      *reinterpret_cast<uint2*>(narrow + r * ldo + q * 4) = w.u;
+      *reinterpret_cast<uint2*>(narrow + r * ldo + q * 4) = make_uint2(pack16<T>(sum.x, sum.y), pack16<T>(sum.z, sum.w));
     } else {
       __stcg(dst, sum);
     }
