@@ -210,6 +210,13 @@ const (
 //     (64 k and 252 k rows) the 192-row tile is 3–15 % slower, hence the
 //     threshold. The tf32 192×128 tile did not gain at RES 512 (step 118b,
 //     not kept);
+//   - 16-bit gather GEMMs of 64–127 columns and at least
+//     hopperNarrowRows rows over at most kernels.MaxSpecializedTaps taps,
+//     K a multiple of 8 (16-byte rows; an input gradient's N too, and it
+//     only where EnvSwappedWT runs its twin): the 16-bit 256×64
+//     warp-specialised tile of eight producer warps, whose swapped twins
+//     run them, where EnvSwappedTall64 is on (off by default until
+//     measured: docs/PERF_NOTES.md step 144);
 //   - tf32 gather GEMMs of 128–255 columns and at least tallManyRows rows
 //     over at most kernels.MaxSpecializedTaps taps, K a multiple of 4
 //     (16-byte rows): the 256×128 warp-specialised tile, whose swapped twin
@@ -267,6 +274,12 @@ func hopperDefault(mth kernels.Math, use tileUse, rows, cols, kc, taps int64) st
 	if (use == useGather || use == useGatherWT && swappedWT.Load()) && mth.ElemSize() == 2 && cols >= 128 && cols < 256 &&
 		rows >= tallManyRows && kc%8 == 0 && taps <= kernels.MaxSpecializedTaps && specializedGathers.Load() && swappedWide16.Load() {
 		if h := pick(256, 128, 4, specializedProducers, kernels.Gather); h != "" {
+			return h
+		}
+	}
+	if (use == useGather || use == useGatherWT && swappedWT.Load() && cols%8 == 0) && mth.ElemSize() == 2 && cols >= 64 && cols < 128 &&
+		rows >= hopperNarrowRows && kc%8 == 0 && taps <= kernels.MaxSpecializedTaps && specializedGathers.Load() && swappedTall64.Load() {
+		if h := pick(256, 64, 4, 8, kernels.Gather); h != "" {
 			return h
 		}
 	}

@@ -138,14 +138,18 @@
 //     tiles' iterations, and a tile cut between groups is finished by the
 //     group holding its end, which adds the others' float32 partials in
 //     group order; unsplit gathers over 16-byte rows of the specialised
-//     128×64 and 256×128 tiles run swapped twins, a consumer warpgroup per
+//     128×64, 256×128 and 256×64 tiles run swapped twins, a consumer warpgroup per
 //     64 output columns multiplying the transposed tile with its columns
 //     of the weight's stage as wgmma's A (FLEXGEMM_SWAPPED_GATHERS=0:
 //     never; the 16-bit input gradients' twins read that stage transposed,
 //     FLEXGEMM_SWAPPED_WT=0 keeps them off), and the fixed heuristic gives
 //     gathers of 128–255 columns over many rows the 256×128 tiles for it
 //     (FLEXGEMM_SWAPPED_WIDE=0 / FLEXGEMM_SWAPPED_WIDE16=0: tf32 / 16-bit
-//     keep the 128×128 and 192×128 tiles);
+//     keep the 128×128 and 192×128 tiles); FLEXGEMM_SWAPPED_TALL64=1 (off
+//     by default until measured) gives the 16-bit gathers of 64–127
+//     columns over many rows the 256×64 tile, whose one consumer
+//     warpgroup multiplies all 256 rows (m64n256), the weight's stage
+//     copied once per 256 rows;
 //   - the masked split-K forward and input gradient of small submanifold
 //     maps at f16 or tf32 run per tap (pertap.go; slot buffers up to
 //     FLEXGEMM_PERTAP_MAX_MB, default 32, 0: never): one GEMM over every

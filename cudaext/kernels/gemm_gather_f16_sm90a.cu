@@ -58,3 +58,7 @@ FG_GATHER_WS_KERNEL(spconv_gather_f16_m256n128k64w16x1s4hp4, fg::Math::F16, 256,
 FG_GATHER_WS_WT_KERNEL(spconv_gather_f16_m256n128k64w16x1s4hp4, fg::Math::F16, 256, 128, 64, 16, 4, 4, 1)
 FG_GATHER_WS_SW_KERNEL(spconv_gather_f16_m256n128k64w16x1s4hp4_sw, fg::Math::F16, 256, 128, 64, 16, 4, 4, 1, false)
 FG_GATHER_WS_SW_KERNEL(spconv_gather_f16_m256n128k64w16x1s4hp4_wt_sw, fg::Math::F16, 256, 128, 64, 16, 4, 4, 1, true)
+FG_GATHER_WS_KERNEL(spconv_gather_f16_m256n64k64w16x1s4hp8, fg::Math::F16, 256, 64, 64, 16, 4, 8, 1, 222592)
+FG_GATHER_WS_WT_KERNEL(spconv_gather_f16_m256n64k64w16x1s4hp8, fg::Math::F16, 256, 64, 64, 16, 4, 8, 1)
+FG_GATHER_WS_SW_KERNEL(spconv_gather_f16_m256n64k64w16x1s4hp8_sw, fg::Math::F16, 256, 64, 64, 16, 4, 8, 1, false)
+FG_GATHER_WS_SW_KERNEL(spconv_gather_f16_m256n64k64w16x1s4hp8_wt_sw, fg::Math::F16, 256, 64, 64, 16, 4, 8, 1, true)

@@ -306,21 +306,22 @@ func TestTileTableMirrorsCpp(t *testing.T) {
 				// The twins, each generated and in the manifest exactly where
 				// its rule says, with its threads per block.
 				inst := string(GenerateHopperInstances(m))
-				wide := tile.Supports(m) && tile.BM == 256 && tile.BN == 128
+				wide := tile.Supports(m) && tile.Producers > 0 && tile.BM == 256 && (tile.BN == 128 || tile.BN == 64)
 				for _, tw := range []struct {
 					macro, name     string
 					has, want       bool
 					threads, wantTh int
 				}{
 					// Half skip: tf32 tiles of two or more warpgroups only,
-					// but the 256×128 one.
+					// but the 256-row one.
 					{"FG_GATHER_WS_HS_KERNEL", HalfSkipName(m, tile), tile.HasHalfSkip(m), tile.Supports(m) && m == TF32 && tile.BM >= 128 && !wide,
 						tile.Threads(), tile.Threads()},
 					// Register A: tf32 tiles of 128 rows and 128 columns.
 					{"FG_GATHER_WS_RA_KERNEL", RegisterAName(m, tile), tile.HasRegisterA(m), tile.Supports(m) && m == TF32 && tile.BN == 128 && tile.BM == 128,
 						tile.RegisterAThreads(), 32 * (tile.WM + 4)},
 					// Swapped: tiles of 128 rows and 64 columns (one
-					// consumer warpgroup), and the 256×128 ones (two).
+					// consumer warpgroup), the 256×128 ones (two) and the
+					// 16-bit 256×64 one (one).
 					{"FG_GATHER_WS_SW_KERNEL", SwappedName(m, tile), tile.HasSwapped(m), tile.Supports(m) && (tile.BM == 128 && tile.BN == 64 || wide),
 						tile.SwappedThreads(), 32 * (4*tile.BN/64 + tile.Producers)},
 					// Swapped, weight read transposed: the same tiles, 16-bit.

@@ -256,6 +256,19 @@ var HopperTiles = []Tile{
 	// transposed; the plain m256n128k64w16x1s4h serves more than
 	// MaxSpecializedTaps taps.
 	{BM: 256, BN: 128, BK: 64, WM: 16, WN: 1, Stages: 4, Hopper: true, Producers: 4},
+	// A 16-bit tile of 256 rows and 64 columns for its swapped twins (the
+	// forward and input-gradient gathers of 64–127 columns over many rows:
+	// RES 1024 C 64): one consumer warpgroup multiplies the weight's 64
+	// columns by all 256 gathered rows (m64n256, 128 accumulators a
+	// thread), so the weight's stage is copied once per 256 rows instead
+	// of once per 128 (−17 % of the forward gather's L2 → SM bytes at RES
+	// 1024 C 64: `go run ./bench padding -res 1024 -rows 128,256 -bytes
+	// 64`). Four stages of 40 KiB and two whole descriptions, one block
+	// per SM; eight producer warps, the copy threads per SM of the
+	// two-per-SM 128×64 tile it replaces. Its plain kernels (four consumer
+	// warpgroups of 64×64) serve split and unaligned gathers
+	// (docs/PERF_NOTES.md step 144).
+	{BM: 256, BN: 64, BK: 64, WM: 16, WN: 1, Stages: 4, Hopper: true, Producers: 8},
 }
 
 // Name returns the tile's short name, e.g. "m128n64k32w2x2s4"; a Hopper
@@ -563,17 +576,17 @@ func TransposedName(m Math, t Tile) string {
 
 // HasStreamK reports whether the gather of tile t in arithmetic m has
 // stream-K twins (StreamKName; gather_ws.cuh): a warp-specialised tile
-// whose block is alone on its SM, except the 256×128 tiles, which exist
+// whose block is alone on its SM, except the 256-row tiles, which exist
 // for their swapped twins (wideSwapped).
 func (t Tile) HasStreamK(m Math) bool {
 	return t.Producers > 0 && t.Supports(m) && t.BlocksPerSM(Gather, m) == 1 && !t.wideSwapped(m)
 }
 
-// wideSwapped reports whether t is a warp-specialised tile of 256 rows
-// and 128 columns (tf32, or 16-bit), whose swapped twin is what it is
-// for: it has no stream-K, half-skip or register-A twin.
+// wideSwapped reports whether t is a warp-specialised tile of 256 rows —
+// 128 columns (tf32, or 16-bit) or 64 (16-bit) — whose swapped twins are
+// what it is for: it has no stream-K, half-skip or register-A twin.
 func (t Tile) wideSwapped(m Math) bool {
-	return t.Producers > 0 && t.Supports(m) && t.BM == 256 && t.BN == 128
+	return t.Producers > 0 && t.Supports(m) && t.BM == 256 && (t.BN == 128 || t.BN == 64)
 }
 
 // HasHalfSkip reports whether the gather of tile t in arithmetic m has a
@@ -618,7 +631,7 @@ func (t Tile) RegisterAThreads() int { return 32 * (t.WM*t.WN + 4) }
 // HasSwapped reports whether the gather of tile t in arithmetic m has a
 // swapped twin (SwappedName; gather_ws.cuh SW): a warp-specialised tile
 // of 128 rows and 64 columns, or one of 256 rows and 128 columns (tf32
-// and 16-bit), whose consumer warpgroups (one per 64 columns) multiply the
+// and 16-bit) or 64 columns (16-bit), whose consumer warpgroups (one per 64 columns) multiply the
 // transposed tile (their columns of the weight's stage as wgmma's A, all
 // the gathered rows as its B), so that each stage's weight is read from
 // shared memory once instead of once per 64 rows. It reads the weight as
