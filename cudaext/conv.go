@@ -210,10 +210,10 @@ const (
 //     (64 k and 252 k rows) the 192-row tile is 3–15 % slower, hence the
 //     threshold. The tf32 192×128 tile did not gain at RES 512 (step 118b,
 //     not kept);
-//   - 16-bit gather GEMMs of 64–127 columns and at least
-//     hopperNarrowRows rows over at most kernels.MaxSpecializedTaps taps,
-//     K a multiple of 8 (16-byte rows; an input gradient's N too, and it
-//     only where EnvSwappedWT runs its twin): the 16-bit 256×64
+//   - gather GEMMs of 64–127 columns and at least hopperNarrowRows rows
+//     over at most kernels.MaxSpecializedTaps taps, K of 16-byte rows (a
+//     16-bit input gradient's N too, and it only where EnvSwappedWT runs
+//     its twin; tf32 ones under EnvTF32Narrow): the arithmetic's 256×64
 //     warp-specialised tile of eight producer warps, whose swapped twins
 //     run them, where EnvSwappedTall64 is on (off by default until
 //     measured: docs/PERF_NOTES.md step 144);
@@ -277,12 +277,6 @@ func hopperDefault(mth kernels.Math, use tileUse, rows, cols, kc, taps int64) st
 			return h
 		}
 	}
-	if (use == useGather || use == useGatherWT && swappedWT.Load() && cols%8 == 0) && mth.ElemSize() == 2 && cols >= 64 && cols < 128 &&
-		rows >= hopperNarrowRows && kc%8 == 0 && taps <= kernels.MaxSpecializedTaps && specializedGathers.Load() && swappedTall64.Load() {
-		if h := pick(256, 64, 4, 8, kernels.Gather); h != "" {
-			return h
-		}
-	}
 	if use.gathers() && cols >= 128 && cols < 256 && rows >= tallManyRows && taps <= kernels.MaxSpecializedTaps &&
 		specializedGathers.Load() && tallMany.Load() {
 		if h := pick(192, 128, 4, specializedProducers, kernels.Gather); h != "" {
@@ -291,6 +285,15 @@ func hopperDefault(mth kernels.Math, use tileUse, rows, cols, kc, taps int64) st
 	}
 	if use.gathers() && mth == kernels.TF32 && cols < 256 && !tf32Narrow.Load() {
 		return ""
+	}
+	// 16-byte rows: K, and an input gradient's N (the weight read
+	// transposed), in elements of mth.
+	vec := int64(16 / mth.ElemSize())
+	if (use == useGather || use == useGatherWT && swappedWT.Load() && cols%vec == 0) && cols >= 64 && cols < 128 &&
+		rows >= hopperNarrowRows && kc%vec == 0 && taps <= kernels.MaxSpecializedTaps && specializedGathers.Load() && swappedTall64.Load() {
+		if h := pick(256, 64, 4, 8, kernels.Gather); h != "" {
+			return h
+		}
 	}
 	if use == useGather && mth == kernels.TF32 && cols >= 128 && cols < 256 && rows >= tallManyRows && kc%4 == 0 &&
 		taps <= kernels.MaxSpecializedTaps && specializedGathers.Load() && swappedWide.Load() {

@@ -146,8 +146,8 @@
 //     gathers of 128–255 columns over many rows the 256×128 tiles for it
 //     (FLEXGEMM_SWAPPED_WIDE=0 / FLEXGEMM_SWAPPED_WIDE16=0: tf32 / 16-bit
 //     keep the 128×128 and 192×128 tiles); FLEXGEMM_SWAPPED_TALL64=1 (off
-//     by default until measured) gives the 16-bit gathers of 64–127
-//     columns over many rows the 256×64 tile, whose one consumer
+//     by default until measured) gives the gathers of 64–127 columns over
+//     many rows the 256×64 tiles, whose one consumer
 //     warpgroup multiplies all 256 rows (m64n256), the weight's stage
 //     copied once per 256 rows;
 //   - the masked split-K forward and input gradient of small submanifold

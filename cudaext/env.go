@@ -599,14 +599,14 @@ var swappedWT atomic.Bool
 var swappedWide16 atomic.Bool
 
 // EnvSwappedTall64 names the environment variable that, read when an
-// engine opens, gives the fixed heuristic's 16-bit gathers of 64–127
-// columns over at least hopperNarrowRows rows (16-byte rows, at most
-// kernels.MaxSpecializedTaps taps) the 16-bit 256×64 warp-specialised
-// tile, whose swapped twins run them where EnvSwappedGathers is on too
-// (the input gradients, which read the weight transposed, only where
-// EnvSwappedWT is on as well, and their weight rows are 16 bytes too)
-// ("1"), or leaves them the two-per-SM 128×64 tiles ("0"); unset,
-// swappedTall64Default. The 256-row tile copies the weight's stage once
+// engine opens, gives the fixed heuristic's gathers of 64–127 columns over
+// at least hopperNarrowRows rows (16-byte rows, at most
+// kernels.MaxSpecializedTaps taps) the arithmetic's 256×64
+// warp-specialised tile (tf32 or 16-bit), whose swapped twins run them
+// where EnvSwappedGathers is on too (the 16-bit input gradients, which
+// read the weight transposed, only where EnvSwappedWT is on as well, and
+// their weight rows are 16 bytes too) ("1"), or leaves them the 128×64
+// tiles ("0"); unset, swappedTall64Default. The 256-row tile copies the weight's stage once
 // per 256 rows instead of once per 128 (docs/PERF_NOTES.md step 144).
 const EnvSwappedTall64 = "FLEXGEMM_SWAPPED_TALL64"
 
@@ -614,8 +614,8 @@ const EnvSwappedTall64 = "FLEXGEMM_SWAPPED_TALL64"
 // until an H200 A/B shows the tile faster (docs/PERF_NOTES.md step 144).
 const swappedTall64Default = false
 
-// swappedTall64 says whether hopperDefault gives 16-bit gathers of 64–127
-// columns over many rows the 256×64 tile (EnvSwappedTall64 and
+// swappedTall64 says whether hopperDefault gives gathers of 64–127
+// columns over many rows the 256×64 tiles (EnvSwappedTall64 and
 // EnvSwappedGathers, read by Open).
 var swappedTall64 atomic.Bool
 

@@ -602,7 +602,11 @@ func TestDefaultTiles(t *testing.T) {
 			{kernels.F16, useGather, 4113056, 64, 64, 28, true, true, true, ""},  // its plain twin would serve: not taken
 			{kernels.F16, useGather, 4113056, 128, 64, 27, true, true, true, ""}, // 128 columns
 			{kernels.F16, useGather, 4113056, 32, 64, 27, true, true, true, ""},  // 32 columns
-			{kernels.TF32, useGather, 4113056, 64, 64, 27, true, true, true, ""}, // 16-bit only
+			{kernels.TF32, useGather, 4113056, 64, 64, 27, true, true, true, "m256n64k32w16x1s4hp8"},
+			{kernels.TF32, useGather, 4113056, 100, 36, 27, true, true, true, "m256n64k32w16x1s4hp8"}, // K 36: 16-byte tf32 rows
+			{kernels.TF32, useGather, 4113056, 64, 62, 27, true, true, true, ""},                      // K not 16 bytes
+			{kernels.TF32, useGather, 4113056, 64, 16, 27, true, true, true, ""},                      // K under one 32-column stage
+			{kernels.TF32, useGather, 4113056, 64, 64, 27, true, false, true, ""},
 		} {
 			specializedGathers.Store(tc.ws)
 			swappedTall64.Store(tc.tall64)
@@ -610,11 +614,19 @@ func TestDefaultTiles(t *testing.T) {
 			got, err := gpu.chooseTile(Options{}, tc.mth, tc.use, tc.rows, tc.cols, tc.kc, tc.taps)
 			require.NoError(t, err)
 			if tc.want == "" {
-				require.NotEqual(t, "m256n64k64w16x1s4hp8", got.Name(), "swapped tall 64: %+v", tc)
+				require.False(t, got.BM == 256 && got.BN == 64 && got.Producers > 0, "swapped tall 64: %+v: %s", tc, got.Name())
 				continue
 			}
 			require.Equal(t, tc.want, got.Name(), "swapped tall 64: %+v", tc)
 		}
+		// tf32 under EnvTF32Narrow off keeps the mma.sync tiles.
+		tf32Narrow.Store(false)
+		specializedGathers.Store(true)
+		swappedTall64.Store(true)
+		mmaSync, err := gpu.chooseTile(Options{}, kernels.TF32, useGather, 4113056, 64, 64, 27)
+		require.NoError(t, err)
+		require.False(t, mmaSync.Hopper, "tf32 without EnvTF32Narrow: %s", mmaSync.Name())
+		tf32Narrow.Store(tf32NarrowDefault)
 		specializedGathers.Store(true)
 		swappedWide.Store(swappedWideDefault)
 		swappedWide16.Store(swappedWide16Default)

@@ -321,7 +321,7 @@ func TestTileTableMirrorsCpp(t *testing.T) {
 						tile.RegisterAThreads(), 32 * (tile.WM + 4)},
 					// Swapped: tiles of 128 rows and 64 columns (one
 					// consumer warpgroup), the 256×128 ones (two) and the
-					// 16-bit 256×64 one (one).
+					// 256×64 ones (one).
 					{"FG_GATHER_WS_SW_KERNEL", SwappedName(m, tile), tile.HasSwapped(m), tile.Supports(m) && (tile.BM == 128 && tile.BN == 64 || wide),
 						tile.SwappedThreads(), 32 * (4*tile.BN/64 + tile.Producers)},
 					// Swapped, weight read transposed: the same tiles, 16-bit.

@@ -269,6 +269,10 @@ var HopperTiles = []Tile{
 	// warpgroups of 64×64) serve split and unaligned gathers
 	// (docs/PERF_NOTES.md step 144).
 	{BM: 256, BN: 64, BK: 64, WM: 16, WN: 1, Stages: 4, Hopper: true, Producers: 8},
+	// Its tf32 twin (BK 32: the same 40 KiB stages) for the tf32 gathers of
+	// 64–127 columns over many rows (the forward, and the input gradient
+	// over the materialised transpose).
+	{BM: 256, BN: 64, BK: 32, WM: 16, WN: 1, Stages: 4, Hopper: true, Producers: 8},
 }
 
 // Name returns the tile's short name, e.g. "m128n64k32w2x2s4"; a Hopper
@@ -582,9 +586,9 @@ func (t Tile) HasStreamK(m Math) bool {
 	return t.Producers > 0 && t.Supports(m) && t.BlocksPerSM(Gather, m) == 1 && !t.wideSwapped(m)
 }
 
-// wideSwapped reports whether t is a warp-specialised tile of 256 rows —
-// 128 columns (tf32, or 16-bit) or 64 (16-bit) — whose swapped twins are
-// what it is for: it has no stream-K, half-skip or register-A twin.
+// wideSwapped reports whether t is a warp-specialised tile of 256 rows
+// and 128 or 64 columns (tf32, or 16-bit), whose swapped twins are what it
+// is for: it has no stream-K, half-skip or register-A twin.
 func (t Tile) wideSwapped(m Math) bool {
 	return t.Producers > 0 && t.Supports(m) && t.BM == 256 && (t.BN == 128 || t.BN == 64)
 }
@@ -630,8 +634,8 @@ func (t Tile) RegisterAThreads() int { return 32 * (t.WM*t.WN + 4) }
 
 // HasSwapped reports whether the gather of tile t in arithmetic m has a
 // swapped twin (SwappedName; gather_ws.cuh SW): a warp-specialised tile
-// of 128 rows and 64 columns, or one of 256 rows and 128 columns (tf32
-// and 16-bit) or 64 columns (16-bit), whose consumer warpgroups (one per 64 columns) multiply the
+// of 128 rows and 64 columns, or one of 256 rows and 128 or 64 columns
+// (tf32 and 16-bit), whose consumer warpgroups (one per 64 columns) multiply the
 // transposed tile (their columns of the weight's stage as wgmma's A, all
 // the gathered rows as its B), so that each stage's weight is read from
 // shared memory once instead of once per 64 rows. It reads the weight as
