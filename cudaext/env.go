@@ -397,8 +397,8 @@ func registerAFromEnv() (bool, error) {
 // EnvSwappedGathers names the environment variable that, read when an
 // engine opens, runs the swapped twins of the warp-specialised gathers of
 // 128 rows and 64 columns, of the tiles of 256 rows and 128 columns
-// (tf32: EnvSwappedWide; 16-bit: EnvSwappedWide16) and of the 16-bit one
-// of 256 rows and 64 columns (EnvSwappedTall64), where the gather
+// (tf32: EnvSwappedWide; 16-bit: EnvSwappedWide16) and of those of 256
+// rows and 64 columns (EnvSwappedTall64), where the gather
 // allows ("1";
 // kernels.SwappedName: unsplit, no stream-K, the weight as stored — every
 // tf32 gather, the 16-bit forward ones; the 16-bit input gradients' under
@@ -606,8 +606,9 @@ var swappedWide16 atomic.Bool
 // where EnvSwappedGathers is on too (the 16-bit input gradients, which
 // read the weight transposed, only where EnvSwappedWT is on as well, and
 // their weight rows are 16 bytes too) ("1"), or leaves them the 128×64
-// tiles ("0"); unset, swappedTall64Default. The 256-row tile copies the weight's stage once
-// per 256 rows instead of once per 128 (docs/PERF_NOTES.md step 144).
+// tiles ("0"); unset, swappedTall64Default. The 256-row tile copies the
+// weight's stage once per 256 rows instead of once per 128
+// (docs/PERF_NOTES.md step 144).
 const EnvSwappedTall64 = "FLEXGEMM_SWAPPED_TALL64"
 
 // swappedTall64Default is EnvSwappedTall64's setting when unset: off
