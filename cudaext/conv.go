@@ -1039,8 +1039,14 @@ func (e *Engine) runPairs(j pairsJob) error {
 		p.BiasPart = uint64(bp.ptr)
 	}
 	d.lastPairs, d.lastPairsBK = p, int64(t.BK)
-	name := kernels.KernelName(kernels.Pairs, j.math, t)
-	if err := d.launch(name, dim3{X: int(tiles), Y: int(j.V), Z: splits}, dim3{X: t.Threads()}, kernels.SmemBytes(kernels.Pairs, j.math, t), &p); err != nil {
+	name, threads, smem := kernels.KernelName(kernels.Pairs, j.math, t), t.Threads(), kernels.SmemBytes(kernels.Pairs, j.math, t)
+	if d.wsPairs && p.Vec == 1 && t.HasPairsWS(j.math) {
+		// The warp-specialised twin (pairs_ws.cuh): the same products in
+		// the same order, its producer warps issuing every copy.
+		name, threads, smem = kernels.PairsWSName(j.math, t), t.PairsWSThreads(), kernels.PairsWSSmemBytes(j.math, t)
+		d.wsPairsLaunches++
+	}
+	if err := d.launch(name, dim3{X: int(tiles), Y: int(j.V), Z: splits}, dim3{X: threads}, smem, &p); err != nil {
 		return err
 	}
 	if j.bias != nil {

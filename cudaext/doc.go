@@ -107,7 +107,13 @@
 //     forces groups of g on every split, 0 the launch order), and over
 //     the im2col matrix for Explicit; a submanifold map's device lists
 //     hold the taps before the centre only, read swapped for their mirror
-//     taps and the centre as the identity (TablePairs);
+//     taps and the centre as the identity (TablePairs); experiments, off
+//     by default until measured: FLEXGEMM_ORDERED_SPLITS=1 adds a split
+//     weight gradient's slices in split order inside the kernel (no
+//     partials, no reduction launch, the same bits), and
+//     FLEXGEMM_WS_PAIRS=1 runs the 16-bit 128×128 tile's weight gradients
+//     on its warp-specialised twin (pairs_ws.cuh: producer warps issue
+//     every copy, the warpgroups only multiply; the same bits);
 //   - ParamGrads (sparse.ConvParamGrads) returns the weight and the bias
 //     gradient together: over those half lists the 16-bit Hopper pairs
 //     kernels sum the bias gradient in their centre tap, whose blocks

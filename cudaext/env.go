@@ -824,6 +824,23 @@ func orderedSplitsFromEnv() (bool, error) {
 	return switchFromEnv(EnvOrderedSplits, orderedSplitsDefault)
 }
 
+// EnvWSPairs names the environment variable that, read when an engine
+// opens, runs the weight gradients of the tiles that have one on their
+// warp-specialised pairs kernel (kernels.PairsWSName: producer warps issue
+// every copy while the warpgroups only multiply; the same bits) where the
+// operand rows are 16 bytes ("1"), or the plain pairs kernel ("0"); unset,
+// wsPairsDefault (docs/PERF_NOTES.md, step 145).
+const EnvWSPairs = "FLEXGEMM_WS_PAIRS"
+
+// wsPairsDefault is EnvWSPairs's setting when unset: off until an H200
+// A/B shows the kernel faster.
+const wsPairsDefault = false
+
+// wsPairsFromEnv returns EnvWSPairs's setting.
+func wsPairsFromEnv() (bool, error) {
+	return switchFromEnv(EnvWSPairs, wsPairsDefault)
+}
+
 // openSwitches are the on/off switches Open reads from the environment
 // (switchFromEnv) and stores in the package's switches the tile
 // heuristic and the gather launches read: each variable, its setting when

@@ -130,6 +130,7 @@ func TestSwitchesFromEnv(t *testing.T) {
 		{EnvProgrammaticLaunch, programmaticLaunchFromEnv, programmaticLaunchDefault},
 		{EnvTF32Clear, fromOpen(EnvTF32Clear), tf32ClearDefault},
 		{EnvOrderedSplits, orderedSplitsFromEnv, orderedSplitsDefault},
+		{EnvWSPairs, wsPairsFromEnv, wsPairsDefault},
 	} {
 		t.Run(c.key, func(t *testing.T) {
 			cases := []envCase[bool]{

@@ -2,6 +2,7 @@
 
 #include "gemm.cuh"
 #include "gather_ws.cuh"
+#include "pairs_ws.cuh"
 
 FG_GATHER_H_KERNEL(spconv_gather_tf32_m128n256k32w8x1s4h, fg::Math::TF32, 128, 256, 32, 8, 1, 4, 202272)
 FG_GATHER_H_KERNEL(spconv_gather_tf32_m128n128k32w8x1s6h, fg::Math::TF32, 128, 128, 32, 8, 1, 6, 204336)

@@ -736,3 +736,30 @@ func TestKernelsAwaitPriorGrid(t *testing.T) {
 	}
 	require.Equal(t, defined, waits)
 }
+
+// TestPairsWSTwins checks the warp-specialised pairs kernels
+// (PairsWSName): generated, and in the manifest, exactly for the 16-bit
+// 128×128 six-stage Hopper tile, with the tile's warps and
+// PairsWSProducers more, and shared memory within a block's.
+func TestPairsWSTwins(t *testing.T) {
+	n := 0
+	for _, tile := range HopperTiles {
+		for _, m := range Maths {
+			want := tile.Supports(m) && tile.Producers == 0 && m.ElemSize() == 2 && tile.BM == 128 && tile.BN == 128 && tile.Stages == 6
+			require.Equal(t, want, tile.HasPairsWS(m), "%s %v", tile.Name(), m)
+			macro := "FG_PAIRS_WS_KERNEL(" + PairsWSName(m, tile) + ","
+			if !want {
+				require.NotContains(t, string(GenerateHopperInstances(m)), macro)
+				continue
+			}
+			n++
+			require.Contains(t, string(GenerateHopperInstances(m)), macro)
+			_, ok := KernelModule(PairsWSName(m, tile))
+			require.True(t, ok, "%s missing from the manifest", PairsWSName(m, tile))
+			require.Equal(t, 32*(tile.WM+PairsWSProducers), tile.PairsWSThreads())
+			require.LessOrEqual(t, PairsWSSmemBytes(m, tile), maxBlockSmem)
+			require.Equal(t, SmemBytes(Pairs, m, tile)+16*tile.Stages, PairsWSSmemBytes(m, tile))
+		}
+	}
+	require.Equal(t, 2, n, "f16 and bf16")
+}
