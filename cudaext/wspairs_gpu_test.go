@@ -109,6 +109,5 @@ func TestWSPairs(t *testing.T) {
 			}
 		}
 	}
-	setWS(wsPairsDefault)
 	require.Greater(t, ran, 0, "no case ran the twin")
 }
