@@ -117,32 +117,28 @@ template <class C, int PW> __device__ __forceinline__ void pairs_gemm_ws(const P
     // The operand copies of iteration j into stage s: each operand's rows
     // read from its ring before its copies are issued (the centre tap,
     // without indices, reads rows pb + k).
+    auto copyLines = [&](auto layout, const int* idx, const int* ring, int k0, const char* src, unsigned rowBytes,
+                         unsigned dst, int n, int ld, long long pb, int lim) {
+      using SC = decltype(layout);
+      unsigned row[SC::kRows];
+      if (idx) {
+        lds_ints<SC::kRows>(ring + k0 * SC::kRows, row);
+      } else {
+#pragma unroll
+        for (int jj = 0; jj < SC::kRows; ++jj) row[jj] = (unsigned)(pb + k0 + jj * SC::kStep);
+      }
+#pragma unroll
+      for (int jj = 0; jj < SC::kRows; ++jj)
+        cp_async16_at(dst + jj * SC::Dst(ld) * (int)sizeof(T), row_addr(src, row[jj], rowBytes),
+                      k0 + jj * SC::kStep < lim ? n : 0);
+    };
     auto load = [&](int j, int s) {
       const long long pb = s0 + (t0 + j) * BK;
       const int lim = (int)min((long long)BK, s1 - pb);
-      unsigned rowA[SA::kRows], rowB[SB::kRows];
-      if (ia) {
-        lds_ints<SA::kRows>(sIA + (j % R) * BK + kA * SA::kRows, rowA);
-      } else {
-#pragma unroll
-        for (int jj = 0; jj < SA::kRows; ++jj) rowA[jj] = (unsigned)(pb + kA + jj * SA::kStep);
-      }
-      const unsigned dA = dstA + (unsigned)(s * ASt * (int)sizeof(T));
-#pragma unroll
-      for (int jj = 0; jj < SA::kRows; ++jj)
-        cp_async16_at(dA + jj * SA::Dst(C::LdMA) * (int)sizeof(T), row_addr(srcA, rowA[jj], rowBytesA),
-                      kA + jj * SA::kStep < lim ? nA : 0);
-      if (ib) {
-        lds_ints<SB::kRows>(sIB + (j % R) * BK + kB * SB::kRows, rowB);
-      } else {
-#pragma unroll
-        for (int jj = 0; jj < SB::kRows; ++jj) rowB[jj] = (unsigned)(pb + kB + jj * SB::kStep);
-      }
-      const unsigned dB = dstB + (unsigned)(s * BSt * (int)sizeof(T));
-#pragma unroll
-      for (int jj = 0; jj < SB::kRows; ++jj)
-        cp_async16_at(dB + jj * SB::Dst(C::LdMB) * (int)sizeof(T), row_addr(srcB, rowB[jj], rowBytesB),
-                      kB + jj * SB::kStep < lim ? nB : 0);
+      copyLines(SA{}, ia, sIA + (j % R) * BK, kA, srcA, rowBytesA, dstA + (unsigned)(s * ASt * (int)sizeof(T)), nA,
+                C::LdMA, pb, lim);
+      copyLines(SB{}, ib, sIB + (j % R) * BK, kB, srcB, rowBytesB, dstB + (unsigned)(s * BSt * (int)sizeof(T)), nB,
+                C::LdMB, pb, lim);
     };
     // The indices of iterations 0 … D − 1 first, waited for; then group
     // g holds the copies of iteration g and the indices of g + D. Before
