@@ -92,7 +92,8 @@ const (
 	// im2col matrix, one tap): rows are Co, cols V·Ci.
 	useIm2colWGrad
 	// useGatherWT: a gather that reads the weight transposed (the 16-bit
-	// input gradients; tf32 ones multiply a transposed copy and are
+	// input gradients of the implicit and masked algorithms; tf32 ones and
+	// the explicit algorithm's multiply a transposed copy and are
 	// useGather): as useGather, but only the swapped twins of EnvSwappedWT
 	// can run it, so the tiles that are there for their swapped twins are
 	// its default only where that switch is on.
@@ -102,10 +103,11 @@ const (
 // gathers reports whether u is a gather GEMM (useGather, useGatherWT).
 func (u tileUse) gathers() bool { return u == useGather || u == useGatherWT }
 
-// gatherUse returns the tileUse of a gather of esz-byte elements that is
-// an input gradient when wt: useGatherWT for a 16-bit one (it reads the
-// weight transposed), else useGather. InputGrad and the autotuner's
-// shapeOf both ask it.
+// gatherUse returns the tileUse of a gather of esz-byte elements that
+// reads its weight transposed when wt (the input gradients of the
+// implicit and masked algorithms; the explicit one multiplies a
+// materialised transpose): useGatherWT for a 16-bit one, else useGather.
+// InputGrad and the autotuner's shapeOf both ask it.
 func gatherUse(esz int, wt bool) tileUse {
 	if wt && esz == 2 {
 		return useGatherWT
@@ -208,6 +210,13 @@ const (
 //     (64 k and 252 k rows) the 192-row tile is 3–15 % slower, hence the
 //     threshold. The tf32 192×128 tile did not gain at RES 512 (step 118b,
 //     not kept);
+//   - gather GEMMs of 64–127 columns and at least hopperNarrowRows rows
+//     over at most kernels.MaxSpecializedTaps taps, K of 16-byte rows (a
+//     16-bit input gradient's N too, and it only where EnvSwappedWT runs
+//     its twin; tf32 ones under EnvTF32Narrow): the arithmetic's 256×64
+//     warp-specialised tile of eight producer warps, whose swapped twins
+//     run them, where EnvSwappedTall64 is on (off by default until
+//     measured: docs/PERF_NOTES.md step 144);
 //   - tf32 gather GEMMs of 128–255 columns and at least tallManyRows rows
 //     over at most kernels.MaxSpecializedTaps taps, K a multiple of 4
 //     (16-byte rows): the 256×128 warp-specialised tile, whose swapped twin
@@ -276,6 +285,15 @@ func hopperDefault(mth kernels.Math, use tileUse, rows, cols, kc, taps int64) st
 	}
 	if use.gathers() && mth == kernels.TF32 && cols < 256 && !tf32Narrow.Load() {
 		return ""
+	}
+	// 16-byte rows: K, and an input gradient's N (the weight read
+	// transposed), in elements of mth.
+	vec := int64(16 / mth.ElemSize())
+	if (use == useGather || use == useGatherWT && swappedWT.Load() && cols%vec == 0) && cols >= 64 && cols < 128 &&
+		rows >= hopperNarrowRows && kc%vec == 0 && taps <= kernels.MaxSpecializedTaps && specializedGathers.Load() && swappedTall64.Load() {
+		if h := pick(256, 64, 4, 8, kernels.Gather); h != "" {
+			return h
+		}
 	}
 	if use == useGather && mth == kernels.TF32 && cols >= 128 && cols < 256 && rows >= tallManyRows && kc%4 == 0 &&
 		taps <= kernels.MaxSpecializedTaps && specializedGathers.Load() && swappedWide.Load() {
@@ -964,7 +982,32 @@ func (e *Engine) runPairs(j pairsJob) error {
 		p.Vec = 1
 	}
 	var part rawBuf
+	ordered := d.orderedSplits(j, t, splits, chunk)
 	switch {
+	case ordered:
+		// The splits add into a float32 sum in split order
+		// (PairsParams.tickets): the float32 result itself, or a scratch
+		// sum [M, V, N] whose last split rounds into the 16-bit result;
+		// no partials, no reduction.
+		tk, err := d.allocTemp(4 * j.V * tiles)
+		if err != nil {
+			return err
+		}
+		defer d.freeTemp(tk)
+		if err := memsetD8(tk.ptr, 0, tk.size, d.stream); err != nil {
+			return err
+		}
+		p.Part, p.Tickets = uint64(j.out.ptr), uint64(tk.ptr)
+		if j.out.dtype != sparse.Float32 {
+			// Split 0 writes 0 + its products: the scratch needs no
+			// zeros (and poisoned partials show a read of it).
+			if part, err = d.allocPartials(j.M * j.V * j.N); err != nil {
+				return err
+			}
+			defer d.freeTemp(part)
+			p.Part = uint64(part.ptr)
+		}
+		d.orderedSplitLaunches++
 	case splits > 1:
 		var err error
 		if part, err = d.allocPartials(int64(splits) * j.M * j.V * j.N); err != nil {
@@ -996,8 +1039,14 @@ func (e *Engine) runPairs(j pairsJob) error {
 		p.BiasPart = uint64(bp.ptr)
 	}
 	d.lastPairs, d.lastPairsBK = p, int64(t.BK)
-	name := kernels.KernelName(kernels.Pairs, j.math, t)
-	if err := d.launch(name, dim3{X: int(tiles), Y: int(j.V), Z: splits}, dim3{X: t.Threads()}, kernels.SmemBytes(kernels.Pairs, j.math, t), &p); err != nil {
+	name, threads, smem := kernels.KernelName(kernels.Pairs, j.math, t), t.Threads(), kernels.SmemBytes(kernels.Pairs, j.math, t)
+	if d.wsPairs && p.Vec == 1 && t.HasPairsWS(j.math) {
+		// The warp-specialised twin (pairs_ws.cuh): the same products in
+		// the same order, its producer warps issuing every copy.
+		name, threads, smem = kernels.PairsWSName(j.math, t), t.PairsWSThreads(), kernels.PairsWSSmemBytes(j.math, t)
+		d.wsPairsLaunches++
+	}
+	if err := d.launch(name, dim3{X: int(tiles), Y: int(j.V), Z: splits}, dim3{X: threads}, smem, &p); err != nil {
 		return err
 	}
 	if j.bias != nil {
@@ -1007,6 +1056,8 @@ func (e *Engine) runPairs(j pairsJob) error {
 		}
 	}
 	switch {
+	case ordered:
+		return nil
 	case splits > 1 && chunk > 0:
 		// The balanced split: each tap's own slices only.
 		return e.reduceTaps(part.ptr, j.out, p, int64(t.BK))
@@ -1015,6 +1066,19 @@ func (e *Engine) runPairs(j pairsJob) error {
 		return e.reduce(part.ptr, j.out, 0, j.M, j.V*j.N, splits)
 	}
 	return nil
+}
+
+// orderedSplits reports whether pairs job j, launched on tile t with
+// splits split slices (chunk: the balanced split's, 0 otherwise), adds its
+// slices into a float32 sum in split order in the kernel
+// (fg::pairs_store_ordered) instead of writing partials for
+// spconv_reduce: with Device.orderedPairs (EnvOrderedSplits), a 16-bit
+// Hopper tile of at most 8 warps, every tap using every slice (chunk 0),
+// and whole tiles whose rows the kernel stores 16 bytes at a time; the
+// result float32 or in the operands' type (rounded by the last split).
+func (d *Device) orderedSplits(j pairsJob, t kernels.Tile, splits int, chunk int64) bool {
+	return d.orderedPairs && splits > 1 && chunk == 0 && t.Hopper && t.WM*t.WN <= 8 && j.math.ElemSize() == 2 &&
+		j.M%int64(t.BM) == 0 && j.N%int64(t.BN) == 0 && j.N%4 == 0
 }
 
 // reduceTaps sums the float32 partials of a weight gradient launched with
@@ -1429,7 +1493,7 @@ func (e *Engine) InputGrad(m *kmap.Map, dy, w sparse.Matrix, o Options) (sparse.
 	if alg == sparse.Explicit {
 		kc = V * co
 	}
-	tile, err := e.chooseTile(o, math, gatherUse(math.ElemSize(), true), M, ci, kc, gatherTaps(alg, V))
+	tile, err := e.chooseTile(o, math, gatherUse(math.ElemSize(), alg != sparse.Explicit), M, ci, kc, gatherTaps(alg, V))
 	if err != nil {
 		return sparse.Matrix{}, err
 	}

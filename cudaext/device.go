@@ -155,6 +155,12 @@ type Device struct {
 	// noBrickBallotMask: the brick search forms the tap masks by a loop
 	// of shared-memory reads (EnvNoBrickBallotMask).
 	noBrickBallotMask bool
+	// pairsFromTable: the pair lists are counted from the neighbour table
+	// even where its tap masks are at hand (EnvPairsCountFromTable);
+	// maskPairCounts counts the counts taken from masks (a test
+	// instrument).
+	pairsFromTable bool
+	maskPairCounts int
 	// reduceVecMin: the split-K reductions sum four elements per thread
 	// from this many elements per slice on (reduceVecMinElems; the tests
 	// lower it).
@@ -177,6 +183,17 @@ type Device struct {
 	// gathers that summed their partials in the kernel (a test instrument).
 	splitCtr           devPtr
 	fusedSplitLaunches int
+	// orderedPairs: split weight gradients of 16-bit Hopper tiles add
+	// their slices into the float32 result in split order in the kernel
+	// (EnvOrderedSplits; Device.orderedSplits says where);
+	// orderedSplitLaunches counts them (a test instrument).
+	orderedPairs         bool
+	orderedSplitLaunches int
+	// wsPairs: weight gradients run the warp-specialised twin of their
+	// tile's pairs kernel where it has one (EnvWSPairs);
+	// wsPairsLaunches counts those launches (a test instrument).
+	wsPairs         bool
+	wsPairsLaunches int
 	// pdl: kernels that wait for the grids ahead of them are launched
 	// with programmatic stream serialization (EnvProgrammaticLaunch,
 	// compute capability 9.0 and up; the tests switch it); pdlLaunches
@@ -316,11 +333,21 @@ func openDevice(ordinal int) (*Device, error) {
 	if err != nil {
 		return nil, err
 	}
+	orderedPairs, err := orderedSplitsFromEnv()
+	if err != nil {
+		return nil, err
+	}
+	wsPairs, err := wsPairsFromEnv()
+	if err != nil {
+		return nil, err
+	}
 	d := &Device{
 		cubSortFrom:                cubSortFrom,
 		halfSkip:                   halfSkip,
 		registerA:                  registerA,
 		swapped:                    swapped,
+		orderedPairs:               orderedPairs,
+		wsPairs:                    wsPairs,
 		occupancyCap:               occCap,
 		pdl:                        pdl,
 		perTapMaxBytes:             perTapMax,
@@ -350,6 +377,7 @@ func openDevice(ordinal int) (*Device, error) {
 		noBrickGuess:               os.Getenv(EnvNoBrickGuess) == "1",
 		noBrickFusedScatter:        os.Getenv(EnvNoBrickFusedScatter) == "1",
 		noBrickBallotMask:          os.Getenv(EnvNoBrickBallotMask) == "1",
+		pairsFromTable:             os.Getenv(EnvPairsCountFromTable) == "1",
 	}
 	d.mem.free = map[int64][]devPtr{}
 	runtime.LockOSThread()

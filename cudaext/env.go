@@ -396,8 +396,9 @@ func registerAFromEnv() (bool, error) {
 
 // EnvSwappedGathers names the environment variable that, read when an
 // engine opens, runs the swapped twins of the warp-specialised gathers of
-// 128 rows and 64 columns, and of the tiles of 256 rows and 128 columns
-// (tf32: EnvSwappedWide; 16-bit: EnvSwappedWide16), where the gather
+// 128 rows and 64 columns, of the tiles of 256 rows and 128 columns
+// (tf32: EnvSwappedWide; 16-bit: EnvSwappedWide16) and of those of 256
+// rows and 64 columns (EnvSwappedTall64), where the gather
 // allows ("1";
 // kernels.SwappedName: unsplit, no stream-K, the weight as stored — every
 // tf32 gather, the 16-bit forward ones; the 16-bit input gradients' under
@@ -597,6 +598,28 @@ var swappedWT atomic.Bool
 // EnvSwappedGathers, read by Open).
 var swappedWide16 atomic.Bool
 
+// EnvSwappedTall64 names the environment variable that, read when an
+// engine opens, gives the fixed heuristic's gathers of 64–127 columns over
+// at least hopperNarrowRows rows (16-byte rows, at most
+// kernels.MaxSpecializedTaps taps) the arithmetic's 256×64
+// warp-specialised tile (tf32 or 16-bit), whose swapped twins run them
+// where EnvSwappedGathers is on too (the 16-bit input gradients, which
+// read the weight transposed, only where EnvSwappedWT is on as well, and
+// their weight rows are 16 bytes too) ("1"), or leaves them the 128×64
+// tiles ("0"); unset, swappedTall64Default. The 256-row tile copies the
+// weight's stage once per 256 rows instead of once per 128
+// (docs/PERF_NOTES.md step 144).
+const EnvSwappedTall64 = "FLEXGEMM_SWAPPED_TALL64"
+
+// swappedTall64Default is EnvSwappedTall64's setting when unset: off
+// until an H200 A/B shows the tile faster (docs/PERF_NOTES.md step 144).
+const swappedTall64Default = false
+
+// swappedTall64 says whether hopperDefault gives gathers of 64–127
+// columns over many rows the 256×64 tiles (EnvSwappedTall64 and
+// EnvSwappedGathers, read by Open).
+var swappedTall64 atomic.Bool
+
 // EnvSharedIndex names the environment variable that, read when an engine
 // opens, runs the warp-specialised gathers whose blocks hold two
 // description heads sharing one index (kernels.Tile.Indices: the tf32
@@ -784,6 +807,40 @@ func switchFromEnv(key string, def bool) (bool, error) {
 	}
 }
 
+// EnvOrderedSplits names the environment variable that, read when an
+// engine opens, makes the split weight gradients of the 16-bit Hopper
+// tiles add their split slices into a float32 sum in split order in the
+// kernel ("1": PairsParams.tickets; the float32 result itself, or a
+// scratch sum the last slice rounds into a 16-bit result; no partials and
+// no reduction launch; the same bits) or write partials for spconv_reduce
+// ("0"); unset, orderedSplitsDefault.
+const EnvOrderedSplits = "FLEXGEMM_ORDERED_SPLITS"
+
+// orderedSplitsDefault is EnvOrderedSplits's setting when unset.
+const orderedSplitsDefault = false
+
+// orderedSplitsFromEnv returns EnvOrderedSplits's setting.
+func orderedSplitsFromEnv() (bool, error) {
+	return switchFromEnv(EnvOrderedSplits, orderedSplitsDefault)
+}
+
+// EnvWSPairs names the environment variable that, read when an engine
+// opens, runs the weight gradients of the tiles that have one on their
+// warp-specialised pairs kernel (kernels.PairsWSName: producer warps issue
+// every copy while the warpgroups only multiply; the same bits) where the
+// operand rows are 16 bytes ("1"), or the plain pairs kernel ("0"); unset,
+// wsPairsDefault (docs/PERF_NOTES.md, step 145).
+const EnvWSPairs = "FLEXGEMM_WS_PAIRS"
+
+// wsPairsDefault is EnvWSPairs's setting when unset: off until an H200
+// A/B shows the kernel faster.
+const wsPairsDefault = false
+
+// wsPairsFromEnv returns EnvWSPairs's setting.
+func wsPairsFromEnv() (bool, error) {
+	return switchFromEnv(EnvWSPairs, wsPairsDefault)
+}
+
 // openSwitches are the on/off switches Open reads from the environment
 // (switchFromEnv) and stores in the package's switches the tile
 // heuristic and the gather launches read: each variable, its setting when
@@ -801,6 +858,7 @@ var openSwitches = []openSwitch{
 	{EnvSwappedWide, swappedWideDefault, &swappedWide},
 	{EnvSwappedWide16, swappedWide16Default, &swappedWide16},
 	{EnvSwappedWT, swappedWTDefault, &swappedWT},
+	{EnvSwappedTall64, swappedTall64Default, &swappedTall64},
 	{EnvSharedIndex, sharedIndexDefault, &sharedIndex},
 }
 
@@ -850,6 +908,13 @@ const EnvNoBrickFusedScatter = "FLEXGEMM_NO_BRICK_FUSED_SCATTER"
 // from 27 shared-memory reads (kmap_nbr_brick_loop, as before session 38)
 // instead of the ballot of the row's table entries as it writes them.
 const EnvNoBrickBallotMask = "FLEXGEMM_NO_BRICK_BALLOT_MASK"
+
+// EnvPairsCountFromTable names the environment variable that, set to "1"
+// when an engine opens, makes the pair lists' counts read the neighbour
+// table (kmap_pairs_count, as before session 70) where the rows' tap masks
+// are at hand (kmap_pairs_count_masks: 8 bytes a row instead of 108 for
+// 3×3×3 maps).
+const EnvPairsCountFromTable = "FLEXGEMM_PAIRS_COUNT_FROM_TABLE"
 
 // EnvNoWaveSort names the environment variable that, set to "1" when an
 // engine opens, sorts keys whose tiles would all be resident at once by

@@ -40,7 +40,7 @@ var hostTests = []string{
 	// Tile heuristics, the tuner, split and slice rules.
 	"TestDefaultTiles", "TestAutotuneHeuristicMirrorsConv", "TestAutotuneKeys", "TestAutotuneMemo",
 	"TestWindowPairsSplits", "TestBalancedPairsSplits", "TestBalancedPairsSplitsPartBytes", "TestPairsTapSlices",
-	"TestPairsOrderGroupsFor", "TestTapOfTile", "TestTapFirstTiles", "TestCappedSmem",
+	"TestOrderedSplitsWhere", "TestPairsOrderGroupsFor", "TestTapOfTile", "TestTapFirstTiles", "TestCappedSmem",
 	"TestBrickRatiosGuess", "TestSortPlan", "TestPerTapLayout", "TestPerTapGroupsOf",
 	// Host-side helpers and mirrors of the C++ structs.
 	"TestParamsMirrorCpp", "TestGPUSpatialParamsMirrorCpp", "TestRaColumnIsPermutation", "TestTimelineLines",

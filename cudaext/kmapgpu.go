@@ -1014,13 +1014,8 @@ func (e *Engine) DeriveTables(m *kmap.Map, which Tables, tileRows ...int) error 
 				return err
 			}
 		}
-		// The masked gathers of a map small enough to run per tap read
-		// the pair lists: counted ahead too, so that they need no wait.
-		if which&TablePairs != 0 || which&TableMasked != 0 && e.mayRunPerTap(m) {
-			if _, err := e.countPairs(m, true); err != nil {
-				return err
-			}
-		}
+		// The Gray tables first: the pair lists are then counted from
+		// the forward table's masks (Device.pairsCount).
 		for _, reverse := range []bool{false, true} {
 			if which&TableMasked == 0 && !reverse || which&TableReverseMasked == 0 && reverse {
 				continue
@@ -1032,6 +1027,13 @@ func (e *Engine) DeriveTables(m *kmap.Map, which Tables, tileRows ...int) error 
 				if _, err := e.maskedTablesFor(m, reverse, rows); err != nil {
 					return err
 				}
+			}
+		}
+		// The masked gathers of a map small enough to run per tap read
+		// the pair lists: counted ahead too, so that they need no wait.
+		if which&TablePairs != 0 || which&TableMasked != 0 && e.mayRunPerTap(m) {
+			if _, err := e.countPairs(m, true); err != nil {
+				return err
 			}
 		}
 		return nil
@@ -1070,9 +1072,18 @@ func (s pairStats) itersOf(bk int64) (longest, total int64) {
 	return ceilDiv(s.longest, bk), total
 }
 
+// rowMasks are a neighbour table's tap masks on the device, [rows, words]
+// uint64 in table order (bit b of word w: tap 64w + b present), as
+// masks_build and the brick search write them; ptr 0: none at hand.
+type rowMasks struct {
+	ptr   devPtr
+	words int
+}
+
 // pairsCount starts the pair lists of the first taps taps of the table nbr
 // [nOut, V] without waiting for the device: it queues the counts of every
-// chunk of pairsChunk output rows per tap, their scan into off and the tap
+// chunk of pairsChunk output rows per tap (from the table's masks when
+// given, unless pairsFromTable), their scan into off and the tap
 // segments seg, and the copy of seg into page-locked host memory behind
 // an event (a segCopy) when ahead, and write finishes the lists; else it
 // reads seg at once (a host wait) and writes them. With half (a
@@ -1085,7 +1096,7 @@ func (s pairStats) itersOf(bk int64) (longest, total int64) {
 // a caller asks for them ahead (DeriveTables) and written when a weight
 // gradient first needs them: by then the device has long passed the copy,
 // so the host waits for nothing while the device idles.
-func (d *Device) pairsCount(nbr devPtr, nOut, V int, half, ahead bool) (*pairBufs, error) {
+func (d *Device) pairsCount(nbr devPtr, masks rowMasks, nOut, V int, half, ahead bool) (*pairBufs, error) {
 	p := &pairBufs{half: half, nOut: nOut, V: V, taps: V}
 	if half {
 		p.taps = (V - 1) / 2
@@ -1118,7 +1129,12 @@ func (d *Device) pairsCount(nbr devPtr, nOut, V int, half, ahead bool) (*pairBuf
 	if p.off, err = d.allocTemp(int64(p.taps) * nc * 8); err != nil {
 		return fail(err)
 	}
-	if err := d.launch("kmap_pairs_count", dim3{X: int(nc)}, dim3{X: pairsChunk}, 0, nbr, int64(nOut), int32(V), int32(p.taps), cnt.ptr, nc); err != nil {
+	if masks.ptr != 0 && !d.pairsFromTable {
+		if err := d.launch("kmap_pairs_count_masks", dim3{X: int(nc)}, dim3{X: pairsChunk}, 0, masks.ptr, int64(nOut), int32(masks.words), int32(p.taps), cnt.ptr, nc); err != nil {
+			return fail(err)
+		}
+		d.maskPairCounts++
+	} else if err := d.launch("kmap_pairs_count", dim3{X: int(nc)}, dim3{X: pairsChunk}, 0, nbr, int64(nOut), int32(V), int32(p.taps), cnt.ptr, nc); err != nil {
 		return fail(err)
 	}
 	if err := d.scan(scanI32I64, cnt.ptr, p.off.ptr, int64(p.taps)*nc, p.seg.ptr+devPtr(8*p.taps)); err != nil {

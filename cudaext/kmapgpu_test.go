@@ -882,6 +882,92 @@ func TestGPUBrickPoolGuess(t *testing.T) {
 	}
 }
 
+// TestGPUPairsCountFromMasks counts pair lists from the rows' tap masks
+// (kmap_pairs_count_masks) wherever a map's forward masks are at hand when
+// its lists are counted — the hash path's Gray tables (3×3×3), the brick
+// search's masks (more than kmap.BalancedKeyMaxRows rows), Gray tables that
+// DeriveTables derives before the lists (a brick search of few rows; two
+// and three mask words a row at V 125 and 147, 62 and 73 listed taps: bits
+// from the second word on; a strided map, all its taps listed) — and from
+// the table where they are not (the lists derived alone first) or with
+// EnvPairsCountFromTable; every map's derived tables are compared with
+// kmap's.
+func TestGPUPairsCountFromMasks(t *testing.T) {
+	e := gxEngine(t)
+	defer func() {
+		require.NoError(t, e.d.do(func() error { e.d.brickMinRows, e.d.pairsFromTable = brickMinRows, false; return nil }))
+	}()
+	small, smallExt := synth.SphereShell(24, 1)
+	large, largeExt := synth.SphereShell(192, 1)
+	require.Greater(t, len(large)/4, max(kmap.BalancedKeyMaxRows, brickMinRows))
+	require.Less(t, len(small)/4, min(kmap.BalancedKeyMaxRows, brickMinRows))
+	d1 := [3]int{1, 1, 1}
+	k3 := [3]int{3, 3, 3}
+	cases := []struct {
+		name       string
+		coords     []int32
+		ext        grid.Extent
+		k          [3]int
+		strided    bool // a strided map of stride 2 (k unused)
+		bricks     bool // the brick search at any size
+		pairsFirst bool // DeriveTables(TablePairs) alone before the rest
+		fromTable  bool // EnvPairsCountFromTable
+		fromMasks  bool // expected: counted from masks
+	}{
+		{"hash path, its Gray tables", small, smallExt, k3, false, false, false, false, true},
+		{"hash path, the lists first", small, smallExt, k3, false, false, true, false, true},
+		{"hash path, from the table", small, smallExt, k3, false, false, false, true, false},
+		{"brick search, its masks", large, largeExt, k3, false, true, true, false, true},
+		{"brick search, from the table", large, largeExt, k3, false, true, false, true, false},
+		{"brick search of few rows, the Gray tables", small, smallExt, k3, false, true, false, false, true},
+		{"brick search of few rows, the lists first", small, smallExt, k3, false, true, true, false, false},
+		{"5×5×5 (V 125), the Gray tables", small, smallExt, [3]int{5, 5, 5}, false, false, false, false, true},
+		{"5×5×5 (V 125), the lists first", small, smallExt, [3]int{5, 5, 5}, false, false, true, false, false},
+		{"7×7×3 (V 147, 73 taps), the Gray tables", small, smallExt, [3]int{7, 7, 3}, false, false, false, false, true},
+		{"strided, the Gray tables", small, smallExt, k3, true, false, false, false, true},
+		{"strided, the lists first", small, smallExt, k3, true, false, true, false, false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			require.NoError(t, e.d.do(func() error {
+				e.d.brickMinRows, e.d.pairsFromTable = brickMinRows, c.fromTable
+				if c.bricks {
+					e.d.brickMinRows = 0
+				}
+				return nil
+			}))
+			var cpu, gpu *kmap.Map
+			var err error
+			if c.strided {
+				st := grid.Cube(2, 2, 0, 1)
+				cpu, err = kmap.NewStrided(c.coords, c.ext, st, nil)
+				require.NoError(t, err)
+				gpu = gxBuild(t, e, func() (*kmap.Map, error) {
+					return e.StridedMap(gxCoords(t, e, c.coords), c.ext, st, sparse.Matrix{})
+				})
+			} else {
+				cpu, err = kmap.NewSubmanifold(c.coords, c.ext, c.k, d1)
+				require.NoError(t, err)
+				gpu = gxBuild(t, e, func() (*kmap.Map, error) {
+					return e.SubmanifoldMap(gxCoords(t, e, c.coords), c.ext, c.k, d1)
+				})
+			}
+			var before, after int
+			require.NoError(t, e.d.do(func() error { before = e.d.maskPairCounts; return nil }))
+			if c.pairsFirst {
+				require.NoError(t, e.DeriveTables(gpu, TablePairs))
+			}
+			gxSameDerived(t, e, gpu, cpu)
+			require.NoError(t, e.d.do(func() error { after = e.d.maskPairCounts; return nil }))
+			want := 0
+			if c.fromMasks {
+				want = 1
+			}
+			require.Equal(t, want, after-before, "lists counted from masks")
+		})
+	}
+}
+
 // TestGPUMapEmpty builds every kind of map over no voxels.
 func TestGPUMapEmpty(t *testing.T) {
 	e := gxEngine(t)

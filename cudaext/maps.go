@@ -399,11 +399,25 @@ func (e *Engine) countPairs(m *kmap.Map, ahead bool) (*pairBufs, error) {
 		if err != nil {
 			return nil, err
 		}
-		if me.pairs, err = e.d.pairsCount(nbr, m.NOut, m.V(), m.Kind == kmap.Submanifold, ahead); err != nil {
+		if me.pairs, err = e.d.pairsCount(nbr, me.nbrMasks(m.V()), m.NOut, m.V(), m.Kind == kmap.Submanifold, ahead); err != nil {
 			return nil, err
 		}
 	}
 	return me.pairs, nil
+}
+
+// nbrMasks returns the tap masks of the map's neighbour table in table
+// order where the device holds them — the brick search's until the Gray
+// tables take them, then the forward Gray tables' until a convolution
+// drops them — or a zero rowMasks.
+func (me *mapEntry) nbrMasks(V int) rowMasks {
+	if me.nbrMask.ptr != 0 {
+		return rowMasks{ptr: me.nbrMask.ptr, words: 1} // 3×3×3 maps only
+	}
+	if g := me.gray[0]; g != nil && g.mask.ptr != 0 {
+		return rowMasks{ptr: g.mask.ptr, words: (V + 63) / 64}
+	}
+	return rowMasks{}
 }
 
 // grayTablesFor returns the device masks and Gray order of m's forward

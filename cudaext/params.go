@@ -31,6 +31,7 @@ type pairsParams struct {
 	Nc, OffRows     int64
 	BiasPart        uint64
 	OrderGroups     int64
+	Tickets         uint64
 }
 
 func (p *gatherParams) argBytes() []byte {

@@ -240,8 +240,15 @@ struct PairsParams {
                           // splits, each group's taps by the length of their offset (centre,
                           // faces, edges, corners), its splits, then its tiles (pairs_block_of);
                           // 0: the launch order (tile, tap, split)
+  unsigned* tickets;      // null, or with splits > 1 and whole Hopper tiles of at most 8 warps (16 would
+                          // spill): [V][tiles] counters, zero between launches; split z of (tap, tile)
+                          // adds its products into part, a float32 [M, V, N] sum, once the counter
+                          // reads z, then sets it to z + 1 (0 after the last split): the reduction
+                          // kernel's sums in its order, no partials (pairs_store_ordered). part is
+                          // the float32 result itself (== out), or a scratch sum whose last split
+                          // rounds into out, in T
 };
-static_assert(sizeof(PairsParams) == 20 * 8, "PairsParams layout");
+static_assert(sizeof(PairsParams) == 21 * 8, "PairsParams layout");
 
 // ---- PTX wrappers -----------------------------------------------------------
 
@@ -290,6 +297,15 @@ template <int N> __device__ __forceinline__ void lds_ints(const int* p, unsigned
 __device__ __forceinline__ void cp_async4(void* dst, const void* src, bool valid) {
   int n = valid ? 4 : 0;
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(n));
+}
+// Global-memory flag handshakes across blocks (GPU scope).
+__device__ __forceinline__ void st_release(unsigned* f, unsigned v) {
+  asm volatile("st.release.gpu.global.u32 [%0], %1;\n" ::"l"(f), "r"(v) : "memory");
+}
+__device__ __forceinline__ unsigned ld_acquire(const unsigned* f) {
+  unsigned v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(f) : "memory");
+  return v;
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N> __device__ __forceinline__ void cp_async_wait() {
@@ -529,12 +545,14 @@ namespace fg {
 // The address arithmetic of a copy, issued by the warps that feed the
 // tensor cores, is a few instructions per row instead of dozens. A layout
 // that does not Fit (a Hopper tile must) takes the generic copy loops.
-template <class C, int ROWS, int CPR> struct StageCopy {
-  static constexpr bool Fits = CPR <= 32 && C::kThreads % CPR == 0 && (ROWS * CPR) % C::kThreads == 0 &&
-                               (C::kThreads / CPR) % (C::kHopper ? 8 : 1) == 0;
+// NT: the threads that share the copies (the block's, or a warp-specialised
+// kernel's producers).
+template <class C, int ROWS, int CPR, int NT = C::kThreads> struct StageCopy {
+  static constexpr bool Fits = CPR <= 32 && NT % CPR == 0 && (ROWS * CPR) % NT == 0 &&
+                               (NT / CPR) % (C::kHopper ? 8 : 1) == 0;
   static constexpr int kCpr = CPR;
-  static constexpr int kStep = C::kThreads / CPR;
-  static constexpr int kRows = ROWS * CPR / C::kThreads;
+  static constexpr int kStep = NT / CPR;
+  static constexpr int kRows = ROWS * CPR / NT;
   static constexpr int kDst = kStep * (128 / C::kElem);
   // Elements between a thread's consecutive rows in a stage of row pitch
   // ld (padded mma.sync stages) or of 128-byte rows (Hopper).
@@ -1214,6 +1232,14 @@ template <class C> struct PairsBlock {
 // thread's element of fragment row 0, column 0 (row g, column 2·t4 of the
 // warp tile), rows are ld elements apart and every pair of columns is
 // aligned (even ld and column).
+// BlockSync is the barrier of the pairs epilogues (pairs_store_staged,
+// pairs_store_ordered, pairs_bias_store) in a kernel whose every thread
+// takes part: __syncthreads. A warp-specialised kernel passes a barrier of
+// its consumer threads instead (pairs_ws.cuh), its producers having left.
+struct BlockSync {
+  __device__ __forceinline__ void operator()() const { __syncthreads(); }
+};
+
 template <class C, class T>
 __device__ __forceinline__ void store_frags(T* first, long long ld, const float (&acc)[C::MI][C::NI][4]) {
 #pragma unroll
@@ -1235,10 +1261,10 @@ __device__ __forceinline__ void store_frags(T* first, long long ld, const float 
 // of bank conflicts), then every thread stores 16-byte chunks of whole
 // rows, so each warp-wide store covers full 32-byte sectors of one row
 // instead of half sectors of eight.
-template <class C, class OT>
+template <class C, class OT, class Sync = BlockSync>
 __device__ __forceinline__ void pairs_store_staged(OT* out, const PairsParams& p, const float (&acc)[C::MI][C::NI][4],
                                                    long long m0, long long n0, int v, int wm, int lane, int tid,
-                                                   unsigned char* stage) {
+                                                   unsigned char* stage, Sync sync = Sync{}) {
   static_assert(C::WN == 1, "a Hopper tile's warps own whole rows");
   constexpr int kPad = 16 / (int)sizeof(OT), kLd = C::BN + kPad, kCpr = C::BN * (int)sizeof(OT) / 16;
   static_assert(C::BM * kLd * (int)sizeof(OT) <= C::S * (C::kPairsAStage + C::kPairsBStage) * C::kElem,
@@ -1246,7 +1272,7 @@ __device__ __forceinline__ void pairs_store_staged(OT* out, const PairsParams& p
   OT* st = reinterpret_cast<OT*>(stage);
   const int g = lane >> 2, t4 = lane & 3;
   store_frags<C>(st + (wm * C::WTM + g) * kLd + 2 * t4, kLd, acc);
-  __syncthreads();
+  sync();
   const long long ldo = p.V * p.N;
   OT* o = out + m0 * ldo + (long long)v * p.N + n0;
 #pragma unroll 4
@@ -1254,6 +1280,92 @@ __device__ __forceinline__ void pairs_store_staged(OT* out, const PairsParams& p
     const int r = c / kCpr, q = c % kCpr;
     const uint4 val = *reinterpret_cast<const uint4*>(st + r * kLd + q * (16 / (int)sizeof(OT)));
     *reinterpret_cast<uint4*>(o + r * ldo + q * (16 / (int)sizeof(OT))) = val;
+  }
+}
+
+// pairs_store_ordered ends block (tile (m0, n0), tap v, split z) of a
+// Hopper pairs kernel launched with PairsParams.tickets (whole tiles, part
+// a float32 [M, V, N] sum): its fragments go to shared memory at stage (as
+// pairs_store_staged), then, once split z − 1 of the same (tap, tile) has
+// added its products (the tap's ticket reads z), every thread adds its
+// 16-byte runs of the tile into part (split 0 into zeros) and the block
+// sets the ticket to z + 1, or back to 0 after the last split. So part
+// holds ((0 + p₀) + p₁) + … in split order: what spconv_reduce computes
+// from the partials, bit for bit, with no partials and no reduction
+// launch. When part is a scratch sum (out is in T, not float32: part !=
+// out) the last split writes its sums rounded to T into out instead, as
+// spconv_reduce rounds them. The blocks run split-major (the launch order, or
+// pairs_block_of's groups, which keep a (tap, tile)'s splits in order), so
+// split z − 1 was dispatched before split z and never waits for it: the
+// wait ends. One that does not (a dispatch out of order) traps rather than
+// hangs.
+template <class C, class Sync = BlockSync>
+__device__ __forceinline__ void pairs_store_ordered(const PairsParams& p, const float (&acc)[C::MI][C::NI][4],
+                                                    long long m0, long long n0, int v, int z, int wm, int lane,
+                                                    int tid, unsigned char* stage, Sync sync = Sync{}) {
+  static_assert(C::WN == 1, "a Hopper tile's warps own whole rows");
+  constexpr int kLd = C::BN + 4, kCpr = C::BN / 4;
+  static_assert(C::BM * kLd * 4 <= C::S * (C::kPairsAStage + C::kPairsBStage) * C::kElem,
+                "a staged tile fits the pipeline stages");
+  float* st = reinterpret_cast<float*>(stage);
+  const int g = lane >> 2, t4 = lane & 3;
+  store_frags<C>(st + (wm * C::WTM + g) * kLd + 2 * t4, kLd, acc);
+  const long long tilesN = (p.N + C::BN - 1) / C::BN, tiles = (p.M + C::BM - 1) / C::BM * tilesN;
+  unsigned* ticket = p.tickets + (long long)v * tiles + m0 / C::BM * tilesN + n0 / C::BN;
+  if (tid == 0) {
+    long long spins = 0;
+    while (ld_acquire(ticket) != (unsigned)z) {
+      if (++spins > (1ll << 22)) __trap();  // split z − 1 never added (seconds, against a block's µs to ms): fail, do not hang
+      __nanosleep(64);
+    }
+  }
+  sync();
+  const long long ldo = p.V * p.N, at = m0 * ldo + (long long)v * p.N + n0;
+  float* o = p.part + at;
+  // The last split of a narrow result rounds its sums into out.
+  using T = typename C::T;
+  T* narrow = z + 1 == p.splits && static_cast<const void*>(p.part) != p.out ? reinterpret_cast<T*>(p.out) + at : nullptr;
+#pragma unroll 4
+  for (int c = tid; c < C::BM * kCpr; c += C::kThreads) {
+    const int r = c / kCpr, q = c % kCpr;
+    float4* dst = reinterpret_cast<float4*>(o + r * ldo + q * 4);
+    const float4 a = *reinterpret_cast<const float4*>(st + r * kLd + q * 4);
+    float4 sum = z == 0 ? make_float4(0.f, 0.f, 0.f, 0.f) : __ldcg(dst);
+    sum.x += a.x;
+    sum.y += a.y;
+    sum.z += a.z;
+    sum.w += a.w;
+    if (narrow) {
+      static_assert(sizeof(T) == 2, "Hopper pairs tiles are 16-bit");
+      *reinterpret_cast<uint2*>(narrow + r * ldo + q * 4) = make_uint2(pack16<T>(sum.x, sum.y), pack16<T>(sum.z, sum.w));
+    } else {
+      __stcg(dst, sum);
+    }
+  }
+  __threadfence();
+  sync();
+  if (tid == 0) st_release(ticket, z + 1 == p.splits ? 0u : (unsigned)z + 1);
+}
+
+// pairs_bias_store ends the bias sums of a pairs block that summed its A
+// stages' columns (pairs_col_sums; PairsParams::bias_part): the kStep
+// threads of each column chunk add their sums in the order of their first
+// lines, through shared memory at red (the A stages: the caller has
+// passed the point after which no copy or wgmma group touches them), and
+// slice z's row sums are written for rows m0 ….
+template <class C, class Sync = BlockSync>
+__device__ __forceinline__ void pairs_bias_store(const PairsParams& p, const float (&sum)[C::kChunk], long long m0, int z,
+                                                 int tid, float* red, Sync sync = Sync{}) {
+  constexpr int CPA = C::BM / C::kChunk, kStep = C::kThreads / CPA;
+  sync();
+#pragma unroll
+  for (int e = 0; e < C::kChunk; ++e) red[(tid / CPA) * C::BM + (tid % CPA) * C::kChunk + e] = sum[e];
+  sync();
+  for (int c = tid; c < C::BM; c += C::kThreads) {
+    float t = 0.f;
+#pragma unroll
+    for (int i = 0; i < kStep; ++i) t += red[i * C::BM + c];
+    if (m0 + c < p.M) p.bias_part[(long long)z * p.M + m0 + c] = t;
   }
 }
 
@@ -1547,32 +1659,22 @@ template <class C> __device__ __forceinline__ void pairs_gemm(const PairsParams&
         // every warpgroup's products are done), then 16-byte stores of
         // whole rows.
         __syncthreads();
-        if (p.part == nullptr)
+        if (C::kWarps <= 8 && p.tickets != nullptr)
+          pairs_store_ordered<C>(p, acc, m0, n0, v, z, wm, lane, tid, base);
+        else if (p.part == nullptr)
           pairs_store_staged<C>(reinterpret_cast<T*>(p.out), p, acc, m0, n0, v, wm, lane, tid, base);
         else
           pairs_store_staged<C>(p.part + (long long)z * p.M * p.V * p.N, p, acc, m0, n0, v, wm, lane, tid, base);
         staged = true;
       }
     }
-    if (!staged) pairs_store<C>(p, acc, m0, n0, v, z, wm, wn, lane);
-    if constexpr (SUM) {
-      // The kStep threads of each column chunk add their sums in the
-      // order of their first lines, through shared memory (the A stages:
-      // every copy and every wgmma group is done once all threads pass
-      // the barrier).
-      constexpr int CPA = C::BM / C::kChunk, kStep = C::kThreads / CPA;
-      float* red = reinterpret_cast<float*>(As);  // [kStep][BM]
-      __syncthreads();
-#pragma unroll
-      for (int e = 0; e < C::kChunk; ++e) red[(tid / CPA) * C::BM + (tid % CPA) * C::kChunk + e] = sum[e];
-      __syncthreads();
-      for (int c = tid; c < C::BM; c += C::kThreads) {
-        float t = 0.f;
-#pragma unroll
-        for (int i = 0; i < kStep; ++i) t += red[i * C::BM + c];
-        if (m0 + c < p.M) p.bias_part[(long long)z * p.M + m0 + c] = t;
-      }
+    if (!staged) {
+      if (p.tickets != nullptr) __trap();  // the engine sets tickets for whole Hopper tiles of 8 warps at most only
+      pairs_store<C>(p, acc, m0, n0, v, z, wm, wn, lane);
     }
+    // The bias sums, through the A stages (every copy and every wgmma
+    // group is done once all threads pass its first barrier).
+    if constexpr (SUM) pairs_bias_store<C>(p, sum, m0, z, tid, reinterpret_cast<float*>(As));
   };
   if constexpr (C::kHopper && C::kElem == 2) {
     if (colSum) {

@@ -52,6 +52,10 @@
 //                      the taps before the centre only, see PairsParams):
 //                      a warp per 32 rows copies them to shared memory
 //                      coalesced (tables of ≤ 32 taps), one ballot per tap
+//   kmap_pairs_count_masks  the same counts from the rows' tap masks
+//                      ([n_out, W] uint64: masks_build's or the brick
+//                      search's), 8·W bytes a row instead of the 4·V of
+//                      its table entries
 //   kmap_pairs_seg     Seg[v] = first pair of tap v
 //   kmap_pairs_write   pair lists: a row's place is a ballot rank in its
 //                      warp plus the counts of the warps before it
@@ -560,10 +564,13 @@ __device__ void nbr_brick(const int* coords, i64 nb, const int* count, Ext bext,
 }
 
 // The pair kernels run kChunk-row blocks, a warp per 32 rows (a lane per
-// row). PairRows gives a lane its row's entries: for tables of at most
-// kStagedTaps taps the warp first copies its 32 rows (32·V consecutive
-// entries) into shared memory with coalesced loads, otherwise each entry
-// is read from the table.
+// row). PairRows gives a lane its row's entries of the first taps taps:
+// for tables of at most kStagedTaps taps the warp first copies them from
+// its 32 rows (32·V consecutive entries) into shared memory with coalesced
+// loads, skipping the entries of the other taps (a submanifold map's lists
+// hold the taps before the centre: 52 of a row's 108 bytes at V = 27, so
+// about a quarter fewer sectors read), otherwise each entry is read from
+// the table.
 constexpr int kChunkWarps = kChunk / 32;
 constexpr int kStagedTaps = 32;
 
@@ -573,7 +580,7 @@ struct PairRows {
   i64 o;       // this lane's row
   int V;
   bool valid;  // o < n_out
-  __device__ PairRows(const int* nbr_, i64 n_out, int V_, int* stage_) : nbr(nbr_), stage(nullptr), V(V_) {
+  __device__ PairRows(const int* nbr_, i64 n_out, int V_, int taps, int* stage_) : nbr(nbr_), stage(nullptr), V(V_) {
     const int lane = threadIdx.x & 31;
     const i64 o0 = (i64)blockIdx.x * kChunk + (threadIdx.x & ~31);
     o = o0 + lane;
@@ -582,7 +589,34 @@ struct PairRows {
       stage = stage_;
       const int n = (int)max((i64)0, min((i64)32, n_out - o0)) * V;
       const int* src = nbr + o0 * V;
-      for (int k = lane; k < n; k += 32) stage[k] = src[k];
+      // A batch of kBatch entries a lane (entry k0 + 32b; tap is its tap,
+      // k % V, stepped with k): every load issued before any store, so
+      // that all are in flight at once. An entry of another tap loads its
+      // row's first entry instead (a sector read anyway) and one past the
+      // rows the batch's first, so the loads need no predicate (with one
+      // the compiler pairs each load with its store); only the stores do.
+      constexpr int kBatch = 8;
+      const int step = 32 % V;
+      int tap = lane % V;
+      for (int k0 = lane; k0 < n; k0 += 32 * kBatch) {
+        u32 want = 0;
+        int at[kBatch];
+#pragma unroll
+        for (int b = 0; b < kBatch; ++b) {
+          const int k = k0 + 32 * b;
+          const bool in = k < n, mine = in && tap < taps;
+          at[b] = mine ? k : in ? k - tap : k0;
+          want |= (u32)mine << b;
+          tap += step;
+          if (tap >= V) tap -= V;
+        }
+        int e[kBatch];
+#pragma unroll
+        for (int b = 0; b < kBatch; ++b) e[b] = src[at[b]];
+#pragma unroll
+        for (int b = 0; b < kBatch; ++b)
+          if (want >> b & 1u) stage[k0 + 32 * b] = e[b];
+      }
       __syncwarp();
     }
   }
@@ -608,10 +642,37 @@ __device__ void pairs_count(const int* nbr, i64 n_out, int V, int taps, int* cnt
   __shared__ int stage[kChunkWarps][32 * kStagedTaps];
   __shared__ int wc[kChunkWarps][32];
   const int w = threadIdx.x >> 5;
-  const PairRows rows(nbr, n_out, V, stage[w]);
+  const PairRows rows(nbr, n_out, V, taps, stage[w]);
   for (int v0 = 0; v0 < taps; v0 += 32) {
     const int nt = min(32, taps - v0);
     rows.count(v0, nt, wc[w]);
+    __syncthreads();
+    if (threadIdx.x < nt) {
+      int c = 0;
+#pragma unroll
+      for (int k = 0; k < kChunkWarps; ++k) c += wc[k][threadIdx.x];
+      cnt[(i64)(v0 + threadIdx.x) * nc + blockIdx.x] = c;
+    }
+    __syncthreads();
+  }
+}
+
+// pairs_count_masks is pairs_count from the rows' tap masks [n_out, W]
+// (bit b of word w: tap 64w + b present), a lane per row: the same counts
+// (a mask bit is set exactly where the table entry is ≥ 0), the rows read
+// as one word each instead of V entries.
+__device__ void pairs_count_masks(const u64* mask, i64 n_out, int W, int taps, int* cnt, i64 nc) {
+  __shared__ int wc[kChunkWarps][32];
+  const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const i64 o = (i64)blockIdx.x * kChunk + threadIdx.x;
+  for (int v0 = 0; v0 < taps; v0 += 32) {
+    const int nt = min(32, taps - v0);
+    // Taps v0 … v0 + 31 lie in one word: v0 is a multiple of 32.
+    const u32 bits = o < n_out ? (u32)(mask[o * W + (v0 >> 6)] >> (v0 & 63)) : 0u;
+    for (int t = 0; t < nt; ++t) {
+      const int c = __popc(__ballot_sync(0xffffffffu, bits >> t & 1u));
+      if (lane == 0) wc[w][t] = c;
+    }
     __syncthreads();
     if (threadIdx.x < nt) {
       int c = 0;
@@ -629,23 +690,27 @@ __device__ void pairs_seg(const i64* off, i64 nc, int V, i64* seg) {
 
 // pairs_write writes the chunk's pairs of each of the first taps taps at
 // off[v·nc + chunk] on: in row order, a lane's place is the rows before it
-// in its warp (ballot) and in the warps before (their counts).
+// in its warp (ballot) and in the warps before (their counts). The chunk's
+// offsets are read into shared memory before the counts' barrier, so that
+// no tap's stores wait on a global load.
 __device__ void pairs_write(const int* nbr, i64 n_out, int V, int taps, const i64* off, i64 nc, int* pin,
                             int* pout) {
   __shared__ int stage[kChunkWarps][32 * kStagedTaps];
   __shared__ int wc[kChunkWarps][32];
+  __shared__ i64 first[32];
   const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const unsigned below = (1u << lane) - 1;
-  const PairRows rows(nbr, n_out, V, stage[w]);
+  const PairRows rows(nbr, n_out, V, taps, stage[w]);
   for (int v0 = 0; v0 < taps; v0 += 32) {
     const int nt = min(32, taps - v0);
+    if (threadIdx.x < nt) first[threadIdx.x] = off[(i64)(v0 + threadIdx.x) * nc + blockIdx.x];
     rows.count(v0, nt, wc[w]);
     __syncthreads();
     for (int t = 0; t < nt; ++t) {
       const int i = rows.at(v0 + t);
       const unsigned b = __ballot_sync(0xffffffffu, i >= 0);
       if (i >= 0) {
-        i64 p = off[(i64)(v0 + t) * nc + blockIdx.x] + __popc(b & below);
+        i64 p = first[t] + __popc(b & below);
         for (int k = 0; k < w; ++k) p += wc[k][t];
         pin[p] = i;
         pout[p] = (int)rows.o;
@@ -736,6 +801,11 @@ __global__ void __launch_bounds__(fgk::kChunk) kmap_pairs_count(const int* nbr, 
                                                                 int* cnt, long long nc) {
   fg_await_prior_grid();
   fgk::pairs_count(nbr, n_out, V, taps, cnt, nc);
+}
+__global__ void __launch_bounds__(fgk::kChunk) kmap_pairs_count_masks(const unsigned long long* mask, long long n_out,
+                                                                      int W, int taps, int* cnt, long long nc) {
+  fg_await_prior_grid();
+  fgk::pairs_count_masks(mask, n_out, W, taps, cnt, nc);
 }
 __global__ void kmap_pairs_seg(const long long* off, long long nc, int V, long long* seg) {
   fg_await_prior_grid();
