@@ -210,13 +210,6 @@ const (
 //     (64 k and 252 k rows) the 192-row tile is 3–15 % slower, hence the
 //     threshold. The tf32 192×128 tile did not gain at RES 512 (step 118b,
 //     not kept);
-//   - gather GEMMs of 64–127 columns and at least hopperNarrowRows rows
-//     over at most kernels.MaxSpecializedTaps taps, K of 16-byte rows (a
-//     16-bit input gradient's N too, and it only where EnvSwappedWT runs
-//     its twin; tf32 ones under EnvTF32Narrow): the arithmetic's 256×64
-//     warp-specialised tile of eight producer warps, whose swapped twins
-//     run them, where EnvSwappedTall64 is on (off by default until
-//     measured: docs/PERF_NOTES.md step 144);
 //   - tf32 gather GEMMs of 128–255 columns and at least tallManyRows rows
 //     over at most kernels.MaxSpecializedTaps taps, K a multiple of 4
 //     (16-byte rows): the 256×128 warp-specialised tile, whose swapped twin
@@ -285,15 +278,6 @@ func hopperDefault(mth kernels.Math, use tileUse, rows, cols, kc, taps int64) st
 	}
 	if use.gathers() && mth == kernels.TF32 && cols < 256 && !tf32Narrow.Load() {
 		return ""
-	}
-	// 16-byte rows: K, and an input gradient's N (the weight read
-	// transposed), in elements of mth.
-	vec := int64(16 / mth.ElemSize())
-	if (use == useGather || use == useGatherWT && swappedWT.Load() && cols%vec == 0) && cols >= 64 && cols < 128 &&
-		rows >= hopperNarrowRows && kc%vec == 0 && taps <= kernels.MaxSpecializedTaps && specializedGathers.Load() && swappedTall64.Load() {
-		if h := pick(256, 64, 4, 8, kernels.Gather); h != "" {
-			return h
-		}
 	}
 	if use == useGather && mth == kernels.TF32 && cols >= 128 && cols < 256 && rows >= tallManyRows && kc%4 == 0 &&
 		taps <= kernels.MaxSpecializedTaps && specializedGathers.Load() && swappedWide.Load() {
@@ -1039,14 +1023,8 @@ func (e *Engine) runPairs(j pairsJob) error {
 		p.BiasPart = uint64(bp.ptr)
 	}
 	d.lastPairs, d.lastPairsBK = p, int64(t.BK)
-	name, threads, smem := kernels.KernelName(kernels.Pairs, j.math, t), t.Threads(), kernels.SmemBytes(kernels.Pairs, j.math, t)
-	if d.wsPairs && p.Vec == 1 && t.HasPairsWS(j.math) {
-		// The warp-specialised twin (pairs_ws.cuh): the same products in
-		// the same order, its producer warps issuing every copy.
-		name, threads, smem = kernels.PairsWSName(j.math, t), t.PairsWSThreads(), kernels.PairsWSSmemBytes(j.math, t)
-		d.wsPairsLaunches++
-	}
-	if err := d.launch(name, dim3{X: int(tiles), Y: int(j.V), Z: splits}, dim3{X: threads}, smem, &p); err != nil {
+	name := kernels.KernelName(kernels.Pairs, j.math, t)
+	if err := d.launch(name, dim3{X: int(tiles), Y: int(j.V), Z: splits}, dim3{X: t.Threads()}, kernels.SmemBytes(kernels.Pairs, j.math, t), &p); err != nil {
 		return err
 	}
 	if j.bias != nil {

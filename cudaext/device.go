@@ -189,11 +189,6 @@ type Device struct {
 	// orderedSplitLaunches counts them (a test instrument).
 	orderedPairs         bool
 	orderedSplitLaunches int
-	// wsPairs: weight gradients run the warp-specialised twin of their
-	// tile's pairs kernel where it has one (EnvWSPairs);
-	// wsPairsLaunches counts those launches (a test instrument).
-	wsPairs         bool
-	wsPairsLaunches int
 	// pdl: kernels that wait for the grids ahead of them are launched
 	// with programmatic stream serialization (EnvProgrammaticLaunch,
 	// compute capability 9.0 and up; the tests switch it); pdlLaunches
@@ -337,17 +332,12 @@ func openDevice(ordinal int) (*Device, error) {
 	if err != nil {
 		return nil, err
 	}
-	wsPairs, err := wsPairsFromEnv()
-	if err != nil {
-		return nil, err
-	}
 	d := &Device{
 		cubSortFrom:                cubSortFrom,
 		halfSkip:                   halfSkip,
 		registerA:                  registerA,
 		swapped:                    swapped,
 		orderedPairs:               orderedPairs,
-		wsPairs:                    wsPairs,
 		occupancyCap:               occCap,
 		pdl:                        pdl,
 		perTapMaxBytes:             perTapMax,

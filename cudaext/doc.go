@@ -107,13 +107,7 @@
 //     forces groups of g on every split, 0 the launch order), and over
 //     the im2col matrix for Explicit; a submanifold map's device lists
 //     hold the taps before the centre only, read swapped for their mirror
-//     taps and the centre as the identity (TablePairs); experiments, off
-//     by default until measured: FLEXGEMM_ORDERED_SPLITS=1 adds a split
-//     weight gradient's slices in split order inside the kernel (no
-//     partials, no reduction launch, the same bits), and
-//     FLEXGEMM_WS_PAIRS=1 runs the 16-bit 128×128 tile's weight gradients
-//     on its warp-specialised twin (pairs_ws.cuh: producer warps issue
-//     every copy, the warpgroups only multiply; the same bits);
+//     taps and the centre as the identity (TablePairs);
 //   - ParamGrads (sparse.ConvParamGrads) returns the weight and the bias
 //     gradient together: over those half lists the 16-bit Hopper pairs
 //     kernels sum the bias gradient in their centre tap, whose blocks
@@ -144,18 +138,14 @@
 //     tiles' iterations, and a tile cut between groups is finished by the
 //     group holding its end, which adds the others' float32 partials in
 //     group order; unsplit gathers over 16-byte rows of the specialised
-//     128×64, 256×128 and 256×64 tiles run swapped twins, a consumer warpgroup per
+//     128×64 and 256×128 tiles run swapped twins, a consumer warpgroup per
 //     64 output columns multiplying the transposed tile with its columns
 //     of the weight's stage as wgmma's A (FLEXGEMM_SWAPPED_GATHERS=0:
 //     never; the 16-bit input gradients' twins read that stage transposed,
 //     FLEXGEMM_SWAPPED_WT=0 keeps them off), and the fixed heuristic gives
 //     gathers of 128–255 columns over many rows the 256×128 tiles for it
 //     (FLEXGEMM_SWAPPED_WIDE=0 / FLEXGEMM_SWAPPED_WIDE16=0: tf32 / 16-bit
-//     keep the 128×128 and 192×128 tiles); FLEXGEMM_SWAPPED_TALL64=1 (off
-//     by default until measured) gives the gathers of 64–127 columns over
-//     many rows the 256×64 tiles, whose one consumer
-//     warpgroup multiplies all 256 rows (m64n256), the weight's stage
-//     copied once per 256 rows;
+//     keep the 128×128 and 192×128 tiles);
 //   - the masked split-K forward and input gradient of small submanifold
 //     maps at f16 or tf32 run per tap (pertap.go; slot buffers up to
 //     FLEXGEMM_PERTAP_MAX_MB, default 32, 0: never): one GEMM over every

@@ -58,10 +58,9 @@ func Open(ordinal int) (*Engine, error) {
 	for i, sw := range openSwitches {
 		sw.to.Store(on[i])
 	}
-	// The 256-row tiles are there for their swapped twins.
+	// The 256×128 tiles are there for their swapped twins.
 	swappedWide.Store(swappedWide.Load() && d.swapped)
 	swappedWide16.Store(swappedWide16.Load() && d.swapped)
-	swappedTall64.Store(swappedTall64.Load() && d.swapped)
 	swappedWT.Store(swappedWT.Load() && d.swapped)
 	e := &Engine{d: d}
 	e.noHopper.Store(os.Getenv(EnvNoHopper) == "1")

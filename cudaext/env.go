@@ -396,9 +396,8 @@ func registerAFromEnv() (bool, error) {
 
 // EnvSwappedGathers names the environment variable that, read when an
 // engine opens, runs the swapped twins of the warp-specialised gathers of
-// 128 rows and 64 columns, of the tiles of 256 rows and 128 columns
-// (tf32: EnvSwappedWide; 16-bit: EnvSwappedWide16) and of those of 256
-// rows and 64 columns (EnvSwappedTall64), where the gather
+// 128 rows and 64 columns, and of the tiles of 256 rows and 128 columns
+// (tf32: EnvSwappedWide; 16-bit: EnvSwappedWide16), where the gather
 // allows ("1";
 // kernels.SwappedName: unsplit, no stream-K, the weight as stored — every
 // tf32 gather, the 16-bit forward ones; the 16-bit input gradients' under
@@ -597,28 +596,6 @@ var swappedWT atomic.Bool
 // 128–255 columns over many rows the 256×128 tile (EnvSwappedWide16 and
 // EnvSwappedGathers, read by Open).
 var swappedWide16 atomic.Bool
-
-// EnvSwappedTall64 names the environment variable that, read when an
-// engine opens, gives the fixed heuristic's gathers of 64–127 columns over
-// at least hopperNarrowRows rows (16-byte rows, at most
-// kernels.MaxSpecializedTaps taps) the arithmetic's 256×64
-// warp-specialised tile (tf32 or 16-bit), whose swapped twins run them
-// where EnvSwappedGathers is on too (the 16-bit input gradients, which
-// read the weight transposed, only where EnvSwappedWT is on as well, and
-// their weight rows are 16 bytes too) ("1"), or leaves them the 128×64
-// tiles ("0"); unset, swappedTall64Default. The 256-row tile copies the
-// weight's stage once per 256 rows instead of once per 128
-// (docs/PERF_NOTES.md step 144).
-const EnvSwappedTall64 = "FLEXGEMM_SWAPPED_TALL64"
-
-// swappedTall64Default is EnvSwappedTall64's setting when unset: off
-// until an H200 A/B shows the tile faster (docs/PERF_NOTES.md step 144).
-const swappedTall64Default = false
-
-// swappedTall64 says whether hopperDefault gives gathers of 64–127
-// columns over many rows the 256×64 tiles (EnvSwappedTall64 and
-// EnvSwappedGathers, read by Open).
-var swappedTall64 atomic.Bool
 
 // EnvSharedIndex names the environment variable that, read when an engine
 // opens, runs the warp-specialised gathers whose blocks hold two
@@ -824,23 +801,6 @@ func orderedSplitsFromEnv() (bool, error) {
 	return switchFromEnv(EnvOrderedSplits, orderedSplitsDefault)
 }
 
-// EnvWSPairs names the environment variable that, read when an engine
-// opens, runs the weight gradients of the tiles that have one on their
-// warp-specialised pairs kernel (kernels.PairsWSName: producer warps issue
-// every copy while the warpgroups only multiply; the same bits) where the
-// operand rows are 16 bytes ("1"), or the plain pairs kernel ("0"); unset,
-// wsPairsDefault (docs/PERF_NOTES.md, step 145).
-const EnvWSPairs = "FLEXGEMM_WS_PAIRS"
-
-// wsPairsDefault is EnvWSPairs's setting when unset: off until an H200
-// A/B shows the kernel faster.
-const wsPairsDefault = false
-
-// wsPairsFromEnv returns EnvWSPairs's setting.
-func wsPairsFromEnv() (bool, error) {
-	return switchFromEnv(EnvWSPairs, wsPairsDefault)
-}
-
 // openSwitches are the on/off switches Open reads from the environment
 // (switchFromEnv) and stores in the package's switches the tile
 // heuristic and the gather launches read: each variable, its setting when
@@ -858,7 +818,6 @@ var openSwitches = []openSwitch{
 	{EnvSwappedWide, swappedWideDefault, &swappedWide},
 	{EnvSwappedWide16, swappedWide16Default, &swappedWide16},
 	{EnvSwappedWT, swappedWTDefault, &swappedWT},
-	{EnvSwappedTall64, swappedTall64Default, &swappedTall64},
 	{EnvSharedIndex, sharedIndexDefault, &sharedIndex},
 }
 

@@ -108,7 +108,7 @@ func TestSwitchesFromEnv(t *testing.T) {
 		require.GreaterOrEqual(t, i, 0, "%s is not in openSwitches", key)
 		return func() (bool, error) { return switchFromEnv(key, openSwitches[i].def) }
 	}
-	require.Len(t, openSwitches, 14)
+	require.Len(t, openSwitches, 13)
 	for _, c := range []struct {
 		key   string
 		parse func() (bool, error)
@@ -123,14 +123,12 @@ func TestSwitchesFromEnv(t *testing.T) {
 		{EnvSwappedWide, fromOpen(EnvSwappedWide), swappedWideDefault},
 		{EnvSwappedWide16, fromOpen(EnvSwappedWide16), swappedWide16Default},
 		{EnvSwappedWT, fromOpen(EnvSwappedWT), swappedWTDefault},
-		{EnvSwappedTall64, fromOpen(EnvSwappedTall64), swappedTall64Default},
 		{EnvSharedIndex, fromOpen(EnvSharedIndex), sharedIndexDefault},
 		{EnvTF32Narrow, fromOpen(EnvTF32Narrow), tf32NarrowDefault},
 		{EnvFusedSplitReduce, fromOpen(EnvFusedSplitReduce), fusedSplitReduceDefault},
 		{EnvProgrammaticLaunch, programmaticLaunchFromEnv, programmaticLaunchDefault},
 		{EnvTF32Clear, fromOpen(EnvTF32Clear), tf32ClearDefault},
 		{EnvOrderedSplits, orderedSplitsFromEnv, orderedSplitsDefault},
-		{EnvWSPairs, wsPairsFromEnv, wsPairsDefault},
 	} {
 		t.Run(c.key, func(t *testing.T) {
 			cases := []envCase[bool]{

@@ -574,64 +574,10 @@ func TestDefaultTiles(t *testing.T) {
 				require.Equal(t, c.want, got.Name(), "swapped input gradient: %v %+v", mth, c)
 			}
 		}
-		// EnvSwappedTall64 (off by default, step 144): 16-bit gathers of
-		// 64–127 columns over at least hopperNarrowRows rows and 16-byte
-		// rows take the 256×64 tile (its swapped twins run them); input
-		// gradients only where EnvSwappedWT is on and their N is a multiple
-		// of 8 too. want "" is any tile but the 256×64 one.
-		for _, tc := range []struct {
-			mth            kernels.Math
-			use            tileUse
-			rows, cols, kc int64
-			taps           int64
-			ws, tall64, wt bool
-			want           string
-		}{
-			{kernels.F16, useGather, 4113056, 64, 64, 27, true, true, true, "m256n64k64w16x1s4hp8"},
-			{kernels.BF16, useGather, 4113056, 64, 64, 27, true, true, false, "m256n64k64w16x1s4hp8"},
-			{kernels.F16, useGather, 4113056, 96, 64, 27, true, true, true, "m256n64k64w16x1s4hp8"},
-			{kernels.F16, useGather, 4113056, 100, 64, 27, true, true, true, "m256n64k64w16x1s4hp8"}, // the forward reads its weight rows along K
-			{kernels.F16, useGatherWT, 4113056, 64, 64, 27, true, true, true, "m256n64k64w16x1s4hp8"},
-			{kernels.BF16, useGatherWT, 4113056, 64, 64, 27, true, true, true, "m256n64k64w16x1s4hp8"},
-			{kernels.F16, useGatherWT, 4113056, 64, 64, 27, true, true, false, ""}, // the input gradient's twin off
-			{kernels.F16, useGatherWT, 4113056, 100, 64, 27, true, true, true, ""}, // N not 16 bytes: its twin cannot run it
-			{kernels.F16, useGather, 4113056, 64, 64, 27, true, false, true, ""},   // the switch off (the default)
-			{kernels.F16, useGather, 4113056, 64, 64, 27, false, true, true, ""},   // specialised tiles off
-			{kernels.F16, useGather, hopperNarrowRows - 1, 64, 64, 27, true, true, true, ""},
-			{kernels.F16, useGather, 4113056, 64, 100, 27, true, true, true, ""}, // K not 16 bytes
-			{kernels.F16, useGather, 4113056, 64, 64, 28, true, true, true, ""},  // its plain twin would serve: not taken
-			{kernels.F16, useGather, 4113056, 128, 64, 27, true, true, true, ""}, // 128 columns
-			{kernels.F16, useGather, 4113056, 32, 64, 27, true, true, true, ""},  // 32 columns
-			{kernels.TF32, useGather, 4113056, 64, 64, 27, true, true, true, "m256n64k32w16x1s4hp8"},
-			{kernels.TF32, useGather, 4113056, 100, 36, 27, true, true, true, "m256n64k32w16x1s4hp8"}, // K 36: 16-byte tf32 rows
-			{kernels.TF32, useGather, 4113056, 64, 62, 27, true, true, true, ""},                      // K not 16 bytes
-			{kernels.TF32, useGather, 4113056, 64, 16, 27, true, true, true, ""},                      // K under one 32-column stage
-			{kernels.TF32, useGather, 4113056, 64, 64, 27, true, false, true, ""},
-		} {
-			specializedGathers.Store(tc.ws)
-			swappedTall64.Store(tc.tall64)
-			swappedWT.Store(tc.wt)
-			got, err := gpu.chooseTile(Options{}, tc.mth, tc.use, tc.rows, tc.cols, tc.kc, tc.taps)
-			require.NoError(t, err)
-			if tc.want == "" {
-				require.False(t, got.BM == 256 && got.BN == 64 && got.Producers > 0, "swapped tall 64: %+v: %s", tc, got.Name())
-				continue
-			}
-			require.Equal(t, tc.want, got.Name(), "swapped tall 64: %+v", tc)
-		}
-		// tf32 under EnvTF32Narrow off keeps the mma.sync tiles.
-		tf32Narrow.Store(false)
-		specializedGathers.Store(true)
-		swappedTall64.Store(true)
-		mmaSync, err := gpu.chooseTile(Options{}, kernels.TF32, useGather, 4113056, 64, 64, 27)
-		require.NoError(t, err)
-		require.False(t, mmaSync.Hopper, "tf32 without EnvTF32Narrow: %s", mmaSync.Name())
-		tf32Narrow.Store(tf32NarrowDefault)
 		specializedGathers.Store(true)
 		swappedWide.Store(swappedWideDefault)
 		swappedWide16.Store(swappedWide16Default)
 		swappedWT.Store(swappedWTDefault)
-		swappedTall64.Store(swappedTall64Default)
 		// The 192-row tile has no plain twin: a gather of more than 27
 		// taps keeps the 128-row tiles, a forced one is an error naming it,
 		// and EnvTallGathers off keeps them too.

@@ -632,7 +632,7 @@ __device__ __forceinline__ void sw_store(const GatherParams& p, const float (&ac
 // rows. The same products as the shared-memory kernel, in other K steps:
 // the sums may differ from its in the last bits.
 // SW: swapped operands (the *_sw kernels, kernels.SwappedName; tiles of
-// 128 rows and 64 columns or 256 rows and 128 or 64 columns, unsplit, no
+// 128 rows and 64 columns or 256 rows and 128 columns, unsplit, no
 // stream-K, 16-byte rows; with WT, the 16-bit input gradients' *_wt_sw
 // kernels, kernels.SwappedTransposedName: the weight's MN-major stage is
 // wgmma's A, read transposed, PERF_NOTES step 139). A consumer warpgroup per 64
@@ -643,9 +643,7 @@ __device__ __forceinline__ void sw_store(const GatherParams& p, const float (&ac
 // instead of 32 KiB of shared memory (the weight once, not once per
 // warpgroup: PERF_NOTES step 125); a 256 × 128 stage reads 80 KiB, as
 // two 128 × 128 stages do 96, and writes the weight once for 256 rows
-// (step 127); a 16-bit 256 × 64 stage reads 40 KiB, as two 128 × 64
-// stages do 48, and copies the weight once for 256 rows (step 144). The
-// accumulators hold output columns g and g + 8 of a warp's
+// (step 127). The accumulators hold output columns g and g + 8 of a warp's
 // 16 for rows 2t and 2t + 1 of every 8; sw_store writes them.
 template <class C, int PW, bool WT, int MB, int MI, bool SK, bool HS = false, bool RA = false, bool SW = false>
 __device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMaps& maps, unsigned* next,
@@ -659,9 +657,8 @@ __device__ __forceinline__ void gather_gemm_ws(const GatherParams& p, const WsMa
   static_assert(sizeof(Meta) <= L::kHead && sizeof(Index) <= L::kIndex, "tile description layout");
   static_assert(!RA || (C::kMath == Math::TF32 && !WT && !SK && !HS && C::BN == 128),
                 "register A: tf32, 128 columns, the weight as stored, no stream-K or half skip");
-  static_assert(!SW || (!SK && !HS && !RA &&
-                        ((C::BM == 128 && C::BN == 64) || (C::BM == 256 && (C::BN == 128 || C::BN == 64)))),
-                "swapped operands: tiles of 128 rows and 64 columns or 256 and 128 or 64, unsplit");
+  static_assert(!SW || (!SK && !HS && !RA && ((C::BM == 128 && C::BN == 64) || (C::BM == 256 && C::BN == 128))),
+                "swapped operands: tiles of 128 rows and 64 columns or 256 and 128, unsplit");
   // Consumer warps: the tile's WM, or the swapped kernels' warpgroup per
   // 64 output columns.
   constexpr int kConsWarps = SW ? 4 * C::BN / 64 : C::kWarps, kConsThreads = 32 * kConsWarps;
@@ -1227,7 +1224,7 @@ __device__ __forceinline__ void ws_gather(const GatherParams& p, const WsMaps& m
     static_assert((WM) == 8 && (MINB) == 1, "the register budget is two consumer warpgroups' and one producer's"); \
     fg::ws_gather<MATH, BM, BN, BK, WM, S, 4, MINB, SMEM, false, false, false, true>(p, maps, next, fg::StreamK{}); \
   }
-// The swapped twins (kernels.SwappedName; 128×64, 256×128 and 256×64 tiles): a
+// The swapped twins (kernels.SwappedName; 128×64 and 256×128 tiles): a
 // consumer warpgroup per 64 columns beside the producers. With WT, the
 // twin of NAME_wt (kernels.SwappedTransposedName, 16-bit): the weight read
 // transposed, its MN-major stage wgmma's A.

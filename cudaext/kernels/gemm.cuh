@@ -545,14 +545,12 @@ namespace fg {
 // The address arithmetic of a copy, issued by the warps that feed the
 // tensor cores, is a few instructions per row instead of dozens. A layout
 // that does not Fit (a Hopper tile must) takes the generic copy loops.
-// NT: the threads that share the copies (the block's, or a warp-specialised
-// kernel's producers).
-template <class C, int ROWS, int CPR, int NT = C::kThreads> struct StageCopy {
-  static constexpr bool Fits = CPR <= 32 && NT % CPR == 0 && (ROWS * CPR) % NT == 0 &&
-                               (NT / CPR) % (C::kHopper ? 8 : 1) == 0;
+template <class C, int ROWS, int CPR> struct StageCopy {
+  static constexpr bool Fits = CPR <= 32 && C::kThreads % CPR == 0 && (ROWS * CPR) % C::kThreads == 0 &&
+                               (C::kThreads / CPR) % (C::kHopper ? 8 : 1) == 0;
   static constexpr int kCpr = CPR;
-  static constexpr int kStep = NT / CPR;
-  static constexpr int kRows = ROWS * CPR / NT;
+  static constexpr int kStep = C::kThreads / CPR;
+  static constexpr int kRows = ROWS * CPR / C::kThreads;
   static constexpr int kDst = kStep * (128 / C::kElem);
   // Elements between a thread's consecutive rows in a stage of row pitch
   // ld (padded mma.sync stages) or of 128-byte rows (Hopper).
@@ -1232,14 +1230,6 @@ template <class C> struct PairsBlock {
 // thread's element of fragment row 0, column 0 (row g, column 2·t4 of the
 // warp tile), rows are ld elements apart and every pair of columns is
 // aligned (even ld and column).
-// BlockSync is the barrier of the pairs epilogues (pairs_store_staged,
-// pairs_store_ordered, pairs_bias_store) in a kernel whose every thread
-// takes part: __syncthreads. A warp-specialised kernel passes a barrier of
-// its consumer threads instead (pairs_ws.cuh), its producers having left.
-struct BlockSync {
-  __device__ __forceinline__ void operator()() const { __syncthreads(); }
-};
-
 template <class C, class T>
 __device__ __forceinline__ void store_frags(T* first, long long ld, const float (&acc)[C::MI][C::NI][4]) {
 #pragma unroll
@@ -1261,10 +1251,10 @@ __device__ __forceinline__ void store_frags(T* first, long long ld, const float 
 // of bank conflicts), then every thread stores 16-byte chunks of whole
 // rows, so each warp-wide store covers full 32-byte sectors of one row
 // instead of half sectors of eight.
-template <class C, class OT, class Sync = BlockSync>
+template <class C, class OT>
 __device__ __forceinline__ void pairs_store_staged(OT* out, const PairsParams& p, const float (&acc)[C::MI][C::NI][4],
                                                    long long m0, long long n0, int v, int wm, int lane, int tid,
-                                                   unsigned char* stage, Sync sync = Sync{}) {
+                                                   unsigned char* stage) {
   static_assert(C::WN == 1, "a Hopper tile's warps own whole rows");
   constexpr int kPad = 16 / (int)sizeof(OT), kLd = C::BN + kPad, kCpr = C::BN * (int)sizeof(OT) / 16;
   static_assert(C::BM * kLd * (int)sizeof(OT) <= C::S * (C::kPairsAStage + C::kPairsBStage) * C::kElem,
@@ -1272,7 +1262,7 @@ __device__ __forceinline__ void pairs_store_staged(OT* out, const PairsParams& p
   OT* st = reinterpret_cast<OT*>(stage);
   const int g = lane >> 2, t4 = lane & 3;
   store_frags<C>(st + (wm * C::WTM + g) * kLd + 2 * t4, kLd, acc);
-  sync();
+  __syncthreads();
   const long long ldo = p.V * p.N;
   OT* o = out + m0 * ldo + (long long)v * p.N + n0;
 #pragma unroll 4
@@ -1299,10 +1289,10 @@ __device__ __forceinline__ void pairs_store_staged(OT* out, const PairsParams& p
 // split z − 1 was dispatched before split z and never waits for it: the
 // wait ends. One that does not (a dispatch out of order) traps rather than
 // hangs.
-template <class C, class Sync = BlockSync>
+template <class C>
 __device__ __forceinline__ void pairs_store_ordered(const PairsParams& p, const float (&acc)[C::MI][C::NI][4],
                                                     long long m0, long long n0, int v, int z, int wm, int lane,
-                                                    int tid, unsigned char* stage, Sync sync = Sync{}) {
+                                                    int tid, unsigned char* stage) {
   static_assert(C::WN == 1, "a Hopper tile's warps own whole rows");
   constexpr int kLd = C::BN + 4, kCpr = C::BN / 4;
   static_assert(C::BM * kLd * 4 <= C::S * (C::kPairsAStage + C::kPairsBStage) * C::kElem,
@@ -1319,7 +1309,7 @@ __device__ __forceinline__ void pairs_store_ordered(const PairsParams& p, const 
       __nanosleep(64);
     }
   }
-  sync();
+  __syncthreads();
   const long long ldo = p.V * p.N, at = m0 * ldo + (long long)v * p.N + n0;
   float* o = p.part + at;
   // The last split of a narrow result rounds its sums into out.
@@ -1343,30 +1333,8 @@ __device__ __forceinline__ void pairs_store_ordered(const PairsParams& p, const 
     }
   }
   __threadfence();
-  sync();
+  __syncthreads();
   if (tid == 0) st_release(ticket, z + 1 == p.splits ? 0u : (unsigned)z + 1);
-}
-
-// pairs_bias_store ends the bias sums of a pairs block that summed its A
-// stages' columns (pairs_col_sums; PairsParams::bias_part): the kStep
-// threads of each column chunk add their sums in the order of their first
-// lines, through shared memory at red (the A stages: the caller has
-// passed the point after which no copy or wgmma group touches them), and
-// slice z's row sums are written for rows m0 ….
-template <class C, class Sync = BlockSync>
-__device__ __forceinline__ void pairs_bias_store(const PairsParams& p, const float (&sum)[C::kChunk], long long m0, int z,
-                                                 int tid, float* red, Sync sync = Sync{}) {
-  constexpr int CPA = C::BM / C::kChunk, kStep = C::kThreads / CPA;
-  sync();
-#pragma unroll
-  for (int e = 0; e < C::kChunk; ++e) red[(tid / CPA) * C::BM + (tid % CPA) * C::kChunk + e] = sum[e];
-  sync();
-  for (int c = tid; c < C::BM; c += C::kThreads) {
-    float t = 0.f;
-#pragma unroll
-    for (int i = 0; i < kStep; ++i) t += red[i * C::BM + c];
-    if (m0 + c < p.M) p.bias_part[(long long)z * p.M + m0 + c] = t;
-  }
 }
 
 // Epilogue of a pairs GEMM: warp (wm, wn)'s accumulator fragments
@@ -1672,9 +1640,24 @@ template <class C> __device__ __forceinline__ void pairs_gemm(const PairsParams&
       if (p.tickets != nullptr) __trap();  // the engine sets tickets for whole Hopper tiles of 8 warps at most only
       pairs_store<C>(p, acc, m0, n0, v, z, wm, wn, lane);
     }
-    // The bias sums, through the A stages (every copy and every wgmma
-    // group is done once all threads pass its first barrier).
-    if constexpr (SUM) pairs_bias_store<C>(p, sum, m0, z, tid, reinterpret_cast<float*>(As));
+    if constexpr (SUM) {
+      // The kStep threads of each column chunk add their sums in the
+      // order of their first lines, through shared memory (the A stages:
+      // every copy and every wgmma group is done once all threads pass
+      // the barrier).
+      constexpr int CPA = C::BM / C::kChunk, kStep = C::kThreads / CPA;
+      float* red = reinterpret_cast<float*>(As);  // [kStep][BM]
+      __syncthreads();
+#pragma unroll
+      for (int e = 0; e < C::kChunk; ++e) red[(tid / CPA) * C::BM + (tid % CPA) * C::kChunk + e] = sum[e];
+      __syncthreads();
+      for (int c = tid; c < C::BM; c += C::kThreads) {
+        float t = 0.f;
+#pragma unroll
+        for (int i = 0; i < kStep; ++i) t += red[i * C::BM + c];
+        if (m0 + c < p.M) p.bias_part[(long long)z * p.M + m0 + c] = t;
+      }
+    }
   };
   if constexpr (C::kHopper && C::kElem == 2) {
     if (colSum) {

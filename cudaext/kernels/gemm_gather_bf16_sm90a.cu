@@ -2,7 +2,6 @@
 
 #include "gemm.cuh"
 #include "gather_ws.cuh"
-#include "pairs_ws.cuh"
 
 FG_GATHER_H_KERNEL(spconv_gather_bf16_m128n256k64w8x1s4h, fg::Math::BF16, 128, 256, 64, 8, 1, 4, 202272)
 FG_GATHER_H_WT_KERNEL(spconv_gather_bf16_m128n256k64w8x1s4h, fg::Math::BF16, 128, 256, 64, 8, 1, 4)
@@ -10,7 +9,6 @@ FG_PAIRS_H_KERNEL(spconv_pairs_bf16_m128n256k64w8x1s4h, fg::Math::BF16, 128, 256
 FG_GATHER_H_KERNEL(spconv_gather_bf16_m128n128k64w8x1s6h, fg::Math::BF16, 128, 128, 64, 8, 1, 6, 204336)
 FG_GATHER_H_WT_KERNEL(spconv_gather_bf16_m128n128k64w8x1s6h, fg::Math::BF16, 128, 128, 64, 8, 1, 6)
 FG_PAIRS_H_KERNEL(spconv_pairs_bf16_m128n128k64w8x1s6h, fg::Math::BF16, 128, 128, 64, 8, 1, 6, 203776)
-FG_PAIRS_WS_KERNEL(spconv_pairs_bf16_m128n128k64w8x1s6h_ws, fg::Math::BF16, 128, 128, 64, 8, 6, 4, 203872)
 FG_GATHER_H_KERNEL(spconv_gather_bf16_m256n128k64w16x1s4h, fg::Math::BF16, 256, 128, 64, 16, 1, 4, 206880)
 FG_GATHER_H_WT_KERNEL(spconv_gather_bf16_m256n128k64w16x1s4h, fg::Math::BF16, 256, 128, 64, 16, 1, 4)
 FG_PAIRS_H_KERNEL(spconv_pairs_bf16_m256n128k64w16x1s4h, fg::Math::BF16, 256, 128, 64, 16, 1, 4, 201728)
@@ -60,7 +58,3 @@ FG_GATHER_WS_KERNEL(spconv_gather_bf16_m256n128k64w16x1s4hp4, fg::Math::BF16, 25
 FG_GATHER_WS_WT_KERNEL(spconv_gather_bf16_m256n128k64w16x1s4hp4, fg::Math::BF16, 256, 128, 64, 16, 4, 4, 1)
 FG_GATHER_WS_SW_KERNEL(spconv_gather_bf16_m256n128k64w16x1s4hp4_sw, fg::Math::BF16, 256, 128, 64, 16, 4, 4, 1, false)
 FG_GATHER_WS_SW_KERNEL(spconv_gather_bf16_m256n128k64w16x1s4hp4_wt_sw, fg::Math::BF16, 256, 128, 64, 16, 4, 4, 1, true)
-FG_GATHER_WS_KERNEL(spconv_gather_bf16_m256n64k64w16x1s4hp8, fg::Math::BF16, 256, 64, 64, 16, 4, 8, 1, 222592)
-FG_GATHER_WS_WT_KERNEL(spconv_gather_bf16_m256n64k64w16x1s4hp8, fg::Math::BF16, 256, 64, 64, 16, 4, 8, 1)
-FG_GATHER_WS_SW_KERNEL(spconv_gather_bf16_m256n64k64w16x1s4hp8_sw, fg::Math::BF16, 256, 64, 64, 16, 4, 8, 1, false)
-FG_GATHER_WS_SW_KERNEL(spconv_gather_bf16_m256n64k64w16x1s4hp8_wt_sw, fg::Math::BF16, 256, 64, 64, 16, 4, 8, 1, true)

@@ -2,7 +2,6 @@
 
 #include "gemm.cuh"
 #include "gather_ws.cuh"
-#include "pairs_ws.cuh"
 
 FG_GATHER_H_KERNEL(spconv_gather_tf32_m128n256k32w8x1s4h, fg::Math::TF32, 128, 256, 32, 8, 1, 4, 202272)
 FG_GATHER_H_KERNEL(spconv_gather_tf32_m128n128k32w8x1s6h, fg::Math::TF32, 128, 128, 32, 8, 1, 6, 204336)
@@ -22,5 +21,3 @@ FG_GATHER_WS_HS_KERNEL(spconv_gather_tf32_m128n64k32w8x1s3hp4_hs, fg::Math::TF32
 FG_GATHER_WS_SW_KERNEL(spconv_gather_tf32_m128n64k32w8x1s3hp4_sw, fg::Math::TF32, 128, 64, 32, 8, 3, 4, 2, false)
 FG_GATHER_WS_KERNEL(spconv_gather_tf32_m256n128k32w16x1s4hp4, fg::Math::TF32, 256, 128, 32, 16, 4, 4, 1, 227600)
 FG_GATHER_WS_SW_KERNEL(spconv_gather_tf32_m256n128k32w16x1s4hp4_sw, fg::Math::TF32, 256, 128, 32, 16, 4, 4, 1, false)
-FG_GATHER_WS_KERNEL(spconv_gather_tf32_m256n64k32w16x1s4hp8, fg::Math::TF32, 256, 64, 32, 16, 4, 8, 1, 222592)
-FG_GATHER_WS_SW_KERNEL(spconv_gather_tf32_m256n64k32w16x1s4hp8_sw, fg::Math::TF32, 256, 64, 32, 16, 4, 8, 1, false)

@@ -306,22 +306,21 @@ func TestTileTableMirrorsCpp(t *testing.T) {
 				// The twins, each generated and in the manifest exactly where
 				// its rule says, with its threads per block.
 				inst := string(GenerateHopperInstances(m))
-				wide := tile.Supports(m) && tile.Producers > 0 && tile.BM == 256 && (tile.BN == 128 || tile.BN == 64)
+				wide := tile.Supports(m) && tile.BM == 256 && tile.BN == 128
 				for _, tw := range []struct {
 					macro, name     string
 					has, want       bool
 					threads, wantTh int
 				}{
 					// Half skip: tf32 tiles of two or more warpgroups only,
-					// but the 256-row one.
+					// but the 256×128 one.
 					{"FG_GATHER_WS_HS_KERNEL", HalfSkipName(m, tile), tile.HasHalfSkip(m), tile.Supports(m) && m == TF32 && tile.BM >= 128 && !wide,
 						tile.Threads(), tile.Threads()},
 					// Register A: tf32 tiles of 128 rows and 128 columns.
 					{"FG_GATHER_WS_RA_KERNEL", RegisterAName(m, tile), tile.HasRegisterA(m), tile.Supports(m) && m == TF32 && tile.BN == 128 && tile.BM == 128,
 						tile.RegisterAThreads(), 32 * (tile.WM + 4)},
 					// Swapped: tiles of 128 rows and 64 columns (one
-					// consumer warpgroup), the 256×128 ones (two) and the
-					// 256×64 ones (one).
+					// consumer warpgroup), and the 256×128 ones (two).
 					{"FG_GATHER_WS_SW_KERNEL", SwappedName(m, tile), tile.HasSwapped(m), tile.Supports(m) && (tile.BM == 128 && tile.BN == 64 || wide),
 						tile.SwappedThreads(), 32 * (4*tile.BN/64 + tile.Producers)},
 					// Swapped, weight read transposed: the same tiles, 16-bit.
@@ -735,31 +734,4 @@ func TestKernelsAwaitPriorGrid(t *testing.T) {
 		}
 	}
 	require.Equal(t, defined, waits)
-}
-
-// TestPairsWSTwins checks the warp-specialised pairs kernels
-// (PairsWSName): generated, and in the manifest, exactly for the 16-bit
-// 128×128 six-stage Hopper tile, with the tile's warps and
-// PairsWSProducers more, and shared memory within a block's.
-func TestPairsWSTwins(t *testing.T) {
-	n := 0
-	for _, tile := range HopperTiles {
-		for _, m := range Maths {
-			want := tile.Supports(m) && tile.Producers == 0 && m.ElemSize() == 2 && tile.BM == 128 && tile.BN == 128 && tile.Stages == 6
-			require.Equal(t, want, tile.HasPairsWS(m), "%s %v", tile.Name(), m)
-			macro := "FG_PAIRS_WS_KERNEL(" + PairsWSName(m, tile) + ","
-			if !want {
-				require.NotContains(t, string(GenerateHopperInstances(m)), macro)
-				continue
-			}
-			n++
-			require.Contains(t, string(GenerateHopperInstances(m)), macro)
-			_, ok := KernelModule(PairsWSName(m, tile))
-			require.True(t, ok, "%s missing from the manifest", PairsWSName(m, tile))
-			require.Equal(t, 32*(tile.WM+PairsWSProducers), tile.PairsWSThreads())
-			require.LessOrEqual(t, PairsWSSmemBytes(m, tile), maxBlockSmem)
-			require.Equal(t, SmemBytes(Pairs, m, tile)+16*tile.Stages, PairsWSSmemBytes(m, tile))
-		}
-	}
-	require.Equal(t, 2, n, "f16 and bf16")
 }

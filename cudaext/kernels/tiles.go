@@ -256,23 +256,6 @@ var HopperTiles = []Tile{
 	// transposed; the plain m256n128k64w16x1s4h serves more than
 	// MaxSpecializedTaps taps.
 	{BM: 256, BN: 128, BK: 64, WM: 16, WN: 1, Stages: 4, Hopper: true, Producers: 4},
-	// A 16-bit tile of 256 rows and 64 columns for its swapped twins (the
-	// forward and input-gradient gathers of 64–127 columns over many rows:
-	// RES 1024 C 64): one consumer warpgroup multiplies the weight's 64
-	// columns by all 256 gathered rows (m64n256, 128 accumulators a
-	// thread), so the weight's stage is copied once per 256 rows instead
-	// of once per 128 (−17 % of the forward gather's L2 → SM bytes at RES
-	// 1024 C 64: `go run ./bench padding -res 1024 -rows 128,256 -bytes
-	// 64`). Four stages of 40 KiB and two whole descriptions, one block
-	// per SM; eight producer warps, the copy threads per SM of the
-	// two-per-SM 128×64 tile it replaces. Its plain kernels (four consumer
-	// warpgroups of 64×64) serve split and unaligned gathers
-	// (docs/PERF_NOTES.md step 144).
-	{BM: 256, BN: 64, BK: 64, WM: 16, WN: 1, Stages: 4, Hopper: true, Producers: 8},
-	// Its tf32 twin (BK 32: the same 40 KiB stages) for the tf32 gathers of
-	// 64–127 columns over many rows (the forward, and the input gradient
-	// over the materialised transpose).
-	{BM: 256, BN: 64, BK: 32, WM: 16, WN: 1, Stages: 4, Hopper: true, Producers: 8},
 }
 
 // Name returns the tile's short name, e.g. "m128n64k32w2x2s4"; a Hopper
@@ -580,17 +563,17 @@ func TransposedName(m Math, t Tile) string {
 
 // HasStreamK reports whether the gather of tile t in arithmetic m has
 // stream-K twins (StreamKName; gather_ws.cuh): a warp-specialised tile
-// whose block is alone on its SM, except the 256-row tiles, which exist
+// whose block is alone on its SM, except the 256×128 tiles, which exist
 // for their swapped twins (wideSwapped).
 func (t Tile) HasStreamK(m Math) bool {
 	return t.Producers > 0 && t.Supports(m) && t.BlocksPerSM(Gather, m) == 1 && !t.wideSwapped(m)
 }
 
 // wideSwapped reports whether t is a warp-specialised tile of 256 rows
-// and 128 or 64 columns (tf32, or 16-bit), whose swapped twins are what it
-// is for: it has no stream-K, half-skip or register-A twin.
+// and 128 columns (tf32, or 16-bit), whose swapped twin is what it is
+// for: it has no stream-K, half-skip or register-A twin.
 func (t Tile) wideSwapped(m Math) bool {
-	return t.Producers > 0 && t.Supports(m) && t.BM == 256 && (t.BN == 128 || t.BN == 64)
+	return t.Producers > 0 && t.Supports(m) && t.BM == 256 && t.BN == 128
 }
 
 // HasHalfSkip reports whether the gather of tile t in arithmetic m has a
@@ -634,8 +617,8 @@ func (t Tile) RegisterAThreads() int { return 32 * (t.WM*t.WN + 4) }
 
 // HasSwapped reports whether the gather of tile t in arithmetic m has a
 // swapped twin (SwappedName; gather_ws.cuh SW): a warp-specialised tile
-// of 128 rows and 64 columns, or one of 256 rows and 128 or 64 columns
-// (tf32 and 16-bit), whose consumer warpgroups (one per 64 columns) multiply the
+// of 128 rows and 64 columns, or one of 256 rows and 128 columns (tf32
+// and 16-bit), whose consumer warpgroups (one per 64 columns) multiply the
 // transposed tile (their columns of the weight's stage as wgmma's A, all
 // the gathered rows as its B), so that each stage's weight is read from
 // shared memory once instead of once per 64 rows. It reads the weight as
@@ -669,34 +652,6 @@ func SwappedTransposedName(m Math, t Tile) string {
 // SwappedThreads returns the threads per block of tile t's swapped twin:
 // a consumer warpgroup per 64 columns and the tile's producer warps.
 func (t Tile) SwappedThreads() int { return 32 * (4*t.BN/64 + t.Producers) }
-
-// PairsWSProducers is the producer warps of the warp-specialised pairs
-// kernels (PairsWSName; pairs_ws.cuh).
-const PairsWSProducers = 4
-
-// HasPairsWS reports whether the weight gradient of tile t in arithmetic m
-// has a warp-specialised twin (PairsWSName; pairs_ws.cuh): the 16-bit
-// 128×128 six-stage Hopper tile, the weight gradient of 128–255 channels.
-// Its PairsWSProducers producer warps load the pair indices and issue
-// every copy while the tile's warpgroups only multiply: the same products
-// in the same order as the plain kernel, so the same bits. It serves
-// 16-byte operand rows only.
-func (t Tile) HasPairsWS(m Math) bool {
-	return t.Has(Pairs, m) && t.Hopper && t.BM == 128 && t.BN == 128 && t.Stages == 6
-}
-
-// PairsWSName returns the symbol of the warp-specialised twin of tile t's
-// pairs kernel (HasPairsWS): KernelName(Pairs, m, t) + "_ws".
-func PairsWSName(m Math, t Tile) string { return KernelName(Pairs, m, t) + "_ws" }
-
-// PairsWSThreads returns the threads per block of tile t's
-// warp-specialised pairs kernel: its warps and PairsWSProducers more.
-func (t Tile) PairsWSThreads() int { return 32 * (t.WM*t.WN + PairsWSProducers) }
-
-// PairsWSSmemBytes returns the dynamic shared memory of tile t's
-// warp-specialised pairs kernel in arithmetic m: the plain kernel's and a
-// full and an empty mbarrier per stage (fg::PairsWsLayout).
-func PairsWSSmemBytes(m Math, t Tile) int { return SmemBytes(Pairs, m, t) + 16*t.Stages }
 
 // StreamKName returns the symbol of the stream-K twin of the gather kernel
 // of tile t (HasStreamK), reading its weight transposed when wt:
@@ -740,7 +695,7 @@ func HopperMaths() []Math {
 func GenerateHopperInstances(m Math) []byte {
 	var b strings.Builder
 	fmt.Fprintf(&b, "// Code generated by cudaext/kernels/gen from tiles.go; DO NOT EDIT.\n\n")
-	fmt.Fprintf(&b, "#include \"gemm.cuh\"\n#include \"gather_ws.cuh\"\n#include \"pairs_ws.cuh\"\n\n")
+	fmt.Fprintf(&b, "#include \"gemm.cuh\"\n#include \"gather_ws.cuh\"\n\n")
 	for _, t := range HopperTiles {
 		if !t.Supports(m) {
 			continue
@@ -790,10 +745,6 @@ func GenerateHopperInstances(m Math) []byte {
 		if t.Has(Pairs, m) {
 			fmt.Fprintf(&b, "FG_PAIRS_H_KERNEL(%s, %s, %d, %d, %d, %d, %d, %d, %d)\n", KernelName(Pairs, m, t), m.cppName(),
 				t.BM, t.BN, t.BK, t.WM, t.WN, t.Stages, SmemBytes(Pairs, m, t))
-		}
-		if t.HasPairsWS(m) {
-			fmt.Fprintf(&b, "FG_PAIRS_WS_KERNEL(%s, %s, %d, %d, %d, %d, %d, %d, %d)\n", PairsWSName(m, t), m.cppName(),
-				t.BM, t.BN, t.BK, t.WM, t.Stages, PairsWSProducers, PairsWSSmemBytes(m, t))
 		}
 	}
 	return []byte(b.String())
