@@ -55,9 +55,7 @@ func Open(ordinal int) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	for i, sw := range openSwitches {
-		sw.to.Store(on[i])
-	}
+	storeOpenSwitches(on)
 	// The 256×128 tiles are there for their swapped twins.
 	swappedWide.Store(swappedWide.Load() && d.swapped)
 	swappedWide16.Store(swappedWide16.Load() && d.swapped)

@@ -843,6 +843,14 @@ func openSwitchesFromEnv() ([]bool, error) {
 	return on, nil
 }
 
+// storeOpenSwitches sets openSwitches to on, the settings
+// openSwitchesFromEnv returned.
+func storeOpenSwitches(on []bool) {
+	for i, sw := range openSwitches {
+		sw.to.Store(on[i])
+	}
+}
+
 // EnvNoSideStream names the environment variable that, set to "1" when an
 // engine opens, keeps all work on the main stream: weight and bias
 // gradients no longer run on the side stream beside the input gradient

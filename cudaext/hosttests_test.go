@@ -55,9 +55,7 @@ func hostEngine() (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	for i, sw := range openSwitches {
-		sw.to.Store(on[i])
-	}
+	storeOpenSwitches(on)
 	d := &Device{info: DeviceInfo{Name: "host (no device: " + EnvHostTests + ")", Major: 9, SMs: 132}, swapped: true}
 	for _, m := range kernels.HopperMaths() {
 		d.hopper[m] = true
