@@ -86,9 +86,9 @@ func TestReadmeTableFromItsRecords(t *testing.T) {
 // records: the table and the geometric means on stdout.
 func TestCompareReadmeFlag(t *testing.T) {
 	var stdout, stderr bytes.Buffer
-	code := runMain([]string{"compare", "-readme", "results/h200-2026-12-04-s68.jsonl"}, &stdout, &stderr)
+	code := runMain([]string{"compare", "-readme", "results/h200-2026-12-05-s72.jsonl"}, &stdout, &stderr)
 	require.Equal(t, 0, code, stderr.String())
-	require.Contains(t, stdout.String(), "| train | fp16 | 512, 128, 2 | 6.11 | 11.28 | 1.85× | 424 | 53.6 % | 1.6120 / 1.668 |")
-	require.Contains(t, stdout.String(), "train fp16: geometric mean 2.509× over 8 configurations (1.828× over the 6 from RES 32 up); lowest 1.683× at (256, 256, 2)")
-	require.Equal(t, 1, runMain([]string{"compare", "-readme", "-impl", "nobody", "results/h200-2026-12-04-s68.jsonl"}, &stdout, &stderr))
+	require.Contains(t, stdout.String(), "| train | fp16 | 512, 128, 2 | 5.74 | 10.58 | 1.84× | 451 | 57.1 % | 1.6114 / 1.669 |")
+	require.Contains(t, stdout.String(), "train fp16: geometric mean 2.280× over 8 configurations (1.810× over the 6 from RES 32 up); lowest 1.695× at (256, 256, 2)")
+	require.Equal(t, 1, runMain([]string{"compare", "-readme", "-impl", "nobody", "results/h200-2026-12-05-s72.jsonl"}, &stdout, &stderr))
 }
