@@ -103,13 +103,14 @@ const (
 // gathers reports whether u is a gather GEMM (useGather, useGatherWT).
 func (u tileUse) gathers() bool { return u == useGather || u == useGatherWT }
 
-// gatherUse returns the tileUse of a gather of esz-byte elements that
-// reads its weight transposed when wt (the input gradients of the
-// implicit and masked algorithms; the explicit one multiplies a
-// materialised transpose): useGatherWT for a 16-bit one, else useGather.
-// InputGrad and the autotuner's shapeOf both ask it.
-func gatherUse(esz int, wt bool) tileUse {
-	if wt && esz == 2 {
+// gatherUse returns the tileUse of a gather of esz-byte elements of
+// algorithm alg, an input gradient when inputGrad: useGatherWT for a
+// 16-bit input gradient that reads the weight transposed (the implicit
+// and masked algorithms'; the explicit one multiplies a materialised
+// transpose), else useGather. InputGrad and the autotuner's shapeOf both
+// ask it.
+func gatherUse(esz int, inputGrad bool, alg sparse.Algorithm) tileUse {
+	if inputGrad && alg != sparse.Explicit && esz == 2 {
 		return useGatherWT
 	}
 	return useGather
@@ -1471,7 +1472,7 @@ func (e *Engine) InputGrad(m *kmap.Map, dy, w sparse.Matrix, o Options) (sparse.
 	if alg == sparse.Explicit {
 		kc = V * co
 	}
-	tile, err := e.chooseTile(o, math, gatherUse(math.ElemSize(), alg != sparse.Explicit), M, ci, kc, gatherTaps(alg, V))
+	tile, err := e.chooseTile(o, math, gatherUse(math.ElemSize(), true, alg), M, ci, kc, gatherTaps(alg, V))
 	if err != nil {
 		return sparse.Matrix{}, err
 	}

@@ -541,7 +541,7 @@ func shapeOf(k autotune.Key, alg sparse.Algorithm, rows int64, esz int) gemmShap
 	if k.Dir == autotune.DGrad {
 		cols, kc = ci, co
 	}
-	use := gatherUse(esz, k.Dir == autotune.DGrad && alg != sparse.Explicit)
+	use := gatherUse(esz, k.Dir == autotune.DGrad, alg)
 	if alg == sparse.Explicit {
 		return gemmShape{family: kernels.Gather, use: use, rows: rows, cols: cols, taps: 1, kLen: V * kc, kTaps: 1,
 			im2col: float64(rows) * float64(V*kc) * float64(esz)}
