@@ -635,6 +635,21 @@ struct PairRows {
   }
 };
 
+// store_chunk_counts writes the chunk's counts of taps v0 … v0 + nt − 1,
+// the sums of the warps' counts wc[·][t] (lane 0 of each warp wrote its
+// own), to cnt[(v0 + t)·nc + chunk]: a barrier before, for the warps'
+// counts, and one after, before wc is written again.
+__device__ __forceinline__ void store_chunk_counts(const int (*wc)[32], int v0, int nt, int* cnt, i64 nc) {
+  __syncthreads();
+  if (threadIdx.x < nt) {
+    int c = 0;
+#pragma unroll
+    for (int k = 0; k < kChunkWarps; ++k) c += wc[k][threadIdx.x];
+    cnt[(i64)(v0 + threadIdx.x) * nc + blockIdx.x] = c;
+  }
+  __syncthreads();
+}
+
 // cnt[v·nc + chunk] = number of present taps v among the chunk's rows,
 // for the first taps taps of the table (row pitch V): a ballot per warp
 // and tap, then one barrier per 32 taps for the block's sums.
@@ -646,14 +661,7 @@ __device__ void pairs_count(const int* nbr, i64 n_out, int V, int taps, int* cnt
   for (int v0 = 0; v0 < taps; v0 += 32) {
     const int nt = min(32, taps - v0);
     rows.count(v0, nt, wc[w]);
-    __syncthreads();
-    if (threadIdx.x < nt) {
-      int c = 0;
-#pragma unroll
-      for (int k = 0; k < kChunkWarps; ++k) c += wc[k][threadIdx.x];
-      cnt[(i64)(v0 + threadIdx.x) * nc + blockIdx.x] = c;
-    }
-    __syncthreads();
+    store_chunk_counts(wc, v0, nt, cnt, nc);
   }
 }
 
@@ -673,14 +681,7 @@ __device__ void pairs_count_masks(const u64* mask, i64 n_out, int W, int taps, i
       const int c = __popc(__ballot_sync(0xffffffffu, bits >> t & 1u));
       if (lane == 0) wc[w][t] = c;
     }
-    __syncthreads();
-    if (threadIdx.x < nt) {
-      int c = 0;
-#pragma unroll
-      for (int k = 0; k < kChunkWarps; ++k) c += wc[k][threadIdx.x];
-      cnt[(i64)(v0 + threadIdx.x) * nc + blockIdx.x] = c;
-    }
-    __syncthreads();
+    store_chunk_counts(wc, v0, nt, cnt, nc);
   }
 }
 
